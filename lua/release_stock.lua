@@ -1,0 +1,27 @@
+-- release_stock.lua: the original design's stock rollback. Returns an order's
+-- units to the sale's stock and to the buyer's allowance, at most once per
+-- order: the released set remembers every order already returned, so a retried
+-- or racing release (cancel vs. payment timeout, a crash and a repair) cannot
+-- count the same units twice.
+--
+-- KEYS[1]  stock          fs:{pid}:stock
+-- KEYS[2]  bought hash    fs:{pid}:bought
+-- KEYS[3]  released set   fs:{pid}:released  order ids already returned
+-- ARGV[1]  order_id
+-- ARGV[2]  user_id
+-- ARGV[3]  quantity (integer >= 1)
+--
+-- Returns {released, stock}: released = 1 when this call returned the units,
+-- 0 when the order had been released before (nothing changed); stock = the
+-- units left now.
+
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+  return {0, tonumber(redis.call('GET', KEYS[1]) or '0')}
+end
+
+local stock = redis.call('INCRBY', KEYS[1], ARGV[3])
+local left = redis.call('HINCRBY', KEYS[2], ARGV[2], -tonumber(ARGV[3]))
+if left <= 0 then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+return {1, stock}

@@ -1,0 +1,110 @@
+//! Typed settings, read once from the command line and the environment
+//! (every flag has an env var and a default that works on a developer machine).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "flashsale",
+    version,
+    about = "A flash-sale order service: Redis decides, MySQL keeps the books."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API.
+    Serve(ServeArgs),
+    /// Measure the order script straight against Redis, per connection strategy.
+    BenchRedis(crate::bench::BenchRedisArgs),
+}
+
+/// Where Redis is and how to use it.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Prefix of every key (`<prefix>:{<product_id>}:<name>`); lets deployments share a Redis.
+    #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "fs", value_parser = parse_prefix)]
+    pub key_prefix: String,
+    /// Upper bound on any single Redis call.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    pub redis_timeout_ms: u64,
+    /// Dedicated connections for blocking commands.
+    #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 16)]
+    pub redis_pool_size: u32,
+}
+
+/// Where MySQL is and how to use it.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "mysql://root@127.0.0.1:3306/flashsale"
+    )]
+    pub database_url: String,
+    /// Upper bound on any single MySQL call (and on waiting for a connection).
+    #[arg(long, env = "DB_TIMEOUT_MS", default_value_t = 3000)]
+    pub db_timeout_ms: u64,
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen_addr: SocketAddr,
+    /// Bearer token for `/api/admin/*`; admin routes answer 401 without it.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+/// Everything `serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub redis_url: String,
+    pub key_prefix: String,
+    pub redis_timeout: Duration,
+    pub redis_pool_size: u32,
+    pub database_url: String,
+    pub db_timeout: Duration,
+    pub db_max_connections: u32,
+    pub listen_addr: SocketAddr,
+    pub admin_token: Option<Arc<str>>,
+}
+
+impl From<ServeArgs> for Settings {
+    fn from(a: ServeArgs) -> Self {
+        Self {
+            redis_url: a.redis.redis_url,
+            key_prefix: a.redis.key_prefix,
+            redis_timeout: Duration::from_millis(a.redis.redis_timeout_ms),
+            redis_pool_size: a.redis.redis_pool_size,
+            database_url: a.db.database_url,
+            db_timeout: Duration::from_millis(a.db.db_timeout_ms),
+            db_max_connections: a.db.db_max_connections,
+            listen_addr: a.listen_addr,
+            admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
+        }
+    }
+}
+
+/// A key prefix must not contain braces: the first `{...}` of a key is its hash tag.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains(['{', '}']) || s.chars().any(char::is_whitespace) {
+        return Err("must be non-empty, without braces or spaces".into());
+    }
+    Ok(s.to_owned())
+}

@@ -1,0 +1,170 @@
+//! The one mapping from failures to HTTP answers. Every error body is
+//! `{"error": "<code>", "message": "<text for a human>"}`; dependency failures
+//! are logged here with their cause and shown to the client as a generic 503/500.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::domain::Invalid;
+use crate::sale::{Rejection, SaleError};
+use crate::store::StoreError;
+
+/// Everything a handler can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("request body is too large")]
+    PayloadTooLarge,
+    #[error("request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("no such route")]
+    RouteNotFound,
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    ProductNotFound(String),
+    #[error("no order with this id")]
+    OrderNotFound,
+    #[error("a product with this id exists")]
+    ProductExists,
+    #[error("the sale has not started")]
+    SaleNotStarted,
+    #[error("the sale has ended")]
+    SaleEnded,
+    #[error("sold out")]
+    SoldOut,
+    #[error("only {left} units left")]
+    InsufficientStock { left: u64 },
+    #[error("over the per-user limit: this user may buy {allowance} more units")]
+    LimitExceeded { allowance: u64 },
+    #[error("this Idempotency-Key was used for a different order")]
+    IdempotencyKeyReused,
+    /// A dependency is down or slow; the cause is logged, not shown.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or corrupt data; the cause is logged, not shown.
+    #[error("{0}")]
+    Internal(String),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: String,
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        use StatusCode as S;
+        match self {
+            Self::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
+            Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
+            Self::RouteNotFound => (S::NOT_FOUND, "not_found"),
+            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::ProductNotFound(_) => (S::NOT_FOUND, "product_not_found"),
+            Self::OrderNotFound => (S::NOT_FOUND, "order_not_found"),
+            Self::ProductExists => (S::CONFLICT, "product_exists"),
+            Self::SaleNotStarted => (S::CONFLICT, "sale_not_started"),
+            Self::SaleEnded => (S::CONFLICT, "sale_ended"),
+            Self::SoldOut => (S::CONFLICT, "sold_out"),
+            Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
+            Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
+            Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            Self::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// The machine-readable code, as in the body's `error` field.
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            Self::Unavailable(cause) => {
+                tracing::warn!(%cause, "dependency unavailable");
+                "a dependency is unavailable; retry shortly".to_owned()
+            }
+            Self::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                "internal error".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error: code,
+                message,
+            }),
+        )
+            .into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        Self::InvalidRequest(e.0)
+    }
+}
+
+impl From<SaleError> for ApiError {
+    fn from(e: SaleError) -> Self {
+        match e {
+            SaleError::Rejected(r) => match r {
+                Rejection::NoSale => Self::ProductNotFound("this product is not on sale".into()),
+                Rejection::NotStarted => Self::SaleNotStarted,
+                Rejection::Ended => Self::SaleEnded,
+                Rejection::SoldOut => Self::SoldOut,
+                Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
+                Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
+            },
+            e if e.is_unavailable() => Self::Unavailable(format!("redis: {e}")),
+            e => Self::Internal(format!("redis: {e}")),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::ProductExists => Self::ProductExists,
+            e if e.is_unavailable() => Self::Unavailable(format!("mysql: {e}")),
+            e => Self::Internal(format!("mysql: {e}")),
+        }
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::PayloadTooLarge
+        } else {
+            Self::InvalidRequest(e.body_text())
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> Self {
+        Self::InvalidRequest(e.body_text())
+    }
+}

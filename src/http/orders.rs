@@ -1,0 +1,113 @@
+//! Orders: placed by one script call in Redis, looked up in Redis or MySQL.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{JsonBody, PathParam};
+use crate::domain::{self, OrderId, ProductId};
+use crate::sale::PendingOrder;
+use crate::store::OrderRow;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceOrder {
+    user_id: u64,
+    product_id: String,
+    quantity: u64,
+}
+
+/// An order as clients see it.
+#[derive(Serialize)]
+pub struct OrderView {
+    order_id: String,
+    /// `pending` (accepted, in the stream) until a worker persists it.
+    status: String,
+    user_id: u64,
+    product_id: String,
+    quantity: u64,
+    price: Decimal,
+    created: i64,
+}
+
+impl From<PendingOrder> for OrderView {
+    fn from(o: PendingOrder) -> Self {
+        Self {
+            order_id: o.order_id.to_string(),
+            status: "pending".into(),
+            user_id: o.user_id,
+            product_id: o.product_id.to_string(),
+            quantity: o.quantity,
+            price: o.price,
+            created: o.created_ms,
+        }
+    }
+}
+
+impl From<OrderRow> for OrderView {
+    fn from(o: OrderRow) -> Self {
+        Self {
+            order_id: o.order_id,
+            status: o.status,
+            user_id: o.user_id as u64,
+            product_id: o.product_id,
+            quantity: o.quantity as u64,
+            price: o.price.normalize(),
+            created: o.created,
+        }
+    }
+}
+
+/// `POST /api/orders`: one Redis round trip, answered at once with 202.
+#[tracing::instrument(skip_all, fields(product_id = %body.product_id, user_id = body.user_id))]
+pub async fn place(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<PlaceOrder>,
+) -> Result<Response, ApiError> {
+    let product = ProductId::parse(&body.product_id)?;
+    let user_id = domain::user_id(body.user_id)?;
+    let quantity = domain::quantity(body.quantity)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(domain::idempotency_key(v.to_str().map_err(|_| {
+            ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into())
+        })?)?),
+    };
+    let placed = state
+        .sales
+        .place_order(&product, user_id, quantity, idempotency_key)
+        .await?;
+    if placed.replayed && placed.order.quantity != quantity {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(placed.order))).into_response();
+    if placed.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// `GET /api/orders/{order_id}`.
+///
+/// Redis first, then MySQL: a worker persists an order before it may forget
+/// it in Redis, so an accepted order is always found in one of the two.
+pub async fn get(
+    State(state): State<AppState>,
+    PathParam(order_id): PathParam<String>,
+) -> Result<Json<OrderView>, ApiError> {
+    let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    let pending = state.sales.find_order(&order_id, &product).await?;
+    match (state.db.order(&order_id).await?, pending) {
+        (Some(row), _) => Ok(Json(row.into())),
+        (None, Some(pending)) => Ok(Json(pending.into())),
+        (None, None) => Err(ApiError::OrderNotFound),
+    }
+}

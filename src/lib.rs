@@ -1,0 +1,19 @@
+//! # flashsale
+//!
+//! A flash-sale order service. The data flows top-down through the layout:
+//!
+//! - [`http`]: the JSON API (router, one module per resource, one error mapping).
+//! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
+//!   appends the order to the sale's stream, atomically. Where stock is deducted.
+//! - [`store`]: MySQL, the books (`tb_product`, `tb_order`).
+//! - [`domain`]: validated ids and numbers shared by all layers.
+//! - [`config`] and [`app`]: settings and startup; `main.rs` only calls them.
+//! - [`bench`]: load generators for the numbers in BENCHMARKS.md.
+
+pub mod app;
+pub mod bench;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod sale;
+pub mod store;

@@ -1,0 +1,46 @@
+//! The `flashsale` binary: parse the command line, run the library.
+
+use anyhow::Context;
+use clap::Parser;
+use flashsale::config::{Cli, Command, Settings};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => {
+            let settings = Settings::from(args);
+            let app = flashsale::app::App::build(&settings)
+                .await
+                .context("starting flashsale serve")?;
+            app.run(shutdown_signal()).await.context("serving")?;
+        }
+        Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
+    }
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,66 @@
+//! The key schema of a sale. Every key of one sale carries the product id as
+//! its hash tag, `<prefix>:{<product_id>}:<name>`, so each script touches one
+//! Redis Cluster slot and `redis-cli --scan --pattern '*{sku-1}*'` finds them all.
+//! Keys are built here and nowhere else; scripts receive them in KEYS.
+
+use crate::domain::ProductId;
+
+/// The Redis keys of one sale.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// Hash: start_ms, end_ms, limit, price, initial, opened_ms.
+    pub sale: String,
+    /// String: units left.
+    pub stock: String,
+    /// Hash: user_id -> units accepted for that user.
+    pub bought: String,
+    /// Hash: "user_id:Idempotency-Key" -> order_id.
+    pub idem: String,
+    /// Stream: one entry per accepted order.
+    pub orders: String,
+    /// Hash: order_id -> the order's record (JSON), for lookups by id.
+    pub accepted: String,
+    /// Set: order ids whose units were returned by `release_stock.lua`.
+    pub released: String,
+}
+
+impl SaleKeys {
+    pub fn new(prefix: &str, product: &ProductId) -> Self {
+        let key = |name: &str| format!("{prefix}:{{{product}}}:{name}");
+        Self {
+            sale: key("sale"),
+            stock: key("stock"),
+            bought: key("bought"),
+            idem: key("idem"),
+            orders: key("orders"),
+            accepted: key("accepted"),
+            released: key("released"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_carries_the_product_as_hash_tag() {
+        let product = ProductId::parse("sku-1").unwrap();
+        let keys = SaleKeys::new("fs", &product);
+        assert_eq!(keys.stock, "fs:{sku-1}:stock");
+        for key in [
+            &keys.sale,
+            &keys.stock,
+            &keys.bought,
+            &keys.idem,
+            &keys.orders,
+            &keys.accepted,
+            &keys.released,
+        ] {
+            let tag = key
+                .split_once('{')
+                .and_then(|(_, rest)| rest.split_once('}'));
+            assert_eq!(tag.map(|(t, _)| t), Some("sku-1"), "{key}");
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The Redis side of a flash sale: where stock is deducted.
+//!
+//! A sale lives in Redis under keys that share the product id as hash tag
+//! ([`keys`]). Three Lua scripts in `lua/` change it ([`scripts`]): opening a
+//! sale, placing an order (check, deduct and enqueue in one atomic step), and
+//! releasing an order's units. This module is the only code that writes a
+//! sale's keys; it never talks to MySQL.
+
+mod conn;
+pub mod keys;
+mod scripts;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use rust_decimal::Decimal;
+use serde::Deserialize;
+
+pub use conn::{Pool, Redis};
+pub use keys::SaleKeys;
+pub use scripts::{PlaceReply, place_order as place_order_on};
+
+use crate::domain::{OrderId, ProductId};
+
+/// A failure to get an answer from Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum SaleError {
+    /// The order was refused by the sale's rules; nothing changed.
+    #[error("order refused: {0:?}")]
+    Rejected(Rejection),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("redis pool: {0}")]
+    Pool(#[from] bb8::RunError<redis::RedisError>),
+    /// A script or key held something this code did not write: a bug or a
+    /// foreign writer, never the caller's fault.
+    #[error("unexpected data in redis: {0}")]
+    Corrupt(String),
+}
+
+impl SaleError {
+    /// True when Redis is down, slow or refusing service (a 503, not a bug).
+    pub fn is_unavailable(&self) -> bool {
+        use redis::{ErrorKind, ServerErrorKind};
+        match self {
+            Self::Timeout(_) | Self::Pool(_) => true,
+            Self::Redis(e) => match e.kind() {
+                ErrorKind::Io
+                | ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::AuthenticationFailed
+                | ErrorKind::Extension => true,
+                ErrorKind::Server(kind) => matches!(
+                    kind,
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::NoPerm
+                ),
+                _ => e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout(),
+            },
+            Self::Rejected(_) | Self::Corrupt(_) => false,
+        }
+    }
+}
+
+/// Why the order script refused an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The sale is not open in Redis (unknown product, or created but not opened).
+    NoSale,
+    NotStarted,
+    Ended,
+    SoldOut,
+    /// Some stock is left, but less than the order asks for.
+    InsufficientStock {
+        left: u64,
+    },
+    /// The order would take the buyer over the per-user limit.
+    LimitExceeded {
+        allowance: u64,
+    },
+}
+
+/// The settings a sale is opened with (from its `tb_product` row).
+#[derive(Debug, Clone)]
+pub struct SaleSpec {
+    pub stock: u64,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub limit_per_user: u64,
+    pub price: Decimal,
+}
+
+/// An order the script accepted, as it sits in the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOrder {
+    pub order_id: OrderId,
+    pub user_id: u64,
+    pub product_id: ProductId,
+    pub quantity: u64,
+    pub price: Decimal,
+    pub created_ms: i64,
+}
+
+/// What `place_order` did with an order it did not refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub order: PendingOrder,
+    /// True when the idempotency key had been seen: this is the first order, and
+    /// nothing was deducted this time.
+    pub replayed: bool,
+}
+
+/// An order's record in the `accepted` hash, as `place_order.lua` writes it.
+#[derive(Debug, Deserialize)]
+struct AcceptedRecord {
+    user_id: u64,
+    quantity: u64,
+    price: Decimal,
+    created_ms: i64,
+}
+
+impl AcceptedRecord {
+    fn parse(
+        json: &str,
+        order_id: OrderId,
+        product_id: ProductId,
+    ) -> Result<PendingOrder, SaleError> {
+        let r: Self = serde_json::from_str(json)
+            .map_err(|e| SaleError::Corrupt(format!("order record {order_id}: {e}")))?;
+        Ok(PendingOrder {
+            order_id,
+            user_id: r.user_id,
+            product_id,
+            quantity: r.quantity,
+            price: r.price,
+            created_ms: r.created_ms,
+        })
+    }
+}
+
+/// The sales of this deployment, as seen in Redis.
+#[derive(Clone)]
+pub struct Sales {
+    redis: Redis,
+    prefix: String,
+}
+
+impl Sales {
+    pub fn new(redis: Redis, prefix: impl Into<String>) -> Self {
+        Self {
+            redis,
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    pub fn keys(&self, product: &ProductId) -> SaleKeys {
+        SaleKeys::new(&self.prefix, product)
+    }
+
+    /// Loads a sale into Redis unless it is open already; returns
+    /// `(opened_now, stock_left)`.
+    pub async fn open(
+        &self,
+        product: &ProductId,
+        spec: &SaleSpec,
+    ) -> Result<(bool, u64), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared();
+        self.redis
+            .bounded(scripts::open_sale(&mut conn, &keys, spec))
+            .await
+    }
+
+    /// Decides one order atomically; see `lua/place_order.lua`.
+    #[tracing::instrument(skip(self), fields(product_id = %product))]
+    pub async fn place_order(
+        &self,
+        product: &ProductId,
+        user_id: u64,
+        quantity: u64,
+        idempotency_key: Option<&str>,
+    ) -> Result<Placed, SaleError> {
+        let keys = self.keys(product);
+        let order_id = OrderId::generate(product);
+        let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));
+        let mut conn = self.redis.shared();
+        let call = scripts::place_order(
+            &mut conn,
+            &keys,
+            &order_id,
+            user_id,
+            product,
+            quantity,
+            idem.as_deref(),
+        );
+        match self.redis.bounded(call).await? {
+            scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
+                order: PendingOrder {
+                    order_id,
+                    user_id,
+                    product_id: product.clone(),
+                    quantity,
+                    price,
+                    created_ms,
+                },
+                replayed: false,
+            }),
+            scripts::PlaceReply::Replayed { order_id, record } => Ok(Placed {
+                order: AcceptedRecord::parse(&record, order_id, product.clone())?,
+                replayed: true,
+            }),
+            scripts::PlaceReply::Rejected(r) => Err(SaleError::Rejected(r)),
+        }
+    }
+
+    /// Units left, or `None` when the sale is not open in Redis.
+    pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared();
+        let stock: Option<i64> = self.redis.bounded(conn.get(&keys.stock)).await?;
+        Ok(stock.map(|s| s.max(0) as u64))
+    }
+
+    /// An accepted order's record, if the sale still holds it.
+    pub async fn find_order(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<PendingOrder>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared();
+        let record: Option<String> = self
+            .redis
+            .bounded(conn.hget(&keys.accepted, order_id.as_str()))
+            .await?;
+        record
+            .map(|r| AcceptedRecord::parse(&r, order_id.clone(), product.clone()))
+            .transpose()
+    }
+
+    /// Returns an order's units to the sale, at most once per order; returns
+    /// `(released_now, stock_left)`. See `lua/release_stock.lua`.
+    pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
+        let keys = self.keys(&order.product_id);
+        let mut conn = self.redis.shared();
+        self.redis
+            .bounded(scripts::release_stock(&mut conn, &keys, order))
+            .await
+    }
+}

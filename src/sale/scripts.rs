@@ -1,0 +1,127 @@
+//! Rust wrappers of the Lua scripts in `lua/`: each passes every key in KEYS
+//! and decodes the script's reply in one place. `redis::Script` sends EVALSHA
+//! and loads the script again when Redis answers NOSCRIPT (after a restart or
+//! a `SCRIPT FLUSH`), so the text travels once per server, not per call.
+
+use std::sync::LazyLock;
+
+use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value, aio::ConnectionLike};
+use rust_decimal::Decimal;
+
+use super::{PendingOrder, Rejection, SaleKeys, SaleSpec};
+use crate::domain::{OrderId, ProductId};
+
+static OPEN_SALE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/open_sale.lua")));
+static PLACE_ORDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/place_order.lua")));
+static RELEASE_STOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
+
+/// `open_sale.lua`: returns `(opened_now, stock_left)`.
+pub async fn open_sale(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    spec: &SaleSpec,
+) -> RedisResult<(bool, u64)> {
+    OPEN_SALE
+        .key(&keys.sale)
+        .key(&keys.stock)
+        .arg(spec.stock)
+        .arg(spec.start_ms)
+        .arg(spec.end_ms)
+        .arg(spec.limit_per_user)
+        .arg(spec.price.to_string())
+        .invoke_async(conn)
+        .await
+}
+
+/// `release_stock.lua`: returns `(released_now, stock_left)`.
+pub async fn release_stock(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    order: &PendingOrder,
+) -> RedisResult<(bool, u64)> {
+    RELEASE_STOCK
+        .key(&keys.stock)
+        .key(&keys.bought)
+        .key(&keys.released)
+        .arg(order.order_id.as_str())
+        .arg(order.user_id)
+        .arg(order.quantity)
+        .invoke_async(conn)
+        .await
+}
+
+/// The decoded reply of `place_order.lua`.
+#[derive(Debug)]
+pub enum PlaceReply {
+    Accepted { price: Decimal, created_ms: i64 },
+    Replayed { order_id: OrderId, record: String },
+    Rejected(Rejection),
+}
+
+/// `place_order.lua`.
+pub async fn place_order(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    order_id: &OrderId,
+    user_id: u64,
+    product: &ProductId,
+    quantity: u64,
+    idempotency_field: Option<&str>,
+) -> RedisResult<PlaceReply> {
+    PLACE_ORDER
+        .key(&keys.sale)
+        .key(&keys.stock)
+        .key(&keys.bought)
+        .key(&keys.idem)
+        .key(&keys.orders)
+        .key(&keys.accepted)
+        .arg(order_id.as_str())
+        .arg(user_id)
+        .arg(product.as_str())
+        .arg(quantity)
+        .arg(idempotency_field.unwrap_or(""))
+        .invoke_async(conn)
+        .await
+}
+
+impl FromRedisValue for PlaceReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let mut parts = Vec::<Value>::from_redis_value(v)?.into_iter();
+        let status = String::from_redis_value(parts.next().ok_or("empty reply")?)?;
+        let mut next = || {
+            parts
+                .next()
+                .ok_or_else(|| format!("short reply for {status}"))
+        };
+        let reply = match status.as_str() {
+            "ok" => {
+                let _order_id = String::from_redis_value(next()?)?;
+                let price = String::from_redis_value(next()?)?;
+                let price = price
+                    .parse()
+                    .map_err(|e| format!("price {price:?} in sale: {e}"))?;
+                let created_ms = i64::from_redis_value(next()?)?;
+                Self::Accepted { price, created_ms }
+            }
+            "repeat" => Self::Replayed {
+                order_id: OrderId::from_trusted(String::from_redis_value(next()?)?),
+                record: String::from_redis_value(next()?)?,
+            },
+            "no_sale" => Self::Rejected(Rejection::NoSale),
+            "not_started" => Self::Rejected(Rejection::NotStarted),
+            "ended" => Self::Rejected(Rejection::Ended),
+            "sold_out" => Self::Rejected(Rejection::SoldOut),
+            "insufficient" => Self::Rejected(Rejection::InsufficientStock {
+                left: u64::from_redis_value(next()?)?,
+            }),
+            "limit" => Self::Rejected(Rejection::LimitExceeded {
+                allowance: u64::from_redis_value(next()?)?,
+            }),
+            other => return Err(format!("unknown place_order status {other:?}").into()),
+        };
+        Ok(reply)
+    }
+}

@@ -1,0 +1,241 @@
+//! `spawn_app()`: a real `flashsale serve` on port 0, against the real Redis and
+//! MariaDB, isolated per test: its own database (`fs_test_<uuid>`, migrated by
+//! the service's own startup code) and its own Redis key prefix. Both are
+//! removed when the `TestApp` is dropped. Logs are silent unless `TEST_LOG` is set.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use flashsale::app::App;
+use flashsale::config::Settings;
+use flashsale::sale::Sales;
+use redis::AsyncCommands;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub const MYSQL_SERVER: &str = "mysql://root@127.0.0.1:3306";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    /// The library's view of the sales, for checks below the HTTP layer.
+    pub sales: Sales,
+    pub redis: redis::aio::MultiplexedConnection,
+    pub prefix: String,
+    db_name: String,
+    _shutdown: oneshot::Sender<()>,
+}
+
+pub fn unique(tag: &str) -> String {
+    // The tail of a UUIDv7 is random (its head is the clock, shared by parallel tests).
+    format!("{tag}{}", &uuid::Uuid::now_v7().simple().to_string()[20..])
+}
+
+pub fn now_ms() -> i64 {
+    flashsale::store::now_ms()
+}
+
+fn init_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("TEST_LOG").is_some() {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+                .init();
+        }
+    });
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Spawns the service after `tweak` adjusted its settings.
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    init_logs();
+    let prefix = unique("t");
+    let db_name = unique("fs_test_");
+    let mut settings = Settings {
+        redis_url: REDIS_URL.into(),
+        key_prefix: prefix.clone(),
+        redis_timeout: Duration::from_millis(2000),
+        redis_pool_size: 4,
+        database_url: format!("{MYSQL_SERVER}/{db_name}"),
+        db_timeout: Duration::from_secs(5),
+        db_max_connections: 4,
+        listen_addr: "127.0.0.1:0".parse().expect("literal address"),
+        admin_token: Some(ADMIN_TOKEN.into()),
+    };
+    tweak(&mut settings);
+    let app = App::build(&settings).await.expect("app builds");
+    let addr = app.local_addr().expect("bound");
+    let sales = app.state().sales.clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(app.run(async {
+        let _ = rx.await;
+    }));
+    let redis = redis::Client::open(REDIS_URL)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis answers");
+    TestApp {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client"),
+        sales,
+        redis,
+        prefix,
+        db_name,
+        _shutdown: tx,
+    }
+}
+
+impl Drop for TestApp {
+    /// Removes the test's database and Redis keys (best effort, on a thread of
+    /// its own since Drop cannot await).
+    fn drop(&mut self) {
+        let (db, prefix) = (self.db_name.clone(), self.prefix.clone());
+        let _ = std::thread::spawn(move || {
+            if let Ok(client) = redis::Client::open(REDIS_URL)
+                && let Ok(mut conn) = client.get_connection()
+            {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{prefix}:*"))
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+                }
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(async {
+                    use sqlx::Connection;
+                    if let Ok(mut c) = sqlx::MySqlConnection::connect(MYSQL_SERVER).await {
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+                            .execute(&mut c)
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// A product body with an open window around now; override fields with `extra`.
+pub fn product_body(product_id: &str, stock: u64, limit: u64) -> Value {
+    let now = now_ms();
+    json!({
+        "product_id": product_id,
+        "title": "Phone",
+        "price": "4999.00",
+        "available_qty": stock,
+        "start_time": now - 3_600_000,
+        "end_time": now + 3_600_000,
+        "limit_per_user": limit,
+    })
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn create_product(&self, body: &Value) -> Response {
+        self.client
+            .post(self.url("/api/admin/products"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn open_sale(&self, product_id: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/api/admin/products/{product_id}/open")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// Creates and opens a sale with a window around now; returns its id.
+    pub async fn new_sale(&self, stock: u64, limit: u64) -> String {
+        let id = unique("sku-");
+        self.sale_from(product_body(&id, stock, limit)).await
+    }
+
+    /// Creates and opens a sale from a full product body; returns its id.
+    pub async fn sale_from(&self, body: Value) -> String {
+        let id = body["product_id"].as_str().expect("product_id").to_owned();
+        assert_eq!(
+            self.create_product(&body).await.status(),
+            StatusCode::CREATED
+        );
+        assert_eq!(self.open_sale(&id).await.status(), StatusCode::OK);
+        id
+    }
+
+    pub async fn place_order(&self, user_id: u64, product_id: &str, quantity: u64) -> Response {
+        self.post_order(
+            &json!({"user_id": user_id, "product_id": product_id, "quantity": quantity}),
+            None,
+        )
+        .await
+    }
+
+    pub async fn post_order(&self, body: &Value, idempotency_key: Option<&str>) -> Response {
+        let mut req = self.client.post(self.url("/api/orders")).json(body);
+        if let Some(key) = idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
+        req.send().await.expect("request sent")
+    }
+
+    pub fn key(&self, product_id: &str, name: &str) -> String {
+        format!("{}:{{{product_id}}}:{name}", self.prefix)
+    }
+
+    /// The sale's stock as Redis holds it.
+    pub async fn stock(&self, product_id: &str) -> Option<i64> {
+        let mut r = self.redis.clone();
+        r.get(self.key(product_id, "stock"))
+            .await
+            .expect("redis GET")
+    }
+
+    /// Entries in the sale's stream.
+    pub async fn stream_len(&self, product_id: &str) -> u64 {
+        let mut r = self.redis.clone();
+        r.xlen(self.key(product_id, "orders"))
+            .await
+            .expect("redis XLEN")
+    }
+
+    /// Units Redis has recorded for one user.
+    pub async fn bought(&self, product_id: &str, user_id: u64) -> i64 {
+        let mut r = self.redis.clone();
+        let v: Option<i64> = r
+            .hget(self.key(product_id, "bought"), user_id)
+            .await
+            .expect("redis HGET");
+        v.unwrap_or(0)
+    }
+}
+
+/// Status and `error` code of an answer, consuming it.
+pub async fn status_code(resp: Response) -> (StatusCode, String) {
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    (status, body["error"].as_str().unwrap_or("").to_owned())
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the real service against the real Redis and MariaDB.
+
+mod helpers;
+mod orders;
+mod products;
+mod resilience;
+mod validation;

@@ -1,0 +1,285 @@
+//! The order path: concurrency, per-user limits, idempotency, the sale window.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::helpers::{now_ms, product_body, spawn_app, status_code, unique};
+
+#[tokio::test]
+async fn two_thousand_buyers_for_one_hundred_units_never_oversell() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(100, 1).await;
+    let mut set = JoinSet::new();
+    for user in 1..=2000u64 {
+        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+        set.spawn(async move {
+            let resp = client
+                .post(url)
+                .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
+                .send()
+                .await
+                .expect("answered");
+            status_code(resp).await
+        });
+    }
+    let (mut accepted, mut sold_out) = (0, 0);
+    while let Some(r) = set.join_next().await {
+        match r.expect("task") {
+            (StatusCode::ACCEPTED, _) => accepted += 1,
+            (StatusCode::CONFLICT, code) if code == "sold_out" => sold_out += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!(accepted, 100);
+    assert_eq!(sold_out, 1900);
+    assert_eq!(app.stock(&sku).await, Some(0));
+    assert_eq!(app.stream_len(&sku).await, 100);
+}
+
+#[tokio::test]
+async fn one_user_firing_fifty_orders_gets_exactly_the_limit() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(100, 2).await;
+    let mut set = JoinSet::new();
+    for _ in 0..50 {
+        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+        set.spawn(async move {
+            let resp = client
+                .post(url)
+                .json(&json!({"user_id": 7, "product_id": sku, "quantity": 1}))
+                .send()
+                .await
+                .expect("answered");
+            status_code(resp).await
+        });
+    }
+    let mut accepted = 0;
+    while let Some(r) = set.join_next().await {
+        match r.expect("task") {
+            (StatusCode::ACCEPTED, _) => accepted += 1,
+            (StatusCode::CONFLICT, code) => assert_eq!(code, "limit_exceeded"),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!(accepted, 2);
+    assert_eq!(app.bought(&sku, 7).await, 2);
+    assert_eq!(app.stock(&sku).await, Some(98));
+    assert_eq!(app.stream_len(&sku).await, 2);
+}
+
+#[tokio::test]
+async fn a_quantity_over_the_allowance_or_the_stock_is_refused_whole() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(5, 4).await;
+    assert_eq!(
+        status_code(app.place_order(1, &sku, 5).await).await.1,
+        "limit_exceeded"
+    );
+    assert_eq!(
+        app.place_order(1, &sku, 3).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let resp = app.place_order(2, &sku, 3).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "insufficient_stock");
+    assert!(body["message"].as_str().unwrap().contains('2'), "{body}");
+    assert_eq!(app.stock(&sku).await, Some(2));
+    assert_eq!(
+        app.place_order(2, &sku, 2).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        status_code(app.place_order(3, &sku, 1).await).await.1,
+        "sold_out"
+    );
+    assert_eq!(app.stream_len(&sku).await, 2);
+}
+
+#[tokio::test]
+async fn an_accepted_order_reads_back_pending_with_its_fields() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(10, 3).await;
+    let resp = app.place_order(42, &sku, 2).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let placed: Value = resp.json().await.unwrap();
+    assert_eq!(placed["status"], "pending");
+    assert_eq!(placed["price"], "4999");
+    let id = placed["order_id"].as_str().unwrap();
+    let got: Value = app
+        .client
+        .get(app.url(&format!("/api/orders/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, placed);
+
+    // The stream entry is plain text an operator can read with XRANGE.
+    let mut r = app.redis.clone();
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(app.key(&sku, "orders"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    let fields: std::collections::HashMap<_, _> = entries[0].1.iter().cloned().collect();
+    assert_eq!(fields["order_id"], id);
+    assert_eq!(fields["user_id"], "42");
+    assert_eq!(fields["product_id"], sku);
+    assert_eq!(fields["quantity"], "2");
+    assert_eq!(fields["price"], "4999");
+    assert_eq!(fields["created_ms"], placed["created"].to_string());
+
+    for missing in [
+        format!("{sku}:0123456789abcdef0123456789abcdef"),
+        "nonsense".into(),
+    ] {
+        let resp = app
+            .client
+            .get(app.url(&format!("/api/orders/{missing}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            status_code(resp).await,
+            (StatusCode::NOT_FOUND, "order_not_found".into())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(10, 5).await;
+    let body = json!({"user_id": 9, "product_id": sku, "quantity": 2});
+    let first = app.post_order(&body, Some("key-1")).await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let first: Value = first.json().await.unwrap();
+    let again = app.post_order(&body, Some("key-1")).await;
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(app.stock(&sku).await, Some(8));
+
+    // The same key for a different order is a client bug, not a replay.
+    let other = json!({"user_id": 9, "product_id": sku, "quantity": 1});
+    let (status, code) = status_code(app.post_order(&other, Some("key-1")).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+    );
+    // Keys are per user: another user's "key-1" is a new order.
+    let user2 = json!({"user_id": 10, "product_id": sku, "quantity": 1});
+    let resp: Value = app
+        .post_order(&user2, Some("key-1"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(resp["order_id"], first["order_id"]);
+    assert_eq!(app.stock(&sku).await, Some(7));
+    assert_eq!(app.stream_len(&sku).await, 2);
+}
+
+#[tokio::test]
+async fn concurrent_repeats_of_one_idempotency_key_deduct_once() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(100, 10).await;
+    let mut set = JoinSet::new();
+    for _ in 0..40 {
+        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+        set.spawn(async move {
+            let resp = client
+                .post(url)
+                .header("Idempotency-Key", "retry-me")
+                .json(&json!({"user_id": 5, "product_id": sku, "quantity": 3}))
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+            let v: Value = resp.json().await.unwrap();
+            v["order_id"].as_str().unwrap().to_owned()
+        });
+    }
+    let mut ids = std::collections::HashSet::new();
+    while let Some(id) = set.join_next().await {
+        ids.insert(id.expect("task"));
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(app.stock(&sku).await, Some(97));
+    assert_eq!(app.bought(&sku, 5).await, 3);
+    assert_eq!(app.stream_len(&sku).await, 1);
+}
+
+#[tokio::test]
+async fn orders_outside_the_window_are_refused_and_take_nothing() {
+    let app = spawn_app().await;
+    let now = now_ms();
+    let mut early = product_body(&unique("early-"), 10, 1);
+    early["start_time"] = json!(now + 3_600_000);
+    early["end_time"] = json!(now + 7_200_000);
+    let early = app.sale_from(early).await;
+    let mut late = product_body(&unique("late-"), 10, 1);
+    late["start_time"] = json!(now - 7_200_000);
+    late["end_time"] = json!(now - 1);
+    let late = app.sale_from(late).await;
+
+    for (sku, code) in [(&early, "sale_not_started"), (&late, "sale_ended")] {
+        let (status, got) = status_code(app.place_order(1, sku, 1).await).await;
+        assert_eq!((status, got.as_str()), (StatusCode::CONFLICT, code));
+        assert_eq!(app.stock(sku).await, Some(10));
+        assert_eq!(app.stream_len(sku).await, 0);
+        assert_eq!(app.bought(sku, 1).await, 0);
+    }
+}
+
+#[tokio::test]
+async fn orders_for_unknown_or_unopened_products_are_not_found() {
+    let app = spawn_app().await;
+    let unopened = unique("sku-");
+    assert_eq!(
+        app.create_product(&product_body(&unopened, 10, 1))
+            .await
+            .status(),
+        StatusCode::CREATED
+    );
+    for sku in [unopened.as_str(), "never-created"] {
+        let (status, code) = status_code(app.place_order(1, sku, 1).await).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::NOT_FOUND, "product_not_found")
+        );
+        assert_eq!(app.stream_len(sku).await, 0);
+    }
+}
+
+#[tokio::test]
+async fn released_units_return_once_even_when_released_twice() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(3, 2).await;
+    let placed: Value = app.place_order(4, &sku, 2).await.json().await.unwrap();
+    let (id, product) =
+        flashsale::domain::OrderId::parse(placed["order_id"].as_str().unwrap()).unwrap();
+    let order = app
+        .sales
+        .find_order(&id, &product)
+        .await
+        .unwrap()
+        .expect("recorded");
+    assert_eq!(app.stock(&sku).await, Some(1));
+    assert_eq!(app.sales.release(&order).await.unwrap(), (true, 3));
+    assert_eq!(app.sales.release(&order).await.unwrap(), (false, 3));
+    assert_eq!(app.bought(&sku, 4).await, 0);
+    // The user's allowance is back too.
+    assert_eq!(
+        app.place_order(4, &sku, 2).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
