@@ -1,17 +1,27 @@
 -- open_sale.lua: load a product's sale into Redis (the original design's
--- "product to ongoing"). Put-if-absent: opening an open sale changes nothing,
--- so a retried or repeated open can never reset stock that buyers already took.
+-- "product to ongoing") and make sure its stream has the workers' consumer
+-- group. Put-if-absent: opening an open sale changes nothing, so a retried or
+-- repeated open can never reset stock that buyers already took.
 --
--- KEYS[1]  sale hash   fs:{pid}:sale   start_ms, end_ms, limit, price, initial, opened_ms
--- KEYS[2]  stock       fs:{pid}:stock  units left (integer)
+-- KEYS[1]  sale hash      fs:{pid}:sale    start_ms, end_ms, limit, price, initial, opened_ms
+-- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
+-- KEYS[3]  orders stream  fs:{pid}:orders
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
 -- ARGV[3]  end_ms (epoch milliseconds, > start_ms; the window is [start, end))
 -- ARGV[4]  limit per user (integer >= 1)
 -- ARGV[5]  unit price (decimal text, echoed into every order)
+-- ARGV[6]  consumer group of the stream workers
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
+
+-- The group reads from the stream's start ('0'), so no order is ever skipped.
+-- BUSYGROUP (it exists already) is the expected answer on a repeated open.
+local created = redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[6], '0', 'MKSTREAM')
+if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP') then
+  return redis.error_reply(created.err)
+end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, tonumber(redis.call('GET', KEYS[2]) or '0')}

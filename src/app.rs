@@ -1,13 +1,16 @@
-//! Startup: turns validated settings into the running service.
+//! Startup: turns validated settings into the running service. The HTTP
+//! server and the stream workers are siblings under one shutdown token.
 
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::http::{self, AppState};
 use crate::sale::{Redis, SaleError, Sales};
 use crate::store::{Db, StoreError};
+use crate::worker::Workers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -23,30 +26,45 @@ pub enum StartupError {
 pub struct App {
     listener: TcpListener,
     state: AppState,
+    workers: Option<Workers>,
+}
+
+/// Connects (lazily) to Redis and MySQL and creates and migrates the database.
+async fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
+    let redis = Redis::new(
+        &settings.redis_url,
+        settings.redis_timeout,
+        settings.redis_pool_size,
+    )?;
+    let db = Db::connect_lazy(
+        &settings.database_url,
+        settings.db_timeout,
+        settings.db_max_connections,
+    )?;
+    db.create_and_migrate(&settings.database_url).await?;
+    Ok((Sales::new(redis, settings.key_prefix.clone()), db))
 }
 
 impl App {
-    /// Connects (lazily) to Redis, creates and migrates the database, binds the
-    /// listener. Port 0 in `listen_addr` picks a free port (tests use this).
+    /// Builds everything and binds the listener. Port 0 in `listen_addr`
+    /// picks a free port (tests use this).
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
-        let redis = Redis::new(
-            &settings.redis_url,
-            settings.redis_timeout,
-            settings.redis_pool_size,
-        )?;
-        let db = Db::connect_lazy(
-            &settings.database_url,
-            settings.db_timeout,
-            settings.db_max_connections,
-        )?;
-        db.create_and_migrate(&settings.database_url).await?;
+        let (sales, db) = connect(settings).await?;
         let listener = TcpListener::bind(settings.listen_addr).await?;
+        let workers = settings
+            .workers
+            .clone()
+            .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg));
         let state = AppState {
-            sales: Sales::new(redis, settings.key_prefix.clone()),
+            sales,
             db,
             admin_token: settings.admin_token.clone(),
         };
-        Ok(Self { listener, state })
+        Ok(Self {
+            listener,
+            state,
+            workers,
+        })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -57,7 +75,12 @@ impl App {
         &self.state
     }
 
-    /// Serves until `shutdown` completes.
+    pub fn workers(&self) -> Option<&Workers> {
+        self.workers.as_ref()
+    }
+
+    /// Serves until `shutdown` completes: the server stops taking requests
+    /// and finishes those in flight; the workers finish the batch in hand.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -65,7 +88,38 @@ impl App {
         if self.state.admin_token.is_none() {
             tracing::warn!("ADMIN_TOKEN is not set: admin routes will answer 401");
         }
-        tracing::info!(addr = %self.local_addr()?, "serving");
-        http::serve(self.listener, self.state, shutdown).await
+        let token = CancellationToken::new();
+        let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
+        tracing::info!(addr = %self.listener.local_addr()?, "serving");
+        let stop = token.clone();
+        let served = http::serve(self.listener, self.state, async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = stop.cancelled() => {}
+            }
+        })
+        .await;
+        token.cancel();
+        if let Some(w) = workers {
+            let _ = w.await;
+        }
+        served
     }
+}
+
+/// `flashsale worker`: only the stream workers, until `shutdown`.
+pub async fn run_workers(
+    settings: &Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartupError> {
+    let (sales, db) = connect(settings).await?;
+    let cfg = settings.workers.clone().unwrap_or_default();
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stop.cancel();
+    });
+    Workers::new(sales, db, cfg).run(token).await;
+    Ok(())
 }

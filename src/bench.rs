@@ -184,6 +184,7 @@ pub async fn run_mode(
         keys.orders,
         keys.accepted,
         keys.released,
+        keys.dead,
     ];
     sales.redis().bounded(conn.del::<_, ()>(&all)).await?;
 

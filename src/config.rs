@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::worker::WorkerConfig;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "flashsale",
@@ -20,8 +22,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP API.
+    /// Run the HTTP API (and, unless `--workers false`, the stream workers).
     Serve(ServeArgs),
+    /// Run only the stream workers (Redis Stream -> MySQL).
+    Worker(WorkerCmdArgs),
     /// Measure the order script straight against Redis, per connection strategy.
     BenchRedis(crate::bench::BenchRedisArgs),
 }
@@ -69,6 +73,64 @@ pub struct ServeArgs {
     /// Bearer token for `/api/admin/*`; admin routes answer 401 without it.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Run the stream workers inside this process.
+    #[arg(long, env = "WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub workers: bool,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerCmdArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+/// How the stream workers drain the sales' streams.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Consumer name in the sales' consumer groups [default: <hostname>-<pid>].
+    /// Give each worker process a stable, unique name to have it resume its own
+    /// pending entries right after a restart.
+    #[arg(long, env = "CONSUMER_NAME")]
+    pub consumer_name: Option<String>,
+    /// Entries per read and rows per MySQL transaction.
+    #[arg(long, env = "BATCH_SIZE", default_value_t = 500)]
+    pub batch_size: usize,
+    /// How long a read waits for new entries (also bounds shutdown time).
+    #[arg(long, env = "BLOCK_MS", default_value_t = 2000)]
+    pub block_ms: u64,
+    /// Pending entries idle this long are reclaimed from their consumer.
+    #[arg(long, env = "CLAIM_IDLE_MS", default_value_t = 15_000)]
+    pub claim_idle_ms: u64,
+    /// An entry that cannot be persisted goes to dead letters after this many deliveries.
+    #[arg(long, env = "MAX_DELIVERIES", default_value_t = 5)]
+    pub max_deliveries: u64,
+    /// Acked entries stay in the stream this long before they are trimmed.
+    #[arg(long, env = "STREAM_RETENTION_SECS", default_value_t = 600)]
+    pub stream_retention_secs: u64,
+}
+
+impl From<WorkerArgs> for WorkerConfig {
+    fn from(a: WorkerArgs) -> Self {
+        let default = WorkerConfig::default();
+        Self {
+            consumer: a
+                .consumer_name
+                .filter(|n| !n.is_empty())
+                .unwrap_or(default.consumer),
+            batch_size: a.batch_size.clamp(1, 10_000),
+            block: Duration::from_millis(a.block_ms.max(1)),
+            claim_idle: Duration::from_millis(a.claim_idle_ms),
+            max_deliveries: a.max_deliveries.max(1),
+            retention: Duration::from_secs(a.stream_retention_secs),
+            ..default
+        }
+    }
 }
 
 /// Everything `serve` needs, validated.
@@ -83,6 +145,23 @@ pub struct Settings {
     pub db_max_connections: u32,
     pub listen_addr: SocketAddr,
     pub admin_token: Option<Arc<str>>,
+    /// `None`: this process runs no stream workers.
+    pub workers: Option<WorkerConfig>,
+}
+
+impl From<WorkerCmdArgs> for Settings {
+    /// A worker-only process: no HTTP listener, workers always on.
+    fn from(a: WorkerCmdArgs) -> Self {
+        ServeArgs {
+            redis: a.redis,
+            db: a.db,
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin_token: None,
+            workers: true,
+            worker: a.worker,
+        }
+        .into()
+    }
 }
 
 impl From<ServeArgs> for Settings {
@@ -97,6 +176,7 @@ impl From<ServeArgs> for Settings {
             db_max_connections: a.db.db_max_connections,
             listen_addr: a.listen_addr,
             admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
+            workers: a.workers.then(|| a.worker.into()),
         }
     }
 }

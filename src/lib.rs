@@ -5,6 +5,8 @@
 //! - [`http`]: the JSON API (router, one module per resource, one error mapping).
 //! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
 //!   appends the order to the sale's stream, atomically. Where stock is deducted.
+//! - [`worker`]: the stream workers: consumer-group reads, one MySQL
+//!   transaction per batch, then XACK; reclaimer, dead letters, trimming.
 //! - [`store`]: MySQL, the books (`tb_product`, `tb_order`).
 //! - [`domain`]: validated ids and numbers shared by all layers.
 //! - [`config`] and [`app`]: settings and startup; `main.rs` only calls them.
@@ -17,3 +19,4 @@ pub mod domain;
 pub mod http;
 pub mod sale;
 pub mod store;
+pub mod worker;

@@ -20,6 +20,12 @@ async fn main() -> anyhow::Result<()> {
                 .context("starting flashsale serve")?;
             app.run(shutdown_signal()).await.context("serving")?;
         }
+        Command::Worker(args) => {
+            let settings = Settings::from(args);
+            flashsale::app::run_workers(&settings, shutdown_signal())
+                .await
+                .context("running flashsale worker")?;
+        }
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! are logged here with their cause and shown to the client as a generic 503/500.
 
 use axum::Json;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -165,6 +165,12 @@ impl From<BytesRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(e: PathRejection) -> Self {
+        Self::InvalidRequest(e.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
         Self::InvalidRequest(e.body_text())
     }
 }

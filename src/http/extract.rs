@@ -58,6 +58,11 @@ where
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct PathParam<T>(pub T);
 
+/// Query parameters, rejected in the API's error format.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct QueryParams<T>(pub T);
+
 /// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.
 pub struct Admin;
 

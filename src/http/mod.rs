@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/products/{product_id}", get(products::get))
         .route("/api/orders", post(orders::place))
         .route("/api/orders/{order_id}", get(orders::get))
+        .route("/api/users/{user_id}/orders", get(orders::list_for_user))
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, PathParam};
+use super::extract::{JsonBody, PathParam, QueryParams};
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::PendingOrder;
 use crate::store::OrderRow;
@@ -110,4 +110,41 @@ pub async fn get(
         (None, Some(pending)) => Ok(Json(pending.into())),
         (None, None) => Err(ApiError::OrderNotFound),
     }
+}
+
+/// Most orders one listing returns.
+const MAX_LIST: u32 = 200;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// At most this many orders (default 50, at most 200).
+    limit: Option<u32>,
+    /// Only orders created before this time (epoch ms): the next page starts
+    /// at the last order's `created`.
+    before: Option<i64>,
+}
+
+/// `GET /api/users/{user_id}/orders`: a user's persisted orders, newest first.
+/// Orders still `pending` in a stream are not listed yet.
+pub async fn list_for_user(
+    State(state): State<AppState>,
+    PathParam(user_id): PathParam<u64>,
+    QueryParams(params): QueryParams<ListParams>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let user_id = domain::user_id(user_id)?;
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_LIST {
+        return Err(ApiError::InvalidRequest(format!(
+            "limit must be between 1 and {MAX_LIST}"
+        )));
+    }
+    let rows = state
+        .db
+        .orders_of_user(user_id, params.before, limit)
+        .await?;
+    let orders: Vec<OrderView> = rows.into_iter().map(OrderView::from).collect();
+    Ok(Json(
+        serde_json::json!({"user_id": user_id, "orders": orders}),
+    ))
 }

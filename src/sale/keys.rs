@@ -22,6 +22,17 @@ pub struct SaleKeys {
     pub accepted: String,
     /// Set: order ids whose units were returned by `release_stock.lua`.
     pub released: String,
+    /// Stream: dead letters, entries the workers could not persist.
+    pub dead: String,
+}
+
+/// The consumer group of the stream workers, on every sale's stream.
+pub const GROUP: &str = "persist";
+
+/// The registry of open sales (a set of product ids). The one key that is not
+/// a sale's: read by the workers every few seconds, never on the order path.
+pub fn registry(prefix: &str) -> String {
+    format!("{prefix}:sales")
 }
 
 impl SaleKeys {
@@ -35,6 +46,7 @@ impl SaleKeys {
             orders: key("orders"),
             accepted: key("accepted"),
             released: key("released"),
+            dead: key("dead"),
         }
     }
 }
@@ -56,6 +68,7 @@ mod tests {
             &keys.orders,
             &keys.accepted,
             &keys.released,
+            &keys.dead,
         ] {
             let tag = key
                 .split_once('{')

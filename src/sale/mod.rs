@@ -166,8 +166,8 @@ impl Sales {
         SaleKeys::new(&self.prefix, product)
     }
 
-    /// Loads a sale into Redis unless it is open already; returns
-    /// `(opened_now, stock_left)`.
+    /// Loads a sale into Redis unless it is open already, and lists it in the
+    /// registry the workers drain; returns `(opened_now, stock_left)`.
     pub async fn open(
         &self,
         product: &ProductId,
@@ -175,9 +175,31 @@ impl Sales {
     ) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(product);
         let mut conn = self.redis.shared();
-        self.redis
+        let opened = self
+            .redis
             .bounded(scripts::open_sale(&mut conn, &keys, spec))
-            .await
+            .await?;
+        // A command of its own: the registry lives in another slot than the
+        // sale. Repeated on every open, so opening again repairs a crash
+        // between the two.
+        let registry = keys::registry(&self.prefix);
+        self.redis
+            .bounded(conn.sadd::<_, _, ()>(&registry, product.as_str()))
+            .await?;
+        Ok(opened)
+    }
+
+    /// The sales listed in the registry.
+    pub async fn open_sales(&self) -> Result<Vec<ProductId>, SaleError> {
+        let mut conn = self.redis.shared();
+        let ids: Vec<String> = self
+            .redis
+            .bounded(conn.smembers(keys::registry(&self.prefix)))
+            .await?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| ProductId::parse(id).ok())
+            .collect())
     }
 
     /// Decides one order atomically; see `lua/place_order.lua`.

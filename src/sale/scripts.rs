@@ -27,11 +27,13 @@ pub async fn open_sale(
     OPEN_SALE
         .key(&keys.sale)
         .key(&keys.stock)
+        .key(&keys.orders)
         .arg(spec.stock)
         .arg(spec.start_ms)
         .arg(spec.end_ms)
         .arg(spec.limit_per_user)
         .arg(spec.price.to_string())
+        .arg(super::keys::GROUP)
         .invoke_async(conn)
         .await
 }

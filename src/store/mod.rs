@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-pub use orders::OrderRow;
+pub use orders::{CONFIRMED, OrderRow, Persisted};
 pub use products::{NewProduct, Product};
 
 /// A failure of the storage layer.

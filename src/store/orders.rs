@@ -1,9 +1,11 @@
 //! `tb_order`: persisted orders, one row per accepted order.
 
 use rust_decimal::Decimal;
+use sqlx::{MySql, QueryBuilder};
 
-use super::{Db, StoreError};
-use crate::domain::OrderId;
+use super::{Db, StoreError, now_ms};
+use crate::domain::{OrderId, ProductId};
+use crate::sale::PendingOrder;
 
 /// An order row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -18,15 +20,136 @@ pub struct OrderRow {
     pub updated: i64,
 }
 
+/// What one `persist_orders` call changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Persisted {
+    /// Rows inserted now (orders already in `tb_order` are skipped).
+    pub inserted: u64,
+    /// Units of those rows, taken off `tb_product.available_qty`.
+    pub units: u64,
+}
+
+/// Status of an order once it is in MySQL, awaiting payment.
+pub const CONFIRMED: &str = "confirmed";
+
+const COLUMNS: &str = "order_id, user_id, product_id, quantity, price, status, created, updated";
+
+/// Attempts of one batch when a concurrent writer inserts the same order between
+/// our read and our insert (two workers holding one redelivered entry).
+const RACE_ATTEMPTS: usize = 3;
+
 impl Db {
+    /// Persists a batch of one sale's orders in ONE transaction: inserts the
+    /// orders not yet in `tb_order` and takes exactly their units off
+    /// `available_qty`. Idempotent: a redelivered batch changes nothing.
+    pub async fn persist_orders(
+        &self,
+        product: &ProductId,
+        orders: &[PendingOrder],
+    ) -> Result<Persisted, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.bounded(self.persist_once(product, orders)).await {
+                Err(StoreError::Db(sqlx::Error::Database(e)))
+                    if e.is_unique_violation() && attempt < RACE_ATTEMPTS =>
+                {
+                    tracing::debug!(%product, "lost an insert race; retrying the batch");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn persist_once(
+        &self,
+        product: &ProductId,
+        orders: &[PendingOrder],
+    ) -> Result<Persisted, StoreError> {
+        if orders.is_empty() {
+            return Ok(Persisted::default());
+        }
+        let mut tx = self.pool().begin().await?;
+        let mut select =
+            QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
+        let mut ids = select.separated(", ");
+        for o in orders {
+            ids.push_bind(o.order_id.as_str());
+        }
+        select.push(")");
+        let existing: Vec<String> = select.build_query_scalar().fetch_all(&mut *tx).await?;
+
+        // New orders, each once (a batch may carry the same entry twice after a reclaim).
+        let mut seen: std::collections::HashSet<&str> =
+            existing.iter().map(String::as_str).collect();
+        let fresh: Vec<&PendingOrder> = orders
+            .iter()
+            .filter(|o| seen.insert(o.order_id.as_str()))
+            .collect();
+        if fresh.is_empty() {
+            tx.commit().await?;
+            return Ok(Persisted::default());
+        }
+
+        let now = now_ms();
+        let mut insert = QueryBuilder::<MySql>::new(format!("INSERT INTO tb_order ({COLUMNS}) "));
+        insert.push_values(&fresh, |mut row, o| {
+            row.push_bind(o.order_id.as_str())
+                .push_bind(o.user_id as i64)
+                .push_bind(o.product_id.as_str())
+                .push_bind(o.quantity as i64)
+                .push_bind(o.price)
+                .push_bind(CONFIRMED)
+                .push_bind(o.created_ms)
+                .push_bind(now);
+        });
+        insert.build().execute(&mut *tx).await?;
+
+        let units: u64 = fresh.iter().map(|o| o.quantity).sum();
+        sqlx::query(
+            "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \
+             WHERE product_id = ?",
+        )
+        .bind(units as i64)
+        .bind(now)
+        .bind(product.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Persisted {
+            inserted: fresh.len() as u64,
+            units,
+        })
+    }
+
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
         self.bounded(async {
-            Ok(sqlx::query_as(
-                "SELECT order_id, user_id, product_id, quantity, price, status, created, updated \
-                 FROM tb_order WHERE order_id = ?",
-            )
+            Ok(sqlx::query_as(&format!(
+                "SELECT {COLUMNS} FROM tb_order WHERE order_id = ?"
+            ))
             .bind(order_id.as_str())
             .fetch_optional(self.pool())
+            .await?)
+        })
+        .await
+    }
+
+    /// A user's orders, newest first; at most `limit`, older than `before` (epoch ms) if given.
+    pub async fn orders_of_user(
+        &self,
+        user_id: u64,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OrderRow>, StoreError> {
+        self.bounded(async {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {COLUMNS} FROM tb_order WHERE user_id = ? AND created < ? \
+                 ORDER BY created DESC, id DESC LIMIT ?"
+            ))
+            .bind(user_id as i64)
+            .bind(before.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch_all(self.pool())
             .await?)
         })
         .await

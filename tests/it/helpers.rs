@@ -9,6 +9,8 @@ use std::time::Duration;
 use flashsale::app::App;
 use flashsale::config::Settings;
 use flashsale::sale::Sales;
+use flashsale::store::Db;
+use flashsale::worker::WorkerConfig;
 use redis::AsyncCommands;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -23,6 +25,9 @@ pub struct TestApp {
     pub client: reqwest::Client,
     /// The library's view of the sales, for checks below the HTTP layer.
     pub sales: Sales,
+    pub db: Db,
+    /// A direct connection to the test's database (not through any proxy the app uses).
+    pub mysql: sqlx::MySqlPool,
     pub redis: redis::aio::MultiplexedConnection,
     pub prefix: String,
     db_name: String,
@@ -49,6 +54,33 @@ fn init_logs() {
     });
 }
 
+/// Worker settings for tests: short waits, so drains and reclaims happen quickly.
+pub fn fast_workers(consumer: &str) -> WorkerConfig {
+    WorkerConfig {
+        consumer: consumer.into(),
+        block: Duration::from_millis(200),
+        registry_refresh: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(500),
+        ..WorkerConfig::default()
+    }
+}
+
+/// Polls `check` until it holds; panics with `what` after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
 }
@@ -68,11 +100,13 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         db_max_connections: 4,
         listen_addr: "127.0.0.1:0".parse().expect("literal address"),
         admin_token: Some(ADMIN_TOKEN.into()),
+        workers: Some(fast_workers("w")),
     };
     tweak(&mut settings);
     let app = App::build(&settings).await.expect("app builds");
     let addr = app.local_addr().expect("bound");
     let sales = app.state().sales.clone();
+    let db = app.state().db.clone();
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(app.run(async {
         let _ = rx.await;
@@ -82,13 +116,18 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         .get_multiplexed_async_connection()
         .await
         .expect("redis answers");
+    let mysql = sqlx::MySqlPool::connect(&format!("{MYSQL_SERVER}/{db_name}"))
+        .await
+        .expect("mysql answers");
     TestApp {
+        mysql,
         base: format!("http://{addr}"),
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
             .expect("client"),
         sales,
+        db,
         redis,
         prefix,
         db_name,
@@ -97,11 +136,21 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
 }
 
 impl Drop for TestApp {
-    /// Removes the test's database and Redis keys (best effort, on a thread of
-    /// its own since Drop cannot await).
+    /// Removes the test's database and Redis keys, on a thread of its own
+    /// since Drop cannot await, and never for long: a lock held by a
+    /// connection of this (now blocked) runtime must not hang the test. A
+    /// failed test keeps its data for inspection; `.ci/run` sweeps leftovers.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "kept for inspection: database {}, redis keys {}:*",
+                self.db_name, self.prefix
+            );
+            return;
+        }
         let (db, prefix) = (self.db_name.clone(), self.prefix.clone());
-        let _ = std::thread::spawn(move || {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             if let Ok(client) = redis::Client::open(REDIS_URL)
                 && let Ok(mut conn) = client.get_connection()
             {
@@ -120,14 +169,18 @@ impl Drop for TestApp {
                 rt.block_on(async {
                     use sqlx::Connection;
                     if let Ok(mut c) = sqlx::MySqlConnection::connect(MYSQL_SERVER).await {
+                        let _ = sqlx::query("SET SESSION lock_wait_timeout = 5")
+                            .execute(&mut c)
+                            .await;
                         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
                             .execute(&mut c)
                             .await;
                     }
                 });
             }
-        })
-        .join();
+            let _ = done.send(());
+        });
+        let _ = finished.recv_timeout(Duration::from_secs(10));
     }
 }
 
@@ -238,4 +291,60 @@ pub async fn status_code(resp: Response) -> (StatusCode, String) {
     let status = resp.status();
     let body: Value = resp.json().await.unwrap_or(Value::Null);
     (status, body["error"].as_str().unwrap_or("").to_owned())
+}
+
+/// What MySQL holds for one sale.
+impl TestApp {
+    /// (rows, distinct order ids, units) in `tb_order` for a product.
+    pub async fn persisted(&self, product_id: &str) -> (i64, i64, i64) {
+        sqlx::query_as(
+            "SELECT COUNT(*), COUNT(DISTINCT order_id), CAST(COALESCE(SUM(quantity), 0) AS SIGNED) \
+             FROM tb_order WHERE product_id = ?",
+        )
+        .bind(product_id)
+        .fetch_one(&self.mysql)
+        .await
+        .expect("count orders")
+    }
+
+    pub async fn available_qty(&self, product_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT available_qty FROM tb_product WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_one(&self.mysql)
+            .await
+            .expect("product row")
+    }
+
+    /// Entries pending in the sale's consumer group.
+    pub async fn pending(&self, product_id: &str) -> u64 {
+        let mut r = self.redis.clone();
+        let reply: redis::streams::StreamPendingReply = r
+            .xpending(self.key(product_id, "orders"), flashsale::sale::keys::GROUP)
+            .await
+            .expect("XPENDING");
+        reply.count() as u64
+    }
+
+    /// Waits until `units` units of the sale are in `tb_order` and nothing is pending.
+    pub async fn drained(&self, product_id: &str, units: i64) {
+        eventually(
+            "the stream drained into MySQL",
+            Duration::from_secs(30),
+            || async {
+                self.persisted(product_id).await.2 == units && self.pending(product_id).await == 0
+            },
+        )
+        .await;
+    }
+
+    pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("answered");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
 }

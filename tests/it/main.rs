@@ -3,5 +3,7 @@
 mod helpers;
 mod orders;
 mod products;
+mod proxy;
 mod resilience;
 mod validation;
+mod workers;

@@ -1,0 +1,338 @@
+//! One sale's drain: a step (read a batch, persist it in one transaction, ack)
+//! and a loop around it (waiting, back-off, reclaiming, trimming, shutdown).
+//!
+//! The invariant: an entry is acked only after its row is committed (or after
+//! its dead letter is written). A crash anywhere leaves the entry pending, to
+//! be re-read by this consumer or reclaimed by another; the UNIQUE order id
+//! makes the second insert a no-op.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::entry::Entry;
+use super::{Stats, WorkerConfig, WorkerError, stream};
+use crate::domain::ProductId;
+use crate::sale::{PendingOrder, SaleError, SaleKeys, Sales};
+use crate::store::{Db, Persisted};
+
+/// Where the next read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cursor {
+    /// Re-reading this consumer's own pending entries, after this id
+    /// (`0` at start and after a failed batch).
+    Own(String),
+    /// New entries (`>`).
+    New,
+}
+
+/// What one step or reclaim pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Entries read or claimed.
+    pub read: usize,
+    /// Entries acked after their orders were committed (new or already there).
+    pub acked: usize,
+    /// What the commit inserted.
+    pub persisted: Persisted,
+    /// Entries moved to dead letters.
+    pub dead: usize,
+    /// Poison entries left pending for a later delivery.
+    pub kept: usize,
+}
+
+/// The drain of one sale's stream by one consumer.
+pub struct SaleWorker {
+    product: ProductId,
+    keys: SaleKeys,
+    sales: Sales,
+    db: Db,
+    cfg: Arc<WorkerConfig>,
+    stats: Arc<Stats>,
+    cursor: Cursor,
+}
+
+impl SaleWorker {
+    pub fn new(
+        product: ProductId,
+        sales: Sales,
+        db: Db,
+        cfg: Arc<WorkerConfig>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            keys: sales.keys(&product),
+            product,
+            sales,
+            db,
+            cfg,
+            stats,
+            cursor: Cursor::Own("0".into()),
+        }
+    }
+
+    pub fn consumer(&self) -> &str {
+        &self.cfg.consumer
+    }
+
+    /// One batch: this consumer's own pending entries first (after a restart
+    /// or a failed batch), then new ones, waiting up to `block` for them.
+    #[tracing::instrument(skip(self), fields(product_id = %self.product, consumer = %self.cfg.consumer))]
+    pub async fn step(&mut self) -> Result<Outcome, WorkerError> {
+        let mut entries = Vec::new();
+        if let Cursor::Own(after) = &self.cursor {
+            entries = self.read(&after.clone(), None).await?;
+            self.cursor = match entries.last() {
+                Some(last) => Cursor::Own(last.id.clone()),
+                None => Cursor::New,
+            };
+        }
+        if self.cursor == Cursor::New {
+            entries = self.read(">", Some(self.cfg.block)).await?;
+        }
+        if entries.is_empty() {
+            return Ok(Outcome::default());
+        }
+        let settled = self.settle(entries, false).await;
+        if settled.is_err() {
+            // The batch stays pending to us; read it again before anything new.
+            self.cursor = Cursor::Own("0".into());
+        }
+        settled
+    }
+
+    /// Takes over entries idle longer than `claim_idle` (a crashed or stuck
+    /// consumer's) and settles them; entries delivered more than
+    /// `max_deliveries` times that still cannot be persisted become dead letters.
+    #[tracing::instrument(skip(self), fields(product_id = %self.product, consumer = %self.cfg.consumer))]
+    pub async fn reclaim(&mut self) -> Result<Outcome, WorkerError> {
+        let mut total = Outcome::default();
+        let mut start = "0-0".to_owned();
+        loop {
+            let mut conn = self.sales.redis().shared();
+            let claimed = self
+                .sales
+                .redis()
+                .bounded(stream::autoclaim(
+                    &mut conn,
+                    &self.keys,
+                    &self.cfg.consumer,
+                    self.cfg.claim_idle,
+                    &start,
+                    self.cfg.batch_size,
+                ))
+                .await?;
+            if !claimed.deleted_ids.is_empty() {
+                tracing::warn!(ids = ?claimed.deleted_ids, "pending entries were deleted from the stream");
+            }
+            let entries: Vec<Entry> = claimed.claimed.into_iter().map(Entry::from).collect();
+            if !entries.is_empty() {
+                self.stats
+                    .reclaimed
+                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                tracing::info!(count = entries.len(), "reclaimed idle entries");
+                let o = self.settle(entries, true).await?;
+                total = total.add(o);
+            }
+            start = claimed.next_stream_id;
+            if start == "0-0" {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Trims acked entries older than the retention.
+    pub async fn trim(&self) -> Result<u64, WorkerError> {
+        let mut conn = self.sales.redis().shared();
+        Ok(self
+            .sales
+            .redis()
+            .bounded(stream::trim(&mut conn, &self.keys, self.cfg.retention))
+            .await?)
+    }
+
+    async fn read(&self, from: &str, block: Option<Duration>) -> Result<Vec<Entry>, WorkerError> {
+        let redis = self.sales.redis();
+        let call = async {
+            // A blocking read holds a connection of its own (see sale::conn).
+            let mut conn = redis.pool().get().await.map_err(SaleError::from)?;
+            let read = stream::read(
+                &mut *conn,
+                &self.keys,
+                &self.cfg.consumer,
+                from,
+                self.cfg.batch_size,
+                block,
+            );
+            Ok::<_, SaleError>(read.await?)
+        };
+        // The block time comes on top of the usual bound.
+        let bound = redis.timeout() + block.unwrap_or_default();
+        match tokio::time::timeout(bound, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(SaleError::Timeout(bound).into()),
+        }
+    }
+
+    /// Persists what parses in one transaction, acks it, and deals with the rest.
+    async fn settle(
+        &self,
+        entries: Vec<Entry>,
+        check_deliveries: bool,
+    ) -> Result<Outcome, WorkerError> {
+        let mut good: Vec<(&Entry, PendingOrder)> = Vec::with_capacity(entries.len());
+        let mut bad: Vec<(&Entry, String)> = Vec::new();
+        for e in &entries {
+            match e.order(&self.product) {
+                Ok(o) => good.push((e, o)),
+                Err(reason) => bad.push((e, reason)),
+            }
+        }
+        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
+        let persisted = match self.db.persist_orders(&self.product, &orders).await {
+            Ok(p) => p,
+            Err(e) if e.is_unavailable() => return Err(e.into()),
+            // Something in the batch MySQL will not take: find it row by row.
+            Err(e) => {
+                tracing::warn!(error = %e, "batch refused; persisting its rows one by one");
+                let mut total = Persisted::default();
+                let mut ok = Vec::with_capacity(good.len());
+                for (entry, order) in good {
+                    match self
+                        .db
+                        .persist_orders(&self.product, std::slice::from_ref(&order))
+                        .await
+                    {
+                        Ok(p) => {
+                            total.inserted += p.inserted;
+                            total.units += p.units;
+                            ok.push((entry, order));
+                        }
+                        Err(e) if e.is_unavailable() => return Err(e.into()),
+                        Err(e) => bad.push((entry, format!("mysql refused the row: {e}"))),
+                    }
+                }
+                good = ok;
+                total
+            }
+        };
+        let ids: Vec<&str> = good.iter().map(|(e, _)| e.id.as_str()).collect();
+        let mut conn = self.sales.redis().shared();
+        let redis = self.sales.redis();
+        redis
+            .bounded(stream::ack(&mut conn, &self.keys, &ids))
+            .await?;
+        self.stats
+            .persisted
+            .fetch_add(persisted.inserted, Ordering::Relaxed);
+
+        let mut outcome = Outcome {
+            read: entries.len(),
+            acked: ids.len(),
+            persisted,
+            ..Outcome::default()
+        };
+        if !bad.is_empty() {
+            let (dead, kept) = self.poison(bad, check_deliveries).await?;
+            outcome.dead = dead;
+            outcome.kept = kept;
+        }
+        Ok(outcome)
+    }
+
+    /// Entries that cannot be persisted: dead letters once delivered more than
+    /// `max_deliveries` times, otherwise left pending for another try.
+    async fn poison(
+        &self,
+        bad: Vec<(&Entry, String)>,
+        check_deliveries: bool,
+    ) -> Result<(usize, usize), WorkerError> {
+        let redis = self.sales.redis();
+        let mut conn = redis.shared();
+        let counts = if check_deliveries {
+            let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
+            let call = stream::deliveries(
+                &mut conn,
+                &self.keys,
+                &self.cfg.consumer,
+                first,
+                last,
+                self.cfg.batch_size,
+            );
+            redis.bounded(call).await?
+        } else {
+            Default::default()
+        };
+        let (mut dead, mut kept) = (0, 0);
+        for (entry, reason) in bad {
+            let delivered = counts.get(&entry.id).copied().unwrap_or(1);
+            if delivered > self.cfg.max_deliveries {
+                redis
+                    .bounded(stream::dead_letter(
+                        &mut conn, &self.keys, entry, &reason, delivered,
+                    ))
+                    .await?;
+                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
+                dead += 1;
+            } else {
+                tracing::warn!(id = %entry.id, %reason, delivered, "entry cannot be persisted; left pending");
+                kept += 1;
+            }
+        }
+        Ok((dead, kept))
+    }
+}
+
+impl Outcome {
+    fn add(self, o: Outcome) -> Outcome {
+        Outcome {
+            read: self.read + o.read,
+            acked: self.acked + o.acked,
+            persisted: Persisted {
+                inserted: self.persisted.inserted + o.persisted.inserted,
+                units: self.persisted.units + o.persisted.units,
+            },
+            dead: self.dead + o.dead,
+            kept: self.kept + o.kept,
+        }
+    }
+}
+
+/// Drains one sale until `shutdown`: steps, with a reclaim pass every half
+/// claim-idle time and a trim every `trim_every`. Errors back off (capped);
+/// nothing is dropped mid-batch: shutdown is checked between steps, and a
+/// step is bounded by the block time.
+pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
+    let cfg = w.cfg.clone();
+    let mut backoff = cfg.backoff_min;
+    let reclaim_every = (cfg.claim_idle / 2).max(Duration::from_millis(50));
+    let mut next_reclaim = Instant::now() + reclaim_every;
+    let mut next_trim = Instant::now() + cfg.trim_every;
+    while !shutdown.is_cancelled() {
+        let mut result = w.step().await.map(|_| ());
+        if result.is_ok() && Instant::now() >= next_reclaim {
+            result = w.reclaim().await.map(|_| ());
+            next_reclaim = Instant::now() + reclaim_every;
+        }
+        if result.is_ok() && Instant::now() >= next_trim {
+            result = w.trim().await.map(|_| ());
+            next_trim = Instant::now() + cfg.trim_every;
+        }
+        match result {
+            Ok(()) => backoff = cfg.backoff_min,
+            Err(e) => {
+                tracing::warn!(product_id = %w.product, error = %e, retry_in = ?backoff, "drain failed; backing off");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(cfg.backoff_max);
+            }
+        }
+    }
+    tracing::debug!(product_id = %w.product, "drain stopped");
+}

@@ -1,0 +1,161 @@
+//! The stream workers: move each sale's accepted orders from its Redis Stream
+//! into MySQL, with the stream's consumer group as the only queue.
+//!
+//! A supervisor ([`Workers::run`]) reads the registry of open sales every few
+//! seconds and runs one drain task per sale ([`drain`]): `XREADGROUP` a batch,
+//! one MySQL transaction, then `XACK`; `XAUTOCLAIM` for entries a crashed
+//! consumer left pending; dead letters for entries that can never be
+//! persisted; trimming of acked entries past their retention. Every command
+//! touches one sale's keys only.
+
+pub mod drain;
+mod entry;
+mod stream;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use drain::{Outcome, SaleWorker};
+pub use entry::Entry;
+
+use crate::domain::ProductId;
+use crate::sale::{SaleError, Sales};
+use crate::store::{Db, StoreError};
+
+/// How the workers behave.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This process's consumer name in every sale's group; unique per process.
+    pub consumer: String,
+    /// Entries per `XREADGROUP` (and rows per MySQL transaction).
+    pub batch_size: usize,
+    /// How long a read waits for new entries.
+    pub block: Duration,
+    /// Entries pending longer than this are taken over from their consumer.
+    pub claim_idle: Duration,
+    /// Deliveries after which an entry that cannot be persisted is dead-lettered.
+    pub max_deliveries: u64,
+    /// Acked entries stay in the stream this long, for operators.
+    pub retention: Duration,
+    pub trim_every: Duration,
+    /// How often the registry of open sales is read.
+    pub registry_refresh: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            consumer: default_consumer_name(),
+            batch_size: 500,
+            block: Duration::from_secs(2),
+            claim_idle: Duration::from_secs(15),
+            max_deliveries: 5,
+            retention: Duration::from_secs(600),
+            trim_every: Duration::from_secs(5),
+            registry_refresh: Duration::from_secs(2),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `<hostname>-<pid>`: unique across hosts and across processes on one host.
+pub fn default_consumer_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "flashsale".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Redis(#[from] SaleError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Counters of what the workers did (exported as metrics later).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub persisted: AtomicU64,
+    pub reclaimed: AtomicU64,
+    pub dead_letters: AtomicU64,
+}
+
+/// The workers of one process.
+#[derive(Clone)]
+pub struct Workers {
+    sales: Sales,
+    db: Db,
+    cfg: Arc<WorkerConfig>,
+    stats: Arc<Stats>,
+}
+
+impl Workers {
+    pub fn new(sales: Sales, db: Db, cfg: WorkerConfig) -> Self {
+        Self {
+            sales,
+            db,
+            cfg: Arc::new(cfg),
+            stats: Arc::default(),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// A drain of one sale, for driving step by step.
+    pub fn sale_worker(&self, product: ProductId) -> SaleWorker {
+        SaleWorker::new(
+            product,
+            self.sales.clone(),
+            self.db.clone(),
+            self.cfg.clone(),
+            self.stats.clone(),
+        )
+    }
+
+    /// Runs a drain task per open sale until `shutdown`; each task finishes
+    /// the batch in hand (commit, ack) before it stops.
+    pub async fn run(self, shutdown: CancellationToken) {
+        tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
+        let mut running: HashMap<ProductId, JoinHandle<()>> = HashMap::new();
+        loop {
+            match self.sales.open_sales().await {
+                Ok(open) => {
+                    for product in open {
+                        let alive = running.get(&product).is_some_and(|h| !h.is_finished());
+                        if !alive {
+                            let task = drain::run_sale(
+                                self.sale_worker(product.clone()),
+                                shutdown.clone(),
+                            );
+                            running.insert(product, tokio::spawn(task));
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the registry of open sales"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.cfg.registry_refresh) => {}
+            }
+        }
+        for (_, task) in running {
+            let _ = task.await;
+        }
+        tracing::info!("stream workers stopped");
+    }
+}
