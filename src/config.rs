@@ -28,6 +28,8 @@ pub enum Command {
     Worker(WorkerCmdArgs),
     /// Measure the order script straight against Redis, per connection strategy.
     BenchRedis(crate::bench::BenchRedisArgs),
+    /// Measure the workers' drain rate into MySQL beside a raw multi-row INSERT.
+    BenchDrain(crate::bench::BenchDrainArgs),
 }
 
 /// Where Redis is and how to use it.

@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
                 .context("running flashsale worker")?;
         }
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
+        Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,
     }
     Ok(())
 }

@@ -189,6 +189,15 @@ impl Sales {
         Ok(opened)
     }
 
+    /// Drops a sale from the registry (its keys stay).
+    pub async fn forget(&self, product: &ProductId) -> Result<(), SaleError> {
+        let mut conn = self.redis.shared();
+        let registry = keys::registry(&self.prefix);
+        self.redis
+            .bounded(conn.srem::<_, _, ()>(&registry, product.as_str()))
+            .await
+    }
+
     /// The sales listed in the registry.
     pub async fn open_sales(&self) -> Result<Vec<ProductId>, SaleError> {
         let mut conn = self.redis.shared();

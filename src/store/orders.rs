@@ -1,5 +1,7 @@
 //! `tb_order`: persisted orders, one row per accepted order.
 
+use std::collections::HashSet;
+
 use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
@@ -38,6 +40,27 @@ const COLUMNS: &str = "order_id, user_id, product_id, quantity, price, status, c
 /// our read and our insert (two workers holding one redelivered entry).
 const RACE_ATTEMPTS: usize = 3;
 
+/// One multi-row `INSERT` (or `INSERT IGNORE`) of confirmed orders; returns the rows inserted.
+async fn insert_orders(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    orders: &[&PendingOrder],
+    verb: &str,
+) -> Result<u64, sqlx::Error> {
+    let now = now_ms();
+    let mut insert = QueryBuilder::<MySql>::new(format!("{verb} INTO tb_order ({COLUMNS}) "));
+    insert.push_values(orders, |mut row, o| {
+        row.push_bind(o.order_id.as_str())
+            .push_bind(o.user_id as i64)
+            .push_bind(o.product_id.as_str())
+            .push_bind(o.quantity as i64)
+            .push_bind(o.price)
+            .push_bind(CONFIRMED)
+            .push_bind(o.created_ms)
+            .push_bind(now);
+    });
+    Ok(insert.build().execute(&mut **tx).await?.rows_affected())
+}
+
 impl Db {
     /// Persists a batch of one sale's orders in ONE transaction: inserts the
     /// orders not yet in `tb_order` and takes exactly their units off
@@ -66,52 +89,58 @@ impl Db {
         product: &ProductId,
         orders: &[PendingOrder],
     ) -> Result<Persisted, StoreError> {
-        if orders.is_empty() {
-            return Ok(Persisted::default());
-        }
-        let mut tx = self.pool().begin().await?;
-        let mut select =
-            QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
-        let mut ids = select.separated(", ");
-        for o in orders {
-            ids.push_bind(o.order_id.as_str());
-        }
-        select.push(")");
-        let existing: Vec<String> = select.build_query_scalar().fetch_all(&mut *tx).await?;
-
-        // New orders, each once (a batch may carry the same entry twice after a reclaim).
-        let mut seen: std::collections::HashSet<&str> =
-            existing.iter().map(String::as_str).collect();
-        let fresh: Vec<&PendingOrder> = orders
+        // Each order once (a batch may carry the same entry twice after a reclaim).
+        let mut seen = HashSet::with_capacity(orders.len());
+        let unique: Vec<&PendingOrder> = orders
             .iter()
             .filter(|o| seen.insert(o.order_id.as_str()))
             .collect();
-        if fresh.is_empty() {
-            tx.commit().await?;
+        if unique.is_empty() {
             return Ok(Persisted::default());
         }
-
-        let now = now_ms();
-        let mut insert = QueryBuilder::<MySql>::new(format!("INSERT INTO tb_order ({COLUMNS}) "));
-        insert.push_values(&fresh, |mut row, o| {
-            row.push_bind(o.order_id.as_str())
-                .push_bind(o.user_id as i64)
-                .push_bind(o.product_id.as_str())
-                .push_bind(o.quantity as i64)
-                .push_bind(o.price)
-                .push_bind(CONFIRMED)
-                .push_bind(o.created_ms)
-                .push_bind(now);
-        });
-        insert.build().execute(&mut *tx).await?;
-
+        // Fast path, for the common batch of orders never seen before: insert
+        // all, skipping duplicates; if every row went in, the units to take
+        // off are the whole batch's.
+        let mut tx = self.pool().begin().await?;
+        let inserted = insert_orders(&mut tx, &unique, "INSERT IGNORE").await?;
+        let fresh = if inserted == unique.len() as u64 {
+            unique
+        } else {
+            // A redelivery: some rows exist. Start over and learn which.
+            tx.rollback().await?;
+            tx = self.pool().begin().await?;
+            let mut select =
+                QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
+            let mut ids = select.separated(", ");
+            for o in &unique {
+                ids.push_bind(o.order_id.as_str());
+            }
+            select.push(")");
+            let existing: HashSet<String> = select
+                .build_query_scalar()
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+            let fresh: Vec<&PendingOrder> = unique
+                .into_iter()
+                .filter(|o| !existing.contains(o.order_id.as_str()))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(Persisted::default());
+            }
+            // Plain INSERT: a row another worker commits meanwhile fails the
+            // batch (and it is retried), instead of being counted twice.
+            insert_orders(&mut tx, &fresh, "INSERT").await?;
+            fresh
+        };
         let units: u64 = fresh.iter().map(|o| o.quantity).sum();
         sqlx::query(
             "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \
              WHERE product_id = ?",
         )
         .bind(units as i64)
-        .bind(now)
+        .bind(now_ms())
         .bind(product.as_str())
         .execute(&mut *tx)
         .await?;

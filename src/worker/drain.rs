@@ -53,6 +53,8 @@ pub struct SaleWorker {
     cfg: Arc<WorkerConfig>,
     stats: Arc<Stats>,
     cursor: Cursor,
+    /// A batch read ahead during the previous step, not yet settled.
+    ahead: Option<Vec<Entry>>,
 }
 
 impl SaleWorker {
@@ -71,6 +73,7 @@ impl SaleWorker {
             cfg,
             stats,
             cursor: Cursor::Own("0".into()),
+            ahead: None,
         }
     }
 
@@ -80,28 +83,72 @@ impl SaleWorker {
 
     /// One batch: this consumer's own pending entries first (after a restart
     /// or a failed batch), then new ones, waiting up to `block` for them.
+    ///
+    /// The next batch is read while this one is written to MySQL (one
+    /// non-blocking read), so Redis and MySQL latencies overlap; it is kept
+    /// for the next step (see BENCHMARKS.md for what this buys).
     #[tracing::instrument(skip(self), fields(product_id = %self.product, consumer = %self.cfg.consumer))]
     pub async fn step(&mut self) -> Result<Outcome, WorkerError> {
-        let mut entries = Vec::new();
-        if let Cursor::Own(after) = &self.cursor {
-            entries = self.read(&after.clone(), None).await?;
+        let entries = match self.ahead.take() {
+            Some(entries) => entries,
+            None => self.next_batch(true).await?,
+        };
+        if entries.is_empty() {
+            return Ok(Outcome::default());
+        }
+        let (settled, ahead) = {
+            let from = self.next_from();
+            tokio::join!(self.settle(entries, false), self.read(&from, None))
+        };
+        match (&settled, ahead) {
+            (Ok(_), Ok(ahead)) => {
+                self.advance(&ahead);
+                self.ahead = (!ahead.is_empty()).then_some(ahead);
+            }
+            // The batch (and anything read ahead) stays pending to us: read
+            // it again before anything new.
+            _ => self.cursor = Cursor::Own("0".into()),
+        }
+        settled
+    }
+
+    /// Settles a batch read ahead, if any (before shutting down).
+    pub async fn finish(&mut self) -> Result<Outcome, WorkerError> {
+        match self.ahead.take() {
+            Some(entries) => self.settle(entries, false).await,
+            None => Ok(Outcome::default()),
+        }
+    }
+
+    /// Reads the next batch (own pending entries, then new ones).
+    async fn next_batch(&mut self, block: bool) -> Result<Vec<Entry>, WorkerError> {
+        if let Cursor::Own(after) = self.cursor.clone() {
+            let entries = self.read(&after, None).await?;
+            self.advance(&entries);
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+        }
+        let block = block.then_some(self.cfg.block);
+        self.read(">", block).await
+    }
+
+    /// The id the next read starts from: own pending after the cursor, or new.
+    fn next_from(&self) -> String {
+        match &self.cursor {
+            Cursor::Own(after) => after.clone(),
+            Cursor::New => ">".into(),
+        }
+    }
+
+    /// Moves the cursor past `entries` (to new entries once own ones run out).
+    fn advance(&mut self, entries: &[Entry]) {
+        if let Cursor::Own(_) = self.cursor {
             self.cursor = match entries.last() {
                 Some(last) => Cursor::Own(last.id.clone()),
                 None => Cursor::New,
             };
         }
-        if self.cursor == Cursor::New {
-            entries = self.read(">", Some(self.cfg.block)).await?;
-        }
-        if entries.is_empty() {
-            return Ok(Outcome::default());
-        }
-        let settled = self.settle(entries, false).await;
-        if settled.is_err() {
-            // The batch stays pending to us; read it again before anything new.
-            self.cursor = Cursor::Own("0".into());
-        }
-        settled
     }
 
     /// Takes over entries idle longer than `claim_idle` (a crashed or stuck
@@ -125,10 +172,10 @@ impl SaleWorker {
                     self.cfg.batch_size,
                 ))
                 .await?;
-            if !claimed.deleted_ids.is_empty() {
-                tracing::warn!(ids = ?claimed.deleted_ids, "pending entries were deleted from the stream");
+            if !claimed.deleted.is_empty() {
+                tracing::warn!(ids = ?claimed.deleted, "pending entries were deleted from the stream");
             }
-            let entries: Vec<Entry> = claimed.claimed.into_iter().map(Entry::from).collect();
+            let entries = claimed.entries;
             if !entries.is_empty() {
                 self.stats
                     .reclaimed
@@ -137,7 +184,7 @@ impl SaleWorker {
                 let o = self.settle(entries, true).await?;
                 total = total.add(o);
             }
-            start = claimed.next_stream_id;
+            start = claimed.next;
             if start == "0-0" {
                 return Ok(total);
             }
@@ -333,6 +380,9 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
                 backoff = (backoff * 2).min(cfg.backoff_max);
             }
         }
+    }
+    if let Err(e) = w.finish().await {
+        tracing::warn!(product_id = %w.product, error = %e, "batch read ahead left pending");
     }
     tracing::debug!(product_id = %w.product, "drain stopped");
 }

@@ -1,36 +1,25 @@
 //! Stream entries back into orders. An entry that does not parse is poison:
 //! it is never persisted, and after `MAX_DELIVERIES` it goes to dead letters.
 
-use std::collections::HashMap;
-
-use redis::{FromRedisValue, Value};
+use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::domain::{OrderId, ProductId};
 use crate::sale::PendingOrder;
 
-/// One stream entry as read from Redis.
-#[derive(Debug, Clone)]
+/// One stream entry as read from Redis: its id and its field/value pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub id: String,
-    pub fields: HashMap<String, Value>,
-}
-
-impl From<redis::streams::StreamId> for Entry {
-    fn from(s: redis::streams::StreamId) -> Self {
-        Self {
-            id: s.id,
-            fields: s.map,
-        }
-    }
+    pub fields: Vec<(String, String)>,
 }
 
 impl Entry {
-    fn text(&self, name: &str) -> Result<String, String> {
-        let v = self
-            .fields
-            .get(name)
-            .ok_or(format!("missing field {name}"))?;
-        String::from_redis_value(v.clone()).map_err(|e| format!("field {name}: {e}"))
+    fn text(&self, name: &str) -> Result<&str, String> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .ok_or(format!("missing field {name}"))
     }
 
     fn number<T: std::str::FromStr>(&self, name: &str) -> Result<T, String> {
@@ -43,7 +32,7 @@ impl Entry {
     pub fn order(&self, product: &ProductId) -> Result<PendingOrder, String> {
         let raw_id = self.text("order_id")?;
         let (order_id, of) =
-            OrderId::parse(&raw_id).ok_or(format!("order_id {raw_id:?} is malformed"))?;
+            OrderId::parse(raw_id).ok_or(format!("order_id {raw_id:?} is malformed"))?;
         let product_id = self.text("product_id")?;
         if of != *product || product_id != product.as_str() {
             return Err(format!(
@@ -64,17 +53,57 @@ impl Entry {
         Ok(order)
     }
 
-    /// The entry's fields as text pairs (for copying into a dead letter).
-    pub fn text_fields(&self) -> Vec<(String, String)> {
-        let mut pairs: Vec<(String, String)> = self
-            .fields
-            .iter()
-            .map(|(k, v)| {
-                let text = String::from_redis_value(v.clone()).unwrap_or_else(|_| format!("{v:?}"));
-                (k.clone(), text)
-            })
-            .collect();
-        pairs.sort();
-        pairs
+    /// Decodes `[id, [field, value, ...]]`; a deleted entry (`[id, nil]`) has no fields.
+    fn decode(v: Value) -> Result<Self, ParsingError> {
+        let Value::Array(parts) = v else {
+            return Err(format!("stream entry is not an array: {v:?}").into());
+        };
+        let mut parts = parts.into_iter();
+        let id = String::from_redis_value(parts.next().ok_or("entry without id")?)?;
+        let fields = match parts.next() {
+            Some(Value::Array(flat)) => {
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                let mut flat = flat.into_iter();
+                while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
+                    fields.push((String::from_redis_value(k)?, String::from_redis_value(v)?));
+                }
+                fields
+            }
+            _ => Vec::new(),
+        };
+        Ok(Self { id, fields })
+    }
+
+    /// Decodes a list of entries (as XRANGE and XAUTOCLAIM return them).
+    pub fn decode_list(v: Value) -> Result<Vec<Self>, ParsingError> {
+        match v {
+            Value::Nil => Ok(Vec::new()),
+            Value::Array(items) => items.into_iter().map(Self::decode).collect(),
+            other => Err(format!("entry list is not an array: {other:?}").into()),
+        }
+    }
+
+    /// Decodes an XREADGROUP reply for one stream: `[[key, [entry, ...]]]` or nil.
+    pub fn decode_read(v: Value) -> Result<Vec<Self>, ParsingError> {
+        let streams = match v {
+            Value::Nil => return Ok(Vec::new()),
+            Value::Array(streams) => streams,
+            // RESP3 answers a map of key -> entries.
+            Value::Map(pairs) => pairs
+                .into_iter()
+                .map(|(k, v)| Value::Array(vec![k, v]))
+                .collect(),
+            other => return Err(format!("XREADGROUP reply: {other:?}").into()),
+        };
+        let mut entries = Vec::new();
+        for stream in streams {
+            let Value::Array(kv) = stream else {
+                return Err("XREADGROUP stream is not an array".into());
+            };
+            if let Some(list) = kv.into_iter().nth(1) {
+                entries.extend(Self::decode_list(list)?);
+            }
+        }
+        Ok(entries)
     }
 }

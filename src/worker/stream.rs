@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamInfoGroupsReply, StreamPendingCountReply,
-    StreamPendingReply, StreamReadOptions, StreamReadReply, StreamTrimOptions, StreamTrimmingMode,
+    StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply, StreamReadOptions,
+    StreamTrimOptions, StreamTrimmingMode,
 };
 use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
 
@@ -30,14 +30,10 @@ pub async fn read(
     if let Some(block) = block {
         opts = opts.block(block.as_millis() as usize);
     }
-    let reply: Option<StreamReadReply> =
-        conn.xread_options(&[&keys.orders], &[from], &opts).await?;
-    Ok(reply
-        .into_iter()
-        .flat_map(|r| r.keys)
-        .flat_map(|k| k.ids)
-        .map(Entry::from)
-        .collect())
+    // Decoded by hand: the generic StreamReadReply builds a HashMap of
+    // `Value`s per entry, several times the cost of this (see BENCHMARKS.md).
+    let reply: redis::Value = conn.xread_options(&[&keys.orders], &[from], &opts).await?;
+    Ok(Entry::decode_read(reply)?)
 }
 
 pub async fn ack(
@@ -51,6 +47,15 @@ pub async fn ack(
     conn.xack(&keys.orders, GROUP, ids).await
 }
 
+/// What one `XAUTOCLAIM` call took over.
+pub struct Claimed {
+    /// Where the next call starts; `0-0` once the whole pending list was scanned.
+    pub next: String,
+    pub entries: Vec<Entry>,
+    /// Pending ids whose entries no longer exist (Redis dropped them from the list).
+    pub deleted: Vec<String>,
+}
+
 /// `XAUTOCLAIM`: takes over entries idle for at least `min_idle`, from `start`.
 pub async fn autoclaim(
     conn: &mut (impl ConnectionLike + Send + Sync),
@@ -59,17 +64,22 @@ pub async fn autoclaim(
     min_idle: Duration,
     start: &str,
     count: usize,
-) -> RedisResult<StreamAutoClaimReply> {
-    let opts = StreamAutoClaimOptions::default().count(count);
-    conn.xautoclaim_options(
-        &keys.orders,
-        GROUP,
-        consumer,
-        min_idle.as_millis() as u64,
-        start,
-        opts,
-    )
-    .await
+) -> RedisResult<Claimed> {
+    let (next, entries, deleted): (String, redis::Value, Vec<String>) = redis::cmd("XAUTOCLAIM")
+        .arg(&keys.orders)
+        .arg(GROUP)
+        .arg(consumer)
+        .arg(min_idle.as_millis() as u64)
+        .arg(start)
+        .arg("COUNT")
+        .arg(count)
+        .query_async(conn)
+        .await?;
+    Ok(Claimed {
+        next,
+        entries: Entry::decode_list(entries)?,
+        deleted,
+    })
 }
 
 /// Delivery counts of `consumer`'s pending entries between two ids.
@@ -100,7 +110,7 @@ pub async fn dead_letter(
     reason: &str,
     deliveries: u64,
 ) -> RedisResult<()> {
-    let mut fields = entry.text_fields();
+    let mut fields = entry.fields.clone();
     fields.push(("dead_reason".into(), reason.into()));
     fields.push(("dead_source_id".into(), entry.id.clone()));
     fields.push(("dead_deliveries".into(), deliveries.to_string()));

@@ -7,7 +7,7 @@ use flashsale::domain::ProductId;
 use flashsale::sale::keys::GROUP;
 use flashsale::worker::{Entry, Workers};
 use redis::AsyncCommands;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::StreamReadOptions;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -53,16 +53,11 @@ async fn read_as(app: &TestApp, sku: &str, consumer: &str, count: usize) -> Vec<
     let opts = StreamReadOptions::default()
         .group(GROUP, consumer)
         .count(count);
-    let reply: StreamReadReply = r
+    let reply: redis::Value = r
         .xread_options(&[app.key(sku, "orders")], &[">"], &opts)
         .await
         .expect("XREADGROUP");
-    reply
-        .keys
-        .into_iter()
-        .flat_map(|k| k.ids)
-        .map(Entry::from)
-        .collect()
+    Entry::decode_read(reply).expect("entries")
 }
 
 fn pid(sku: &str) -> ProductId {

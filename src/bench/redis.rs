@@ -1,5 +1,3 @@
-//! Load generators behind the figures in BENCHMARKS.md.
-//!
 //! `flashsale bench-redis` drives `place_order.lua` straight against Redis (no
 //! HTTP) with C concurrent callers, once per connection strategy, side by side
 //! in one run:
@@ -17,7 +15,7 @@ use redis::AsyncCommands;
 
 use crate::config::RedisArgs;
 use crate::domain::{OrderId, ProductId};
-use crate::sale::{Redis, SaleError, SaleSpec, Sales};
+use crate::sale::{Redis, SaleError, Sales};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ConnMode {
@@ -73,7 +71,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
     )?;
     let sales = Sales::new(redis, args.redis.key_prefix.clone());
     println!(
-        "place_order.lua straight against {}: {} orders per mode, concurrency {}",
+        "place_order.lua straight against {}: {} orders per mode (blocked: 10 per caller), concurrency {}",
         args.redis.redis_url, args.requests, args.concurrency
     );
     println!(
@@ -110,16 +108,12 @@ pub async fn run_mode(
     mode: ConnMode,
     args: &BenchRedisArgs,
 ) -> Result<ModeReport, SaleError> {
-    let product = ProductId::parse(&format!("bench-{}", uuid::Uuid::now_v7().simple()))
-        .map_err(|e| SaleError::Corrupt(e.0))?;
-    let spec = SaleSpec {
-        stock: args.requests,
-        start_ms: 0,
-        end_ms: crate::domain::MAX_TIME_MS,
-        limit_per_user: 1,
-        price: rust_decimal::Decimal::ONE,
+    // Blocked orders crawl (a block per round of callers): ten rounds show it.
+    let requests = match mode {
+        ConnMode::Blocked => args.requests.min(args.concurrency * 10),
+        _ => args.requests,
     };
-    sales.open(&product, &spec).await?;
+    let product = super::open_bench_sale(sales, requests).await?;
     let keys = sales.keys(&product);
     let stop = Arc::new(tokio::sync::Notify::new());
     let blocker = (mode == ConnMode::Blocked).then(|| {
@@ -144,7 +138,7 @@ pub async fn run_mode(
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
         let (sales, product, next_user) = (sales.clone(), product.clone(), next_user.clone());
-        let total = args.requests;
+        let total = requests;
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             loop {
@@ -163,7 +157,7 @@ pub async fn run_mode(
             }
         }));
     }
-    let mut latencies = Vec::with_capacity(args.requests as usize);
+    let mut latencies = Vec::with_capacity(requests as usize);
     for t in tasks {
         let part = t
             .await
@@ -175,18 +169,7 @@ pub async fn run_mode(
     if let Some(b) = blocker {
         b.abort();
     }
-    let mut conn = sales.redis().shared();
-    let all = [
-        keys.sale,
-        keys.stock,
-        keys.bought,
-        keys.idem,
-        keys.orders,
-        keys.accepted,
-        keys.released,
-        keys.dead,
-    ];
-    sales.redis().bounded(conn.del::<_, ()>(&all)).await?;
+    super::remove_sale_keys(sales, &product).await?;
 
     latencies.sort_unstable();
     let at = |q: f64| {

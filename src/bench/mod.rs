@@ -1,0 +1,82 @@
+//! Load generators behind the figures in BENCHMARKS.md. Each runs the
+//! compared variants side by side in one run, since the machine is shared.
+//!
+//! - [`redis`]: `flashsale bench-redis`, the order script straight against
+//!   Redis, per connection strategy.
+//! - [`drain`]: `flashsale bench-drain`, the stream workers' drain rate next
+//!   to a raw multi-row INSERT of the same rows.
+
+pub mod drain;
+pub mod redis;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ::redis::AsyncCommands;
+
+pub use self::drain::{BenchDrainArgs, run_drain_bench};
+pub use self::redis::{BenchRedisArgs, run_redis_bench};
+use crate::domain::{MAX_TIME_MS, ProductId};
+use crate::sale::{SaleError, SaleSpec, Sales};
+
+/// A fresh product id for a benchmark sale.
+pub fn bench_product(tag: &str) -> ProductId {
+    let id = format!("bench-{tag}-{}", uuid::Uuid::now_v7().simple());
+    ProductId::parse(&id).unwrap_or_else(|_| unreachable!("generated ids are valid"))
+}
+
+/// Opens a sale in Redis only, always in its window, one unit per user.
+pub async fn open_bench_sale(sales: &Sales, stock: u64) -> Result<ProductId, SaleError> {
+    let product = bench_product("redis");
+    sales.open(&product, &bench_spec(stock)).await?;
+    Ok(product)
+}
+
+pub fn bench_spec(stock: u64) -> SaleSpec {
+    SaleSpec {
+        stock,
+        start_ms: 0,
+        end_ms: MAX_TIME_MS,
+        limit_per_user: 1,
+        price: rust_decimal::Decimal::ONE,
+    }
+}
+
+/// Places `n` one-unit orders from users 1..=n with `concurrency` callers.
+pub async fn fill(
+    sales: &Sales,
+    product: &ProductId,
+    n: u64,
+    concurrency: u64,
+) -> Result<(), SaleError> {
+    let next = Arc::new(AtomicU64::new(1));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (sales, product, next) = (sales.clone(), product.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let user = next.fetch_add(1, Ordering::Relaxed);
+                if user > n {
+                    return Ok::<_, SaleError>(());
+                }
+                sales.place_order(&product, user, 1, None).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| SaleError::Corrupt(format!("bench task: {e}")))??;
+    }
+    Ok(())
+}
+
+/// Deletes every key of a benchmark sale and its registry entry.
+pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), SaleError> {
+    let k = sales.keys(product);
+    let all = [
+        k.sale, k.stock, k.bought, k.idem, k.orders, k.accepted, k.released, k.dead,
+    ];
+    let mut conn = sales.redis().shared();
+    sales.redis().bounded(conn.del::<_, ()>(&all)).await?;
+    sales.forget(product).await
+}
