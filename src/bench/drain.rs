@@ -31,7 +31,7 @@ pub struct BenchDrainArgs {
 
 pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let redis = Redis::new(&args.redis.redis_url, Duration::from_secs(10), 8)?;
-    let sales = Sales::new(redis, args.redis.key_prefix.clone());
+    let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
     db.create_and_migrate(url).await?;

@@ -19,6 +19,12 @@ pub use self::redis::{BenchRedisArgs, run_redis_bench};
 use crate::domain::{MAX_TIME_MS, ProductId};
 use crate::sale::{SaleError, SaleSpec, Sales};
 
+/// The key prefix of benchmark sales: beside, never inside, the deployment's
+/// own (so a running `serve`'s workers never see them).
+pub fn bench_prefix(prefix: &str) -> String {
+    format!("{prefix}-bench")
+}
+
 /// A fresh product id for a benchmark sale.
 pub fn bench_product(tag: &str) -> ProductId {
     let id = format!("bench-{tag}-{}", uuid::Uuid::now_v7().simple());

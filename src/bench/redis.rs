@@ -69,7 +69,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
         Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
         args.concurrency.min(512) as u32,
     )?;
-    let sales = Sales::new(redis, args.redis.key_prefix.clone());
+    let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
     println!(
         "place_order.lua straight against {}: {} orders per mode (blocked: 10 per caller), concurrency {}",
         args.redis.redis_url, args.requests, args.concurrency

@@ -17,13 +17,50 @@
 
 use std::time::Duration;
 
-use bb8_redis::RedisConnectionManager;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 
 use super::SaleError;
 
-/// A bb8 pool of dedicated Redis connections.
-pub type Pool = bb8::Pool<RedisConnectionManager>;
+/// A bb8 pool of dedicated Redis connections, for blocking commands.
+pub type Pool = bb8::Pool<BlockingConnections>;
+
+/// Makes the pool's connections. Not `bb8_redis::RedisConnectionManager`:
+/// its connections carry redis-rs's default 500 ms response timeout, which
+/// fails every `BLOCK` longer than that on an idle stream (and the entries
+/// the server then delivers arrive to nobody). These have no response
+/// timeout of their own; each call is bounded by the caller, block time included.
+#[derive(Debug, Clone)]
+pub struct BlockingConnections {
+    client: redis::Client,
+    connect_timeout: Duration,
+}
+
+impl bb8::ManageConnection for BlockingConnections {
+    type Connection = MultiplexedConnection;
+    type Error = redis::RedisError;
+
+    async fn connect(&self) -> Result<Self::Connection, Self::Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(None);
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    async fn is_valid(&self, conn: &mut Self::Connection) -> Result<(), Self::Error> {
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(self.connect_timeout, ping.query_async::<()>(conn)).await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+        }
+    }
+
+    fn has_broken(&self, _: &mut Self::Connection) -> bool {
+        false
+    }
+}
 
 /// The process's Redis handle: cheap to clone, shared by all tasks.
 #[derive(Clone)]
@@ -43,11 +80,14 @@ impl Redis {
             // Reconnect attempts are cheap and bounded; callers see a timeout meanwhile.
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let shared = ConnectionManager::new_lazy_with_config(client, config)?;
+        let shared = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
         let pool = bb8::Pool::builder()
             .max_size(pool_size)
             .connection_timeout(timeout)
-            .build_unchecked(RedisConnectionManager::new(url)?);
+            .build_unchecked(BlockingConnections {
+                client,
+                connect_timeout: timeout,
+            });
         Ok(Self {
             shared,
             pool,

@@ -368,3 +368,19 @@ async fn listing_a_users_orders_validates_its_input() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["orders"], json!([]));
 }
+
+#[tokio::test]
+async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(5, 1).await;
+    let mut cfg = fast_workers("w");
+    // Longer than redis-rs's default 500 ms response timeout.
+    cfg.block = Duration::from_millis(1200);
+    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let mut w = workers.sale_worker(pid(&sku));
+    let outcome = w.step().await.expect("an idle read is not an error");
+    assert_eq!(outcome.read, 0);
+    // And the connection is still good for the next read.
+    app.place_order(1, &sku, 1).await;
+    assert_eq!(w.step().await.unwrap().acked, 1);
+}
