@@ -75,7 +75,26 @@ impl Db {
         let bound = (self.timeout * 10).max(Duration::from_secs(30));
         let work = async {
             create_database(url).await?;
-            sqlx::migrate!().run(&self.pool).await?;
+            // Several processes may start at once on a fresh database (an API
+            // and its workers). sqlx's own migration lock is `GET_LOCK(.., -1)`,
+            // which MariaDB answers at once without the lock, so two migrators
+            // race and one fails on a duplicate version: take a lock that waits.
+            let mut conn = self.pool.acquire().await?;
+            let locked: Option<i64> =
+                sqlx::query_scalar("SELECT GET_LOCK('flashsale.migrate', 60)")
+                    .fetch_one(&mut *conn)
+                    .await?;
+            if locked != Some(1) {
+                return Err(StoreError::Timeout(Duration::from_secs(60)));
+            }
+            let mut migrator = sqlx::migrate!();
+            migrator.set_locking(false);
+            // run_direct: `run` trips "Acquire is not general enough" in spawned tasks.
+            let migrated = migrator.run_direct(&mut *conn).await;
+            sqlx::query("DO RELEASE_LOCK('flashsale.migrate')")
+                .execute(&mut *conn)
+                .await?;
+            migrated?;
             Ok(())
         };
         tokio::time::timeout(bound, work)

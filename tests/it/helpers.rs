@@ -28,6 +28,8 @@ pub struct TestApp {
     pub db: Db,
     /// A direct connection to the test's database (not through any proxy the app uses).
     pub mysql: sqlx::MySqlPool,
+    /// The settings the service was started with.
+    pub settings: Settings,
     pub redis: redis::aio::MultiplexedConnection,
     pub prefix: String,
     db_name: String,
@@ -104,6 +106,10 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     };
     tweak(&mut settings);
     let app = App::build(&settings).await.expect("app builds");
+    let settings = Settings {
+        listen_addr: app.local_addr().expect("bound"),
+        ..settings
+    };
     let addr = app.local_addr().expect("bound");
     let sales = app.state().sales.clone();
     let db = app.state().db.clone();
@@ -121,6 +127,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         .expect("mysql answers");
     TestApp {
         mysql,
+        settings,
         base: format!("http://{addr}"),
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))

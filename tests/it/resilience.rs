@@ -42,3 +42,27 @@ async fn ready_when_both_dependencies_answer() {
     let resp = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn processes_starting_together_on_a_fresh_database_all_start() {
+    let app = spawn_app().await;
+    let db = crate::helpers::unique("fs_test_");
+    let mut settings = app.settings.clone();
+    settings.database_url = format!("{}/{db}", crate::helpers::MYSQL_SERVER);
+    settings.workers = None;
+    settings.listen_addr = "127.0.0.1:0".parse().unwrap();
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let s = settings.clone();
+            tokio::spawn(async move { flashsale::app::App::build(&s).await.map(|_| ()) })
+        })
+        .collect();
+    for start in starts {
+        let started = start.await.expect("task");
+        assert!(started.is_ok(), "{started:?}");
+    }
+    sqlx::query(&format!("DROP DATABASE `{db}`"))
+        .execute(&app.mysql)
+        .await
+        .unwrap();
+}
