@@ -283,3 +283,14 @@ async fn released_units_return_once_even_when_released_twice() {
         StatusCode::ACCEPTED
     );
 }
+
+#[tokio::test]
+async fn orders_keep_working_after_redis_forgets_the_scripts() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(5, 1).await;
+    let mut r = app.redis.clone();
+    // As after a Redis restart: EVALSHA answers NOSCRIPT, and the script is sent again.
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut r).await.unwrap();
+    assert_eq!(app.place_order(1, &sku, 1).await.status(), StatusCode::ACCEPTED);
+    assert_eq!(app.stock(&sku).await, Some(4));
+}
