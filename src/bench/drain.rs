@@ -7,12 +7,11 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use sqlx::{MySql, QueryBuilder};
 
 use super::{bench_product, fill, remove_sale_keys};
 use crate::config::{DbArgs, RedisArgs};
 use crate::sale::{PendingOrder, Redis, Sales};
-use crate::store::{CONFIRMED, Db, NewProduct, now_ms};
+use crate::store::{Db, NewProduct};
 use crate::worker::{Entry, WorkerConfig, Workers};
 
 #[derive(Debug, Clone, Args)]
@@ -123,22 +122,7 @@ async fn raw_insert(db: &Db, orders: &[PendingOrder], batch: usize) -> anyhow::R
         .await?;
     let started = Instant::now();
     for chunk in orders.chunks(batch) {
-        let mut insert = QueryBuilder::<MySql>::new(
-            "INSERT INTO bench_raw_order \
-             (order_id, user_id, product_id, quantity, price, status, created, updated) ",
-        );
-        let now = now_ms();
-        insert.push_values(chunk, |mut row, o| {
-            row.push_bind(o.order_id.as_str())
-                .push_bind(o.user_id as i64)
-                .push_bind(o.product_id.as_str())
-                .push_bind(o.quantity as i64)
-                .push_bind(o.price)
-                .push_bind(CONFIRMED)
-                .push_bind(o.created_ms)
-                .push_bind(now);
-        });
-        insert.build().execute(db.pool()).await?;
+        db.insert_orders_raw("bench_raw_order", chunk).await?;
     }
     let rate = orders.len() as f64 / started.elapsed().as_secs_f64();
     sqlx::query("DROP TABLE bench_raw_order")

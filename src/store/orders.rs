@@ -40,14 +40,14 @@ const COLUMNS: &str = "order_id, user_id, product_id, quantity, price, status, c
 /// our read and our insert (two workers holding one redelivered entry).
 const RACE_ATTEMPTS: usize = 3;
 
-/// One multi-row `INSERT` (or `INSERT IGNORE`) of confirmed orders; returns the rows inserted.
-async fn insert_orders(
-    tx: &mut sqlx::Transaction<'_, MySql>,
-    orders: &[&PendingOrder],
+/// A multi-row `<verb> INTO <table>` of confirmed orders.
+fn insert_query<'a>(
     verb: &str,
-) -> Result<u64, sqlx::Error> {
+    table: &str,
+    orders: &[&'a PendingOrder],
+) -> QueryBuilder<'a, MySql> {
     let now = now_ms();
-    let mut insert = QueryBuilder::<MySql>::new(format!("{verb} INTO tb_order ({COLUMNS}) "));
+    let mut insert = QueryBuilder::<MySql>::new(format!("{verb} INTO {table} ({COLUMNS}) "));
     insert.push_values(orders, |mut row, o| {
         row.push_bind(o.order_id.as_str())
             .push_bind(o.user_id as i64)
@@ -58,6 +58,16 @@ async fn insert_orders(
             .push_bind(o.created_ms)
             .push_bind(now);
     });
+    insert
+}
+
+/// One multi-row `INSERT` (or `INSERT IGNORE`) into tb_order; returns the rows inserted.
+async fn insert_orders(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    orders: &[&PendingOrder],
+    verb: &str,
+) -> Result<u64, sqlx::Error> {
+    let mut insert = insert_query(verb, "tb_order", orders);
     Ok(insert.build().execute(&mut **tx).await?.rows_affected())
 }
 
@@ -149,6 +159,18 @@ impl Db {
             inserted: fresh.len() as u64,
             units,
         })
+    }
+
+    /// A bare multi-row `INSERT` into `table` (a twin of tb_order), autocommit:
+    /// the floor `bench-drain` compares the workers' drain against.
+    pub async fn insert_orders_raw(
+        &self,
+        table: &str,
+        orders: &[PendingOrder],
+    ) -> Result<u64, StoreError> {
+        let rows: Vec<&PendingOrder> = orders.iter().collect();
+        let mut insert = insert_query("INSERT", table, &rows);
+        Ok(insert.build().execute(self.pool()).await?.rows_affected())
     }
 
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {

@@ -107,16 +107,8 @@ async fn an_accepted_order_reads_back_pending_with_its_fields() {
     assert_eq!(placed["status"], "pending");
     assert_eq!(placed["price"], "4999");
     let id = placed["order_id"].as_str().unwrap();
-    let got: Value = app
-        .client
-        .get(app.url(&format!("/api/orders/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got, placed);
+    let got = app.get_json(&format!("/api/orders/{id}")).await;
+    assert_eq!(got, (StatusCode::OK, placed.clone()));
 
     // The stream entry is plain text an operator can read with XRANGE.
     let mut r = app.redis.clone();
@@ -290,7 +282,14 @@ async fn orders_keep_working_after_redis_forgets_the_scripts() {
     let sku = app.new_sale(5, 1).await;
     let mut r = app.redis.clone();
     // As after a Redis restart: EVALSHA answers NOSCRIPT, and the script is sent again.
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut r).await.unwrap();
-    assert_eq!(app.place_order(1, &sku, 1).await.status(), StatusCode::ACCEPTED);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
     assert_eq!(app.stock(&sku).await, Some(4));
 }

@@ -26,30 +26,12 @@ async fn a_product_reads_back_with_null_stock_until_opened() {
     assert_eq!(created["price"], "4999");
     assert_eq!(created["stock"], Value::Null);
 
-    let url = app.url(&format!("/api/products/{sku}"));
-    let got: Value = app
-        .client
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got, created);
+    let path = format!("/api/products/{sku}");
+    assert_eq!(app.get_json(&path).await, (StatusCode::OK, created));
 
     let opened: Value = app.open_sale(&sku).await.json().await.unwrap();
     assert_eq!(opened["stock"], 25);
-    let got: Value = app
-        .client
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got["stock"], 25);
+    assert_eq!(app.get_json(&path).await.1["stock"], 25);
 }
 
 #[tokio::test]
