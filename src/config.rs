@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// Bearer token for `/api/admin/*`; admin routes answer 401 without it.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// How long a sale's sold-out answer is trusted in memory before Redis is
+    /// asked again (0 disables the marker): the bound on claiming "sold out"
+    /// after stock came back through another instance.
+    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = 1000)]
+    pub sold_out_cache_ms: u64,
     /// Run the stream workers inside this process.
     #[arg(long, env = "WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub workers: bool,
@@ -147,6 +152,7 @@ pub struct Settings {
     pub db_max_connections: u32,
     pub listen_addr: SocketAddr,
     pub admin_token: Option<Arc<str>>,
+    pub sold_out_ttl: Duration,
     /// `None`: this process runs no stream workers.
     pub workers: Option<WorkerConfig>,
 }
@@ -159,6 +165,7 @@ impl From<WorkerCmdArgs> for Settings {
             db: a.db,
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_token: None,
+            sold_out_cache_ms: 0,
             workers: true,
             worker: a.worker,
         }
@@ -178,6 +185,7 @@ impl From<ServeArgs> for Settings {
             db_max_connections: a.db.db_max_connections,
             listen_addr: a.listen_addr,
             admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
+            sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
             workers: a.workers.then(|| a.worker.into()),
         }
     }

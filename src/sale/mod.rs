@@ -9,7 +9,10 @@
 mod conn;
 pub mod keys;
 mod scripts;
+mod soldout;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -19,6 +22,7 @@ use serde::Deserialize;
 pub use conn::{Pool, Redis};
 pub use keys::SaleKeys;
 pub use scripts::{PlaceReply, place_order as place_order_on};
+pub use soldout::SoldOutMarks;
 
 use crate::domain::{OrderId, ProductId};
 
@@ -148,14 +152,33 @@ impl AcceptedRecord {
 pub struct Sales {
     redis: Redis,
     prefix: String,
+    sold_out: Arc<SoldOutMarks>,
+    /// `place_order.lua` calls sent by this process (the marker's savings show here).
+    script_calls: Arc<AtomicU64>,
 }
+
+/// How long a sold-out answer is trusted without asking Redis again.
+pub const DEFAULT_SOLD_OUT_TTL: Duration = Duration::from_secs(1);
 
 impl Sales {
     pub fn new(redis: Redis, prefix: impl Into<String>) -> Self {
         Self {
             redis,
             prefix: prefix.into(),
+            sold_out: Arc::new(SoldOutMarks::new(DEFAULT_SOLD_OUT_TTL)),
+            script_calls: Arc::default(),
         }
+    }
+
+    /// Trust a sold-out answer for `ttl` (zero: always ask Redis).
+    pub fn with_sold_out_ttl(mut self, ttl: Duration) -> Self {
+        self.sold_out = Arc::new(SoldOutMarks::new(ttl));
+        self
+    }
+
+    /// `place_order.lua` calls this process has sent.
+    pub fn script_calls(&self) -> u64 {
+        self.script_calls.load(Ordering::Relaxed)
     }
 
     pub fn redis(&self) -> &Redis {
@@ -220,6 +243,11 @@ impl Sales {
         quantity: u64,
         idempotency_key: Option<&str>,
     ) -> Result<Placed, SaleError> {
+        // A retry under an Idempotency-Key may be for an order accepted before
+        // the sell-out: only Redis knows, so keyed requests skip the marker.
+        if idempotency_key.is_none() && self.sold_out.is_marked(product) {
+            return Err(SaleError::Rejected(Rejection::SoldOut));
+        }
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
         let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));
@@ -233,6 +261,7 @@ impl Sales {
             quantity,
             idem.as_deref(),
         );
+        self.script_calls.fetch_add(1, Ordering::Relaxed);
         match self.redis.bounded(call).await? {
             scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
                 order: PendingOrder {
@@ -249,7 +278,12 @@ impl Sales {
                 order: AcceptedRecord::parse(&record, order_id, product.clone())?,
                 replayed: true,
             }),
-            scripts::PlaceReply::Rejected(r) => Err(SaleError::Rejected(r)),
+            scripts::PlaceReply::Rejected(r) => {
+                if r == Rejection::SoldOut {
+                    self.sold_out.mark(product);
+                }
+                Err(SaleError::Rejected(r))
+            }
         }
     }
 
@@ -283,8 +317,11 @@ impl Sales {
     pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(&order.product_id);
         let mut conn = self.redis.shared();
-        self.redis
+        let released = self
+            .redis
             .bounded(scripts::release_stock(&mut conn, &keys, order))
-            .await
+            .await?;
+        self.sold_out.clear(&order.product_id);
+        Ok(released)
     }
 }

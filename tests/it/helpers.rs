@@ -103,6 +103,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         listen_addr: "127.0.0.1:0".parse().expect("literal address"),
         admin_token: Some(ADMIN_TOKEN.into()),
         workers: Some(fast_workers("w")),
+        sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
     };
     tweak(&mut settings);
     let app = App::build(&settings).await.expect("app builds");

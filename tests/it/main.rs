@@ -5,5 +5,6 @@ mod orders;
 mod products;
 mod proxy;
 mod resilience;
+mod soldout;
 mod validation;
 mod workers;

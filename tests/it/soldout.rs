@@ -1,0 +1,79 @@
+//! The in-process sold-out marker: no Redis call per request after a sell-out,
+//! and no undersell when stock comes back.
+
+use std::time::Duration;
+
+use flashsale::domain::OrderId;
+use flashsale::sale::{Redis, Sales};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{REDIS_URL, TestApp, spawn_app_with, status_code};
+
+async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
+    let sku = app.new_sale(stock, 1).await;
+    let mut ids = Vec::new();
+    for user in 1..=stock {
+        let v: Value = app.place_order(user, &sku, 1).await.json().await.unwrap();
+        ids.push(v["order_id"].as_str().unwrap().to_owned());
+    }
+    let (_, code) = status_code(app.place_order(999, &sku, 1).await).await;
+    assert_eq!(code, "sold_out");
+    (sku, ids)
+}
+
+#[tokio::test]
+async fn after_a_sell_out_orders_are_refused_without_asking_redis() {
+    let app = spawn_app_with(|s| s.sold_out_ttl = Duration::from_secs(60)).await;
+    let (sku, _) = sell_out(&app, 3).await;
+    let calls = app.sales.script_calls();
+    for user in 100..150 {
+        let (status, code) = status_code(app.place_order(user, &sku, 1).await).await;
+        assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "sold_out"));
+    }
+    assert_eq!(
+        app.sales.script_calls(),
+        calls,
+        "no script call after the sell-out"
+    );
+    // A keyed request may be a retry of an order accepted earlier: it asks Redis.
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
+    let first: Value = app.post_order(&body, Some("k")).await.json().await.unwrap();
+    assert_eq!(first["error"], "sold_out");
+    assert_eq!(app.sales.script_calls(), calls + 1);
+}
+
+#[tokio::test]
+async fn stock_released_elsewhere_sells_again_once_the_mark_expires() {
+    let ttl = Duration::from_millis(300);
+    let app = spawn_app_with(|s| s.sold_out_ttl = ttl).await;
+    let (sku, ids) = sell_out(&app, 2).await;
+    // Another instance (its own Sales) returns one order's units.
+    let other = Sales::new(
+        Redis::new(REDIS_URL, Duration::from_secs(2), 2).unwrap(),
+        app.prefix.clone(),
+    );
+    let (id, product) = OrderId::parse(&ids[0]).unwrap();
+    let order = other.find_order(&id, &product).await.unwrap().unwrap();
+    assert_eq!(other.release(&order).await.unwrap(), (true, 1));
+    // This instance may still say sold out, but for at most the mark's ttl.
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    assert_eq!(
+        app.place_order(500, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.stock(&sku).await, Some(0));
+}
+
+#[tokio::test]
+async fn stock_released_by_this_instance_sells_again_at_once() {
+    let app = spawn_app_with(|s| s.sold_out_ttl = Duration::from_secs(60)).await;
+    let (sku, ids) = sell_out(&app, 2).await;
+    let (id, product) = OrderId::parse(&ids[1]).unwrap();
+    let order = app.sales.find_order(&id, &product).await.unwrap().unwrap();
+    assert_eq!(app.sales.release(&order).await.unwrap(), (true, 1));
+    assert_eq!(
+        app.place_order(501, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
