@@ -26,6 +26,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run only the stream workers (Redis Stream -> MySQL).
     Worker(WorkerCmdArgs),
+    /// Rehearse a flash sale over HTTP and check that the books balance.
+    Bench(crate::bench::BenchArgs),
     /// Measure the order script straight against Redis, per connection strategy.
     BenchRedis(crate::bench::BenchRedisArgs),
     /// Measure the workers' drain rate into MySQL beside a raw multi-row INSERT.

@@ -5,6 +5,9 @@ use clap::Parser;
 use flashsale::config::{Cli, Command, Settings};
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -26,6 +29,7 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("running flashsale worker")?;
         }
+        Command::Bench(args) => flashsale::bench::rehearsal::run_cli(args).await?,
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
         Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,
     }

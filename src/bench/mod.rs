@@ -1,13 +1,18 @@
 //! Load generators behind the figures in BENCHMARKS.md. Each runs the
 //! compared variants side by side in one run, since the machine is shared.
 //!
+//! - [`rehearsal`]: `flashsale bench`, a whole sale over HTTP with the books
+//!   checked afterwards ([`plan`] decides the request mix, [`load`] sends it).
 //! - [`redis`]: `flashsale bench-redis`, the order script straight against
 //!   Redis, per connection strategy.
 //! - [`drain`]: `flashsale bench-drain`, the stream workers' drain rate next
 //!   to a raw multi-row INSERT of the same rows.
 
 pub mod drain;
+pub mod load;
+pub mod plan;
 pub mod redis;
+pub mod rehearsal;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +21,7 @@ use ::redis::AsyncCommands;
 
 pub use self::drain::{BenchDrainArgs, run_drain_bench};
 pub use self::redis::{BenchRedisArgs, run_redis_bench};
+pub use self::rehearsal::BenchArgs;
 use crate::domain::{MAX_TIME_MS, ProductId};
 use crate::sale::{SaleError, SaleSpec, Sales};
 

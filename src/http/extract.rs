@@ -39,8 +39,21 @@ where
                 "body must be a JSON object".into(),
             ));
         }
-        let de = &mut serde_json::Deserializer::from_slice(&bytes);
-        let value = serde_path_to_error::deserialize(de).map_err(|e| {
+        // The plain parse is the fast path; only a refused body is parsed
+        // again, tracking the path, to name the field in the message.
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Self(value)),
+            Err(_) => Err(explain::<T>(&bytes)),
+        }
+    }
+}
+
+/// Why `bytes` is not a `T`, naming the field.
+fn explain<T: DeserializeOwned>(bytes: &[u8]) -> ApiError {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(de) {
+        Ok(_) => ApiError::InvalidRequest("body: malformed JSON".into()),
+        Err(e) => {
             let path = e.path().to_string();
             let inner = e.into_inner();
             if path == "." || path == "?" {
@@ -48,8 +61,24 @@ where
             } else {
                 ApiError::InvalidRequest(format!("{path}: {inner}"))
             }
+        }
+    }
+}
+
+/// The `Idempotency-Key` header, validated (read without copying the header map).
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(Self(None));
+        };
+        let text = value.to_str().map_err(|_| {
+            ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into())
         })?;
-        Ok(Self(value))
+        Ok(Self(Some(crate::domain::idempotency_key(text)?.to_owned())))
     }
 }
 

@@ -2,14 +2,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, PathParam, QueryParams};
+use super::extract::{IdempotencyKey, JsonBody, PathParam, QueryParams};
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::PendingOrder;
 use crate::store::OrderRow;
@@ -64,24 +64,18 @@ impl From<OrderRow> for OrderView {
 }
 
 /// `POST /api/orders`: one Redis round trip, answered at once with 202.
-#[tracing::instrument(skip_all, fields(product_id = %body.product_id, user_id = body.user_id))]
+#[tracing::instrument(level = "debug", skip_all, fields(product_id = %body.product_id, user_id = body.user_id))]
 pub async fn place(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    IdempotencyKey(idempotency_key): IdempotencyKey,
     JsonBody(body): JsonBody<PlaceOrder>,
 ) -> Result<Response, ApiError> {
     let product = ProductId::parse(&body.product_id)?;
     let user_id = domain::user_id(body.user_id)?;
     let quantity = domain::quantity(body.quantity)?;
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(domain::idempotency_key(v.to_str().map_err(|_| {
-            ApiError::InvalidRequest("Idempotency-Key must be visible ASCII".into())
-        })?)?),
-    };
     let placed = state
         .sales
-        .place_order(&product, user_id, quantity, idempotency_key)
+        .place_order(&product, user_id, quantity, idempotency_key.as_deref())
         .await?;
     if placed.replayed && placed.order.quantity != quantity {
         return Err(ApiError::IdempotencyKeyReused);

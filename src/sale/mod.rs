@@ -235,7 +235,7 @@ impl Sales {
     }
 
     /// Decides one order atomically; see `lua/place_order.lua`.
-    #[tracing::instrument(skip(self), fields(product_id = %product))]
+    #[tracing::instrument(level = "debug", skip(self), fields(product_id = %product))]
     pub async fn place_order(
         &self,
         product: &ProductId,

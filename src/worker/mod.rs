@@ -128,23 +128,37 @@ impl Workers {
     }
 
     /// Runs a drain task per open sale until `shutdown`; each task finishes
-    /// the batch in hand (commit, ack) before it stops.
+    /// the batch in hand (commit, ack) before it stops. A sale dropped from the
+    /// registry has its drain stopped the same way.
     pub async fn run(self, shutdown: CancellationToken) {
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
-        let mut running: HashMap<ProductId, JoinHandle<()>> = HashMap::new();
+        let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
+        let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
             match self.sales.open_sales().await {
                 Ok(open) => {
-                    for product in open {
-                        let alive = running.get(&product).is_some_and(|h| !h.is_finished());
-                        if !alive {
-                            let task = drain::run_sale(
-                                self.sale_worker(product.clone()),
-                                shutdown.clone(),
-                            );
-                            running.insert(product, tokio::spawn(task));
+                    let open: std::collections::HashSet<ProductId> = open.into_iter().collect();
+                    let gone: Vec<ProductId> = running
+                        .iter()
+                        .filter(|(p, (task, _))| !open.contains(*p) || task.is_finished())
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    for product in gone {
+                        if let Some((task, stop)) = running.remove(&product) {
+                            stop.cancel();
+                            stopping.push(task);
                         }
                     }
+                    for product in open {
+                        if let std::collections::hash_map::Entry::Vacant(slot) =
+                            running.entry(product.clone())
+                        {
+                            let stop = shutdown.child_token();
+                            let task = drain::run_sale(self.sale_worker(product), stop.clone());
+                            slot.insert((tokio::spawn(task), stop));
+                        }
+                    }
+                    stopping.retain(|t| !t.is_finished());
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot read the registry of open sales"),
             }
@@ -153,7 +167,7 @@ impl Workers {
                 _ = tokio::time::sleep(self.cfg.registry_refresh) => {}
             }
         }
-        for (_, task) in running {
+        for task in running.into_values().map(|(t, _)| t).chain(stopping) {
             let _ = task.await;
         }
         tracing::info!("stream workers stopped");

@@ -1,5 +1,6 @@
 //! Integration tests: the real service against the real Redis and MariaDB.
 
+mod bench;
 mod helpers;
 mod orders;
 mod products;

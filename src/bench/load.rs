@@ -1,0 +1,291 @@
+//! The load generator: C concurrent callers, each sending the next planned
+//! request as soon as its previous one is answered (closed loop), or at a
+//! fixed pace (`rate`, open loop). A caller is an HTTP/1.1 keep-alive
+//! connection (hyper's bare client, no pool) or, for the Redis limit, a
+//! direct call of the order script.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+
+use super::plan::Planned;
+use crate::domain::ProductId;
+use crate::http::error::ApiError;
+use crate::sale::{SaleError, Sales};
+
+/// What one request got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Accepted(String),
+    /// The `error` code of a refusal (or `transport` when no answer came).
+    Refused(String),
+}
+
+/// A caller that answers planned requests.
+pub trait Caller: Send + 'static {
+    fn call(&mut self, i: usize, p: &Planned) -> impl Future<Output = Answer> + Send;
+}
+
+/// What a load run measured.
+pub struct LoadRun {
+    pub elapsed: Duration,
+    /// Latency in microseconds.
+    pub latency: Histogram<u64>,
+    pub answers: Vec<Answer>,
+}
+
+impl LoadRun {
+    pub fn per_second(&self) -> f64 {
+        self.answers.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Answers by outcome: `accepted` (a new order), `replayed` (an order
+    /// answered before, under the same Idempotency-Key) or the refusal code.
+    pub fn outcomes(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.answers {
+            let key = match a {
+                Answer::Accepted(id) if seen.insert(id.as_str()) => "accepted",
+                Answer::Accepted(_) => "replayed",
+                Answer::Refused(code) => code.as_str(),
+            };
+            *out.entry(key.to_owned()).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// Runs `plan` through `callers` (one task each), paced at `rate` requests/s
+/// if given, showing progress under `label` if given.
+pub async fn drive<C: Caller>(
+    plan: Arc<Vec<Planned>>,
+    callers: Vec<C>,
+    rate: Option<f64>,
+    label: Option<&str>,
+) -> LoadRun {
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = label
+        .map(|label| tokio::spawn(progress(label.to_owned(), plan.len() as u64, done.clone())));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for mut caller in callers {
+        let (plan, next, done) = (plan.clone(), next.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latency = new_histogram();
+            let mut answers = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(p) = plan.get(i) else { break };
+                if let Some(rate) = rate {
+                    let due = started + Duration::from_secs_f64(i as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let t = Instant::now();
+                let answer = caller.call(i, p).await;
+                let _ = latency.record(t.elapsed().as_micros().max(1) as u64);
+                answers.push((i, answer));
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            (latency, answers)
+        }));
+    }
+    let mut latency = new_histogram();
+    let mut answers = vec![Answer::Refused("not_sent".into()); plan.len()];
+    for t in tasks {
+        if let Ok((h, part)) = t.await {
+            let _ = latency.add(&h);
+            for (i, a) in part {
+                answers[i] = a;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    if let Some(progress) = progress {
+        progress.abort();
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+    }
+    LoadRun {
+        elapsed,
+        latency,
+        answers,
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap_or_else(|_| unreachable!("valid bounds"))
+}
+
+/// A bar on a terminal, a plain line a second otherwise.
+async fn progress(label: String, total: u64, done: Arc<AtomicU64>) {
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let tick = if tty { 200 } else { 1000 };
+    loop {
+        tokio::time::sleep(Duration::from_millis(tick)).await;
+        let n = done.load(Ordering::Relaxed);
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        if tty {
+            let filled = (n * 30 / total.max(1)) as usize;
+            eprint!(
+                "\r{label:<8} [{:<30}] {n}/{total} {rate:.0} req/s",
+                "=".repeat(filled)
+            );
+            let _ = std::io::stderr().flush();
+        } else {
+            eprintln!("{label}: {n}/{total} requests, {rate:.0} req/s");
+        }
+    }
+}
+
+/// One HTTP/1.1 keep-alive connection (hyper's bare client: no pool).
+pub struct Conn {
+    sender: http1::SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("connect: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("http: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("request: {0}")]
+    Request(#[from] hyper::http::Error),
+}
+
+impl Conn {
+    pub async fn open(authority: &str) -> Result<Self, HttpError> {
+        let stream = TcpStream::connect(authority).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(Self {
+            sender,
+            host: authority.to_owned(),
+        })
+    }
+
+    /// Sends one request; returns the status and the body.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<String>,
+    ) -> Result<(StatusCode, Bytes), HttpError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", &self.host);
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        self.sender.ready().await?;
+        let resp = self.sender.send_request(req).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
+
+#[derive(Deserialize)]
+struct Reply {
+    order_id: Option<String>,
+    error: Option<String>,
+}
+
+/// Orders over HTTP, reconnecting after a transport error.
+pub struct HttpCaller {
+    pub authority: String,
+    pub product: String,
+    pub key_prefix: String,
+    pub conn: Option<Conn>,
+}
+
+impl Caller for HttpCaller {
+    async fn call(&mut self, _: usize, p: &Planned) -> Answer {
+        if self.conn.is_none() {
+            self.conn = Conn::open(&self.authority).await.ok();
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Answer::Refused("transport".into());
+        };
+        let body = format!(
+            r#"{{"user_id":{},"product_id":"{}","quantity":1}}"#,
+            p.user, self.product
+        );
+        let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
+        let headers: Vec<(&str, &str)> = key
+            .iter()
+            .map(|k| ("idempotency-key", k.as_str()))
+            .collect();
+        match conn
+            .send(Method::POST, "/api/orders", &headers, Some(body))
+            .await
+        {
+            Ok((status, body)) => {
+                let reply: Option<Reply> = serde_json::from_slice(&body).ok();
+                match (status, reply) {
+                    (
+                        StatusCode::ACCEPTED,
+                        Some(Reply {
+                            order_id: Some(id), ..
+                        }),
+                    ) => Answer::Accepted(id),
+                    (
+                        _,
+                        Some(Reply {
+                            error: Some(code), ..
+                        }),
+                    ) => Answer::Refused(code),
+                    (status, _) => Answer::Refused(format!("http_{}", status.as_u16())),
+                }
+            }
+            Err(_) => {
+                self.conn = None;
+                Answer::Refused("transport".into())
+            }
+        }
+    }
+}
+
+/// Orders straight through the order script (the Redis limit).
+pub struct DirectCaller {
+    pub sales: Sales,
+    pub product: ProductId,
+    pub key_prefix: String,
+}
+
+impl Caller for DirectCaller {
+    async fn call(&mut self, _: usize, p: &Planned) -> Answer {
+        let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
+        match self
+            .sales
+            .place_order(&self.product, p.user, 1, key.as_deref())
+            .await
+        {
+            Ok(placed) => Answer::Accepted(placed.order.order_id.to_string()),
+            Err(e @ SaleError::Rejected(_)) => Answer::Refused(ApiError::from(e).code().into()),
+            Err(_) => Answer::Refused("unavailable".into()),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The request mix of a rehearsal, decided before the first request is sent
+//! (so the expected outcome is known exactly): new buyers, repeat buyers, and
+//! idempotent retries of earlier requests.
+
+/// One planned request: quantity 1 for `user`, with an Idempotency-Key when
+/// it is retried later or is itself a retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub user: u64,
+    /// Index of the request whose key this one carries (itself, for an original).
+    pub key: Option<usize>,
+    /// Set on a retry: the request it repeats.
+    pub retry_of: Option<usize>,
+}
+
+/// The mix's knobs.
+#[derive(Debug, Clone, Copy)]
+pub struct Mix {
+    pub requests: u64,
+    pub users: u64,
+    pub repeat_share: f64,
+    pub retry_share: f64,
+    pub seed: u64,
+}
+
+/// xorshift64*: enough randomness for a request mix, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, n).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+pub fn plan(mix: Mix) -> Vec<Planned> {
+    let mut rng = Rng(mix.seed.max(1));
+    let mut plan: Vec<Planned> = Vec::with_capacity(mix.requests as usize);
+    let mut new_users = 0u64;
+    for i in 0..mix.requests as usize {
+        let roll = rng.unit();
+        let p = if i > 0 && roll < mix.retry_share {
+            let j = rng.below(i);
+            let j = plan[j].retry_of.unwrap_or(j); // retry the original, not a retry
+            plan[j].key = Some(j);
+            Planned {
+                user: plan[j].user,
+                key: Some(j),
+                retry_of: Some(j),
+            }
+        } else if i > 0 && roll < mix.retry_share + mix.repeat_share {
+            Planned {
+                user: plan[rng.below(i)].user,
+                key: None,
+                retry_of: None,
+            }
+        } else {
+            new_users += 1;
+            Planned {
+                user: (new_users - 1) % mix.users.max(1) + 1,
+                key: None,
+                retry_of: None,
+            }
+        };
+        plan.push(p);
+    }
+    plan
+}
+
+/// Units a sale of `stock` must accept for this plan: every buyer gets up to
+/// `limit` of the units they asked for (a retry asks for nothing new), until
+/// the stock runs out.
+pub fn expected_units(plan: &[Planned], stock: u64, limit: u64) -> u64 {
+    let mut asked: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for p in plan.iter().filter(|p| p.retry_of.is_none()) {
+        *asked.entry(p.user).or_default() += 1;
+    }
+    let allowed: u64 = asked.values().map(|&n| n.min(limit)).sum();
+    allowed.min(stock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mix(requests: u64, users: u64) -> Mix {
+        Mix {
+            requests,
+            users,
+            repeat_share: 0.2,
+            retry_share: 0.1,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn retries_repeat_an_original_with_its_key() {
+        let p = plan(mix(5_000, 1_000));
+        let retries: Vec<_> = p.iter().filter(|r| r.retry_of.is_some()).collect();
+        assert!(retries.len() > 300, "about a tenth are retries");
+        for r in retries {
+            let original = &p[r.retry_of.unwrap()];
+            assert_eq!(original.retry_of, None);
+            assert_eq!(original.user, r.user);
+            assert_eq!(original.key, r.key);
+        }
+    }
+
+    #[test]
+    fn expected_units_follow_limit_and_stock() {
+        let p = vec![
+            Planned {
+                user: 1,
+                key: None,
+                retry_of: None,
+            },
+            Planned {
+                user: 1,
+                key: Some(1),
+                retry_of: None,
+            },
+            Planned {
+                user: 1,
+                key: Some(1),
+                retry_of: Some(1),
+            },
+            Planned {
+                user: 2,
+                key: None,
+                retry_of: None,
+            },
+        ];
+        assert_eq!(expected_units(&p, 100, 1), 2);
+        assert_eq!(expected_units(&p, 100, 5), 3);
+        assert_eq!(expected_units(&p, 1, 5), 1);
+    }
+}

@@ -1,0 +1,620 @@
+//! `flashsale bench`: rehearse a flash sale against a running `flashsale
+//! serve` over real HTTP, then prove the books: every accepted unit is in
+//! exactly one persisted order, none over a buyer's limit, stock balances in
+//! Redis and MySQL. Any violated check makes the command exit non-zero.
+//!
+//! Beside it, the same request plan runs straight through the order script
+//! (no HTTP, no sold-out marker) at the same concurrency: the Redis limit,
+//! and the ratio of the two.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hyper::{Method, StatusCode};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{oneshot, watch};
+
+use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
+use super::plan::{Mix, Planned, expected_units, plan};
+use crate::config::{DbArgs, RedisArgs, Settings};
+use crate::domain::ProductId;
+use crate::sale::{Redis, SaleSpec, Sales};
+use crate::store::Db;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Redis of the service under test (read to verify the books).
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// MySQL of the service under test (read to verify the books).
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Base URL of a running `flashsale serve`.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Start a `serve` (with workers) in this process on a free port instead.
+    #[arg(long)]
+    pub local: bool,
+    /// The service's admin token (to create and open the rehearsal sale).
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Units on sale.
+    #[arg(long, default_value_t = 1000)]
+    pub stock: u64,
+    /// Distinct buyers.
+    #[arg(long, default_value_t = 20_000)]
+    pub users: u64,
+    /// Order requests in the burst.
+    #[arg(long, default_value_t = 100_000)]
+    pub requests: u64,
+    /// Requests in flight (one keep-alive connection each).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u64,
+    #[arg(long, default_value_t = 1)]
+    pub limit_per_user: u64,
+    /// Share of requests from a buyer who asked before.
+    #[arg(long, default_value_t = 0.1)]
+    pub repeat_share: f64,
+    /// Share of requests that retry an earlier one under its Idempotency-Key.
+    #[arg(long, default_value_t = 0.05)]
+    pub retry_share: f64,
+    /// Seed of the request mix.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Pace the burst at this many requests/s instead of as fast as answered.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Then run a second, identical sale paced at this fraction of the
+    /// measured throughput, and report its latency (e.g. 0.8).
+    #[arg(long)]
+    pub then_at: Option<f64>,
+    /// Skip the direct-Redis run.
+    #[arg(long)]
+    pub no_direct: bool,
+    /// Give up waiting for the workers after this long.
+    #[arg(long, default_value_t = 120)]
+    pub drain_timeout_secs: u64,
+    /// Keep the rehearsal's product, orders and keys (they are removed after a clean run).
+    #[arg(long)]
+    pub keep: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress display.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Figures of one load run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFigures {
+    pub requests: u64,
+    pub elapsed_ms: u64,
+    pub requests_per_s: f64,
+    pub outcomes: BTreeMap<String, u64>,
+    pub latency_ms: BTreeMap<String, f64>,
+}
+
+impl From<&LoadRun> for RunFigures {
+    fn from(r: &LoadRun) -> Self {
+        let q = |q: f64| r.latency.value_at_quantile(q) as f64 / 1000.0;
+        Self {
+            requests: r.answers.len() as u64,
+            elapsed_ms: r.elapsed.as_millis() as u64,
+            requests_per_s: r.per_second(),
+            outcomes: r.outcomes(),
+            latency_ms: BTreeMap::from([
+                ("p50".to_owned(), q(0.5)),
+                ("p90".to_owned(), q(0.9)),
+                ("p99".to_owned(), q(0.99)),
+                ("p99.9".to_owned(), q(0.999)),
+                ("max".to_owned(), r.latency.max() as f64 / 1000.0),
+            ]),
+        }
+    }
+}
+
+/// One invariant, checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub product_id: String,
+    pub stock: u64,
+    pub users: u64,
+    pub requests: u64,
+    pub concurrency: u64,
+    pub limit_per_user: u64,
+    pub http: RunFigures,
+    pub direct: Option<RunFigures>,
+    /// HTTP requests/s ÷ direct requests/s.
+    pub http_over_direct: Option<f64>,
+    /// The second sale, paced at `then_at` × the HTTP throughput.
+    pub paced: Option<RunFigures>,
+    pub paced_rate: Option<f64>,
+    pub units_accepted: u64,
+    pub expected_units: u64,
+    /// From the end of the burst until the last accepted order was in MySQL.
+    pub persisted_after_burst_ms: Option<u64>,
+    /// Accepted orders ÷ time from the burst's start to the last one persisted.
+    pub drain_orders_per_s: Option<f64>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+}
+
+/// The service under test, and how to reach its stores.
+struct Target {
+    authority: String,
+    token: String,
+    sales: Sales,
+    db: Db,
+    /// Keeps an in-process server alive (`--local`).
+    _server: Option<oneshot::Sender<()>>,
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
+    let target = connect(&args).await?;
+    let mix = Mix {
+        requests: args.requests,
+        users: args.users,
+        repeat_share: args.repeat_share,
+        retry_share: args.retry_share,
+        seed: args.seed,
+    };
+    let plan = Arc::new(plan(mix));
+    let expected = expected_units(&plan, args.stock, args.limit_per_user);
+
+    let direct = if args.no_direct {
+        None
+    } else {
+        Some(direct_run(&args, &target, plan.clone()).await?)
+    };
+
+    let product = new_product("rehearsal");
+    create_sale(&args, &target, &product).await?;
+    let started = Instant::now();
+    let persisted = watch_persisted(target.db.clone(), product.clone());
+    let http = http_run(&args, &target, &product, plan.clone(), args.rate, "http").await?;
+    let burst_end = Instant::now();
+    let accepted: Vec<&str> = http
+        .answers
+        .iter()
+        .filter_map(|a| match a {
+            Answer::Accepted(id) => Some(id.as_str()),
+            Answer::Refused(_) => None,
+        })
+        .collect();
+    let orders: std::collections::HashSet<&str> = accepted.iter().copied().collect();
+    let drained = wait_drained(persisted, orders.len() as i64, args.drain_timeout_secs).await;
+    let persisted_after = drained.map(|t| t.saturating_duration_since(burst_end));
+    let drain_rate = drained.map(|t| orders.len() as f64 / (t - started).as_secs_f64());
+
+    let (paced, paced_rate) = match args.then_at {
+        Some(f) => {
+            let rate = f * http.per_second();
+            let p = new_product("paced");
+            create_sale(&args, &target, &p).await?;
+            let run = http_run(&args, &target, &p, plan.clone(), Some(rate), "paced").await?;
+            let accepted = run.outcomes().get("accepted").copied().unwrap_or(0);
+            let persisted = watch_persisted(target.db.clone(), p.clone());
+            wait_drained(persisted, accepted as i64, args.drain_timeout_secs).await;
+            cleanup(&target, &p).await?;
+            (Some(RunFigures::from(&run)), Some(rate))
+        }
+        None => (None, None),
+    };
+
+    let checks = verify(&args, &target, &product, &plan, &http.answers, expected).await?;
+    let http_figures = RunFigures::from(&http);
+    let report = Report {
+        product_id: product.to_string(),
+        stock: args.stock,
+        users: args.users,
+        requests: args.requests,
+        concurrency: args.concurrency,
+        limit_per_user: args.limit_per_user,
+        http_over_direct: direct
+            .as_ref()
+            .map(|d| http_figures.requests_per_s / d.requests_per_s),
+        http: http_figures,
+        direct,
+        paced,
+        paced_rate,
+        units_accepted: orders.len() as u64,
+        expected_units: expected,
+        persisted_after_burst_ms: persisted_after.map(|d| d.as_millis() as u64),
+        drain_orders_per_s: drain_rate,
+        checks,
+    };
+    if report.ok() && !args.keep {
+        cleanup(&target, &product).await?;
+    }
+    Ok(report)
+}
+
+/// `flashsale bench`: runs, prints, and fails on any violated check.
+pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let report = run(args).await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    anyhow::ensure!(
+        report.ok(),
+        "the books do not balance: see the failed checks"
+    );
+    Ok(())
+}
+
+async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
+    let redis = Redis::new(&args.redis.redis_url, Duration::from_secs(5), 4)?;
+    let sales = Sales::new(redis, args.redis.key_prefix.clone());
+    let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
+    if !args.local {
+        let url = url::Url::parse(&args.url)?;
+        let authority = format!(
+            "{}:{}",
+            url.host_str().unwrap_or("127.0.0.1"),
+            url.port_or_known_default().unwrap_or(80)
+        );
+        let token = args.admin_token.clone().ok_or_else(|| {
+            anyhow::anyhow!("ADMIN_TOKEN (or --admin-token) is needed to create the sale")
+        })?;
+        return Ok(Target {
+            authority,
+            token,
+            sales,
+            db,
+            _server: None,
+        });
+    }
+    let token = uuid::Uuid::now_v7().simple().to_string();
+    let settings = Settings {
+        redis_url: args.redis.redis_url.clone(),
+        key_prefix: args.redis.key_prefix.clone(),
+        redis_timeout: Duration::from_millis(args.redis.redis_timeout_ms),
+        redis_pool_size: args.redis.redis_pool_size,
+        database_url: args.db.database_url.clone(),
+        db_timeout: Duration::from_millis(args.db.db_timeout_ms),
+        db_max_connections: args.db.db_max_connections,
+        listen_addr: "127.0.0.1:0".parse()?,
+        admin_token: Some(token.as_str().into()),
+        sold_out_ttl: crate::sale::DEFAULT_SOLD_OUT_TTL,
+        workers: Some(Default::default()),
+    };
+    let app = crate::app::App::build(&settings).await?;
+    let authority = app.local_addr()?.to_string();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(app.run(async {
+        let _ = rx.await;
+    }));
+    Ok(Target {
+        authority,
+        token,
+        sales,
+        db,
+        _server: Some(tx),
+    })
+}
+
+fn new_product(tag: &str) -> ProductId {
+    let id = format!("{tag}-{}", uuid::Uuid::now_v7().simple());
+    ProductId::parse(&id).unwrap_or_else(|_| unreachable!("generated ids are valid"))
+}
+
+/// Creates and opens the sale through the admin API, window open now.
+async fn create_sale(args: &BenchArgs, t: &Target, product: &ProductId) -> anyhow::Result<()> {
+    let now = crate::store::now_ms();
+    let body = json!({
+        "product_id": product.as_str(), "title": "flashsale bench rehearsal", "price": "1.00",
+        "available_qty": args.stock, "start_time": now - 1000, "end_time": now + 3_600_000,
+        "limit_per_user": args.limit_per_user,
+    });
+    let mut conn = Conn::open(&t.authority).await?;
+    let auth = format!("Bearer {}", t.token);
+    let headers = [("authorization", auth.as_str())];
+    let (status, body) = conn
+        .send(
+            Method::POST,
+            "/api/admin/products",
+            &headers,
+            Some(body.to_string()),
+        )
+        .await?;
+    anyhow::ensure!(
+        status == StatusCode::CREATED,
+        "creating the product: {status} {body:?}"
+    );
+    let path = format!("/api/admin/products/{product}/open");
+    let (status, body) = conn.send(Method::POST, &path, &headers, None).await?;
+    anyhow::ensure!(
+        status == StatusCode::OK,
+        "opening the sale: {status} {body:?}"
+    );
+    Ok(())
+}
+
+async fn http_run(
+    args: &BenchArgs,
+    t: &Target,
+    product: &ProductId,
+    plan: Arc<Vec<Planned>>,
+    rate: Option<f64>,
+    label: &str,
+) -> anyhow::Result<LoadRun> {
+    let mut callers = Vec::new();
+    for _ in 0..args.concurrency.max(1) {
+        callers.push(HttpCaller {
+            authority: t.authority.clone(),
+            product: product.to_string(),
+            key_prefix: format!("{product}-"),
+            conn: Some(Conn::open(&t.authority).await?),
+        });
+    }
+    Ok(drive(plan, callers, rate, (!args.quiet).then_some(label)).await)
+}
+
+/// The same plan through the order script, on a sale of its own under the
+/// benchmark key prefix (so no worker drains it), without the sold-out marker.
+async fn direct_run(
+    args: &BenchArgs,
+    t: &Target,
+    plan: Arc<Vec<Planned>>,
+) -> anyhow::Result<RunFigures> {
+    let sales = Sales::new(
+        t.sales.redis().clone(),
+        super::bench_prefix(&args.redis.key_prefix),
+    )
+    .with_sold_out_ttl(Duration::ZERO);
+    let product = super::bench_product("direct");
+    let spec = SaleSpec {
+        stock: args.stock,
+        start_ms: 0,
+        end_ms: crate::domain::MAX_TIME_MS,
+        limit_per_user: args.limit_per_user,
+        price: rust_decimal::Decimal::ONE,
+    };
+    sales.open(&product, &spec).await?;
+    let callers = (0..args.concurrency.max(1))
+        .map(|_| DirectCaller {
+            sales: sales.clone(),
+            product: product.clone(),
+            key_prefix: "k".into(),
+        })
+        .collect();
+    let run = drive(plan, callers, args.rate, (!args.quiet).then_some("direct")).await;
+    super::remove_sale_keys(&sales, &product).await?;
+    Ok(RunFigures::from(&run))
+}
+
+/// Counts the sale's rows in MySQL every 25 ms, from before the burst (the
+/// workers persist while it runs): the latest count and when it was first seen.
+fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<(i64, Instant)> {
+    let (tx, rx) = watch::channel((0, Instant::now()));
+    tokio::spawn(async move {
+        while !tx.is_closed() {
+            let count =
+                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_order WHERE product_id = ?")
+                    .bind(product.as_str())
+                    .fetch_one(db.pool())
+                    .await;
+            if let Ok(n) = count {
+                tx.send_if_modified(|seen| {
+                    let changed = seen.0 != n;
+                    if changed {
+                        *seen = (n, Instant::now());
+                    }
+                    changed
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    });
+    rx
+}
+
+/// Waits until `orders` rows are persisted; when the last one was first seen.
+async fn wait_drained(
+    mut persisted: watch::Receiver<(i64, Instant)>,
+    orders: i64,
+    timeout_secs: u64,
+) -> Option<Instant> {
+    let reached = persisted.wait_for(|(n, _)| *n >= orders);
+    match tokio::time::timeout(Duration::from_secs(timeout_secs), reached).await {
+        Ok(Ok(seen)) => Some(seen.1),
+        _ => None,
+    }
+}
+
+async fn verify(
+    args: &BenchArgs,
+    t: &Target,
+    product: &ProductId,
+    plan: &[Planned],
+    answers: &[Answer],
+    expected: u64,
+) -> anyhow::Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let mut check = |name, ok, detail: String| checks.push(Check { name, ok, detail });
+
+    let accepted: std::collections::HashSet<&str> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Answer::Accepted(id) => Some(id.as_str()),
+            Answer::Refused(_) => None,
+        })
+        .collect();
+    let sold = accepted.len() as u64; // quantity 1 each
+    check(
+        "units accepted == min(stock, demand within the per-user limit)",
+        sold == expected,
+        format!("{sold} accepted, {expected} expected"),
+    );
+    let failures = answers
+        .iter()
+        .filter(|a| matches!(a, Answer::Refused(c) if c == "transport" || c == "unavailable" || c.starts_with("http_5")))
+        .count();
+    check(
+        "every request answered",
+        failures == 0,
+        format!("{failures} without an answer or with a 5xx"),
+    );
+
+    let (rows, distinct, units): (i64, i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(DISTINCT order_id), CAST(COALESCE(SUM(quantity), 0) AS SIGNED) \
+         FROM tb_order WHERE product_id = ?",
+    )
+    .bind(product.as_str())
+    .fetch_one(t.db.pool())
+    .await?;
+    check(
+        "tb_order rows == accepted orders",
+        rows as u64 == sold && units as u64 == sold,
+        format!("{rows} rows ({units} units) for {sold} accepted orders"),
+    );
+    check(
+        "no duplicate order ids",
+        distinct == rows,
+        format!("{distinct} distinct of {rows}"),
+    );
+    let over: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT user_id FROM tb_order WHERE product_id = ? \
+         GROUP BY user_id HAVING SUM(quantity) > ?) o",
+    )
+    .bind(product.as_str())
+    .bind(args.limit_per_user as i64)
+    .fetch_one(t.db.pool())
+    .await?;
+    check(
+        "no user over the limit",
+        over == 0,
+        format!("{over} users over {}", args.limit_per_user),
+    );
+
+    let stock = t.sales.stock(product).await?.unwrap_or(0);
+    check(
+        "redis stock + units sold == stock",
+        stock + sold == args.stock,
+        format!("{stock} + {sold} vs {}", args.stock),
+    );
+    let available: i64 =
+        sqlx::query_scalar("SELECT available_qty FROM tb_product WHERE product_id = ?")
+            .bind(product.as_str())
+            .fetch_one(t.db.pool())
+            .await?;
+    check(
+        "tb_product.available_qty == stock - sold",
+        available == args.stock as i64 - sold as i64,
+        format!("{available} vs {}", args.stock as i64 - sold as i64),
+    );
+
+    // A retry under a key answers like the request it repeats.
+    let mut by_key: HashMap<usize, Vec<&Answer>> = HashMap::new();
+    for (p, a) in plan.iter().zip(answers) {
+        if let Some(k) = p.key {
+            by_key.entry(k).or_default().push(a);
+        }
+    }
+    let split = by_key
+        .values()
+        .filter(|answers| {
+            let ids: std::collections::HashSet<&str> = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Answer::Accepted(id) => Some(id.as_str()),
+                    Answer::Refused(_) => None,
+                })
+                .collect();
+            ids.len() > 1
+        })
+        .count();
+    check(
+        "idempotent retries got one order per key",
+        split == 0,
+        format!(
+            "{split} keys with more than one order, {} keys",
+            by_key.len()
+        ),
+    );
+    Ok(checks)
+}
+
+/// Removes the rehearsal's rows, product, keys and registry entry.
+async fn cleanup(t: &Target, product: &ProductId) -> anyhow::Result<()> {
+    for sql in [
+        "DELETE FROM tb_order WHERE product_id = ?",
+        "DELETE FROM tb_product WHERE product_id = ?",
+    ] {
+        sqlx::query(sql)
+            .bind(product.as_str())
+            .execute(t.db.pool())
+            .await?;
+    }
+    super::remove_sale_keys(&t.sales, product).await?;
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    let run = |name: &str, f: &RunFigures| {
+        let l = &f.latency_ms;
+        println!(
+            "{name:<8} {:>9.0} req/s  {:>7} requests in {:>6} ms  latency ms p50 {:.2} p90 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
+            f.requests_per_s,
+            f.requests,
+            f.elapsed_ms,
+            l["p50"],
+            l["p90"],
+            l["p99"],
+            l["p99.9"],
+            l["max"]
+        );
+        let outcomes: Vec<String> = f.outcomes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("{:<8} {}", "", outcomes.join(", "));
+    };
+    println!(
+        "sale {}: stock {}, {} users, {} requests, concurrency {}, limit {} per user",
+        r.product_id, r.stock, r.users, r.requests, r.concurrency, r.limit_per_user
+    );
+    run("http", &r.http);
+    if let (Some(d), Some(ratio)) = (&r.direct, r.http_over_direct) {
+        run("direct", d);
+        println!("http / direct throughput: {ratio:.2}");
+    }
+    if let (Some(p), Some(rate)) = (&r.paced, r.paced_rate) {
+        println!("paced at {rate:.0} req/s:");
+        run("paced", p);
+    }
+    match (r.persisted_after_burst_ms, r.drain_orders_per_s) {
+        (Some(ms), Some(rate)) => println!(
+            "{} units accepted; last order persisted {ms} ms after the burst; drain {rate:.0} orders/s",
+            r.units_accepted
+        ),
+        _ => println!(
+            "{} units accepted; NOT all persisted before the timeout",
+            r.units_accepted
+        ),
+    }
+    for c in &r.checks {
+        println!(
+            "[{}] {}: {}",
+            if c.ok { " ok " } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+    }
+}

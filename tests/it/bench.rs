@@ -1,0 +1,52 @@
+//! `flashsale bench` end to end: a small rehearsal against a live service.
+
+use flashsale::bench::BenchArgs;
+use flashsale::config::{DbArgs, RedisArgs};
+
+use crate::helpers::{ADMIN_TOKEN, REDIS_URL, spawn_app};
+
+#[tokio::test]
+async fn a_small_rehearsal_balances_the_books() {
+    let app = spawn_app().await;
+    let args = BenchArgs {
+        redis: RedisArgs {
+            redis_url: REDIS_URL.into(),
+            key_prefix: app.prefix.clone(),
+            redis_timeout_ms: 2000,
+            redis_pool_size: 4,
+        },
+        db: DbArgs {
+            database_url: app.settings.database_url.clone(),
+            db_timeout_ms: 5000,
+            db_max_connections: 4,
+        },
+        url: app.base.clone(),
+        local: false,
+        admin_token: Some(ADMIN_TOKEN.into()),
+        stock: 200,
+        users: 1500,
+        requests: 3000,
+        concurrency: 16,
+        limit_per_user: 2,
+        repeat_share: 0.2,
+        retry_share: 0.05,
+        seed: 1,
+        rate: None,
+        then_at: None,
+        no_direct: false,
+        drain_timeout_secs: 60,
+        keep: true,
+        json: false,
+        quiet: true,
+    };
+    let report = flashsale::bench::rehearsal::run(args)
+        .await
+        .expect("bench runs");
+    assert!(!report.checks.is_empty());
+    for c in &report.checks {
+        assert!(c.ok, "{}: {}", c.name, c.detail);
+    }
+    assert_eq!(report.units_accepted, 200, "demand is far above the stock");
+    assert!(report.direct.is_some());
+    assert!(report.persisted_after_burst_ms.is_some());
+}
