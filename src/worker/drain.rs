@@ -55,7 +55,16 @@ pub struct SaleWorker {
     cursor: Cursor,
     /// A batch read ahead during the previous step, not yet settled.
     ahead: Option<Vec<Entry>>,
+    /// When a read last returned entries (a sale is hot for `HOT_FOR` after).
+    last_entries: Instant,
 }
+
+/// How long a sale counts as selling after its last new entry.
+const HOT_FOR: Duration = Duration::from_secs(10);
+/// How often an idle sale's stream is polled.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+/// How long a read waits for a free pooled connection before it polls instead.
+const POOL_WAIT: Duration = Duration::from_millis(20);
 
 impl SaleWorker {
     pub fn new(
@@ -74,6 +83,7 @@ impl SaleWorker {
             stats,
             cursor: Cursor::Own("0".into()),
             ahead: None,
+            last_entries: Instant::now(),
         }
     }
 
@@ -96,6 +106,7 @@ impl SaleWorker {
         if entries.is_empty() {
             return Ok(Outcome::default());
         }
+        self.last_entries = Instant::now();
         let (settled, ahead) = {
             let from = self.next_from();
             tokio::join!(self.settle(entries, false), self.read(&from, None))
@@ -201,27 +212,49 @@ impl SaleWorker {
             .await?)
     }
 
+    /// Reads a batch. Only a hot sale's wait for new entries blocks in Redis,
+    /// on a pooled connection of its own (see sale::conn); every other read
+    /// is non-blocking on the shared connection, and an idle sale that found
+    /// nothing waits `IDLE_POLL` here instead. So the pool only needs a
+    /// connection per sale that is selling right now, however many sales the
+    /// registry lists, and a full pool slows a drain down, never stops it.
     async fn read(&self, from: &str, block: Option<Duration>) -> Result<Vec<Entry>, WorkerError> {
         let redis = self.sales.redis();
-        let call = async {
-            // A blocking read holds a connection of its own (see sale::conn).
-            let mut conn = redis.pool().get().await.map_err(SaleError::from)?;
+        if let Some(block) = block
+            && self.last_entries.elapsed() < HOT_FOR
+            && let Ok(Ok(mut conn)) = tokio::time::timeout(POOL_WAIT, redis.pool().get()).await
+        {
             let read = stream::read(
                 &mut *conn,
                 &self.keys,
                 &self.cfg.consumer,
                 from,
                 self.cfg.batch_size,
-                block,
+                Some(block),
             );
-            Ok::<_, SaleError>(read.await?)
-        };
-        // The block time comes on top of the usual bound.
-        let bound = redis.timeout() + block.unwrap_or_default();
-        match tokio::time::timeout(bound, call).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(SaleError::Timeout(bound).into()),
+            // The block time comes on top of the usual bound.
+            let bound = redis.timeout() + block;
+            return match tokio::time::timeout(bound, read).await {
+                Ok(r) => Ok(r.map_err(SaleError::from)?),
+                Err(_) => Err(SaleError::Timeout(bound).into()),
+            };
         }
+        let mut conn = redis.shared();
+        let read = stream::read(
+            &mut conn,
+            &self.keys,
+            &self.cfg.consumer,
+            from,
+            self.cfg.batch_size,
+            None,
+        );
+        let entries = redis.bounded(read).await?;
+        if entries.is_empty()
+            && let Some(block) = block
+        {
+            tokio::time::sleep(block.min(IDLE_POLL)).await;
+        }
+        Ok(entries)
     }
 
     /// Persists what parses in one transaction, acks it, and deals with the rest.

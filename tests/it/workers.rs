@@ -384,3 +384,28 @@ async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error() 
     app.place_order(1, &sku, 1).await;
     assert_eq!(w.step().await.unwrap().acked, 1);
 }
+
+#[tokio::test]
+async fn more_open_sales_than_pooled_connections_are_all_drained() {
+    let app = spawn_app_with(|s| {
+        s.redis_pool_size = 1;
+        if let Some(w) = s.workers.as_mut() {
+            w.block = Duration::from_secs(2);
+        }
+    })
+    .await;
+    let mut skus = Vec::new();
+    for _ in 0..6 {
+        let sku = app.new_sale(5, 1).await;
+        for user in 1..=3 {
+            assert_eq!(
+                app.place_order(user, &sku, 1).await.status(),
+                StatusCode::ACCEPTED
+            );
+        }
+        skus.push(sku);
+    }
+    for sku in &skus {
+        app.drained(sku, 3).await;
+    }
+}
