@@ -144,7 +144,8 @@ pub struct Report {
     pub expected_units: u64,
     /// From the end of the burst until the last accepted order was in MySQL.
     pub persisted_after_burst_ms: Option<u64>,
-    /// Accepted orders ÷ time from the burst's start to the last one persisted.
+    /// Accepted orders ÷ time from the first persisted to the last (the
+    /// workers persist while the burst runs).
     pub drain_orders_per_s: Option<f64>,
     pub checks: Vec<Check>,
 }
@@ -199,8 +200,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         .collect();
     let orders: std::collections::HashSet<&str> = accepted.iter().copied().collect();
     let drained = wait_drained(persisted, orders.len() as i64, args.drain_timeout_secs).await;
-    let persisted_after = drained.map(|t| t.saturating_duration_since(burst_end));
-    let drain_rate = drained.map(|t| orders.len() as f64 / (t - started).as_secs_f64());
+    let persisted_after = drained.map(|p| p.last.saturating_duration_since(burst_end));
+    // Rows per second from the first persisted row to the last (25 ms resolution).
+    let drain_rate = drained.map(|p| {
+        let span = p.last - p.first.unwrap_or(started);
+        orders.len() as f64 / span.as_secs_f64().max(0.025)
+    });
 
     let (paced, paced_rate) = match args.then_at {
         Some(f) => {
@@ -402,10 +407,24 @@ async fn direct_run(
     Ok(RunFigures::from(&run))
 }
 
+/// What the MySQL poller saw: the row count, when the first row and when
+/// the latest change were seen.
+#[derive(Debug, Clone, Copy)]
+struct Persisted {
+    rows: i64,
+    first: Option<Instant>,
+    last: Instant,
+}
+
 /// Counts the sale's rows in MySQL every 25 ms, from before the burst (the
-/// workers persist while it runs): the latest count and when it was first seen.
-fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<(i64, Instant)> {
-    let (tx, rx) = watch::channel((0, Instant::now()));
+/// workers persist while it runs).
+fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<Persisted> {
+    let start = Persisted {
+        rows: 0,
+        first: None,
+        last: Instant::now(),
+    };
+    let (tx, rx) = watch::channel(start);
     tokio::spawn(async move {
         while !tx.is_closed() {
             let count =
@@ -415,9 +434,14 @@ fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<(i64, Instant)
                     .await;
             if let Ok(n) = count {
                 tx.send_if_modified(|seen| {
-                    let changed = seen.0 != n;
+                    let changed = seen.rows != n;
                     if changed {
-                        *seen = (n, Instant::now());
+                        let now = Instant::now();
+                        *seen = Persisted {
+                            rows: n,
+                            first: seen.first.or(Some(now)),
+                            last: now,
+                        };
                     }
                     changed
                 });
@@ -428,15 +452,15 @@ fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<(i64, Instant)
     rx
 }
 
-/// Waits until `orders` rows are persisted; when the last one was first seen.
+/// Waits until `orders` rows are persisted.
 async fn wait_drained(
-    mut persisted: watch::Receiver<(i64, Instant)>,
+    mut persisted: watch::Receiver<Persisted>,
     orders: i64,
     timeout_secs: u64,
-) -> Option<Instant> {
-    let reached = persisted.wait_for(|(n, _)| *n >= orders);
+) -> Option<Persisted> {
+    let reached = persisted.wait_for(|p| p.rows >= orders);
     match tokio::time::timeout(Duration::from_secs(timeout_secs), reached).await {
-        Ok(Ok(seen)) => Some(seen.1),
+        Ok(Ok(seen)) => Some(*seen),
         _ => None,
     }
 }
