@@ -32,7 +32,7 @@ pub struct App {
 /// Connects (lazily) to Redis and MySQL and creates and migrates the database.
 async fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
     let redis = Redis::new(
-        &settings.redis_url,
+        &settings.redis,
         settings.redis_timeout,
         settings.redis_pool_size,
     )?;

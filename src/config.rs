@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::sale::RedisTarget;
 use crate::worker::WorkerConfig;
 
 #[derive(Debug, Parser)]
@@ -39,6 +40,10 @@ pub enum Command {
 pub struct RedisArgs {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// A Redis Cluster instead: some of its nodes, comma-separated
+    /// (`127.0.0.1:7000,127.0.0.1:7001`); REDIS_URL is then ignored.
+    #[arg(long, env = "REDIS_CLUSTER_NODES")]
+    pub redis_cluster_nodes: Option<String>,
     /// Prefix of every key (`<prefix>:{<product_id>}:<name>`); lets deployments share a Redis.
     #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "fs", value_parser = parse_prefix)]
     pub key_prefix: String,
@@ -48,6 +53,12 @@ pub struct RedisArgs {
     /// Dedicated connections for blocking commands.
     #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 16)]
     pub redis_pool_size: u32,
+}
+
+impl RedisArgs {
+    pub fn target(&self) -> RedisTarget {
+        RedisTarget::new(&self.redis_url, self.redis_cluster_nodes.as_deref())
+    }
 }
 
 /// Where MySQL is and how to use it.
@@ -145,7 +156,7 @@ impl From<WorkerArgs> for WorkerConfig {
 /// Everything `serve` needs, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub redis_url: String,
+    pub redis: RedisTarget,
     pub key_prefix: String,
     pub redis_timeout: Duration,
     pub redis_pool_size: u32,
@@ -178,7 +189,7 @@ impl From<WorkerCmdArgs> for Settings {
 impl From<ServeArgs> for Settings {
     fn from(a: ServeArgs) -> Self {
         Self {
-            redis_url: a.redis.redis_url,
+            redis: a.redis.target(),
             key_prefix: a.redis.key_prefix,
             redis_timeout: Duration::from_millis(a.redis.redis_timeout_ms),
             redis_pool_size: a.redis.redis_pool_size,

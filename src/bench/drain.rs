@@ -29,7 +29,7 @@ pub struct BenchDrainArgs {
 }
 
 pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
-    let redis = Redis::new(&args.redis.redis_url, Duration::from_secs(10), 8)?;
+    let redis = Redis::new(&args.redis.target(), Duration::from_secs(10), 8)?;
     let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
@@ -104,7 +104,7 @@ async fn stream_orders(
     product: &crate::domain::ProductId,
 ) -> anyhow::Result<Vec<PendingOrder>> {
     let keys = sales.keys(product);
-    let mut conn = sales.redis().shared();
+    let mut conn = sales.redis().shared().await?;
     let reply: ::redis::Value = ::redis::AsyncCommands::xrange_all(&mut conn, &keys.orders).await?;
     Entry::decode_list(reply)?
         .into_iter()

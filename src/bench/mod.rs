@@ -88,7 +88,7 @@ pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), 
     let all = [
         k.sale, k.stock, k.bought, k.idem, k.orders, k.accepted, k.released, k.dead,
     ];
-    let mut conn = sales.redis().shared();
+    let mut conn = sales.redis().shared().await?;
     sales.redis().bounded(conn.del::<_, ()>(&all)).await?;
     sales.forget(product).await
 }

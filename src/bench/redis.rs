@@ -65,7 +65,7 @@ impl ModeReport {
 
 pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
     let redis = Redis::new(
-        &args.redis.redis_url,
+        &args.redis.target(),
         Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
         args.concurrency.min(512) as u32,
     )?;
@@ -116,8 +116,9 @@ pub async fn run_mode(
     let product = super::open_bench_sale(sales, requests).await?;
     let keys = sales.keys(&product);
     let stop = Arc::new(tokio::sync::Notify::new());
+    let shared = sales.redis().shared().await?;
     let blocker = (mode == ConnMode::Blocked).then(|| {
-        let mut conn = sales.redis().shared();
+        let mut conn = shared;
         let stop = stop.clone();
         let streams = [format!("{}:idle", keys.orders)];
         let block_ms = args.block_ms as usize;

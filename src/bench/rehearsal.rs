@@ -267,7 +267,7 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
-    let redis = Redis::new(&args.redis.redis_url, Duration::from_secs(5), 4)?;
+    let redis = Redis::new(&args.redis.target(), Duration::from_secs(5), 4)?;
     let sales = Sales::new(redis, args.redis.key_prefix.clone());
     let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
     if !args.local {
@@ -290,7 +290,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     }
     let token = uuid::Uuid::now_v7().simple().to_string();
     let settings = Settings {
-        redis_url: args.redis.redis_url.clone(),
+        redis: args.redis.target(),
         key_prefix: args.redis.key_prefix.clone(),
         redis_timeout: Duration::from_millis(args.redis.redis_timeout_ms),
         redis_pool_size: args.redis.redis_pool_size,

@@ -1,11 +1,13 @@
-//! How this process talks to Redis.
+//! How this process talks to Redis, a single server or a Redis Cluster.
 //!
 //! - Request-path commands (the order script, lookups) share ONE multiplexed
-//!   connection (`ConnectionManager`, which reconnects by itself). Every
-//!   request's EVALSHA is pipelined on it; Redis runs commands one at a time
-//!   anyway, so more connections would add syscalls, not throughput.
-//!   `flashsale bench-redis` measures this against a bb8 pool of connections
-//!   checked out per request (see BENCHMARKS.md).
+//!   connection: a `ConnectionManager` (which reconnects by itself) on a
+//!   single server, a `ClusterConnection` (one multiplexed connection per
+//!   master, following MOVED/ASK and failovers) on a cluster. Every request's
+//!   EVALSHA is pipelined on it; Redis runs commands one at a time anyway, so
+//!   more connections would add syscalls, not throughput. `flashsale
+//!   bench-redis` measures this against a pool of connections checked out per
+//!   request (see BENCHMARKS.md).
 //! - Anything that blocks server-side (`XREADGROUP ... BLOCK` in the stream
 //!   workers) takes a dedicated connection from the bb8 pool: on the shared
 //!   connection it would stall every order pipelined behind it for the whole
@@ -15,14 +17,100 @@
 //! the caller an error in bounded time, never a hang. Connections are made
 //! lazily: the service starts while Redis is down and answers 503 until it is up.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+use tokio::sync::OnceCell;
 
 use super::SaleError;
 
-/// A bb8 pool of dedicated Redis connections, for blocking commands.
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (`redis://host:port`).
+    Single(String),
+    /// A Redis Cluster, by some of its nodes (`redis://host:port` each).
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// `REDIS_CLUSTER_NODES` (comma-separated `host:port` or URLs) wins over
+    /// `REDIS_URL` when set.
+    pub fn new(url: &str, cluster_nodes: Option<&str>) -> Self {
+        let nodes: Vec<String> = cluster_nodes
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                if n.contains("://") {
+                    n.to_owned()
+                } else {
+                    format!("redis://{n}")
+                }
+            })
+            .collect();
+        if nodes.is_empty() {
+            Self::Single(url.to_owned())
+        } else {
+            Self::Cluster(nodes)
+        }
+    }
+}
+
+/// A connection of either kind; all of this crate's Redis code runs on it.
+#[derive(Clone)]
+pub enum Conn {
+    Managed(ConnectionManager),
+    Direct(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Managed(c) => c.req_packed_command(cmd),
+            Self::Direct(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Managed(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Direct(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Managed(c) => c.get_db(),
+            Self::Direct(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The clients behind the connections.
+#[derive(Clone)]
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// A bb8 pool of dedicated connections, for blocking commands.
 pub type Pool = bb8::Pool<BlockingConnections>;
 
 /// Makes the pool's connections. Not `bb8_redis::RedisConnectionManager`:
@@ -30,23 +118,29 @@ pub type Pool = bb8::Pool<BlockingConnections>;
 /// fails every `BLOCK` longer than that on an idle stream (and the entries
 /// the server then delivers arrive to nobody). These have no response
 /// timeout of their own; each call is bounded by the caller, block time included.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BlockingConnections {
-    client: redis::Client,
+    client: Client,
     connect_timeout: Duration,
 }
 
 impl bb8::ManageConnection for BlockingConnections {
-    type Connection = MultiplexedConnection;
+    type Connection = Conn;
     type Error = redis::RedisError;
 
     async fn connect(&self) -> Result<Self::Connection, Self::Error> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None);
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
+        match &self.client {
+            Client::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(None);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Conn::Direct(conn))
+            }
+            Client::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+        }
     }
 
     async fn is_valid(&self, conn: &mut Self::Connection) -> Result<(), Self::Error> {
@@ -65,22 +159,46 @@ impl bb8::ManageConnection for BlockingConnections {
 /// The process's Redis handle: cheap to clone, shared by all tasks.
 #[derive(Clone)]
 pub struct Redis {
-    shared: ConnectionManager,
+    /// Single server: the ConnectionManager, made at once (it connects lazily).
+    managed: Option<ConnectionManager>,
+    /// Cluster: the ClusterConnection, made on first use.
+    cluster: Option<(ClusterClient, Arc<OnceCell<ClusterConnection>>)>,
     pool: Pool,
     timeout: Duration,
 }
 
 impl Redis {
     /// Builds the handle without connecting (connections are made on first use).
-    pub fn new(url: &str, timeout: Duration, pool_size: u32) -> Result<Self, SaleError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            // Reconnect attempts are cheap and bounded; callers see a timeout meanwhile.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let shared = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+    pub fn new(target: &RedisTarget, timeout: Duration, pool_size: u32) -> Result<Self, SaleError> {
+        let (managed, cluster, client) = match target {
+            RedisTarget::Single(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    // Reconnect attempts are cheap and bounded; callers see a timeout meanwhile.
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let managed = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                (Some(managed), None, Client::Single(client))
+            }
+            RedisTarget::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    // MOVED/ASK and failovers are retried inside the client, a
+                    // few times with short waits; our own bound caps the total.
+                    .retries(4)
+                    .min_retry_wait(20)
+                    .max_retry_wait(300)
+                    .build()?;
+                (
+                    None,
+                    Some((client.clone(), Arc::new(OnceCell::new()))),
+                    Client::Cluster(Box::new(client)),
+                )
+            }
+        };
         let pool = bb8::Pool::builder()
             .max_size(pool_size)
             .connection_timeout(timeout)
@@ -89,15 +207,31 @@ impl Redis {
                 connect_timeout: timeout,
             });
         Ok(Self {
-            shared,
+            managed,
+            cluster,
             pool,
             timeout,
         })
     }
 
     /// The shared multiplexed connection, for non-blocking commands.
-    pub fn shared(&self) -> ConnectionManager {
-        self.shared.clone()
+    pub async fn shared(&self) -> Result<Conn, SaleError> {
+        if let Some(managed) = &self.managed {
+            return Ok(Conn::Managed(managed.clone()));
+        }
+        let Some((client, cell)) = &self.cluster else {
+            unreachable!("a Redis handle is either single or cluster");
+        };
+        let connect = cell.get_or_try_init(|| client.get_async_connection());
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(conn) => Ok(Conn::Cluster(conn?.clone())),
+            Err(_) => Err(SaleError::Timeout(self.timeout)),
+        }
+    }
+
+    /// True on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// The pool of dedicated connections, for blocking commands.
@@ -120,10 +254,11 @@ impl Redis {
         }
     }
 
-    /// `PING` on the shared connection: is Redis answering?
+    /// `PING`: is Redis answering? (On a cluster: every master.)
     pub async fn ping(&self) -> Result<(), SaleError> {
-        let mut conn = self.shared();
-        self.bounded(redis::cmd("PING").query_async::<()>(&mut conn))
+        let mut conn = self.shared().await?;
+        self.bounded(redis::cmd("PING").query_async::<Value>(&mut conn))
             .await
+            .map(|_| ())
     }
 }

@@ -19,7 +19,7 @@ use redis::AsyncCommands;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-pub use conn::{Pool, Redis};
+pub use conn::{Conn, Pool, Redis, RedisTarget};
 pub use keys::SaleKeys;
 pub use scripts::{PlaceReply, place_order as place_order_on};
 pub use soldout::SoldOutMarks;
@@ -197,7 +197,7 @@ impl Sales {
         spec: &SaleSpec,
     ) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(product);
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let opened = self
             .redis
             .bounded(scripts::open_sale(&mut conn, &keys, spec))
@@ -214,7 +214,7 @@ impl Sales {
 
     /// Drops a sale from the registry (its keys stay).
     pub async fn forget(&self, product: &ProductId) -> Result<(), SaleError> {
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let registry = keys::registry(&self.prefix);
         self.redis
             .bounded(conn.srem::<_, _, ()>(&registry, product.as_str()))
@@ -223,7 +223,7 @@ impl Sales {
 
     /// The sales listed in the registry.
     pub async fn open_sales(&self) -> Result<Vec<ProductId>, SaleError> {
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let ids: Vec<String> = self
             .redis
             .bounded(conn.smembers(keys::registry(&self.prefix)))
@@ -251,7 +251,7 @@ impl Sales {
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
         let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let call = scripts::place_order(
             &mut conn,
             &keys,
@@ -290,7 +290,7 @@ impl Sales {
     /// Units left, or `None` when the sale is not open in Redis.
     pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
         let keys = self.keys(product);
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let stock: Option<i64> = self.redis.bounded(conn.get(&keys.stock)).await?;
         Ok(stock.map(|s| s.max(0) as u64))
     }
@@ -302,7 +302,7 @@ impl Sales {
         product: &ProductId,
     ) -> Result<Option<PendingOrder>, SaleError> {
         let keys = self.keys(product);
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let record: Option<String> = self
             .redis
             .bounded(conn.hget(&keys.accepted, order_id.as_str()))
@@ -316,7 +316,7 @@ impl Sales {
     /// `(released_now, stock_left)`. See `lua/release_stock.lua`.
     pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(&order.product_id);
-        let mut conn = self.redis.shared();
+        let mut conn = self.redis.shared().await?;
         let released = self
             .redis
             .bounded(scripts::release_stock(&mut conn, &keys, order))

@@ -170,7 +170,7 @@ impl SaleWorker {
         let mut total = Outcome::default();
         let mut start = "0-0".to_owned();
         loop {
-            let mut conn = self.sales.redis().shared();
+            let mut conn = self.sales.redis().shared().await?;
             let claimed = self
                 .sales
                 .redis()
@@ -204,7 +204,7 @@ impl SaleWorker {
 
     /// Trims acked entries older than the retention.
     pub async fn trim(&self) -> Result<u64, WorkerError> {
-        let mut conn = self.sales.redis().shared();
+        let mut conn = self.sales.redis().shared().await?;
         Ok(self
             .sales
             .redis()
@@ -239,7 +239,7 @@ impl SaleWorker {
                 Err(_) => Err(SaleError::Timeout(bound).into()),
             };
         }
-        let mut conn = redis.shared();
+        let mut conn = redis.shared().await?;
         let read = stream::read(
             &mut conn,
             &self.keys,
@@ -300,7 +300,7 @@ impl SaleWorker {
             }
         };
         let ids: Vec<&str> = good.iter().map(|(e, _)| e.id.as_str()).collect();
-        let mut conn = self.sales.redis().shared();
+        let mut conn = self.sales.redis().shared().await?;
         let redis = self.sales.redis();
         redis
             .bounded(stream::ack(&mut conn, &self.keys, &ids))
@@ -331,7 +331,7 @@ impl SaleWorker {
         check_deliveries: bool,
     ) -> Result<(usize, usize), WorkerError> {
         let redis = self.sales.redis();
-        let mut conn = redis.shared();
+        let mut conn = redis.shared().await?;
         let counts = if check_deliveries {
             let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
             let call = stream::deliveries(

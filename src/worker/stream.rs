@@ -8,7 +8,9 @@ use redis::streams::{
     StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply, StreamReadOptions,
     StreamTrimOptions, StreamTrimmingMode,
 };
-use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
+use std::sync::LazyLock;
+
+use redis::{AsyncCommands, RedisResult, Script, aio::ConnectionLike};
 
 use super::entry::Entry;
 use crate::sale::SaleKeys;
@@ -101,8 +103,11 @@ pub async fn deliveries(
         .collect())
 }
 
-/// Moves an entry to the sale's dead-letter stream and acks it, atomically
-/// (MULTI/EXEC): the copy is written before the original is released.
+static DEAD_LETTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/dead_letter.lua")));
+
+/// Moves an entry to the sale's dead-letter stream and acks it, in one
+/// script: the copy is written before the original is released.
 pub async fn dead_letter(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
@@ -110,18 +115,18 @@ pub async fn dead_letter(
     reason: &str,
     deliveries: u64,
 ) -> RedisResult<()> {
-    let mut fields = entry.fields.clone();
-    fields.push(("dead_reason".into(), reason.into()));
-    fields.push(("dead_source_id".into(), entry.id.clone()));
-    fields.push(("dead_deliveries".into(), deliveries.to_string()));
-    redis::pipe()
-        .atomic()
-        .xadd(&keys.dead, "*", &fields)
-        .ignore()
-        .xack(&keys.orders, GROUP, &[&entry.id])
-        .ignore()
-        .query_async(conn)
-        .await
+    let mut call = DEAD_LETTER.key(&keys.orders);
+    call.key(&keys.dead).arg(GROUP).arg(&entry.id);
+    for (field, value) in &entry.fields {
+        call.arg(field).arg(value);
+    }
+    call.arg("dead_reason")
+        .arg(reason)
+        .arg("dead_source_id")
+        .arg(&entry.id)
+        .arg("dead_deliveries")
+        .arg(deliveries);
+    call.invoke_async::<String>(conn).await.map(|_| ())
 }
 
 /// A stream id as a comparable pair.

@@ -11,6 +11,7 @@ async fn a_small_rehearsal_balances_the_books() {
     let args = BenchArgs {
         redis: RedisArgs {
             redis_url: REDIS_URL.into(),
+            redis_cluster_nodes: None,
             key_prefix: app.prefix.clone(),
             redis_timeout_ms: 2000,
             redis_pool_size: 4,

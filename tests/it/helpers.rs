@@ -2,13 +2,17 @@
 //! MariaDB, isolated per test: its own database (`fs_test_<uuid>`, migrated by
 //! the service's own startup code) and its own Redis key prefix. Both are
 //! removed when the `TestApp` is dropped. Logs are silent unless `TEST_LOG` is set.
+//!
+//! `spawn_app_on(Backend::Cluster, ..)` runs the same service against a
+//! 3-master Redis Cluster on ports 7000-7005 (`scripts/redis-cluster.sh`,
+//! started here on first use when `.ci/run` has not started it).
 
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use flashsale::app::App;
 use flashsale::config::Settings;
-use flashsale::sale::Sales;
+use flashsale::sale::{Conn, RedisTarget, Sales};
 use flashsale::store::Db;
 use flashsale::worker::WorkerConfig;
 use redis::AsyncCommands;
@@ -30,8 +34,10 @@ pub struct TestApp {
     pub mysql: sqlx::MySqlPool,
     /// The settings the service was started with.
     pub settings: Settings,
-    pub redis: redis::aio::MultiplexedConnection,
+    /// A direct Redis connection (cluster-aware on the cluster backend).
+    pub redis: Conn,
     pub prefix: String,
+    pub backend: Backend,
     db_name: String,
     _shutdown: oneshot::Sender<()>,
 }
@@ -83,17 +89,76 @@ where
     }
 }
 
+/// Which Redis a test's service runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Single,
+    Cluster,
+}
+
+/// The test cluster's masters, starting the cluster on first use.
+pub fn cluster_nodes() -> &'static str {
+    static NODES: OnceLock<String> = OnceLock::new();
+    NODES.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/redis-cluster.sh");
+        let started = std::process::Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .status()
+            .expect("run scripts/redis-cluster.sh");
+        assert!(started.success(), "the test Redis Cluster did not start");
+        "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002".to_owned()
+    })
+}
+
+/// All six ports of the test cluster (for cleanup).
+const CLUSTER_PORTS: [u16; 6] = [7000, 7001, 7002, 7003, 7004, 7005];
+
+impl Backend {
+    pub fn target(self) -> RedisTarget {
+        match self {
+            Self::Single => RedisTarget::Single(REDIS_URL.into()),
+            Self::Cluster => RedisTarget::new(REDIS_URL, Some(cluster_nodes())),
+        }
+    }
+
+    /// A direct connection for the test's own checks.
+    pub async fn connect(self) -> Conn {
+        match self.target() {
+            RedisTarget::Single(url) => Conn::Direct(
+                redis::Client::open(url)
+                    .expect("redis url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("redis answers"),
+            ),
+            RedisTarget::Cluster(nodes) => Conn::Cluster(
+                redis::cluster::ClusterClient::new(nodes)
+                    .expect("cluster nodes")
+                    .get_async_connection()
+                    .await
+                    .expect("cluster answers"),
+            ),
+        }
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
 }
 
 /// Spawns the service after `tweak` adjusted its settings.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_on(Backend::Single, tweak).await
+}
+
+/// Spawns the service on `backend` after `tweak` adjusted its settings.
+pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
     init_logs();
     let prefix = unique("t");
     let db_name = unique("fs_test_");
     let mut settings = Settings {
-        redis_url: REDIS_URL.into(),
+        redis: backend.target(),
         key_prefix: prefix.clone(),
         redis_timeout: Duration::from_millis(2000),
         redis_pool_size: 4,
@@ -118,11 +183,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     tokio::spawn(app.run(async {
         let _ = rx.await;
     }));
-    let redis = redis::Client::open(REDIS_URL)
-        .expect("redis url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis answers");
+    let redis = backend.connect().await;
     let mysql = sqlx::MySqlPool::connect(&format!("{MYSQL_SERVER}/{db_name}"))
         .await
         .expect("mysql answers");
@@ -138,6 +199,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         db,
         redis,
         prefix,
+        backend,
         db_name,
         _shutdown: tx,
     }
@@ -157,17 +219,28 @@ impl Drop for TestApp {
             return;
         }
         let (db, prefix) = (self.db_name.clone(), self.prefix.clone());
+        let servers: Vec<String> = match self.backend {
+            Backend::Single => vec![REDIS_URL.into()],
+            Backend::Cluster => CLUSTER_PORTS
+                .iter()
+                .map(|p| format!("redis://127.0.0.1:{p}"))
+                .collect(),
+        };
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            if let Ok(client) = redis::Client::open(REDIS_URL)
-                && let Ok(mut conn) = client.get_connection()
-            {
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{prefix}:*"))
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                if !keys.is_empty() {
-                    let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+            // Key by key: on a cluster each key is deleted on its own master
+            // (replicas refuse, harmlessly).
+            for server in servers {
+                if let Ok(client) = redis::Client::open(server)
+                    && let Ok(mut conn) = client.get_connection()
+                {
+                    let keys: Vec<String> = redis::cmd("KEYS")
+                        .arg(format!("{prefix}:*"))
+                        .query(&mut conn)
+                        .unwrap_or_default();
+                    for key in keys {
+                        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
+                    }
                 }
             }
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,27 @@
 //! Integration tests: the real service against the real Redis and MariaDB.
 
+/// Runs each named `async fn(Backend)` as two tests, `single::<name>` (one
+/// Redis server) and `cluster::<name>` (the 3-master test cluster).
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod single {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(crate::helpers::Backend::Single).await
+            })*
+        }
+        mod cluster {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(crate::helpers::Backend::Cluster).await
+            })*
+        }
+    };
+}
+pub(crate) use on_both_backends;
+
 mod bench;
+mod cluster;
 mod helpers;
 mod orders;
 mod products;

@@ -4,11 +4,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::helpers::{now_ms, product_body, spawn_app, status_code, unique};
+use crate::helpers::{Backend, now_ms, product_body, spawn_app_on, status_code, unique};
 
-#[tokio::test]
-async fn two_thousand_buyers_for_one_hundred_units_never_oversell() {
-    let app = spawn_app().await;
+async fn two_thousand_buyers_for_one_hundred_units_never_oversell(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(100, 1).await;
     let mut set = JoinSet::new();
     for user in 1..=2000u64 {
@@ -37,9 +36,8 @@ async fn two_thousand_buyers_for_one_hundred_units_never_oversell() {
     assert_eq!(app.stream_len(&sku).await, 100);
 }
 
-#[tokio::test]
-async fn one_user_firing_fifty_orders_gets_exactly_the_limit() {
-    let app = spawn_app().await;
+async fn one_user_firing_fifty_orders_gets_exactly_the_limit(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(100, 2).await;
     let mut set = JoinSet::new();
     for _ in 0..50 {
@@ -68,9 +66,8 @@ async fn one_user_firing_fifty_orders_gets_exactly_the_limit() {
     assert_eq!(app.stream_len(&sku).await, 2);
 }
 
-#[tokio::test]
-async fn a_quantity_over_the_allowance_or_the_stock_is_refused_whole() {
-    let app = spawn_app().await;
+async fn a_quantity_over_the_allowance_or_the_stock_is_refused_whole(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(5, 4).await;
     assert_eq!(
         status_code(app.place_order(1, &sku, 5).await).await.1,
@@ -97,9 +94,8 @@ async fn a_quantity_over_the_allowance_or_the_stock_is_refused_whole() {
     assert_eq!(app.stream_len(&sku).await, 2);
 }
 
-#[tokio::test]
-async fn an_accepted_order_reads_back_pending_with_its_fields() {
-    let app = spawn_app().await;
+async fn an_accepted_order_reads_back_pending_with_its_fields(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(10, 3).await;
     let resp = app.place_order(42, &sku, 2).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -145,9 +141,8 @@ async fn an_accepted_order_reads_back_pending_with_its_fields() {
     }
 }
 
-#[tokio::test]
-async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once() {
-    let app = spawn_app().await;
+async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(10, 5).await;
     let body = json!({"user_id": 9, "product_id": sku, "quantity": 2});
     let first = app.post_order(&body, Some("key-1")).await;
@@ -180,9 +175,8 @@ async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once() {
     assert_eq!(app.stream_len(&sku).await, 2);
 }
 
-#[tokio::test]
-async fn concurrent_repeats_of_one_idempotency_key_deduct_once() {
-    let app = spawn_app().await;
+async fn concurrent_repeats_of_one_idempotency_key_deduct_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(100, 10).await;
     let mut set = JoinSet::new();
     for _ in 0..40 {
@@ -210,9 +204,8 @@ async fn concurrent_repeats_of_one_idempotency_key_deduct_once() {
     assert_eq!(app.stream_len(&sku).await, 1);
 }
 
-#[tokio::test]
-async fn orders_outside_the_window_are_refused_and_take_nothing() {
-    let app = spawn_app().await;
+async fn orders_outside_the_window_are_refused_and_take_nothing(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let now = now_ms();
     let mut early = product_body(&unique("early-"), 10, 1);
     early["start_time"] = json!(now + 3_600_000);
@@ -232,9 +225,8 @@ async fn orders_outside_the_window_are_refused_and_take_nothing() {
     }
 }
 
-#[tokio::test]
-async fn orders_for_unknown_or_unopened_products_are_not_found() {
-    let app = spawn_app().await;
+async fn orders_for_unknown_or_unopened_products_are_not_found(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let unopened = unique("sku-");
     assert_eq!(
         app.create_product(&product_body(&unopened, 10, 1))
@@ -252,9 +244,8 @@ async fn orders_for_unknown_or_unopened_products_are_not_found() {
     }
 }
 
-#[tokio::test]
-async fn released_units_return_once_even_when_released_twice() {
-    let app = spawn_app().await;
+async fn released_units_return_once_even_when_released_twice(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(3, 2).await;
     let placed: Value = app.place_order(4, &sku, 2).await.json().await.unwrap();
     let (id, product) =
@@ -276,9 +267,8 @@ async fn released_units_return_once_even_when_released_twice() {
     );
 }
 
-#[tokio::test]
-async fn orders_keep_working_after_redis_forgets_the_scripts() {
-    let app = spawn_app().await;
+async fn orders_keep_working_after_redis_forgets_the_scripts(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(5, 1).await;
     let mut r = app.redis.clone();
     // As after a Redis restart: EVALSHA answers NOSCRIPT, and the script is sent again.
@@ -293,3 +283,16 @@ async fn orders_keep_working_after_redis_forgets_the_scripts() {
     );
     assert_eq!(app.stock(&sku).await, Some(4));
 }
+
+crate::on_both_backends!(
+    two_thousand_buyers_for_one_hundred_units_never_oversell,
+    one_user_firing_fifty_orders_gets_exactly_the_limit,
+    a_quantity_over_the_allowance_or_the_stock_is_refused_whole,
+    an_accepted_order_reads_back_pending_with_its_fields,
+    a_repeated_idempotency_key_returns_the_first_order_and_deducts_once,
+    concurrent_repeats_of_one_idempotency_key_deduct_once,
+    orders_outside_the_window_are_refused_and_take_nothing,
+    orders_for_unknown_or_unopened_products_are_not_found,
+    released_units_return_once_even_when_released_twice,
+    orders_keep_working_after_redis_forgets_the_scripts,
+);

@@ -17,7 +17,7 @@ fn closed_port() -> u16 {
 async fn redis_unreachable_gives_503_not_a_hang() {
     let port = closed_port();
     let app = spawn_app_with(|s| {
-        s.redis_url = format!("redis://127.0.0.1:{port}");
+        s.redis = flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}"));
         s.redis_timeout = Duration::from_millis(500);
     })
     .await;

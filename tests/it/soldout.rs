@@ -8,7 +8,7 @@ use flashsale::sale::{Redis, Sales};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{REDIS_URL, TestApp, spawn_app_with, status_code};
+use crate::helpers::{Backend, TestApp, spawn_app_on, status_code};
 
 async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
     let sku = app.new_sale(stock, 1).await;
@@ -22,9 +22,8 @@ async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
     (sku, ids)
 }
 
-#[tokio::test]
-async fn after_a_sell_out_orders_are_refused_without_asking_redis() {
-    let app = spawn_app_with(|s| s.sold_out_ttl = Duration::from_secs(60)).await;
+async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.sold_out_ttl = Duration::from_secs(60)).await;
     let (sku, _) = sell_out(&app, 3).await;
     let calls = app.sales.script_calls();
     for user in 100..150 {
@@ -43,14 +42,13 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis() {
     assert_eq!(app.sales.script_calls(), calls + 1);
 }
 
-#[tokio::test]
-async fn stock_released_elsewhere_sells_again_once_the_mark_expires() {
+async fn stock_released_elsewhere_sells_again_once_the_mark_expires(backend: Backend) {
     let ttl = Duration::from_millis(300);
-    let app = spawn_app_with(|s| s.sold_out_ttl = ttl).await;
+    let app = spawn_app_on(backend, |s| s.sold_out_ttl = ttl).await;
     let (sku, ids) = sell_out(&app, 2).await;
     // Another instance (its own Sales) returns one order's units.
     let other = Sales::new(
-        Redis::new(REDIS_URL, Duration::from_secs(2), 2).unwrap(),
+        Redis::new(&app.settings.redis, Duration::from_secs(2), 2).unwrap(),
         app.prefix.clone(),
     );
     let (id, product) = OrderId::parse(&ids[0]).unwrap();
@@ -65,9 +63,8 @@ async fn stock_released_elsewhere_sells_again_once_the_mark_expires() {
     assert_eq!(app.stock(&sku).await, Some(0));
 }
 
-#[tokio::test]
-async fn stock_released_by_this_instance_sells_again_at_once() {
-    let app = spawn_app_with(|s| s.sold_out_ttl = Duration::from_secs(60)).await;
+async fn stock_released_by_this_instance_sells_again_at_once(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.sold_out_ttl = Duration::from_secs(60)).await;
     let (sku, ids) = sell_out(&app, 2).await;
     let (id, product) = OrderId::parse(&ids[1]).unwrap();
     let order = app.sales.find_order(&id, &product).await.unwrap().unwrap();
@@ -77,3 +74,9 @@ async fn stock_released_by_this_instance_sells_again_at_once() {
         StatusCode::ACCEPTED
     );
 }
+
+crate::on_both_backends!(
+    after_a_sell_out_orders_are_refused_without_asking_redis,
+    stock_released_elsewhere_sells_again_once_the_mark_expires,
+    stock_released_by_this_instance_sells_again_at_once,
+);

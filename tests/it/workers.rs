@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, eventually, fast_workers, spawn_app, spawn_app_with, unique};
+use crate::helpers::{Backend, TestApp, eventually, fast_workers, spawn_app_on, unique};
 use crate::proxy::Proxy;
 
 /// Fires `users` buyers at a sale, each asking for 1 or 2 units; returns the
@@ -64,9 +64,8 @@ fn pid(sku: &str) -> ProductId {
     ProductId::parse(sku).expect("valid id")
 }
 
-#[tokio::test]
-async fn a_sold_out_sale_is_drained_into_mysql_exactly_once() {
-    let app = spawn_app().await;
+async fn a_sold_out_sale_is_drained_into_mysql_exactly_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(100, 2).await;
     let accepted = burst(&app, &sku, 150).await;
     let units: u64 = accepted.iter().map(|a| a.2).sum();
@@ -108,9 +107,8 @@ async fn a_sold_out_sale_is_drained_into_mysql_exactly_once() {
     assert_eq!(ids, vec![id.as_str()]);
 }
 
-#[tokio::test]
-async fn a_worker_killed_between_commit_and_ack_is_finished_by_another() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn a_worker_killed_between_commit_and_ack_is_finished_by_another(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
     for user in 1..=5 {
         assert_eq!(
@@ -140,9 +138,8 @@ async fn a_worker_killed_between_commit_and_ack_is_finished_by_another() {
     assert_eq!(app.available_qty(&sku).await, 5, "decremented once");
 }
 
-#[tokio::test]
-async fn a_restarted_worker_finishes_its_own_pending_entries_first() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn a_restarted_worker_finishes_its_own_pending_entries_first(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
     for user in 1..=3 {
         app.place_order(user, &sku, 1).await;
@@ -165,9 +162,8 @@ async fn a_restarted_worker_finishes_its_own_pending_entries_first() {
     assert_eq!(app.pending(&sku).await, 0);
 }
 
-#[tokio::test]
-async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
     app.place_order(1, &sku, 1).await;
     let mut r = app.redis.clone();
@@ -239,10 +235,9 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted() {
     drop(w);
 }
 
-#[tokio::test]
-async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns() {
+async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns(backend: Backend) {
     let proxy = Proxy::start("127.0.0.1:3306").await;
-    let app = spawn_app_with(|s| {
+    let app = spawn_app_on(backend, |s| {
         s.database_url = s
             .database_url
             .replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port));
@@ -270,9 +265,8 @@ async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns() {
     assert_eq!(app.available_qty(&sku).await, 30);
 }
 
-#[tokio::test]
-async fn two_workers_on_one_sale_persist_every_order_once() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn two_workers_on_one_sale_persist_every_order_once(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(300, 2).await;
     let token = CancellationToken::new();
     let mut runs = Vec::new();
@@ -298,9 +292,8 @@ async fn two_workers_on_one_sale_persist_every_order_once() {
     assert_eq!(app.available_qty(&sku).await, 0);
 }
 
-#[tokio::test]
-async fn trimming_keeps_pending_and_undelivered_entries_and_the_retention() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn trimming_keeps_pending_and_undelivered_entries_and_the_retention(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(20, 1).await;
     let mut cfg = fast_workers("w");
     cfg.retention = Duration::ZERO;
@@ -326,9 +319,8 @@ async fn trimming_keeps_pending_and_undelivered_entries_and_the_retention() {
     assert_eq!(app.pending(&sku).await, 2);
 }
 
-#[tokio::test]
-async fn shutdown_finishes_the_batch_in_hand() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn shutdown_finishes_the_batch_in_hand(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(50, 1).await;
     let token = CancellationToken::new();
     let run = tokio::spawn(
@@ -351,9 +343,8 @@ async fn shutdown_finishes_the_batch_in_hand() {
     assert_eq!(app.pending(&sku).await, 0, "nothing read was left unacked");
 }
 
-#[tokio::test]
-async fn listing_a_users_orders_validates_its_input() {
-    let app = spawn_app().await;
+async fn listing_a_users_orders_validates_its_input(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
     for path in [
         "/api/users/0/orders",
         "/api/users/abc/orders",
@@ -369,9 +360,8 @@ async fn listing_a_users_orders_validates_its_input() {
     assert_eq!(body["orders"], json!([]));
 }
 
-#[tokio::test]
-async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error() {
-    let app = spawn_app_with(|s| s.workers = None).await;
+async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(5, 1).await;
     let mut cfg = fast_workers("w");
     // Longer than redis-rs's default 500 ms response timeout.
@@ -385,9 +375,8 @@ async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error() 
     assert_eq!(w.step().await.unwrap().acked, 1);
 }
 
-#[tokio::test]
-async fn more_open_sales_than_pooled_connections_are_all_drained() {
-    let app = spawn_app_with(|s| {
+async fn more_open_sales_than_pooled_connections_are_all_drained(backend: Backend) {
+    let app = spawn_app_on(backend, |s| {
         s.redis_pool_size = 1;
         if let Some(w) = s.workers.as_mut() {
             w.block = Duration::from_secs(2);
@@ -409,3 +398,17 @@ async fn more_open_sales_than_pooled_connections_are_all_drained() {
         app.drained(sku, 3).await;
     }
 }
+
+crate::on_both_backends!(
+    a_sold_out_sale_is_drained_into_mysql_exactly_once,
+    a_worker_killed_between_commit_and_ack_is_finished_by_another,
+    a_restarted_worker_finishes_its_own_pending_entries_first,
+    a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted,
+    orders_accepted_while_mysql_is_down_are_persisted_when_it_returns,
+    two_workers_on_one_sale_persist_every_order_once,
+    trimming_keeps_pending_and_undelivered_entries_and_the_retention,
+    shutdown_finishes_the_batch_in_hand,
+    listing_a_users_orders_validates_its_input,
+    a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error,
+    more_open_sales_than_pooled_connections_are_all_drained,
+);
