@@ -30,12 +30,12 @@ async fn master_of(conn: &mut flashsale::sale::Conn, key: &str) -> String {
             redis::Value::Int(n) => *n,
             _ => -1,
         };
-        if num(&parts[0]) <= slot && slot <= num(&parts[1]) {
-            if let redis::Value::Array(node) = &parts[2] {
-                let host: String =
-                    redis::FromRedisValue::from_redis_value(node[0].clone()).unwrap();
-                return format!("{host}:{}", num(&node[1]));
-            }
+        if num(&parts[0]) <= slot
+            && slot <= num(&parts[1])
+            && let redis::Value::Array(node) = &parts[2]
+        {
+            let host: String = redis::FromRedisValue::from_redis_value(node[0].clone()).unwrap();
+            return format!("{host}:{}", num(&node[1]));
         }
     }
     panic!("no master serves slot {slot}");
