@@ -42,8 +42,9 @@ async fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
         settings.db_max_connections,
     )?;
     db.create_and_migrate(&settings.database_url).await?;
-    let sales =
-        Sales::new(redis, settings.key_prefix.clone()).with_sold_out_ttl(settings.sold_out_ttl);
+    let sales = Sales::new(redis, settings.key_prefix.clone())
+        .with_sold_out_ttl(settings.sold_out_ttl)
+        .with_wait(settings.wait);
     Ok((sales, db))
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::sale::RedisTarget;
+use crate::sale::{RedisTarget, Wait};
 use crate::worker::WorkerConfig;
 
 #[derive(Debug, Parser)]
@@ -50,14 +50,27 @@ pub struct RedisArgs {
     /// Upper bound on any single Redis call.
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub redis_timeout_ms: u64,
-    /// Dedicated connections for blocking commands.
+    /// Dedicated connections for blocking commands (and for orders, with WAIT).
     #[arg(long, env = "REDIS_POOL_SIZE", default_value_t = 16)]
     pub redis_pool_size: u32,
+    /// Answer 202 only once this many replicas have the order (`WAIT`); 0: off.
+    #[arg(long, env = "REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+    /// How long `WAIT` may take before the order is answered 503.
+    #[arg(long, env = "REDIS_WAIT_TIMEOUT_MS", default_value_t = 100)]
+    pub redis_wait_timeout_ms: u64,
 }
 
 impl RedisArgs {
     pub fn target(&self) -> RedisTarget {
         RedisTarget::new(&self.redis_url, self.redis_cluster_nodes.as_deref())
+    }
+
+    pub fn wait(&self) -> Option<Wait> {
+        (self.redis_wait_replicas > 0).then(|| Wait {
+            replicas: self.redis_wait_replicas,
+            timeout: Duration::from_millis(self.redis_wait_timeout_ms),
+        })
     }
 }
 
@@ -166,6 +179,8 @@ pub struct Settings {
     pub listen_addr: SocketAddr,
     pub admin_token: Option<Arc<str>>,
     pub sold_out_ttl: Duration,
+    /// Replicas that must confirm an order before its 202 (`None`: no WAIT).
+    pub wait: Option<Wait>,
     /// `None`: this process runs no stream workers.
     pub workers: Option<WorkerConfig>,
 }
@@ -188,6 +203,7 @@ impl From<WorkerCmdArgs> for Settings {
 
 impl From<ServeArgs> for Settings {
     fn from(a: ServeArgs) -> Self {
+        let wait = a.redis.wait();
         Self {
             redis: a.redis.target(),
             key_prefix: a.redis.key_prefix,
@@ -199,6 +215,7 @@ impl From<ServeArgs> for Settings {
             listen_addr: a.listen_addr,
             admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
             sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
+            wait,
             workers: a.workers.then(|| a.worker.into()),
         }
     }

@@ -300,6 +300,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         listen_addr: "127.0.0.1:0".parse()?,
         admin_token: Some(token.as_str().into()),
         sold_out_ttl: crate::sale::DEFAULT_SOLD_OUT_TTL,
+        wait: args.redis.wait(),
         workers: Some(Default::default()),
     };
     let app = crate::app::App::build(&settings).await?;

@@ -45,6 +45,11 @@ pub enum ApiError {
     LimitExceeded { allowance: u64 },
     #[error("this Idempotency-Key was used for a different order")]
     IdempotencyKeyReused,
+    /// Accepted in Redis, but not confirmed by the replicas WAIT asked for.
+    #[error(
+        "the order was taken but not confirmed by Redis replicas in time; retry with the same Idempotency-Key to get it"
+    )]
+    NotReplicated,
     /// A dependency is down or slow; the cause is logged, not shown.
     #[error("{0}")]
     Unavailable(String),
@@ -78,7 +83,7 @@ impl ApiError {
             Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
             Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
             Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
-            Self::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Unavailable(_) | Self::NotReplicated => (S::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -137,6 +142,10 @@ impl From<SaleError> for ApiError {
                 Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
                 Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
             },
+            SaleError::NotReplicated { acked, wanted } => {
+                tracing::warn!(acked, wanted, "order not confirmed by enough replicas");
+                Self::NotReplicated
+            }
             e if e.is_unavailable() => Self::Unavailable(format!("redis: {e}")),
             e => Self::Internal(format!("redis: {e}")),
         }

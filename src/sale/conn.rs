@@ -164,6 +164,8 @@ pub struct Redis {
     /// Cluster: the ClusterConnection, made on first use.
     cluster: Option<(ClusterClient, Arc<OnceCell<ClusterConnection>>)>,
     pool: Pool,
+    /// Connections an order holds alone while it WAITs for replicas.
+    exclusive: Pool,
     timeout: Duration,
 }
 
@@ -199,17 +201,23 @@ impl Redis {
                 )
             }
         };
-        let pool = bb8::Pool::builder()
-            .max_size(pool_size)
-            .connection_timeout(timeout)
-            .build_unchecked(BlockingConnections {
-                client,
-                connect_timeout: timeout,
-            });
+        let connections = BlockingConnections {
+            client,
+            connect_timeout: timeout,
+        };
+        // Two pools, so that orders waiting for replicas and workers waiting
+        // for entries never starve each other.
+        let pool = || {
+            bb8::Pool::builder()
+                .max_size(pool_size)
+                .connection_timeout(timeout)
+                .build_unchecked(connections.clone())
+        };
         Ok(Self {
             managed,
             cluster,
-            pool,
+            pool: pool(),
+            exclusive: pool(),
             timeout,
         })
     }
@@ -234,9 +242,14 @@ impl Redis {
         self.cluster.is_some()
     }
 
-    /// The pool of dedicated connections, for blocking commands.
+    /// The pool of dedicated connections, for blocking reads.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The pool of connections an order holds alone (to WAIT on it).
+    pub fn exclusive(&self) -> &Pool {
+        &self.exclusive
     }
 
     pub fn timeout(&self) -> Duration {
@@ -260,5 +273,33 @@ impl Redis {
         self.bounded(redis::cmd("PING").query_async::<Value>(&mut conn))
             .await
             .map(|_| ())
+    }
+}
+
+/// Durability of an accepted order: `WAIT replicas timeout` after the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+/// `WAIT` on the connection (and, on a cluster, the master) that wrote `key`;
+/// returns how many replicas acknowledged the writes.
+pub async fn wait_replicas(conn: &mut Conn, key: &str, wait: Wait) -> redis::RedisResult<u32> {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(wait.replicas).arg(wait.timeout.as_millis() as u64);
+    match conn {
+        Conn::Cluster(c) => {
+            let route = Route::with_key(key, SlotAddr::Master);
+            let reply = c
+                .route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await?;
+            Ok(redis::FromRedisValue::from_redis_value(reply)?)
+        }
+        other => cmd.query_async(other).await,
     }
 }

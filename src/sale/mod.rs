@@ -19,7 +19,7 @@ use redis::AsyncCommands;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-pub use conn::{Conn, Pool, Redis, RedisTarget};
+pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
 pub use keys::SaleKeys;
 pub use scripts::{PlaceReply, place_order as place_order_on};
 pub use soldout::SoldOutMarks;
@@ -38,6 +38,10 @@ pub enum SaleError {
     Timeout(Duration),
     #[error("redis pool: {0}")]
     Pool(#[from] bb8::RunError<redis::RedisError>),
+    /// The order was accepted, but fewer replicas than asked confirmed it
+    /// within the WAIT timeout: it could be lost in a failover.
+    #[error("order not confirmed by {wanted} replicas ({acked} did)")]
+    NotReplicated { acked: u32, wanted: u32 },
     /// A script or key held something this code did not write: a bug or a
     /// foreign writer, never the caller's fault.
     #[error("unexpected data in redis: {0}")]
@@ -49,15 +53,19 @@ impl SaleError {
     pub fn is_unavailable(&self) -> bool {
         use redis::{ErrorKind, ServerErrorKind};
         match self {
-            Self::Timeout(_) | Self::Pool(_) => true,
+            Self::Timeout(_) | Self::Pool(_) | Self::NotReplicated { .. } => true,
             Self::Redis(e) => match e.kind() {
                 ErrorKind::Io
                 | ErrorKind::ClusterConnectionNotFound
                 | ErrorKind::AuthenticationFailed
                 | ErrorKind::Extension => true,
+                // Moved/Ask surface only when the client's own retries ran out
+                // (a slot whose master is gone, mid-failover).
                 ErrorKind::Server(kind) => matches!(
                     kind,
-                    ServerErrorKind::BusyLoading
+                    ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                        | ServerErrorKind::BusyLoading
                         | ServerErrorKind::TryAgain
                         | ServerErrorKind::ClusterDown
                         | ServerErrorKind::MasterDown
@@ -155,6 +163,7 @@ pub struct Sales {
     sold_out: Arc<SoldOutMarks>,
     /// `place_order.lua` calls sent by this process (the marker's savings show here).
     script_calls: Arc<AtomicU64>,
+    wait: Option<Wait>,
 }
 
 /// How long a sold-out answer is trusted without asking Redis again.
@@ -167,12 +176,19 @@ impl Sales {
             prefix: prefix.into(),
             sold_out: Arc::new(SoldOutMarks::new(DEFAULT_SOLD_OUT_TTL)),
             script_calls: Arc::default(),
+            wait: None,
         }
     }
 
     /// Trust a sold-out answer for `ttl` (zero: always ask Redis).
     pub fn with_sold_out_ttl(mut self, ttl: Duration) -> Self {
         self.sold_out = Arc::new(SoldOutMarks::new(ttl));
+        self
+    }
+
+    /// Confirm each accepted order on `wait.replicas` replicas before answering.
+    pub fn with_wait(mut self, wait: Option<Wait>) -> Self {
+        self.wait = wait.filter(|w| w.replicas > 0);
         self
     }
 
@@ -251,7 +267,19 @@ impl Sales {
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
         let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));
-        let mut conn = self.redis.shared().await?;
+        // With WAIT, the script and the WAIT need one connection to themselves
+        // (WAIT blocks it, and counts that connection's own writes).
+        // The guard keeps the pooled connection ours until we return.
+        let mut _exclusive = None;
+        let mut conn = match self.wait {
+            None => self.redis.shared().await?,
+            Some(_) => {
+                let pooled = self.redis.exclusive().get_owned().await?;
+                let conn = (*pooled).clone();
+                _exclusive = Some(pooled);
+                conn
+            }
+        };
         let call = scripts::place_order(
             &mut conn,
             &keys,
@@ -263,17 +291,31 @@ impl Sales {
         );
         self.script_calls.fetch_add(1, Ordering::Relaxed);
         match self.redis.bounded(call).await? {
-            scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
-                order: PendingOrder {
-                    order_id,
-                    user_id,
-                    product_id: product.clone(),
-                    quantity,
-                    price,
-                    created_ms,
-                },
-                replayed: false,
-            }),
+            scripts::PlaceReply::Accepted { price, created_ms } => {
+                if let Some(wait) = self.wait {
+                    let acked = self
+                        .redis
+                        .bounded(conn::wait_replicas(&mut conn, &keys.orders, wait))
+                        .await?;
+                    if acked < wait.replicas {
+                        return Err(SaleError::NotReplicated {
+                            acked,
+                            wanted: wait.replicas,
+                        });
+                    }
+                }
+                Ok(Placed {
+                    order: PendingOrder {
+                        order_id,
+                        user_id,
+                        product_id: product.clone(),
+                        quantity,
+                        price,
+                        created_ms,
+                    },
+                    replayed: false,
+                })
+            }
             scripts::PlaceReply::Replayed { order_id, record } => Ok(Placed {
                 order: AcceptedRecord::parse(&record, order_id, product.clone())?,
                 replayed: true,

@@ -15,6 +15,8 @@ async fn a_small_rehearsal_balances_the_books() {
             key_prefix: app.prefix.clone(),
             redis_timeout_ms: 2000,
             redis_pool_size: 4,
+            redis_wait_replicas: 0,
+            redis_wait_timeout_ms: 100,
         },
         db: DbArgs {
             database_url: app.settings.database_url.clone(),

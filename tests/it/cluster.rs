@@ -87,3 +87,191 @@ async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
         assert_eq!(app.available_qty(sku).await, 0);
     }
 }
+
+fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
+    s.wait = Some(flashsale::sale::Wait {
+        replicas: 1,
+        timeout: std::time::Duration::from_millis(200),
+    });
+}
+
+#[tokio::test]
+async fn with_wait_an_order_is_answered_once_a_replica_has_it() {
+    let app = spawn_app_on(Backend::Cluster, wait_for_one_replica).await;
+    let sku = app.new_sale(10, 2).await;
+    for user in 1..=5 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.stock(&sku).await, Some(5));
+}
+
+#[tokio::test]
+async fn with_wait_and_no_replica_the_order_is_refused_503_and_a_keyed_retry_gets_it() {
+    // The single test server has no replica: WAIT times out with 0 acks.
+    let app = spawn_app_on(Backend::Single, wait_for_one_replica).await;
+    let sku = app.new_sale(10, 2).await;
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
+    let resp = app.post_order(&body, Some("k1")).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let err: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(err["error"], "unavailable");
+    assert!(
+        err["message"].as_str().unwrap().contains("replicas"),
+        "{err}"
+    );
+    // The order was taken in Redis; the retry under the same key returns it.
+    let retry = app.post_order(&body, Some("k1")).await;
+    assert_eq!(retry.status(), StatusCode::ACCEPTED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
+}
+
+/// The pid of the Redis server on `port`.
+async fn server_pid(port: u16) -> i32 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("process_id in INFO")
+}
+
+#[tokio::test]
+async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once() {
+    use std::time::{Duration, Instant};
+    // A cluster of this test's own: killing a master must not disturb the others.
+    let base = 7100;
+    let _cluster = crate::helpers::OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        wait_for_one_replica(s);
+        s.redis_timeout = Duration::from_millis(1000);
+    })
+    .await;
+    let mut conn = app.redis.clone();
+    let skus = [
+        app.new_sale(5000, 1).await,
+        app.new_sale(5000, 1).await,
+        app.new_sale(5000, 1).await,
+    ];
+    let victim = master_of(&mut conn, &app.key(&skus[0], "orders")).await;
+    let port: u16 = victim.rsplit(':').next().unwrap().parse().unwrap();
+
+    // Buyers keep coming for 14 s, each order under its own Idempotency-Key.
+    let end = Instant::now() + Duration::from_secs(14);
+    let mut set = JoinSet::new();
+    for sku in &skus {
+        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+        set.spawn(async move {
+            let mut acknowledged = Vec::new();
+            let mut user = 0u64;
+            while Instant::now() < end {
+                user += 1;
+                let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
+                let resp = client
+                    .post(&url)
+                    .header("Idempotency-Key", format!("k{user}"))
+                    .json(&body)
+                    .send()
+                    .await;
+                if let Ok(resp) = resp
+                    && resp.status() == StatusCode::ACCEPTED
+                {
+                    let v: serde_json::Value = resp.json().await.unwrap();
+                    acknowledged.push((Instant::now(), v["order_id"].as_str().unwrap().to_owned()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (sku, acknowledged)
+        });
+    }
+    // Two seconds in, the first sale's master crashes (SIGKILL, no goodbye).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = server_pid(port).await;
+    assert!(
+        std::process::Command::new("kill")
+            .arg("-9")
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Its replica takes over. Only then may the dead node come back (as the
+    // new replica: WAIT needs one), as an operator or orchestrator would do.
+    // Back any sooner, with its empty memory, it would still be the master,
+    // and its replica would copy the emptiness: the sale would be gone.
+    let survivor = format!(
+        "redis://127.0.0.1:{}",
+        if port == base { base + 1 } else { base }
+    );
+    let probe = redis::Client::open(survivor)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let orders_key = app.key(&skus[0], "orders");
+    crate::helpers::eventually("failover", Duration::from_secs(20), || {
+        let mut probe = flashsale::sale::Conn::Direct(probe.clone());
+        let (orders_key, victim) = (orders_key.clone(), victim.clone());
+        async move {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut probe)
+                .await
+                .unwrap_or_default();
+            info.contains("cluster_state:ok") && master_of(&mut probe, &orders_key).await != victim
+        }
+    })
+    .await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/redis-cluster.sh");
+    let restarted = std::process::Command::new("bash")
+        .args([script, "restart-node", &port.to_string()])
+        .env("FLASHSALE_CLUSTER_BASE_PORT", base.to_string())
+        .status()
+        .unwrap();
+    assert!(restarted.success());
+    let recovered = Instant::now();
+
+    let mut books = Vec::new();
+    while let Some(done) = set.join_next().await {
+        books.push(done.unwrap());
+    }
+    let first = &books.iter().find(|(sku, _)| *sku == skus[0]).unwrap().1;
+    assert!(
+        first.iter().any(|(at, _)| *at > recovered),
+        "the failed-over sale never took orders again"
+    );
+
+    for (sku, acknowledged) in &books {
+        let ids: HashSet<&str> = acknowledged.iter().map(|(_, id)| id.as_str()).collect();
+        crate::helpers::eventually(
+            "every acknowledged order persisted",
+            Duration::from_secs(60),
+            || async {
+                let rows: Vec<String> =
+                    sqlx::query_scalar("SELECT order_id FROM tb_order WHERE product_id = ?")
+                        .bind(sku)
+                        .fetch_all(&app.mysql)
+                        .await
+                        .unwrap();
+                let rows: HashSet<String> = rows.into_iter().collect();
+                ids.iter().all(|id| rows.contains(*id)) && app.pending(sku).await == 0
+            },
+        )
+        .await;
+        let (count, distinct, units) = app.persisted(sku).await;
+        assert_eq!(count, distinct, "no order twice");
+        let stock = app.stock(sku).await.unwrap_or(0);
+        assert!(
+            stock + units <= 5000,
+            "redis stock {stock} + sold {units} over the initial 5000"
+        );
+    }
+}

@@ -93,33 +93,81 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Single,
+    /// The shared test cluster on ports 7000-7005.
     Cluster,
+    /// A cluster of the test's own, on ports BASE..BASE+5 (for tests that
+    /// break it); see `own_cluster`.
+    OwnCluster(u16),
 }
 
-/// The test cluster's masters, starting the cluster on first use.
+const SHARED_CLUSTER: u16 = 7000;
+
+fn cluster_script(base: u16, action: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/redis-cluster.sh");
+    let ok = std::process::Command::new("bash")
+        .arg(script)
+        .arg(action)
+        .env("FLASHSALE_CLUSTER_BASE_PORT", base.to_string())
+        .status()
+        .expect("run scripts/redis-cluster.sh")
+        .success();
+    assert!(
+        ok,
+        "scripts/redis-cluster.sh {action} failed for port {base}"
+    );
+}
+
+fn masters(base: u16) -> String {
+    (base..base + 3)
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The shared test cluster's masters, starting the cluster on first use.
 pub fn cluster_nodes() -> &'static str {
     static NODES: OnceLock<String> = OnceLock::new();
     NODES.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/redis-cluster.sh");
-        let started = std::process::Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .status()
-            .expect("run scripts/redis-cluster.sh");
-        assert!(started.success(), "the test Redis Cluster did not start");
-        "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002".to_owned()
+        cluster_script(SHARED_CLUSTER, "start");
+        masters(SHARED_CLUSTER)
     })
 }
 
-/// All six ports of the test cluster (for cleanup).
-const CLUSTER_PORTS: [u16; 6] = [7000, 7001, 7002, 7003, 7004, 7005];
+/// A cluster for one test, stopped (and its data removed) when dropped.
+pub struct OwnCluster(pub u16);
+
+impl OwnCluster {
+    pub fn start(base: u16) -> Self {
+        cluster_script(base, "start");
+        Self(base)
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        cluster_script(self.0, "stop");
+    }
+}
 
 impl Backend {
     pub fn target(self) -> RedisTarget {
         match self {
             Self::Single => RedisTarget::Single(REDIS_URL.into()),
             Self::Cluster => RedisTarget::new(REDIS_URL, Some(cluster_nodes())),
+            Self::OwnCluster(base) => RedisTarget::new(REDIS_URL, Some(&masters(base))),
         }
+    }
+
+    /// Every server (for cleanup).
+    fn servers(self) -> Vec<String> {
+        let base = match self {
+            Self::Single => return vec![REDIS_URL.into()],
+            Self::Cluster => SHARED_CLUSTER,
+            Self::OwnCluster(base) => base,
+        };
+        (base..base + 6)
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
     }
 
     /// A direct connection for the test's own checks.
@@ -169,6 +217,7 @@ pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -
         admin_token: Some(ADMIN_TOKEN.into()),
         workers: Some(fast_workers("w")),
         sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
+        wait: None,
     };
     tweak(&mut settings);
     let app = App::build(&settings).await.expect("app builds");
@@ -219,13 +268,7 @@ impl Drop for TestApp {
             return;
         }
         let (db, prefix) = (self.db_name.clone(), self.prefix.clone());
-        let servers: Vec<String> = match self.backend {
-            Backend::Single => vec![REDIS_URL.into()],
-            Backend::Cluster => CLUSTER_PORTS
-                .iter()
-                .map(|p| format!("redis://127.0.0.1:{p}"))
-                .collect(),
-        };
+        let servers = self.backend.servers();
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // Key by key: on a cluster each key is deleted on its own master
