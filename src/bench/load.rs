@@ -216,7 +216,8 @@ struct Reply {
 /// Orders over HTTP, reconnecting after a transport error.
 pub struct HttpCaller {
     pub authority: String,
-    pub product: String,
+    /// The rehearsal's sales, by `Planned::sale`.
+    pub products: Arc<Vec<ProductId>>,
     pub key_prefix: String,
     pub conn: Option<Conn>,
 }
@@ -231,7 +232,7 @@ impl Caller for HttpCaller {
         };
         let body = format!(
             r#"{{"user_id":{},"product_id":"{}","quantity":1}}"#,
-            p.user, self.product
+            p.user, self.products[p.sale]
         );
         let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
         let headers: Vec<(&str, &str)> = key
@@ -271,7 +272,7 @@ impl Caller for HttpCaller {
 /// Orders straight through the order script (the Redis limit).
 pub struct DirectCaller {
     pub sales: Sales,
-    pub product: ProductId,
+    pub products: Arc<Vec<ProductId>>,
     pub key_prefix: String,
 }
 
@@ -280,7 +281,7 @@ impl Caller for DirectCaller {
         let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
         match self
             .sales
-            .place_order(&self.product, p.user, 1, key.as_deref())
+            .place_order(&self.products[p.sale], p.user, 1, key.as_deref())
             .await
         {
             Ok(placed) => Answer::Accepted(placed.order.order_id.to_string()),

@@ -6,6 +6,8 @@
 /// it is retried later or is itself a retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
+    /// Which of the rehearsal's sales (a retry goes to its original's).
+    pub sale: usize,
     pub user: u64,
     /// Index of the request whose key this one carries (itself, for an original).
     pub key: Option<usize>,
@@ -21,6 +23,8 @@ pub struct Mix {
     pub repeat_share: f64,
     pub retry_share: f64,
     pub seed: u64,
+    /// Sales the requests are spread over, round robin.
+    pub sales: usize,
 }
 
 /// xorshift64*: enough randomness for a request mix, no dependency.
@@ -56,12 +60,14 @@ pub fn plan(mix: Mix) -> Vec<Planned> {
             let j = plan[j].retry_of.unwrap_or(j); // retry the original, not a retry
             plan[j].key = Some(j);
             Planned {
+                sale: plan[j].sale,
                 user: plan[j].user,
                 key: Some(j),
                 retry_of: Some(j),
             }
         } else if i > 0 && roll < mix.retry_share + mix.repeat_share {
             Planned {
+                sale: i % mix.sales.max(1),
                 user: plan[rng.below(i)].user,
                 key: None,
                 retry_of: None,
@@ -69,6 +75,7 @@ pub fn plan(mix: Mix) -> Vec<Planned> {
         } else {
             new_users += 1;
             Planned {
+                sale: i % mix.sales.max(1),
                 user: (new_users - 1) % mix.users.max(1) + 1,
                 key: None,
                 retry_of: None,
@@ -79,12 +86,15 @@ pub fn plan(mix: Mix) -> Vec<Planned> {
     plan
 }
 
-/// Units a sale of `stock` must accept for this plan: every buyer gets up to
-/// `limit` of the units they asked for (a retry asks for nothing new), until
-/// the stock runs out.
-pub fn expected_units(plan: &[Planned], stock: u64, limit: u64) -> u64 {
+/// Units sale `sale` (of `stock`) must accept for this plan: every buyer
+/// gets up to `limit` of the units they asked for (a retry asks for nothing
+/// new), until the stock runs out.
+pub fn expected_units(plan: &[Planned], sale: usize, stock: u64, limit: u64) -> u64 {
     let mut asked: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    for p in plan.iter().filter(|p| p.retry_of.is_none()) {
+    for p in plan
+        .iter()
+        .filter(|p| p.retry_of.is_none() && p.sale == sale)
+    {
         *asked.entry(p.user).or_default() += 1;
     }
     let allowed: u64 = asked.values().map(|&n| n.min(limit)).sum();
@@ -102,6 +112,7 @@ mod tests {
             repeat_share: 0.2,
             retry_share: 0.1,
             seed: 7,
+            sales: 3,
         }
     }
 
@@ -114,36 +125,29 @@ mod tests {
             let original = &p[r.retry_of.unwrap()];
             assert_eq!(original.retry_of, None);
             assert_eq!(original.user, r.user);
+            assert_eq!(original.sale, r.sale);
             assert_eq!(original.key, r.key);
         }
     }
 
     #[test]
     fn expected_units_follow_limit_and_stock() {
+        let at = |sale, user, key, retry_of| Planned {
+            sale,
+            user,
+            key,
+            retry_of,
+        };
         let p = vec![
-            Planned {
-                user: 1,
-                key: None,
-                retry_of: None,
-            },
-            Planned {
-                user: 1,
-                key: Some(1),
-                retry_of: None,
-            },
-            Planned {
-                user: 1,
-                key: Some(1),
-                retry_of: Some(1),
-            },
-            Planned {
-                user: 2,
-                key: None,
-                retry_of: None,
-            },
+            at(0, 1, None, None),
+            at(0, 1, Some(1), None),
+            at(0, 1, Some(1), Some(1)),
+            at(0, 2, None, None),
+            at(1, 2, None, None),
         ];
-        assert_eq!(expected_units(&p, 100, 1), 2);
-        assert_eq!(expected_units(&p, 100, 5), 3);
-        assert_eq!(expected_units(&p, 1, 5), 1);
+        assert_eq!(expected_units(&p, 0, 100, 1), 2);
+        assert_eq!(expected_units(&p, 0, 100, 5), 3);
+        assert_eq!(expected_units(&p, 0, 1, 5), 1);
+        assert_eq!(expected_units(&p, 1, 100, 5), 1);
     }
 }

@@ -41,9 +41,13 @@ pub struct BenchArgs {
     /// The service's admin token (to create and open the rehearsal sale).
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Units on sale.
+    /// Units on sale (in each sale).
     #[arg(long, default_value_t = 1000)]
     pub stock: u64,
+    /// Sales running at once; requests go to them round robin (on a Redis
+    /// Cluster they spread over the masters).
+    #[arg(long, default_value_t = 1)]
+    pub sales: usize,
     /// Distinct buyers.
     #[arg(long, default_value_t = 20_000)]
     pub users: u64,
@@ -127,13 +131,16 @@ pub struct Check {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub product_id: String,
+    pub product_ids: Vec<String>,
     pub stock: u64,
     pub users: u64,
     pub requests: u64,
     pub concurrency: u64,
     pub limit_per_user: u64,
     pub http: RunFigures,
+    /// HTTP requests/s by the Redis server holding their sale (`single`
+    /// without a cluster).
+    pub http_per_node: BTreeMap<String, f64>,
     pub direct: Option<RunFigures>,
     /// HTTP requests/s ÷ direct requests/s.
     pub http_over_direct: Option<f64>,
@@ -174,9 +181,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         repeat_share: args.repeat_share,
         retry_share: args.retry_share,
         seed: args.seed,
+        sales: args.sales.max(1),
     };
     let plan = Arc::new(plan(mix));
-    let expected = expected_units(&plan, args.stock, args.limit_per_user);
+    let n = args.sales.max(1);
+    let expected: Vec<u64> = (0..n)
+        .map(|k| expected_units(&plan, k, args.stock, args.limit_per_user))
+        .collect();
 
     let direct = if args.no_direct {
         None
@@ -184,13 +195,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         Some(direct_run(&args, &target, plan.clone()).await?)
     };
 
-    let product = new_product("rehearsal");
-    create_sale(&args, &target, &product).await?;
+    let products = Arc::new(new_sales(&args, &target, "rehearsal").await?);
     let started = Instant::now();
-    let persisted = watch_persisted(target.db.clone(), product.clone());
-    let http = http_run(&args, &target, &product, plan.clone(), args.rate, "http").await?;
+    let persisted = watch_persisted(target.db.clone(), products.clone());
+    let http = http_run(&args, &target, &products, plan.clone(), args.rate, "http").await?;
     let burst_end = Instant::now();
-    let accepted: Vec<&str> = http
+    let orders: std::collections::HashSet<&str> = http
         .answers
         .iter()
         .filter_map(|a| match a {
@@ -198,7 +208,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             Answer::Refused(_) => None,
         })
         .collect();
-    let orders: std::collections::HashSet<&str> = accepted.iter().copied().collect();
     let drained = wait_drained(persisted, orders.len() as i64, args.drain_timeout_secs).await;
     let persisted_after = drained.map(|p| p.last.saturating_duration_since(burst_end));
     // Rows per second from the first persisted row to the last (25 ms resolution).
@@ -206,26 +215,52 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         let span = p.last - p.first.unwrap_or(started);
         orders.len() as f64 / span.as_secs_f64().max(0.025)
     });
+    let http_per_node = per_node(&target, &products, &plan, &http).await?;
 
     let (paced, paced_rate) = match args.then_at {
         Some(f) => {
             let rate = f * http.per_second();
-            let p = new_product("paced");
-            create_sale(&args, &target, &p).await?;
-            let run = http_run(&args, &target, &p, plan.clone(), Some(rate), "paced").await?;
+            let paced_products = Arc::new(new_sales(&args, &target, "paced").await?);
+            let run = http_run(
+                &args,
+                &target,
+                &paced_products,
+                plan.clone(),
+                Some(rate),
+                "paced",
+            )
+            .await?;
             let accepted = run.outcomes().get("accepted").copied().unwrap_or(0);
-            let persisted = watch_persisted(target.db.clone(), p.clone());
+            let persisted = watch_persisted(target.db.clone(), paced_products.clone());
             wait_drained(persisted, accepted as i64, args.drain_timeout_secs).await;
-            cleanup(&target, &p).await?;
+            for p in paced_products.iter() {
+                cleanup(&target, p).await?;
+            }
             (Some(RunFigures::from(&run)), Some(rate))
         }
         None => (None, None),
     };
 
-    let checks = verify(&args, &target, &product, &plan, &http.answers, expected).await?;
+    let mut checks = Vec::new();
+    for (k, product) in products.iter().enumerate() {
+        let (plan_k, answers_k): (Vec<Planned>, Vec<Answer>) = plan
+            .iter()
+            .zip(&http.answers)
+            .filter(|(p, _)| p.sale == k)
+            .map(|(p, a)| (p.clone(), a.clone()))
+            .unzip();
+        let mut sale_checks =
+            verify(&args, &target, product, &plan_k, &answers_k, expected[k]).await?;
+        if n > 1 {
+            for c in &mut sale_checks {
+                c.detail = format!("{product}: {}", c.detail);
+            }
+        }
+        checks.extend(sale_checks);
+    }
     let http_figures = RunFigures::from(&http);
     let report = Report {
-        product_id: product.to_string(),
+        product_ids: products.iter().map(|p| p.to_string()).collect(),
         stock: args.stock,
         users: args.users,
         requests: args.requests,
@@ -235,19 +270,54 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             .as_ref()
             .map(|d| http_figures.requests_per_s / d.requests_per_s),
         http: http_figures,
+        http_per_node,
         direct,
         paced,
         paced_rate,
         units_accepted: orders.len() as u64,
-        expected_units: expected,
+        expected_units: expected.iter().sum(),
         persisted_after_burst_ms: persisted_after.map(|d| d.as_millis() as u64),
         drain_orders_per_s: drain_rate,
         checks,
     };
     if report.ok() && !args.keep {
-        cleanup(&target, &product).await?;
+        for p in products.iter() {
+            cleanup(&target, p).await?;
+        }
     }
     Ok(report)
+}
+
+/// Creates and opens `--sales` sales.
+async fn new_sales(args: &BenchArgs, t: &Target, tag: &str) -> anyhow::Result<Vec<ProductId>> {
+    let mut products = Vec::new();
+    for _ in 0..args.sales.max(1) {
+        let p = new_product(tag);
+        create_sale(args, t, &p).await?;
+        products.push(p);
+    }
+    Ok(products)
+}
+
+/// HTTP requests per second, by the Redis server holding each request's sale.
+async fn per_node(
+    t: &Target,
+    products: &[ProductId],
+    plan: &[Planned],
+    run: &LoadRun,
+) -> anyhow::Result<BTreeMap<String, f64>> {
+    let mut node_of_sale = Vec::new();
+    for p in products {
+        node_of_sale.push(t.sales.redis().node_of(&t.sales.keys(p).orders).await?);
+    }
+    let mut per_node: BTreeMap<String, f64> = BTreeMap::new();
+    for p in plan.iter().take(run.answers.len()) {
+        *per_node.entry(node_of_sale[p.sale].clone()).or_default() += 1.0;
+    }
+    for v in per_node.values_mut() {
+        *v /= run.elapsed.as_secs_f64();
+    }
+    Ok(per_node)
 }
 
 /// `flashsale bench`: runs, prints, and fails on any violated check.
@@ -358,7 +428,7 @@ async fn create_sale(args: &BenchArgs, t: &Target, product: &ProductId) -> anyho
 async fn http_run(
     args: &BenchArgs,
     t: &Target,
-    product: &ProductId,
+    products: &Arc<Vec<ProductId>>,
     plan: Arc<Vec<Planned>>,
     rate: Option<f64>,
     label: &str,
@@ -367,8 +437,8 @@ async fn http_run(
     for _ in 0..args.concurrency.max(1) {
         callers.push(HttpCaller {
             authority: t.authority.clone(),
-            product: product.to_string(),
-            key_prefix: format!("{product}-"),
+            products: products.clone(),
+            key_prefix: "bench-".into(),
             conn: Some(Conn::open(&t.authority).await?),
         });
     }
@@ -387,7 +457,11 @@ async fn direct_run(
         super::bench_prefix(&args.redis.key_prefix),
     )
     .with_sold_out_ttl(Duration::ZERO);
-    let product = super::bench_product("direct");
+    let products: Arc<Vec<ProductId>> = Arc::new(
+        (0..args.sales.max(1))
+            .map(|_| super::bench_product("direct"))
+            .collect(),
+    );
     let spec = SaleSpec {
         stock: args.stock,
         start_ms: 0,
@@ -395,16 +469,20 @@ async fn direct_run(
         limit_per_user: args.limit_per_user,
         price: rust_decimal::Decimal::ONE,
     };
-    sales.open(&product, &spec).await?;
+    for product in products.iter() {
+        sales.open(product, &spec).await?;
+    }
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {
             sales: sales.clone(),
-            product: product.clone(),
+            products: products.clone(),
             key_prefix: "k".into(),
         })
         .collect();
     let run = drive(plan, callers, args.rate, (!args.quiet).then_some("direct")).await;
-    super::remove_sale_keys(&sales, &product).await?;
+    for product in products.iter() {
+        super::remove_sale_keys(&sales, product).await?;
+    }
     Ok(RunFigures::from(&run))
 }
 
@@ -419,7 +497,7 @@ struct Persisted {
 
 /// Counts the sale's rows in MySQL every 25 ms, from before the burst (the
 /// workers persist while it runs).
-fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<Persisted> {
+fn watch_persisted(db: Db, products: Arc<Vec<ProductId>>) -> watch::Receiver<Persisted> {
     let start = Persisted {
         rows: 0,
         first: None,
@@ -428,11 +506,15 @@ fn watch_persisted(db: Db, product: ProductId) -> watch::Receiver<Persisted> {
     let (tx, rx) = watch::channel(start);
     tokio::spawn(async move {
         while !tx.is_closed() {
-            let count =
-                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tb_order WHERE product_id = ?")
-                    .bind(product.as_str())
-                    .fetch_one(db.pool())
-                    .await;
+            let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                "SELECT COUNT(*) FROM tb_order WHERE product_id IN (",
+            );
+            let mut ids = query.separated(", ");
+            for p in products.iter() {
+                ids.push_bind(p.as_str());
+            }
+            query.push(")");
+            let count: Result<i64, _> = query.build_query_scalar().fetch_one(db.pool()).await;
             if let Ok(n) = count {
                 tx.send_if_modified(|seen| {
                     let changed = seen.rows != n;
@@ -612,10 +694,23 @@ fn print_report(r: &Report) {
         println!("{:<8} {}", "", outcomes.join(", "));
     };
     println!(
-        "sale {}: stock {}, {} users, {} requests, concurrency {}, limit {} per user",
-        r.product_id, r.stock, r.users, r.requests, r.concurrency, r.limit_per_user
+        "sales {}: stock {} each, {} users, {} requests, concurrency {}, limit {} per user",
+        r.product_ids.join(", "),
+        r.stock,
+        r.users,
+        r.requests,
+        r.concurrency,
+        r.limit_per_user
     );
     run("http", &r.http);
+    if r.http_per_node.len() > 1 {
+        let nodes: Vec<String> = r
+            .http_per_node
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.0}"))
+            .collect();
+        println!("{:<8} req/s by Redis master: {}", "", nodes.join(", "));
+    }
     if let (Some(d), Some(ratio)) = (&r.direct, r.http_over_direct) {
         run("direct", d);
         println!("http / direct throughput: {ratio:.2}");

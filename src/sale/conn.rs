@@ -267,6 +267,44 @@ impl Redis {
         }
     }
 
+    /// The server holding `key`: `host:port` of its slot's master on a
+    /// cluster (from `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), `single` otherwise.
+    pub async fn node_of(&self, key: &str) -> Result<String, SaleError> {
+        if !self.is_cluster() {
+            return Ok("single".into());
+        }
+        let mut conn = self.shared().await?;
+        let slot: i64 = self
+            .bounded(
+                redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(key)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let ranges: Vec<Value> = self
+            .bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn))
+            .await?;
+        let int = |v: &Value| match v {
+            Value::Int(n) => *n,
+            _ => -1,
+        };
+        for range in ranges {
+            if let Value::Array(parts) = range
+                && parts.len() > 2
+                && int(&parts[0]) <= slot
+                && slot <= int(&parts[1])
+                && let Value::Array(node) = &parts[2]
+                && node.len() > 1
+            {
+                let host: String = redis::FromRedisValue::from_redis_value(node[0].clone())
+                    .map_err(redis::RedisError::from)?;
+                return Ok(format!("{host}:{}", int(&node[1])));
+            }
+        }
+        Err(SaleError::Corrupt(format!("no master serves slot {slot}")))
+    }
+
     /// `PING`: is Redis answering? (On a cluster: every master.)
     pub async fn ping(&self) -> Result<(), SaleError> {
         let mut conn = self.shared().await?;

@@ -27,6 +27,7 @@ async fn a_small_rehearsal_balances_the_books() {
         local: false,
         admin_token: Some(ADMIN_TOKEN.into()),
         stock: 200,
+        sales: 1,
         users: 1500,
         requests: 3000,
         concurrency: 16,

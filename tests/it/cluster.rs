@@ -10,48 +10,20 @@ use tokio::task::JoinSet;
 use crate::helpers::{Backend, spawn_app_on};
 
 /// The master (host:port) serving `key`'s slot.
-async fn master_of(conn: &mut flashsale::sale::Conn, key: &str) -> String {
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query_async(conn)
-        .await
-        .unwrap();
-    let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(conn)
-        .await
-        .unwrap();
-    for range in slots {
-        let redis::Value::Array(parts) = range else {
-            continue;
-        };
-        let num = |v: &redis::Value| match v {
-            redis::Value::Int(n) => *n,
-            _ => -1,
-        };
-        if num(&parts[0]) <= slot
-            && slot <= num(&parts[1])
-            && let redis::Value::Array(node) = &parts[2]
-        {
-            let host: String = redis::FromRedisValue::from_redis_value(node[0].clone()).unwrap();
-            return format!("{host}:{}", num(&node[1]));
-        }
-    }
-    panic!("no master serves slot {slot}");
+async fn master_of(redis: &flashsale::sale::Redis, key: &str) -> String {
+    redis.node_of(key).await.expect("CLUSTER SLOTS")
 }
 
 #[tokio::test]
 async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
     let app = spawn_app_on(Backend::Cluster, |_| {}).await;
-    let mut conn = app.redis.clone();
     // Open sales until all three masters hold some (ids hash at random).
     let mut skus = Vec::new();
     let mut masters = HashSet::new();
     while skus.len() < 6 || masters.len() < 3 {
         assert!(skus.len() < 60, "sales never spread over 3 masters");
         let sku = app.new_sale(40, 1).await;
-        masters.insert(master_of(&mut conn, &app.key(&sku, "orders")).await);
+        masters.insert(master_of(app.sales.redis(), &app.key(&sku, "orders")).await);
         skus.push(sku);
     }
     let mut set = JoinSet::new();
@@ -155,13 +127,12 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         s.redis_timeout = Duration::from_millis(1000);
     })
     .await;
-    let mut conn = app.redis.clone();
     let skus = [
         app.new_sale(5000, 1).await,
         app.new_sale(5000, 1).await,
         app.new_sale(5000, 1).await,
     ];
-    let victim = master_of(&mut conn, &app.key(&skus[0], "orders")).await;
+    let victim = master_of(app.sales.redis(), &app.key(&skus[0], "orders")).await;
     let port: u16 = victim.rsplit(':').next().unwrap().parse().unwrap();
 
     // Buyers keep coming for 14 s, each order under its own Idempotency-Key.
@@ -211,22 +182,29 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         "redis://127.0.0.1:{}",
         if port == base { base + 1 } else { base }
     );
-    let probe = redis::Client::open(survivor)
+    let probe = flashsale::sale::Redis::new(
+        &flashsale::sale::RedisTarget::Cluster(vec![survivor.clone()]),
+        Duration::from_millis(500),
+        1,
+    )
+    .unwrap();
+    let direct = redis::Client::open(survivor)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     let orders_key = app.key(&skus[0], "orders");
     crate::helpers::eventually("failover", Duration::from_secs(20), || {
-        let mut probe = flashsale::sale::Conn::Direct(probe.clone());
+        let (probe, mut direct) = (probe.clone(), direct.clone());
         let (orders_key, victim) = (orders_key.clone(), victim.clone());
         async move {
             let info: String = redis::cmd("CLUSTER")
                 .arg("INFO")
-                .query_async(&mut probe)
+                .query_async(&mut direct)
                 .await
                 .unwrap_or_default();
-            info.contains("cluster_state:ok") && master_of(&mut probe, &orders_key).await != victim
+            let moved = matches!(probe.node_of(&orders_key).await, Ok(node) if node != victim);
+            info.contains("cluster_state:ok") && moved
         }
     })
     .await;
