@@ -59,6 +59,7 @@ impl App {
             .clone()
             .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg));
         let state = AppState {
+            books: crate::books::Books::new(sales.clone(), db.clone()),
             sales,
             db,
             admin_token: settings.admin_token.clone(),

@@ -27,6 +27,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run only the stream workers (Redis Stream -> MySQL).
     Worker(WorkerCmdArgs),
+    /// Check that every opened sale's books balance (Redis and MySQL).
+    Audit(AuditArgs),
+    /// Rebuild a sale in Redis from MySQL after Redis lost it.
+    Recover(RecoverArgs),
     /// Rehearse a flash sale over HTTP and check that the books balance.
     Bench(crate::bench::BenchArgs),
     /// Measure the order script straight against Redis, per connection strategy.
@@ -123,6 +127,34 @@ pub struct WorkerCmdArgs {
     pub worker: WorkerArgs,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Only this sale.
+    #[arg(long)]
+    pub product: Option<String>,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[arg(long)]
+    pub product: String,
+    /// Rebuild even if Redis still has the sale or its stream holds orders
+    /// not yet in MySQL (those would be forgotten).
+    #[arg(long)]
+    pub force: bool,
+}
+
 /// How the stream workers drain the sales' streams.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
@@ -146,6 +178,9 @@ pub struct WorkerArgs {
     /// Acked entries stay in the stream this long before they are trimmed.
     #[arg(long, env = "STREAM_RETENTION_SECS", default_value_t = 600)]
     pub stream_retention_secs: u64,
+    /// Orders confirmed and not paid within this many seconds are cancelled.
+    #[arg(long, env = "PAYMENT_TIMEOUT_SECS", default_value_t = 900)]
+    pub payment_timeout_secs: u64,
 }
 
 impl From<WorkerArgs> for WorkerConfig {
@@ -161,6 +196,7 @@ impl From<WorkerArgs> for WorkerConfig {
             claim_idle: Duration::from_millis(a.claim_idle_ms),
             max_deliveries: a.max_deliveries.max(1),
             retention: Duration::from_secs(a.stream_retention_secs),
+            payment_timeout: Duration::from_secs(a.payment_timeout_secs),
             ..default
         }
     }

@@ -8,12 +8,17 @@
 //! - [`worker`]: the stream workers: consumer-group reads, one MySQL
 //!   transaction per batch, then XACK; reclaimer, dead letters, trimming.
 //! - [`store`]: MySQL, the books (`tb_product`, `tb_order`).
+//! - [`books`]: an order's life after its 202 (pay, cancel, payment timeout)
+//!   across MySQL and Redis; the audit; recovery of a sale Redis lost.
 //! - [`domain`]: validated ids and numbers shared by all layers.
-//! - [`config`] and [`app`]: settings and startup; `main.rs` only calls them.
+//! - [`config`] and [`app`]: settings and startup; [`cli`]: the operator
+//!   commands (`audit`, `recover`); `main.rs` only calls them.
 //! - [`bench`]: load generators for the numbers in BENCHMARKS.md.
 
 pub mod app;
 pub mod bench;
+pub mod books;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod http;

@@ -29,6 +29,8 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("running flashsale worker")?;
         }
+        Command::Audit(args) => flashsale::cli::audit(args).await?,
+        Command::Recover(args) => flashsale::cli::recover(args).await?,
         Command::Bench(args) => flashsale::bench::rehearsal::run_cli(args).await?,
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
         Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,

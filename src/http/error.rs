@@ -23,6 +23,8 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("{0}")]
     Unauthorized(&'static str),
+    #[error("this order belongs to another user")]
+    Forbidden,
     #[error("no such route")]
     RouteNotFound,
     #[error("method not allowed on this route")]
@@ -45,6 +47,8 @@ pub enum ApiError {
     LimitExceeded { allowance: u64 },
     #[error("this Idempotency-Key was used for a different order")]
     IdempotencyKeyReused,
+    #[error("the order is {0}")]
+    InvalidTransition(String),
     /// Accepted in Redis, but not confirmed by the replicas WAIT asked for.
     #[error(
         "the order was taken but not confirmed by Redis replicas in time; retry with the same Idempotency-Key to get it"
@@ -72,6 +76,7 @@ impl ApiError {
             Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden => (S::FORBIDDEN, "forbidden"),
             Self::RouteNotFound => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::ProductNotFound(_) => (S::NOT_FOUND, "product_not_found"),
@@ -83,6 +88,7 @@ impl ApiError {
             Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
             Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
             Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            Self::InvalidTransition(_) => (S::CONFLICT, "invalid_transition"),
             Self::Unavailable(_) | Self::NotReplicated => (S::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -158,6 +164,20 @@ impl From<StoreError> for ApiError {
             StoreError::ProductExists => Self::ProductExists,
             e if e.is_unavailable() => Self::Unavailable(format!("mysql: {e}")),
             e => Self::Internal(format!("mysql: {e}")),
+        }
+    }
+}
+
+impl From<crate::books::BooksError> for ApiError {
+    fn from(e: crate::books::BooksError) -> Self {
+        use crate::books::BooksError as B;
+        match e {
+            B::NotFound => Self::OrderNotFound,
+            B::Forbidden => Self::Forbidden,
+            B::InvalidTransition(status) => Self::InvalidTransition(status),
+            B::Refused(why) => Self::InvalidTransition(why),
+            B::Sale(e) => e.into(),
+            B::Store(e) => e.into(),
         }
     }
 }

@@ -14,6 +14,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
+use crate::books::Books;
 use crate::sale::Sales;
 use crate::store::Db;
 use error::ApiError;
@@ -26,6 +27,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub struct AppState {
     pub sales: Sales,
     pub db: Db,
+    pub books: Books,
     /// `None` disables the admin routes (they answer 401).
     pub admin_token: Option<Arc<str>>,
 }
@@ -42,6 +44,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/products/{product_id}", get(products::get))
         .route("/api/orders", post(orders::place))
         .route("/api/orders/{order_id}", get(orders::get))
+        .route("/api/orders/{order_id}/pay", post(orders::pay))
+        .route("/api/orders/{order_id}/cancel", post(orders::cancel))
+        .route(
+            "/api/admin/products/{product_id}/audit",
+            get(products::audit),
+        )
         .route("/api/users/{user_id}/orders", get(orders::list_for_user))
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

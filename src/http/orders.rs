@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{IdempotencyKey, JsonBody, PathParam, QueryParams};
+use crate::books::Cancelled;
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::PendingOrder;
 use crate::store::OrderRow;
@@ -141,4 +142,44 @@ pub async fn list_for_user(
     Ok(Json(
         serde_json::json!({"user_id": user_id, "orders": orders}),
     ))
+}
+
+/// The body of pay and cancel: who asks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    user_id: u64,
+}
+
+/// `POST /api/orders/{order_id}/pay`: records that the owner paid.
+/// `confirmed` → `paid`; repeating it answers the paid order again.
+pub async fn pay(
+    State(state): State<AppState>,
+    PathParam(order_id): PathParam<String>,
+    JsonBody(body): JsonBody<Owner>,
+) -> Result<Json<OrderView>, ApiError> {
+    let user = domain::user_id(body.user_id)?;
+    let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    let row = state.books.pay(&id, &product, user).await?;
+    Ok(Json(row.into()))
+}
+
+/// `POST /api/orders/{order_id}/cancel`: the owner gives the order up; its
+/// units go back on sale. 200 with the cancelled order; 202 with status
+/// `cancelling` when the order is still pending (applied once persisted).
+pub async fn cancel(
+    State(state): State<AppState>,
+    PathParam(order_id): PathParam<String>,
+    JsonBody(body): JsonBody<Owner>,
+) -> Result<Response, ApiError> {
+    let user = domain::user_id(body.user_id)?;
+    let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    Ok(match state.books.cancel(&id, &product, Some(user)).await? {
+        Cancelled::Done(row) => Json(OrderView::from(row)).into_response(),
+        Cancelled::Requested(order) => {
+            let mut view = OrderView::from(order);
+            view.status = "cancelling".into();
+            (StatusCode::ACCEPTED, Json(view)).into_response()
+        }
+    })
 }

@@ -112,6 +112,7 @@ pub async fn open(
         price: product.price,
     };
     let (opened, stock) = state.sales.open(&id, &spec).await?;
+    state.db.mark_opened(&id).await?;
     if opened {
         tracing::info!(product_id = %id, stock, "sale opened");
     }
@@ -136,4 +137,16 @@ async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product)
     let id = ProductId::parse(product_id).map_err(|_| not_found())?;
     let product = state.db.product(&id).await?.ok_or_else(not_found)?;
     Ok((id, product))
+}
+
+/// `GET /api/admin/products/{product_id}/audit`: the sale's books (see
+/// `books::audit`); `ok` says whether they balance.
+pub async fn audit(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, product) = find(&state, &product_id).await?;
+    let audit = crate::books::audit::audit_sale(&state.sales, &state.db, &product).await?;
+    Ok(Json(json!({"ok": audit.ok(), "audit": audit})))
 }

@@ -24,6 +24,8 @@ pub struct SaleKeys {
     pub released: String,
     /// Stream: dead letters, entries the workers could not persist.
     pub dead: String,
+    /// Hash: order_id -> user_id, cancels asked while the order was pending.
+    pub cancels: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -47,6 +49,7 @@ impl SaleKeys {
             accepted: key("accepted"),
             released: key("released"),
             dead: key("dead"),
+            cancels: key("cancels"),
         }
     }
 }
@@ -69,6 +72,7 @@ mod tests {
             &keys.accepted,
             &keys.released,
             &keys.dead,
+            &keys.cancels,
         ] {
             let tag = key
                 .split_once('{')

@@ -354,6 +354,43 @@ impl Sales {
             .transpose()
     }
 
+    /// Remembers a cancel asked while the order is still pending (in the
+    /// stream, not yet in MySQL); it is applied once the order is persisted.
+    pub async fn request_cancel(&self, order: &PendingOrder) -> Result<(), SaleError> {
+        let keys = self.keys(&order.product_id);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(conn.hset::<_, _, _, ()>(
+                &keys.cancels,
+                order.order_id.as_str(),
+                order.user_id,
+            ))
+            .await
+    }
+
+    /// The cancels asked for `product`'s pending orders: (order id, user id).
+    pub async fn cancel_requests(
+        &self,
+        product: &ProductId,
+    ) -> Result<Vec<(String, u64)>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis.bounded(conn.hgetall(&keys.cancels)).await
+    }
+
+    /// A cancel request was applied (or is moot).
+    pub async fn drop_cancel_request(
+        &self,
+        product: &ProductId,
+        order_id: &str,
+    ) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(conn.hdel::<_, _, ()>(&keys.cancels, order_id))
+            .await
+    }
+
     /// Returns an order's units to the sale, at most once per order; returns
     /// `(released_now, stock_left)`. See `lua/release_stock.lua`.
     pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {

@@ -1,6 +1,7 @@
 //! MySQL: the books. Products are created here; accepted orders are written
 //! here by the stream workers. Nothing on the order path reads or writes MySQL.
 
+mod lifecycle;
 mod orders;
 mod products;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
+pub use lifecycle::{CANCELLED, PAID, Transition};
 pub use orders::{CONFIRMED, OrderRow, Persisted};
 pub use products::{NewProduct, Product};
 

@@ -20,6 +20,8 @@ pub struct OrderRow {
     pub status: String,
     pub created: i64,
     pub updated: i64,
+    /// For a cancelled order: its units are back in Redis too.
+    pub released: bool,
 }
 
 /// What one `persist_orders` call changed.
@@ -35,6 +37,9 @@ pub struct Persisted {
 pub const CONFIRMED: &str = "confirmed";
 
 const COLUMNS: &str = "order_id, user_id, product_id, quantity, price, status, created, updated";
+/// The columns of an `OrderRow`.
+pub(super) const ROW: &str =
+    "order_id, user_id, product_id, quantity, price, status, created, updated, released";
 
 /// Attempts of one batch when a concurrent writer inserts the same order between
 /// our read and our insert (two workers holding one redelivered entry).
@@ -175,12 +180,12 @@ impl Db {
 
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
         self.bounded(async {
-            Ok(sqlx::query_as(&format!(
-                "SELECT {COLUMNS} FROM tb_order WHERE order_id = ?"
-            ))
-            .bind(order_id.as_str())
-            .fetch_optional(self.pool())
-            .await?)
+            Ok(
+                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
+                    .bind(order_id.as_str())
+                    .fetch_optional(self.pool())
+                    .await?,
+            )
         })
         .await
     }
@@ -194,7 +199,7 @@ impl Db {
     ) -> Result<Vec<OrderRow>, StoreError> {
         self.bounded(async {
             Ok(sqlx::query_as(&format!(
-                "SELECT {COLUMNS} FROM tb_order WHERE user_id = ? AND created < ? \
+                "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
                  ORDER BY created DESC, id DESC LIMIT ?"
             ))
             .bind(user_id as i64)

@@ -12,13 +12,18 @@ pub struct Product {
     pub product_id: String,
     pub title: String,
     pub price: Decimal,
-    /// Units not yet persisted as orders (decremented by the stream workers).
+    /// Units not taken by a persisted, live order: decremented by the stream
+    /// workers, given back by cancellations.
     pub available_qty: i64,
+    /// The stock the product was created with.
+    pub initial_qty: i64,
     pub start_time: i64,
     pub end_time: i64,
     pub limit_per_user: i64,
     pub created: i64,
     pub updated: i64,
+    /// When its sale was first opened (epoch ms); `None` before.
+    pub opened: Option<i64>,
 }
 
 /// A validated product to create.
@@ -33,8 +38,8 @@ pub struct NewProduct {
     pub limit_per_user: u64,
 }
 
-const COLUMNS: &str = "product_id, title, price, available_qty, start_time, end_time, \
-                       limit_per_user, created, updated";
+const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
+                       end_time, limit_per_user, created, updated, opened";
 
 impl Db {
     /// Inserts a product; `ProductExists` when the id is taken.
@@ -45,23 +50,28 @@ impl Db {
             title: p.title.clone(),
             price: p.price,
             available_qty: p.available_qty as i64,
+            initial_qty: p.available_qty as i64,
             start_time: p.start_time,
             end_time: p.end_time,
             limit_per_user: p.limit_per_user as i64,
             created: now,
             updated: now,
+            opened: None,
         };
-        let sql = format!("INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        let sql =
+            format!("INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
         let insert = sqlx::query(&sql)
             .bind(&row.product_id)
             .bind(&row.title)
             .bind(row.price)
             .bind(row.available_qty)
+            .bind(row.initial_qty)
             .bind(row.start_time)
             .bind(row.end_time)
             .bind(row.limit_per_user)
             .bind(row.created)
-            .bind(row.updated);
+            .bind(row.updated)
+            .bind(row.opened);
         self.bounded(async {
             match insert.execute(self.pool()).await {
                 Ok(_) => Ok(()),
@@ -91,5 +101,40 @@ impl Db {
             price: p.price.normalize(),
             ..p
         }))
+    }
+}
+
+impl Db {
+    /// Records that the product's sale was opened (the first time only).
+    pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query("UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL")
+                .bind(now_ms())
+                .bind(product_id.as_str())
+                .execute(self.pool())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every product whose sale has been opened, oldest first.
+    pub async fn opened_products(&self) -> Result<Vec<Product>, StoreError> {
+        let rows: Vec<Product> = self
+            .bounded(async {
+                Ok(sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM tb_product WHERE opened IS NOT NULL ORDER BY id"
+                ))
+                .fetch_all(self.pool())
+                .await?)
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|p| Product {
+                price: p.price.normalize(),
+                ..p
+            })
+            .collect())
     }
 }

@@ -11,6 +11,7 @@
 pub mod drain;
 mod entry;
 mod stream;
+pub mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,6 +48,12 @@ pub struct WorkerConfig {
     pub registry_refresh: Duration,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// Orders confirmed and unpaid this long are cancelled.
+    pub payment_timeout: Duration,
+    /// How often the sweeper passes (payment timeouts, interrupted cancels).
+    pub sweep_every: Duration,
+    /// A cancel's Redis half missing for this long counts as interrupted.
+    pub release_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -62,6 +69,9 @@ impl Default for WorkerConfig {
             registry_refresh: Duration::from_secs(2),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            payment_timeout: Duration::from_secs(15 * 60),
+            sweep_every: Duration::from_secs(5),
+            release_grace: Duration::from_secs(10),
         }
     }
 }
@@ -116,6 +126,12 @@ impl Workers {
         self.stats.clone()
     }
 
+    /// The sweeper, for driving pass by pass.
+    pub fn sweeper(&self) -> sweeper::Sweeper {
+        let books = crate::books::Books::new(self.sales.clone(), self.db.clone());
+        sweeper::Sweeper::new(books, self.sales.clone(), &self.cfg)
+    }
+
     /// A drain of one sale, for driving step by step.
     pub fn sale_worker(&self, product: ProductId) -> SaleWorker {
         SaleWorker::new(
@@ -132,6 +148,11 @@ impl Workers {
     /// registry has its drain stopped the same way.
     pub async fn run(self, shutdown: CancellationToken) {
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
+        let sweeping = tokio::spawn(sweeper::run(
+            self.sweeper(),
+            self.cfg.sweep_every,
+            shutdown.clone(),
+        ));
         let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
@@ -170,6 +191,7 @@ impl Workers {
         for task in running.into_values().map(|(t, _)| t).chain(stopping) {
             let _ = task.await;
         }
+        let _ = sweeping.await;
         tracing::info!("stream workers stopped");
     }
 }

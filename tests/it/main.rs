@@ -23,6 +23,7 @@ pub(crate) use on_both_backends;
 mod bench;
 mod cluster;
 mod helpers;
+mod lifecycle;
 mod orders;
 mod products;
 mod proxy;

@@ -1,0 +1,221 @@
+//! Status changes of persisted orders, each guarded in SQL (`UPDATE ... WHERE
+//! status = ...`) so that it happens once however many requests, retries and
+//! workers race for it. A cancel gives the units back to
+//! `tb_product.available_qty` in the same transaction as the status change.
+
+use std::collections::BTreeMap;
+
+use sqlx::{MySql, QueryBuilder};
+
+use super::orders::ROW;
+use super::{CONFIRMED, Db, OrderRow, StoreError, now_ms};
+use crate::domain::{OrderId, ProductId};
+
+pub const PAID: &str = "paid";
+pub const CANCELLED: &str = "cancelled";
+
+/// What a guarded status change found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// This call made the change.
+    Done(OrderRow),
+    /// The order was in the target status already.
+    Already(OrderRow),
+    /// The order is in a status the change cannot start from.
+    Refused(OrderRow),
+    NotFound,
+}
+
+impl Db {
+    /// `confirmed` → `paid`, for the order's owner.
+    pub async fn pay(&self, order_id: &OrderId, user_id: u64) -> Result<Transition, StoreError> {
+        let changed = self
+            .bounded(async {
+                Ok(sqlx::query(
+                    "UPDATE tb_order SET status = ?, updated = ? \
+                     WHERE order_id = ? AND user_id = ? AND status = ?",
+                )
+                .bind(PAID)
+                .bind(now_ms())
+                .bind(order_id.as_str())
+                .bind(user_id as i64)
+                .bind(CONFIRMED)
+                .execute(self.pool())
+                .await?
+                .rows_affected())
+            })
+            .await?;
+        self.outcome(order_id, changed == 1, PAID).await
+    }
+
+    /// `confirmed` → `cancelled`, giving the units back to `available_qty` in
+    /// the same transaction. The Redis half (returning stock and allowance)
+    /// comes after the commit; until `mark_released`, `released` stays 0 so a
+    /// crash in between is found and repaired.
+    pub async fn cancel(
+        &self,
+        order_id: &OrderId,
+        user_id: Option<u64>,
+    ) -> Result<Transition, StoreError> {
+        let done = self
+            .bounded(async {
+                let mut tx = self.pool().begin().await?;
+                let row: Option<OrderRow> = sqlx::query_as(&format!(
+                    "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
+                ))
+                .bind(order_id.as_str())
+                .bind(CONFIRMED)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u as i64))
+                else {
+                    return Ok(false);
+                };
+                cancel_rows(&mut tx, std::slice::from_ref(&row)).await?;
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await?;
+        self.outcome(order_id, done, CANCELLED).await
+    }
+
+    /// Cancels up to `limit` orders still `confirmed` and created before
+    /// `created_before` (unpaid past the payment timeout). Rows another
+    /// process is cancelling are skipped (`SKIP LOCKED`), so each order is
+    /// acted on by one process. Returns the orders cancelled here.
+    pub async fn cancel_expired(
+        &self,
+        created_before: i64,
+        limit: u32,
+    ) -> Result<Vec<OrderRow>, StoreError> {
+        self.bounded(async {
+            let mut tx = self.pool().begin().await?;
+            let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+                "SELECT {ROW} FROM tb_order WHERE status = ? AND created < ? \
+                 ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED"
+            ))
+            .bind(CONFIRMED)
+            .bind(created_before)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+            cancel_rows(&mut tx, &rows).await?;
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The second half of a cancel is done: the units are back in Redis.
+    pub async fn mark_released(&self, order_id: &str) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
+                .bind(order_id)
+                .bind(CANCELLED)
+                .execute(self.pool())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Cancelled orders whose Redis half did not happen (a crash between the
+    /// two), last touched before `updated_before`.
+    pub async fn unreleased(
+        &self,
+        updated_before: i64,
+        limit: u32,
+    ) -> Result<Vec<OrderRow>, StoreError> {
+        self.bounded(async {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND updated < ? LIMIT ?"
+            ))
+            .bind(CANCELLED)
+            .bind(updated_before)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?)
+        })
+        .await
+    }
+
+    /// Every order of a product (for the audit and for recovery).
+    pub async fn orders_of_product(
+        &self,
+        product: &ProductId,
+    ) -> Result<Vec<OrderRow>, StoreError> {
+        self.bounded(async {
+            Ok(
+                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
+                    .bind(product.as_str())
+                    .fetch_all(self.pool())
+                    .await?,
+            )
+        })
+        .await
+    }
+
+    /// Marks every cancelled order of a product released (recovery rebuilt
+    /// the Redis stock without their units).
+    pub async fn mark_all_released(&self, product: &ProductId) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
+                .bind(product.as_str())
+                .bind(CANCELLED)
+                .execute(self.pool())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn outcome(
+        &self,
+        order_id: &OrderId,
+        done: bool,
+        target: &str,
+    ) -> Result<Transition, StoreError> {
+        Ok(match self.order(order_id).await? {
+            None => Transition::NotFound,
+            Some(row) if done => Transition::Done(row),
+            Some(row) if row.status == target => Transition::Already(row),
+            Some(row) => Transition::Refused(row),
+        })
+    }
+}
+
+/// Marks `rows` (locked, `confirmed`) cancelled and gives their units back.
+async fn cancel_rows(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    rows: &[OrderRow],
+) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let mut update = QueryBuilder::<MySql>::new("UPDATE tb_order SET status = ");
+    update
+        .push_bind(CANCELLED)
+        .push(", released = 0, updated = ")
+        .push_bind(now);
+    update.push(" WHERE order_id IN (");
+    let mut ids = update.separated(", ");
+    for r in rows {
+        ids.push_bind(r.order_id.as_str());
+    }
+    update.push(")");
+    update.build().execute(&mut **tx).await?;
+    let mut units: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in rows {
+        *units.entry(r.product_id.as_str()).or_default() += r.quantity;
+    }
+    for (product, units) in units {
+        sqlx::query("UPDATE tb_product SET available_qty = available_qty + ?, updated = ? WHERE product_id = ?")
+            .bind(units)
+            .bind(now)
+            .bind(product)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}

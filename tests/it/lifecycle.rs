@@ -1,0 +1,403 @@
+//! Pay, cancel, the payment timeout, interrupted cancels, the audit and
+//! recovery: the books balance through all of them.
+
+use std::time::Duration;
+
+use flashsale::books::audit;
+use flashsale::domain::ProductId;
+use flashsale::worker::Workers;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, fast_workers, spawn_app_on, status_code};
+
+fn pid(sku: &str) -> ProductId {
+    ProductId::parse(sku).unwrap()
+}
+
+/// Places an order and waits until a worker confirmed it; returns its id.
+async fn buy(app: &TestApp, user: u64, sku: &str, quantity: u64) -> String {
+    let resp = app.place_order(user, sku, quantity).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let v: Value = resp.json().await.unwrap();
+    let id = v["order_id"].as_str().unwrap().to_owned();
+    crate::helpers::eventually("order confirmed", Duration::from_secs(20), || async {
+        app.get_json(&format!("/api/orders/{id}")).await.1["status"] == "confirmed"
+    })
+    .await;
+    id
+}
+
+async fn act(app: &TestApp, id: &str, action: &str, user: u64) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/orders/{id}/{action}")))
+        .json(&json!({"user_id": user}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn books_balance(app: &TestApp, sku: &str) -> audit::SaleAudit {
+    let product = app.db.product(&pid(sku)).await.unwrap().unwrap();
+    let a = audit::audit_sale(&app.sales, &app.db, &product)
+        .await
+        .unwrap();
+    assert!(a.ok(), "books do not balance: {a:#?}");
+    a
+}
+
+async fn buy_pay_cancel_move_the_status_and_the_stock(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(5, 2).await;
+    let paid = buy(&app, 1, &sku, 1).await;
+    let (status, order) = act(&app, &paid, "pay", 1).await;
+    assert_eq!(
+        (status, order["status"].as_str()),
+        (StatusCode::OK, Some("paid"))
+    );
+    assert_eq!(
+        act(&app, &paid, "pay", 1).await.0,
+        StatusCode::OK,
+        "paying twice is harmless"
+    );
+    let (status, err) = act(&app, &paid, "cancel", 1).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::CONFLICT, Some("invalid_transition"))
+    );
+
+    let cancelled = buy(&app, 2, &sku, 2).await;
+    assert_eq!(app.stock(&sku).await, Some(2));
+    let (status, err) = act(&app, &cancelled, "cancel", 1).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (status, order) = act(&app, &cancelled, "cancel", 2).await;
+    assert_eq!(
+        (status, order["status"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
+    assert_eq!(app.stock(&sku).await, Some(4), "the units are back on sale");
+    assert_eq!(app.available_qty(&sku).await, 4);
+    assert_eq!(
+        app.bought(&sku, 2).await,
+        0,
+        "and back in the buyer's allowance"
+    );
+    assert_eq!(
+        act(&app, &cancelled, "cancel", 2).await.0,
+        StatusCode::OK,
+        "cancelling twice is harmless"
+    );
+    assert_eq!(app.stock(&sku).await, Some(4), "and returns nothing twice");
+    let (status, err) = act(&app, &cancelled, "pay", 2).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::CONFLICT, Some("invalid_transition"))
+    );
+    let unknown = format!("{sku}:0123456789abcdef0123456789abcdef");
+    assert_eq!(
+        act(&app, &unknown, "cancel", 2).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // The buyer may buy again.
+    buy(&app, 2, &sku, 2).await;
+    books_balance(&app, &sku).await;
+}
+
+async fn a_hundred_concurrent_cancels_release_the_units_once(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(10, 3).await;
+    let id = buy(&app, 7, &sku, 3).await;
+    let mut set = JoinSet::new();
+    for _ in 0..100 {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/api/orders/{id}/cancel")),
+        );
+        set.spawn(async move {
+            client
+                .post(url)
+                .json(&json!({"user_id": 7}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        });
+    }
+    while let Some(status) = set.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(app.stock(&sku).await, Some(10));
+    assert_eq!(app.available_qty(&sku).await, 10);
+    assert_eq!(app.bought(&sku, 7).await, 0);
+    books_balance(&app, &sku).await;
+}
+
+async fn cancels_racing_the_payment_timeout_release_once(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let mut cfg = fast_workers("w");
+    cfg.payment_timeout = Duration::ZERO;
+    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let sku = app.new_sale(10, 2).await;
+    let run = tokio::spawn(
+        workers
+            .clone()
+            .run(tokio_util::sync::CancellationToken::new()),
+    );
+    let mut ids = Vec::new();
+    for user in 1..=4 {
+        ids.push(buy(&app, user, &sku, 2).await);
+    }
+    run.abort();
+    // Every confirmed order is past its (zero) payment timeout: the sweeper
+    // and the owners cancel them at the same time.
+    let mut set = JoinSet::new();
+    for _ in 0..3 {
+        let sweeper = workers.sweeper();
+        set.spawn(async move {
+            sweeper.sweep().await.unwrap();
+        });
+    }
+    for (user, id) in (1..=4u64).zip(&ids) {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/api/orders/{id}/cancel")),
+        );
+        set.spawn(async move {
+            let status = client
+                .post(url)
+                .json(&json!({"user_id": user}))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, StatusCode::OK);
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.unwrap();
+    }
+    assert_eq!(app.stock(&sku).await, Some(10));
+    assert_eq!(app.available_qty(&sku).await, 10);
+    for id in &ids {
+        assert_eq!(
+            app.get_json(&format!("/api/orders/{id}")).await.1["status"],
+            "cancelled"
+        );
+    }
+    books_balance(&app, &sku).await;
+}
+
+async fn cancelled_units_of_a_sold_out_sale_sell_again_to_others(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.sold_out_ttl = Duration::from_secs(60)).await;
+    let sku = app.new_sale(6, 1).await;
+    let mut ids = Vec::new();
+    for user in 1..=6 {
+        ids.push(buy(&app, user, &sku, 1).await);
+    }
+    assert_eq!(
+        status_code(app.place_order(100, &sku, 1).await).await.1,
+        "sold_out"
+    );
+    for (user, id) in (1..=3u64).zip(&ids) {
+        assert_eq!(act(&app, id, "cancel", user).await.0, StatusCode::OK);
+    }
+    for user in 101..=103 {
+        buy(&app, user, &sku, 1).await;
+    }
+    assert_eq!(
+        status_code(app.place_order(104, &sku, 1).await).await.1,
+        "sold_out"
+    );
+    let a = books_balance(&app, &sku).await;
+    assert_eq!((a.confirmed, a.cancelled, a.redis_stock), (6, 3, Some(0)));
+}
+
+async fn a_cancel_interrupted_between_mysql_and_redis_is_repaired(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let mut cfg = fast_workers("w");
+    cfg.release_grace = Duration::ZERO;
+    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let sku = app.new_sale(5, 1).await;
+    app.place_order(1, &sku, 1).await;
+    workers.sale_worker(pid(&sku)).step().await.unwrap();
+    let row = app
+        .db
+        .orders_of_product(&pid(&sku))
+        .await
+        .unwrap()
+        .remove(0);
+    let (id, _) = flashsale::domain::OrderId::parse(&row.order_id).unwrap();
+    // The MySQL half commits; the process dies before the Redis half.
+    app.db.cancel(&id, Some(1)).await.unwrap();
+    assert_eq!(app.available_qty(&sku).await, 5);
+    assert_eq!(app.stock(&sku).await, Some(4), "not yet back in Redis");
+    assert_eq!(
+        status_code(app.place_order(1, &sku, 1).await).await.1,
+        "limit_exceeded"
+    );
+    // A worker's sweep finds it and finishes it, once.
+    let swept = workers.sweeper().sweep().await.unwrap();
+    assert_eq!(swept.repaired, 1);
+    assert_eq!(workers.sweeper().sweep().await.unwrap().repaired, 0);
+    assert_eq!(app.stock(&sku).await, Some(5));
+    assert_eq!(app.bought(&sku, 1).await, 0);
+    books_balance(&app, &sku).await;
+}
+
+async fn a_cancel_of_a_pending_order_is_applied_once_it_is_persisted(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let workers = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("w"));
+    let sku = app.new_sale(5, 1).await;
+    let v: Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
+    let id = v["order_id"].as_str().unwrap();
+    let (status, order) = act(&app, id, "cancel", 1).await;
+    assert_eq!(
+        (status, order["status"].as_str()),
+        (StatusCode::ACCEPTED, Some("cancelling"))
+    );
+    assert_eq!(act(&app, id, "cancel", 2).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        app.stock(&sku).await,
+        Some(4),
+        "nothing returned while pending"
+    );
+    workers.sale_worker(pid(&sku)).step().await.unwrap();
+    assert_eq!(workers.sweeper().sweep().await.unwrap().requests_applied, 1);
+    assert_eq!(workers.sweeper().sweep().await.unwrap().requests_applied, 0);
+    assert_eq!(
+        app.get_json(&format!("/api/orders/{id}")).await.1["status"],
+        "cancelled"
+    );
+    assert_eq!(app.stock(&sku).await, Some(5));
+    books_balance(&app, &sku).await;
+}
+
+async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(10, 2).await;
+    let paid = buy(&app, 1, &sku, 2).await;
+    act(&app, &paid, "pay", 1).await;
+    buy(&app, 2, &sku, 1).await;
+    let cancelled = buy(&app, 3, &sku, 2).await;
+    act(&app, &cancelled, "cancel", 3).await;
+    books_balance(&app, &sku).await;
+
+    // Redis loses the sale.
+    let mut r = app.redis.clone();
+    for name in [
+        "sale", "stock", "bought", "idem", "orders", "accepted", "released", "dead", "cancels",
+    ] {
+        let _: () = redis::cmd("DEL")
+            .arg(app.key(&sku, name))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        status_code(app.place_order(4, &sku, 1).await).await.1,
+        "product_not_found"
+    );
+    let done = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false)
+        .await
+        .unwrap();
+    assert_eq!((done.stock, done.buyers, done.released), (7, 2, 1));
+    assert_eq!(app.stock(&sku).await, Some(7));
+    // The per-user limits still hold; the cancelled buyer may buy again.
+    assert_eq!(
+        status_code(app.place_order(1, &sku, 1).await).await.1,
+        "limit_exceeded"
+    );
+    assert_eq!(
+        app.place_order(2, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        app.place_order(3, &sku, 2).await.status(),
+        StatusCode::ACCEPTED
+    );
+    app.drained(&sku, 8).await; // 2 + 1 + 2 (cancelled) + 1 + 2
+    books_balance(&app, &sku).await;
+    // Recovering a sale Redis has is refused.
+    let again = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false).await;
+    assert!(matches!(
+        again,
+        Err(flashsale::books::BooksError::Refused(_))
+    ));
+}
+
+async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let sku = app.new_sale(10, 2).await;
+    app.place_order(1, &sku, 1).await;
+    let mut r = app.redis.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(app.key(&sku, "sale"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let refused = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false).await;
+    assert!(
+        matches!(refused, Err(flashsale::books::BooksError::Refused(ref why)) if why.contains("stream")),
+        "{refused:?}"
+    );
+}
+
+async fn the_audit_endpoint_reports_the_books_to_admins(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(5, 1).await;
+    buy(&app, 1, &sku, 1).await;
+    let url = app.url(&format!("/api/admin/products/{sku}/audit"));
+    let resp = app
+        .client
+        .get(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["ok"], true, "{body}");
+    assert_eq!(body["audit"]["confirmed"], 1);
+    assert_eq!(body["audit"]["redis_stock"], 4);
+    assert_eq!(
+        app.client.get(&url).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // A unit Redis lost shows as a mismatch.
+    let mut r = app.redis.clone();
+    let _: () = redis::cmd("DECR")
+        .arg(app.key(&sku, "stock"))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let body: Value = app
+        .client
+        .get(&url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["ok"], false);
+}
+
+crate::on_both_backends!(
+    buy_pay_cancel_move_the_status_and_the_stock,
+    a_hundred_concurrent_cancels_release_the_units_once,
+    cancels_racing_the_payment_timeout_release_once,
+    cancelled_units_of_a_sold_out_sale_sell_again_to_others,
+    a_cancel_interrupted_between_mysql_and_redis_is_repaired,
+    a_cancel_of_a_pending_order_is_applied_once_it_is_persisted,
+    a_sale_redis_forgot_is_recovered_from_mysql,
+    recovery_refuses_while_the_stream_holds_unpersisted_orders,
+    the_audit_endpoint_reports_the_books_to_admins,
+);
