@@ -2,11 +2,14 @@
 //! server and the stream workers are siblings under one shutdown token.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState};
 use crate::sale::{Redis, SaleError, Sales};
 use crate::store::{Db, StoreError};
@@ -20,6 +23,39 @@ pub enum StartupError {
     Store(#[from] StoreError),
     #[error("cannot listen: {0}")]
     Bind(#[from] std::io::Error),
+    #[error(
+        "{0}: the admin routes create and open sales; set ADMIN_TOKEN to a long random secret (e.g. `openssl rand -hex 24`), or turn them off with ADMIN_ROUTES=false"
+    )]
+    AdminToken(&'static str),
+}
+
+/// Why `token` must not guard the admin routes, if it must not.
+pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
+    const PLACEHOLDERS: [&str; 8] = [
+        "admin",
+        "changeme",
+        "change-me",
+        "password",
+        "secret",
+        "token",
+        "default",
+        "example",
+    ];
+    let Some(token) = token else {
+        return Some("ADMIN_TOKEN is not set");
+    };
+    let lower = token.to_ascii_lowercase();
+    let distinct = token
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if token.chars().count() < 16 {
+        Some("ADMIN_TOKEN is shorter than 16 characters")
+    } else if distinct < 8 || PLACEHOLDERS.iter().any(|p| lower.starts_with(p)) {
+        Some("ADMIN_TOKEN looks like a placeholder, not a secret")
+    } else {
+        None
+    }
 }
 
 /// A built service, bound to its port, not yet serving.
@@ -52,6 +88,11 @@ impl App {
     /// Builds everything and binds the listener. Port 0 in `listen_addr`
     /// picks a free port (tests use this).
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
+        if settings.admin_routes
+            && let Some(why) = weak_admin_token(settings.admin_token.as_deref())
+        {
+            return Err(StartupError::AdminToken(why));
+        }
         let (sales, db) = connect(settings).await?;
         let listener = TcpListener::bind(settings.listen_addr).await?;
         let workers = settings
@@ -63,6 +104,8 @@ impl App {
             sales,
             db,
             admin_token: settings.admin_token.clone(),
+            admin_routes: settings.admin_routes,
+            guards: Arc::new(Guards::new(settings.limits.clone())),
         };
         Ok(Self {
             listener,
@@ -89,11 +132,13 @@ impl App {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        if self.state.admin_token.is_none() {
-            tracing::warn!("ADMIN_TOKEN is not set: admin routes will answer 401");
-        }
         let token = CancellationToken::new();
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
+        tokio::spawn(sweep_buckets(
+            self.state.guards.clone(),
+            Duration::from_secs(10),
+            token.clone(),
+        ));
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let stop = token.clone();
         let served = http::serve(self.listener, self.state, async move {

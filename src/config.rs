@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::http::limits::{Limits, Rate};
 use crate::sale::{RedisTarget, Wait};
 use crate::worker::WorkerConfig;
 
@@ -102,9 +103,15 @@ pub struct ServeArgs {
     pub db: DbArgs,
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
-    /// Bearer token for `/api/admin/*`; admin routes answer 401 without it.
+    /// Bearer token for `/api/admin/*`: required (at least 16 characters, not
+    /// a placeholder) unless `--admin-routes false`.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Serve the admin routes (`/api/admin/*`); without them they answer 404.
+    #[arg(long, env = "ADMIN_ROUTES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub admin_routes: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// How long a sale's sold-out answer is trusted in memory before Redis is
     /// asked again (0 disables the marker): the bound on claiming "sold out"
     /// after stock came back through another instance.
@@ -115,6 +122,75 @@ pub struct ServeArgs {
     pub workers: bool,
     #[command(flatten)]
     pub worker: WorkerArgs,
+}
+
+/// The guards in front of the order path (see `http::limits`).
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Orders decided at once; beyond it `POST /api/orders` answers 503
+    /// `overloaded` at once instead of queueing (0: unbounded).
+    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = crate::http::limits::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
+    /// Upper bound on handling any request; past it, 503 `unavailable`.
+    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    pub request_timeout_ms: u64,
+    /// Rate limits on `POST /api/orders` (false turns both off).
+    #[arg(long, env = "RATE_LIMITS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub rate_limits: bool,
+    /// Orders per second per user, sustained (0: no per-user limit).
+    #[arg(long, env = "RATE_LIMIT_USER_PER_SEC", default_value_t = 5)]
+    pub rate_limit_user_per_sec: u32,
+    /// Orders per user at once before the per-second rate applies.
+    #[arg(long, env = "RATE_LIMIT_USER_BURST", default_value_t = 10)]
+    pub rate_limit_user_burst: u32,
+    /// Orders per second per client address (0: no per-address limit).
+    #[arg(long, env = "RATE_LIMIT_IP_PER_SEC", default_value_t = 200)]
+    pub rate_limit_ip_per_sec: u32,
+    #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 400)]
+    pub rate_limit_ip_burst: u32,
+    /// Clients tracked per limit; idle ones are evicted, and new ones are
+    /// refused (429) while the table is full of active ones.
+    #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = 200_000)]
+    pub rate_limit_max_keys: usize,
+    /// Behind a proxy: read the client address from this header's last entry
+    /// (e.g. `X-Forwarded-For`). Only set it when a proxy you run sets it.
+    #[arg(long, env = "CLIENT_IP_HEADER")]
+    pub client_ip_header: Option<axum::http::HeaderName>,
+}
+
+impl LimitArgs {
+    /// The limits as the environment and the defaults give them.
+    fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            limits: LimitArgs,
+        }
+        Only::parse_from(["flashsale"]).limits
+    }
+}
+
+impl From<LimitArgs> for Limits {
+    fn from(a: LimitArgs) -> Self {
+        let rate = |on: bool, per_sec, burst| if on { Rate::new(per_sec, burst) } else { None };
+        Self {
+            max_in_flight: a.max_in_flight,
+            request_timeout: Duration::from_millis(a.request_timeout_ms.max(1)),
+            user_rate: rate(
+                a.rate_limits,
+                a.rate_limit_user_per_sec,
+                a.rate_limit_user_burst,
+            ),
+            ip_rate: rate(
+                a.rate_limits,
+                a.rate_limit_ip_per_sec,
+                a.rate_limit_ip_burst,
+            ),
+            max_keys: a.rate_limit_max_keys,
+            client_ip_header: a.client_ip_header,
+            ..Limits::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -214,6 +290,9 @@ pub struct Settings {
     pub db_max_connections: u32,
     pub listen_addr: SocketAddr,
     pub admin_token: Option<Arc<str>>,
+    /// Serve `/api/admin/*` (then `admin_token` must be a strong one).
+    pub admin_routes: bool,
+    pub limits: Limits,
     pub sold_out_ttl: Duration,
     /// Replicas that must confirm an order before its 202 (`None`: no WAIT).
     pub wait: Option<Wait>,
@@ -229,6 +308,8 @@ impl From<WorkerCmdArgs> for Settings {
             db: a.db,
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_token: None,
+            admin_routes: false,
+            limits: LimitArgs::defaults(),
             sold_out_cache_ms: 0,
             workers: true,
             worker: a.worker,
@@ -250,6 +331,8 @@ impl From<ServeArgs> for Settings {
             db_max_connections: a.db.db_max_connections,
             listen_addr: a.listen_addr,
             admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
+            admin_routes: a.admin_routes,
+            limits: a.limits.into(),
             sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
             wait,
             workers: a.workers.then(|| a.worker.into()),

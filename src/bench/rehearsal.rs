@@ -21,6 +21,7 @@ use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
 use crate::config::{DbArgs, RedisArgs, Settings};
 use crate::domain::ProductId;
+use crate::http::limits::Limits;
 use crate::sale::{Redis, SaleSpec, Sales};
 use crate::store::Db;
 
@@ -84,6 +85,10 @@ pub struct BenchArgs {
     /// Keep the rehearsal's product, orders and keys (they are removed after a clean run).
     #[arg(long)]
     pub keep: bool,
+    /// The local server's guards (`--local`; none by default: the bench
+    /// measures the order path itself).
+    #[arg(skip)]
+    pub limits: Option<Limits>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -369,6 +374,8 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         db_max_connections: args.db.db_max_connections,
         listen_addr: "127.0.0.1:0".parse()?,
         admin_token: Some(token.as_str().into()),
+        admin_routes: true,
+        limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
         sold_out_ttl: crate::sale::DEFAULT_SOLD_OUT_TTL,
         wait: args.redis.wait(),
         workers: Some(Default::default()),

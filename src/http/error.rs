@@ -19,6 +19,8 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("request body is too large")]
     PayloadTooLarge,
+    #[error("{0}")]
+    HeadersTooLarge(String),
     #[error("request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
     #[error("{0}")]
@@ -54,6 +56,12 @@ pub enum ApiError {
         "the order was taken but not confirmed by Redis replicas in time; retry with the same Idempotency-Key to get it"
     )]
     NotReplicated,
+    /// Too many requests from this user or address: retry after this long.
+    #[error("too many requests; retry in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    /// More orders in flight than the service decides at once: shed, not queued.
+    #[error("the service is at capacity; retry shortly")]
+    Overloaded,
     /// A dependency is down or slow; the cause is logged, not shown.
     #[error("{0}")]
     Unavailable(String),
@@ -62,11 +70,40 @@ pub enum ApiError {
     Internal(String),
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
+/// The body of every error answer.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable; one of [`CODES`].
+    error: &'static str,
+    /// For a human; may change.
     message: String,
 }
+
+/// Every `error` code the API answers, with its HTTP status.
+pub const CODES: &[(&str, u16)] = &[
+    ("invalid_request", 400),
+    ("unauthorized", 401),
+    ("forbidden", 403),
+    ("not_found", 404),
+    ("product_not_found", 404),
+    ("order_not_found", 404),
+    ("method_not_allowed", 405),
+    ("product_exists", 409),
+    ("sale_not_started", 409),
+    ("sale_ended", 409),
+    ("sold_out", 409),
+    ("insufficient_stock", 409),
+    ("limit_exceeded", 409),
+    ("invalid_transition", 409),
+    ("payload_too_large", 413),
+    ("unsupported_media_type", 415),
+    ("idempotency_key_reused", 422),
+    ("rate_limited", 429),
+    ("headers_too_large", 431),
+    ("internal", 500),
+    ("overloaded", 503),
+    ("unavailable", 503),
+];
 
 impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
@@ -74,6 +111,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
             Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::HeadersTooLarge(_) => (S::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden => (S::FORBIDDEN, "forbidden"),
@@ -89,6 +127,8 @@ impl ApiError {
             Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
             Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             Self::InvalidTransition(_) => (S::CONFLICT, "invalid_transition"),
+            Self::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::Overloaded => (S::SERVICE_UNAVAILABLE, "overloaded"),
             Self::Unavailable(_) | Self::NotReplicated => (S::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -122,10 +162,13 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let retry_after = match &self {
+            Self::RateLimited { retry_after_secs } => Some(HeaderValue::from(*retry_after_secs)),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(HeaderValue::from_static("1")),
+            _ => None,
+        };
+        if let Some(value) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
         response
     }
@@ -201,5 +244,52 @@ impl From<PathRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
         Self::InvalidRequest(e.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each variant: the OpenAPI document lists exactly these codes.
+    #[test]
+    fn every_code_and_status_is_listed() {
+        let all = [
+            ApiError::InvalidRequest(String::new()),
+            ApiError::PayloadTooLarge,
+            ApiError::HeadersTooLarge(String::new()),
+            ApiError::UnsupportedMediaType,
+            ApiError::Unauthorized(""),
+            ApiError::Forbidden,
+            ApiError::RouteNotFound,
+            ApiError::MethodNotAllowed,
+            ApiError::ProductNotFound(String::new()),
+            ApiError::OrderNotFound,
+            ApiError::ProductExists,
+            ApiError::SaleNotStarted,
+            ApiError::SaleEnded,
+            ApiError::SoldOut,
+            ApiError::InsufficientStock { left: 1 },
+            ApiError::LimitExceeded { allowance: 1 },
+            ApiError::IdempotencyKeyReused,
+            ApiError::InvalidTransition(String::new()),
+            ApiError::NotReplicated,
+            ApiError::RateLimited {
+                retry_after_secs: 1,
+            },
+            ApiError::Overloaded,
+            ApiError::Unavailable(String::new()),
+            ApiError::Internal(String::new()),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &all {
+            let (status, code) = e.status_and_code();
+            assert!(
+                CODES.contains(&(code, status.as_u16())),
+                "{code} ({status}) is missing from CODES"
+            );
+            seen.insert(code);
+        }
+        assert_eq!(seen.len(), CODES.len(), "CODES lists a code no error has");
     }
 }

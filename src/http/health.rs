@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 use super::{AppState, error::ApiError};
 
 /// The process is up.
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "health", responses((status = 200, description = "Up", body = Object)))]
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
 /// Redis and MySQL both answer; 503 `unavailable` otherwise.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "health", responses((status = 200, description = "Redis and MySQL answer", body = Object)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let (redis, mysql) = tokio::join!(state.sales.redis().ping(), state.db.ping());
     redis?;

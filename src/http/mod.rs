@@ -4,6 +4,8 @@
 pub mod error;
 mod extract;
 mod health;
+pub mod limits;
+pub mod openapi;
 mod orders;
 mod products;
 
@@ -11,6 +13,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
@@ -28,32 +31,44 @@ pub struct AppState {
     pub sales: Sales,
     pub db: Db,
     pub books: Books,
-    /// `None` disables the admin routes (they answer 401).
+    /// `None`: the admin routes answer 401.
     pub admin_token: Option<Arc<str>>,
+    /// Serve the admin routes at all.
+    pub admin_routes: bool,
+    pub guards: Arc<limits::Guards>,
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let guards = state.guards.clone();
+    let mut api = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/api/admin/products", post(products::create))
-        .route(
-            "/api/admin/products/{product_id}/open",
-            post(products::open),
-        )
+        .route("/openapi.json", get(openapi::openapi_json))
         .route("/api/products/{product_id}", get(products::get))
-        .route("/api/orders", post(orders::place))
+        .route(
+            "/api/orders",
+            post(orders::place).layer(from_fn_with_state(guards.clone(), limits::guard_order)),
+        )
         .route("/api/orders/{order_id}", get(orders::get))
         .route("/api/orders/{order_id}/pay", post(orders::pay))
         .route("/api/orders/{order_id}/cancel", post(orders::cancel))
-        .route(
-            "/api/admin/products/{product_id}/audit",
-            get(products::audit),
-        )
-        .route("/api/users/{user_id}/orders", get(orders::list_for_user))
-        .fallback(|| async { ApiError::RouteNotFound })
+        .route("/api/users/{user_id}/orders", get(orders::list_for_user));
+    if state.admin_routes {
+        api = api
+            .route("/api/admin/products", post(products::create))
+            .route(
+                "/api/admin/products/{product_id}/open",
+                post(products::open),
+            )
+            .route(
+                "/api/admin/products/{product_id}/audit",
+                get(products::audit),
+            );
+    }
+    api.fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(from_fn_with_state(guards, limits::guard_request))
         .with_state(state)
 }
 
@@ -64,7 +79,9 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    // With the peer's address, for the per-address rate limit.
+    let service = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -6,28 +6,40 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{IdempotencyKey, JsonBody, PathParam, QueryParams};
 use crate::books::Cancelled;
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::PendingOrder;
 use crate::store::OrderRow;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceOrder {
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
     user_id: u64,
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9._-]+$",
+        example = "sku-1"
+    )]
     product_id: String,
+    #[schema(minimum = 1, maximum = 1_000_000)]
     quantity: u64,
 }
 
 /// An order as clients see it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct OrderView {
     order_id: String,
-    /// `pending` (accepted, in the stream) until a worker persists it.
+    /// `pending` (accepted, in the stream) until a worker persists it, then
+    /// `confirmed`; `paid` or `cancelled` later (`cancelling` while a cancel
+    /// waits for the order to be persisted).
+    #[schema(example = "pending")]
     status: String,
     user_id: u64,
     product_id: String,
@@ -65,6 +77,22 @@ impl From<OrderRow> for OrderView {
 }
 
 /// `POST /api/orders`: one Redis round trip, answered at once with 202.
+#[utoipa::path(
+    post,
+    path = "/api/orders",
+    operation_id = "place_order",
+    tag = "orders",
+    summary = "Place an order",
+    description = "Decided by one atomic script in Redis and answered at once: 202 with the order `pending` until a worker persists it. A retry with the same `Idempotency-Key` answers the same order (header `Idempotent-Replayed: true`).",
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-64 visible ASCII characters; retries with it answer the first order")),
+    request_body = PlaceOrder,
+    responses(
+        (status = 202, description = "Accepted; persisted shortly", body = OrderView),
+        (status = 404, description = "`product_not_found`: no sale for this product", body = ErrorBody),
+        (status = 409, description = "`sale_not_started`, `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
+    )
+)]
 #[tracing::instrument(level = "debug", skip_all, fields(product_id = %body.product_id, user_id = body.user_id))]
 pub async fn place(
     State(state): State<AppState>,
@@ -74,6 +102,7 @@ pub async fn place(
     let product = ProductId::parse(&body.product_id)?;
     let user_id = domain::user_id(body.user_id)?;
     let quantity = domain::quantity(body.quantity)?;
+    state.guards.check_user(user_id)?;
     let placed = state
         .sales
         .place_order(&product, user_id, quantity, idempotency_key.as_deref())
@@ -91,6 +120,18 @@ pub async fn place(
 }
 
 /// `GET /api/orders/{order_id}`.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{order_id}",
+    operation_id = "get_order",
+    tag = "orders",
+    summary = "Look an order up",
+    params(("order_id" = String, Path)),
+    responses(
+        (status = 200, description = "OK", body = OrderView),
+        (status = 404, description = "`order_not_found`", body = ErrorBody),
+    )
+)]
 ///
 /// Redis first, then MySQL: a worker persists an order before it may forget
 /// it in Redis, so an accepted order is always found in one of the two.
@@ -110,23 +151,41 @@ pub async fn get(
 /// Most orders one listing returns.
 const MAX_LIST: u32 = 200;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// At most this many orders (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
     /// Only orders created before this time (epoch ms): the next page starts
     /// at the last order's `created`.
     before: Option<i64>,
 }
 
+/// A page of a user's orders.
+#[derive(Serialize, ToSchema)]
+pub struct UserOrders {
+    user_id: u64,
+    orders: Vec<OrderView>,
+}
+
 /// `GET /api/users/{user_id}/orders`: a user's persisted orders, newest first.
 /// Orders still `pending` in a stream are not listed yet.
+#[utoipa::path(
+    get,
+    path = "/api/users/{user_id}/orders",
+    operation_id = "list_user_orders",
+    tag = "orders",
+    summary = "A user's persisted orders, newest first",
+    params(("user_id" = u64, Path, minimum = 1), ListParams),
+    responses((status = 200, description = "OK", body = UserOrders))
+)]
 pub async fn list_for_user(
     State(state): State<AppState>,
     PathParam(user_id): PathParam<u64>,
     QueryParams(params): QueryParams<ListParams>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<UserOrders>, ApiError> {
     let user_id = domain::user_id(user_id)?;
     let limit = params.limit.unwrap_or(50);
     if limit == 0 || limit > MAX_LIST {
@@ -139,20 +198,34 @@ pub async fn list_for_user(
         .orders_of_user(user_id, params.before, limit)
         .await?;
     let orders: Vec<OrderView> = rows.into_iter().map(OrderView::from).collect();
-    Ok(Json(
-        serde_json::json!({"user_id": user_id, "orders": orders}),
-    ))
+    Ok(Json(UserOrders { user_id, orders }))
 }
 
 /// The body of pay and cancel: who asks.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Owner {
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
     user_id: u64,
 }
 
 /// `POST /api/orders/{order_id}/pay`: records that the owner paid.
 /// `confirmed` → `paid`; repeating it answers the paid order again.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{order_id}/pay",
+    operation_id = "pay_order",
+    tag = "orders",
+    summary = "Pay a confirmed order",
+    params(("order_id" = String, Path)),
+    request_body = Owner,
+    responses(
+        (status = 200, description = "Paid (again: idempotent)", body = OrderView),
+        (status = 403, description = "`forbidden`: another user's order", body = ErrorBody),
+        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: pending, cancelled or otherwise not payable", body = ErrorBody),
+    )
+)]
 pub async fn pay(
     State(state): State<AppState>,
     PathParam(order_id): PathParam<String>,
@@ -167,6 +240,22 @@ pub async fn pay(
 /// `POST /api/orders/{order_id}/cancel`: the owner gives the order up; its
 /// units go back on sale. 200 with the cancelled order; 202 with status
 /// `cancelling` when the order is still pending (applied once persisted).
+#[utoipa::path(
+    post,
+    path = "/api/orders/{order_id}/cancel",
+    operation_id = "cancel_order",
+    tag = "orders",
+    summary = "Cancel an order; its units go back on sale",
+    params(("order_id" = String, Path)),
+    request_body = Owner,
+    responses(
+        (status = 200, description = "Cancelled (again: idempotent)", body = OrderView),
+        (status = 202, description = "Still pending: status `cancelling`, applied once persisted", body = OrderView),
+        (status = 403, description = "`forbidden`: another user's order", body = ErrorBody),
+        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: already paid", body = ErrorBody),
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     PathParam(order_id): PathParam<String>,

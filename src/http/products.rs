@@ -6,9 +6,10 @@ use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
 use crate::domain::{self, Invalid, MAX_STOCK, ProductId};
 use crate::sale::SaleSpec;
@@ -17,16 +18,32 @@ use crate::store::{NewProduct, Product};
 /// Longest title (the `tb_product.title` column).
 const MAX_TITLE_CHARS: usize = 1024;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProduct {
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9._-]+$",
+        example = "sku-1"
+    )]
     product_id: String,
+    #[schema(min_length = 1, max_length = 1024)]
     title: String,
+    /// A decimal string, at least 0, at most 18 decimal places.
+    #[schema(example = "9.99")]
     price: Decimal,
+    #[schema(maximum = 1_000_000_000)]
     available_qty: u64,
+    /// Epoch milliseconds.
+    #[schema(minimum = 0, maximum = 253_402_300_799_999_i64)]
     start_time: i64,
+    /// Epoch milliseconds, after `start_time`.
+    #[schema(minimum = 0, maximum = 253_402_300_799_999_i64)]
     end_time: i64,
+    /// Units one user may buy (default 1).
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     limit_per_user: u64,
 }
 
@@ -72,7 +89,7 @@ impl CreateProduct {
 }
 
 /// A product with its live stock (`null` while the sale is not open).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ProductView {
     #[serde(flatten)]
     product: Product,
@@ -80,6 +97,19 @@ pub struct ProductView {
 }
 
 /// `POST /api/admin/products`
+#[utoipa::path(
+    post,
+    path = "/api/admin/products",
+    operation_id = "create_product",
+    tag = "admin",
+    summary = "Create a product (in MySQL; open its sale next)",
+    request_body = CreateProduct,
+    security(("admin" = [])),
+    responses(
+        (status = 201, description = "Created", body = ProductView),
+        (status = 409, description = "`product_exists`", body = ErrorBody),
+    )
+)]
 pub async fn create(
     _: Admin,
     State(state): State<AppState>,
@@ -97,12 +127,35 @@ pub async fn create(
     ))
 }
 
+/// What opening a sale did.
+#[derive(Serialize, ToSchema)]
+pub struct Opened {
+    product_id: String,
+    /// Units on sale in Redis.
+    stock: u64,
+    /// False when the sale was open already (nothing changed).
+    opened: bool,
+}
+
 /// `POST /api/admin/products/{product_id}/open`: idempotent.
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/open",
+    operation_id = "open_sale",
+    tag = "admin",
+    summary = "Open a product's sale in Redis (idempotent)",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "OK", body = Opened),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+    )
+)]
 pub async fn open(
     _: Admin,
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Opened>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
     let spec = SaleSpec {
         stock: product.available_qty.max(0) as u64,
@@ -116,12 +169,26 @@ pub async fn open(
     if opened {
         tracing::info!(product_id = %id, stock, "sale opened");
     }
-    Ok(Json(
-        json!({"product_id": id.as_str(), "stock": stock, "opened": opened}),
-    ))
+    Ok(Json(Opened {
+        product_id: id.as_str().to_owned(),
+        stock,
+        opened,
+    }))
 }
 
 /// `GET /api/products/{product_id}`
+#[utoipa::path(
+    get,
+    path = "/api/products/{product_id}",
+    operation_id = "get_product",
+    tag = "products",
+    summary = "A product and its live stock",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    responses(
+        (status = 200, description = "OK", body = ProductView),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
@@ -141,6 +208,19 @@ async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product)
 
 /// `GET /api/admin/products/{product_id}/audit`: the sale's books (see
 /// `books::audit`); `ok` says whether they balance.
+#[utoipa::path(
+    get,
+    path = "/api/admin/products/{product_id}/audit",
+    operation_id = "audit_sale",
+    tag = "admin",
+    summary = "Check that a sale's books balance in Redis and MySQL",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "`ok`: whether every check holds; `audit`: the figures and checks", body = Object),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+    )
+)]
 pub async fn audit(
     _: Admin,
     State(state): State<AppState>,

@@ -7,7 +7,7 @@ use super::{Db, StoreError, now_ms};
 use crate::domain::ProductId;
 
 /// A product row.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Product {
     pub product_id: String,
     pub title: String,

@@ -38,6 +38,7 @@ async fn a_small_rehearsal_balances_the_books() {
         rate: None,
         then_at: None,
         no_direct: false,
+        limits: None,
         drain_timeout_secs: 60,
         keep: true,
         json: false,

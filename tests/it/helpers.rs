@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use flashsale::app::App;
 use flashsale::config::Settings;
+use flashsale::http::limits::Limits;
 use flashsale::sale::{Conn, RedisTarget, Sales};
 use flashsale::store::Db;
 use flashsale::worker::WorkerConfig;
@@ -200,14 +201,11 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     spawn_app_on(Backend::Single, tweak).await
 }
 
-/// Spawns the service on `backend` after `tweak` adjusted its settings.
-pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
-    init_logs();
-    let prefix = unique("t");
-    let db_name = unique("fs_test_");
-    let mut settings = Settings {
+/// The settings a test's service starts with: its own key prefix and database.
+pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
+    Settings {
         redis: backend.target(),
-        key_prefix: prefix.clone(),
+        key_prefix: prefix.to_owned(),
         redis_timeout: Duration::from_millis(2000),
         redis_pool_size: 4,
         database_url: format!("{MYSQL_SERVER}/{db_name}"),
@@ -215,10 +213,21 @@ pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -
         db_max_connections: 4,
         listen_addr: "127.0.0.1:0".parse().expect("literal address"),
         admin_token: Some(ADMIN_TOKEN.into()),
+        admin_routes: true,
+        // Tests of other things send many orders from one user and address.
+        limits: Limits::unlimited(),
         workers: Some(fast_workers("w")),
         sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
         wait: None,
-    };
+    }
+}
+
+/// Spawns the service on `backend` after `tweak` adjusted its settings.
+pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    init_logs();
+    let prefix = unique("t");
+    let db_name = unique("fs_test_");
+    let mut settings = settings_for(backend, &prefix, &db_name);
     tweak(&mut settings);
     let app = App::build(&settings).await.expect("app builds");
     let settings = Settings {

@@ -24,6 +24,7 @@ mod bench;
 mod cluster;
 mod helpers;
 mod lifecycle;
+mod limits;
 mod orders;
 mod products;
 mod proxy;

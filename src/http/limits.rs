@@ -1,0 +1,323 @@
+//! Holding the line under a spike: every guard the HTTP layer puts in front
+//! of Redis, cheapest first.
+//!
+//! - On every request ([`guard_request`]): header limits (431) and an upper
+//!   bound on handling time (503 `unavailable`), so no request hangs whatever
+//!   a dependency does.
+//! - On `POST /api/orders` ([`guard_order`]): the client address's token
+//!   bucket (429 `rate_limited`), then a slot among `max_in_flight` orders
+//!   being decided. No free slot means 503 `overloaded` at once: the service
+//!   sheds the excess instead of queueing it, so latency and memory stay flat
+//!   at any multiple of its capacity.
+//! - In the order handler, once the body names the buyer: the user's token
+//!   bucket ([`Guards::check_user`]).
+//!
+//! Token buckets are governor's keyed GCRA limiters (one atomic word per
+//! key). Their memory is bounded: a sweeper drops the keys whose bucket has
+//! refilled (idle clients), and past `max_keys` live keys a new client is
+//! refused (429) until the sweep makes room, rather than growing the map.
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderName;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
+use tokio::sync::Semaphore;
+
+use super::error::ApiError;
+
+/// A token bucket: `per_second` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_second: NonZeroU32,
+    pub burst: NonZeroU32,
+}
+
+impl Rate {
+    /// `None` when `per_second` is 0 (the limit is off).
+    pub fn new(per_second: u32, burst: u32) -> Option<Self> {
+        let per_second = NonZeroU32::new(per_second)?;
+        Some(Self {
+            per_second,
+            burst: NonZeroU32::new(burst).unwrap_or(per_second),
+        })
+    }
+
+    fn quota(self) -> Quota {
+        Quota::per_second(self.per_second).allow_burst(self.burst)
+    }
+}
+
+/// The guards' settings.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Orders decided at once; 0: unbounded (no shedding).
+    pub max_in_flight: usize,
+    /// Upper bound on handling any request.
+    pub request_timeout: Duration,
+    /// Per-user bucket on `POST /api/orders` (`None`: off).
+    pub user_rate: Option<Rate>,
+    /// Per-client-address bucket on `POST /api/orders` (`None`: off).
+    pub ip_rate: Option<Rate>,
+    /// Live keys each bucket map may hold.
+    pub max_keys: usize,
+    /// Take the client address from this header's last entry (the one the
+    /// nearest proxy appended) instead of the TCP peer.
+    pub client_ip_header: Option<HeaderName>,
+    /// Most request headers, and most bytes of them all.
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
+}
+
+/// Requests in flight beyond which orders are shed: measured on the
+/// development machine (2 cores), where throughput peaks near 64 concurrent
+/// orders and more only adds queueing (see BENCHMARKS.md).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            request_timeout: Duration::from_secs(5),
+            user_rate: Rate::new(5, 10),
+            ip_rate: Rate::new(200, 400),
+            max_keys: 200_000,
+            client_ip_header: None,
+            max_headers: 64,
+            max_header_bytes: 8 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// No rate limits and no shedding (timeouts and header limits stay):
+    /// for benchmarks of the bare path and tests of other things.
+    pub fn unlimited() -> Self {
+        Self {
+            max_in_flight: 0,
+            user_rate: None,
+            ip_rate: None,
+            ..Self::default()
+        }
+    }
+}
+
+/// A keyed token bucket with bounded memory.
+struct Buckets<K: std::hash::Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K>,
+    max_keys: usize,
+    /// Last sweep, in ms since `Guards` was built (sweeps are rate-limited too).
+    last_sweep_ms: AtomicU64,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
+    fn new(rate: Rate, max_keys: usize) -> Self {
+        Self {
+            limiter: DefaultKeyedRateLimiter::keyed(rate.quota()),
+            max_keys: max_keys.max(1),
+            last_sweep_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a token for `key`, or says how long until one is free.
+    fn check(&self, key: &K, now_ms: u64) -> Result<(), Duration> {
+        if self.limiter.len() >= self.max_keys {
+            self.sweep(now_ms);
+            if self.limiter.len() >= self.max_keys {
+                tracing::warn!(
+                    keys = self.max_keys,
+                    "rate-limit table full: refusing new clients until idle ones expire"
+                );
+                return Err(Duration::from_secs(1));
+            }
+        }
+        self.limiter
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// Drops idle keys (their bucket is full again), at most once a second.
+    fn sweep(&self, now_ms: u64) {
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < 1000
+            || self
+                .last_sweep_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    fn len(&self) -> usize {
+        self.limiter.len()
+    }
+}
+
+/// The guards' state, shared by all requests.
+pub struct Guards {
+    limits: Limits,
+    in_flight: Option<Arc<Semaphore>>,
+    users: Option<Buckets<u64>>,
+    ips: Option<Buckets<IpAddr>>,
+    started: std::time::Instant,
+}
+
+impl Guards {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            in_flight: (limits.max_in_flight > 0)
+                .then(|| Arc::new(Semaphore::new(limits.max_in_flight))),
+            users: limits.user_rate.map(|r| Buckets::new(r, limits.max_keys)),
+            ips: limits.ip_rate.map(|r| Buckets::new(r, limits.max_keys)),
+            started: std::time::Instant::now(),
+            limits,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Takes a token from `user_id`'s bucket: 429 when it is empty.
+    pub fn check_user(&self, user_id: u64) -> Result<(), ApiError> {
+        match &self.users {
+            Some(b) => b.check(&user_id, self.now_ms()).map_err(rate_limited),
+            None => Ok(()),
+        }
+    }
+
+    fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
+        match &self.ips {
+            Some(b) => b.check(&ip, self.now_ms()).map_err(rate_limited),
+            None => Ok(()),
+        }
+    }
+
+    /// Live keys in the user and address tables (for tests and metrics).
+    pub fn tracked_keys(&self) -> (usize, usize) {
+        (
+            self.users.as_ref().map_or(0, Buckets::len),
+            self.ips.as_ref().map_or(0, Buckets::len),
+        )
+    }
+
+    /// Drops idle keys from both tables now (the background sweep's work).
+    pub fn sweep(&self) {
+        let now = self.now_ms().max(1000);
+        for b in self.users.iter() {
+            b.last_sweep_ms.store(0, Ordering::Relaxed);
+            b.sweep(now);
+        }
+        for b in self.ips.iter() {
+            b.last_sweep_ms.store(0, Ordering::Relaxed);
+            b.sweep(now);
+        }
+    }
+
+    /// The client's address: the configured header's last entry, else the peer.
+    fn client_ip(&self, req: &Request) -> Option<IpAddr> {
+        if let Some(name) = &self.limits.client_ip_header
+            && let Some(ip) = req
+                .headers()
+                .get_all(name)
+                .iter()
+                .next_back()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        {
+            return Some(ip);
+        }
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip())
+    }
+}
+
+fn rate_limited(wait: Duration) -> ApiError {
+    // Retry-After is in whole seconds; round up so a retry then succeeds.
+    let secs = wait.as_millis().div_ceil(1000).max(1) as u64;
+    ApiError::RateLimited {
+        retry_after_secs: secs,
+    }
+}
+
+/// Every request: header limits, then the handling-time bound.
+pub async fn guard_request(
+    State(guards): State<Arc<Guards>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let headers = req.headers();
+    let limits = &guards.limits;
+    if headers.len() > limits.max_headers {
+        return ApiError::HeadersTooLarge(format!(
+            "at most {} request headers are accepted",
+            limits.max_headers
+        ))
+        .into_response();
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > limits.max_header_bytes {
+        return ApiError::HeadersTooLarge(format!(
+            "request headers may total at most {} bytes",
+            limits.max_header_bytes
+        ))
+        .into_response();
+    }
+    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Unavailable(format!(
+            "request not handled within {:?}",
+            limits.request_timeout
+        ))
+        .into_response(),
+    }
+}
+
+/// `POST /api/orders`: the address's bucket, then a slot or 503 `overloaded`.
+pub async fn guard_order(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
+    if let Some(ip) = guards.client_ip(&req)
+        && let Err(e) = guards.check_ip(ip)
+    {
+        return e.into_response();
+    }
+    let Some(in_flight) = &guards.in_flight else {
+        return next.run(req).await;
+    };
+    match in_flight.clone().try_acquire_owned() {
+        Ok(_slot) => next.run(req).await,
+        Err(_) => ApiError::Overloaded.into_response(),
+    }
+}
+
+/// Sweeps idle rate-limit keys every `every` until the token is cancelled.
+pub async fn sweep_buckets(
+    guards: Arc<Guards>,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => guards.sweep(),
+        }
+    }
+}
