@@ -38,6 +38,8 @@ pub enum Command {
     BenchRedis(crate::bench::BenchRedisArgs),
     /// Measure the workers' drain rate into MySQL beside a raw multi-row INSERT.
     BenchDrain(crate::bench::BenchDrainArgs),
+    /// Measure the order path with its limits off and on, and under overload.
+    BenchGuards(crate::bench::BenchGuardsArgs),
 }
 
 /// Where Redis is and how to use it.

@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Bench(args) => flashsale::bench::rehearsal::run_cli(args).await?,
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
         Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,
+        Command::BenchGuards(args) => flashsale::bench::run_guards_bench(args).await?,
     }
     Ok(())
 }

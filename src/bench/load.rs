@@ -43,6 +43,8 @@ pub struct LoadRun {
     /// Latency in microseconds.
     pub latency: Histogram<u64>,
     pub answers: Vec<Answer>,
+    /// Each answer's latency in microseconds (by plan index).
+    pub latencies_us: Vec<u64>,
 }
 
 impl LoadRun {
@@ -64,6 +66,28 @@ impl LoadRun {
             *out.entry(key.to_owned()).or_default() += 1;
         }
         out
+    }
+
+    /// Latency quantiles (ms) of the answers with each outcome.
+    pub fn latency_by_outcome(&self, quantiles: &[f64]) -> BTreeMap<String, Vec<f64>> {
+        let mut by: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+        for (a, us) in self.answers.iter().zip(&self.latencies_us) {
+            let key = match a {
+                Answer::Accepted(_) => "accepted",
+                Answer::Refused(code) => code.as_str(),
+            };
+            let h = by.entry(key.to_owned()).or_insert_with(new_histogram);
+            let _ = h.record((*us).max(1));
+        }
+        by.into_iter()
+            .map(|(k, h)| {
+                let qs = quantiles
+                    .iter()
+                    .map(|q| h.value_at_quantile(*q) as f64 / 1000.0)
+                    .collect();
+                (k, qs)
+            })
+            .collect()
     }
 }
 
@@ -95,8 +119,9 @@ pub async fn drive<C: Caller>(
                 }
                 let t = Instant::now();
                 let answer = caller.call(i, p).await;
-                let _ = latency.record(t.elapsed().as_micros().max(1) as u64);
-                answers.push((i, answer));
+                let us = t.elapsed().as_micros().max(1) as u64;
+                let _ = latency.record(us);
+                answers.push((i, answer, us));
                 done.fetch_add(1, Ordering::Relaxed);
             }
             (latency, answers)
@@ -104,11 +129,13 @@ pub async fn drive<C: Caller>(
     }
     let mut latency = new_histogram();
     let mut answers = vec![Answer::Refused("not_sent".into()); plan.len()];
+    let mut latencies_us = vec![0; plan.len()];
     for t in tasks {
         if let Ok((h, part)) = t.await {
             let _ = latency.add(&h);
-            for (i, a) in part {
+            for (i, a, us) in part {
                 answers[i] = a;
+                latencies_us[i] = us;
             }
         }
     }
@@ -123,6 +150,7 @@ pub async fn drive<C: Caller>(
         elapsed,
         latency,
         answers,
+        latencies_us,
     }
 }
 

@@ -5,10 +5,13 @@
 //!   checked afterwards ([`plan`] decides the request mix, [`load`] sends it).
 //! - [`redis`]: `flashsale bench-redis`, the order script straight against
 //!   Redis, per connection strategy.
+//! - [`guards`]: `flashsale bench-guards`, the order path with its limits
+//!   off and on, a concurrency sweep, and an overload.
 //! - [`drain`]: `flashsale bench-drain`, the stream workers' drain rate next
 //!   to a raw multi-row INSERT of the same rows.
 
 pub mod drain;
+pub mod guards;
 pub mod load;
 pub mod plan;
 pub mod redis;
@@ -20,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ::redis::AsyncCommands;
 
 pub use self::drain::{BenchDrainArgs, run_drain_bench};
+pub use self::guards::{BenchGuardsArgs, run_guards_bench};
 pub use self::redis::{BenchRedisArgs, run_redis_bench};
 pub use self::rehearsal::BenchArgs;
 use crate::domain::{MAX_TIME_MS, ProductId};
