@@ -160,14 +160,23 @@ fn print(r: &GuardsReport) {
     );
     println!("outcome              count    p50 ms   p99 ms");
     for (outcome, [p50, p99]) in &r.overload.latency_by_outcome_ms {
-        let n = r.overload.outcomes.get(outcome).copied().unwrap_or_else(|| {
-            // `accepted` also counts replays in the outcome table.
-            r.overload.outcomes.get("accepted").copied().unwrap_or(0)
-        });
+        let n = r
+            .overload
+            .outcomes
+            .get(outcome)
+            .copied()
+            .unwrap_or_else(|| {
+                // `accepted` also counts replays in the outcome table.
+                r.overload.outcomes.get("accepted").copied().unwrap_or(0)
+            });
         println!("{outcome:<18} {n:>7}  {p50:>8.2}  {p99:>7.2}");
     }
     println!(
         "books: {}",
-        if r.books_ok { "balance" } else { "DO NOT balance" }
+        if r.books_ok {
+            "balance"
+        } else {
+            "DO NOT balance"
+        }
     );
 }

@@ -76,9 +76,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
 }
 
-/// Requests in flight beyond which orders are shed: measured on the
-/// development machine (2 cores), where throughput peaks near 64 concurrent
-/// orders and more only adds queueing (see BENCHMARKS.md).
+/// Orders in flight beyond which orders are shed: on the 2-core development
+/// machine 256 keeps p99 near 30-60 ms with most of the peak throughput
+/// (`flashsale bench-guards`, BENCHMARKS.md).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 impl Default for Limits {
