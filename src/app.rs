@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Settings;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState};
+use crate::metrics::Metrics;
 use crate::sale::{Redis, SaleError, Sales};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
@@ -95,10 +96,11 @@ impl App {
         }
         let (sales, db) = connect(settings).await?;
         let listener = TcpListener::bind(settings.listen_addr).await?;
+        let metrics = Arc::new(Metrics::new());
         let workers = settings
             .workers
             .clone()
-            .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg));
+            .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg).with_metrics(metrics.clone()));
         let state = AppState {
             books: crate::books::Books::new(sales.clone(), db.clone()),
             sales,
@@ -106,6 +108,7 @@ impl App {
             admin_token: settings.admin_token.clone(),
             admin_routes: settings.admin_routes,
             guards: Arc::new(Guards::new(settings.limits.clone())),
+            metrics,
         };
         Ok(Self {
             listener,

@@ -1,4 +1,5 @@
-//! The operator commands that are not servers: `audit` and `recover`. They
+//! The operator commands that are not servers: `audit`, `recover` and
+//! `streams`. They
 //! print for people (or JSON for scripts) and turn a failed check into a
 //! non-zero exit.
 
@@ -7,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::books::{audit, recover};
-use crate::config::{AuditArgs, DbArgs, RecoverArgs, RedisArgs};
+use crate::config::{AuditArgs, DbArgs, RecoverArgs, RedisArgs, StreamsArgs};
 use crate::domain::ProductId;
+use crate::sale::inspect::StreamReport;
 use crate::sale::{Redis, Sales};
 use crate::store::Db;
 
@@ -54,4 +56,87 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         done.product_id, done.stock, done.buyers, done.released
     );
     Ok(())
+}
+
+/// `flashsale streams`: each open sale's stream, group, consumers, pending
+/// entries and dead letters (Redis only).
+pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
+    let timeout = Duration::from_millis(args.redis.redis_timeout_ms.max(5000));
+    let sales = Sales::new(
+        Redis::new(&args.redis.target(), timeout, 2)?,
+        args.redis.key_prefix.clone(),
+    );
+    let products = match args.product.as_deref() {
+        Some(p) => vec![ProductId::parse(p).context("--product")?],
+        None => {
+            let mut all = sales.open_sales().await?;
+            all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            all
+        }
+    };
+    let mut reports = Vec::with_capacity(products.len());
+    for p in &products {
+        reports.push(sales.inspect(p, args.pending).await?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&reports)?);
+    } else {
+        print!("{}", render_streams(&reports));
+    }
+    Ok(())
+}
+
+/// The reports as a table per sale.
+pub fn render_streams(reports: &[StreamReport]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if reports.is_empty() {
+        out.push_str("no open sales\n");
+    }
+    for r in reports {
+        let stock = r.stock.map_or("-".to_owned(), |s| s.to_string());
+        let _ = writeln!(out, "sale {}  stock {stock}", r.product_id);
+        let _ = writeln!(out, "  stream {}  length {}", r.stream_key, r.length);
+        match &r.group {
+            Some(g) => {
+                let lag = g.lag.map_or("?".to_owned(), |l| l.to_string());
+                let _ = writeln!(
+                    out,
+                    "  group {}  consumers {}  pending {}  lag {lag}  last delivered {}",
+                    g.name, g.consumers, g.pending, g.last_delivered_id
+                );
+            }
+            None => out.push_str("  no consumer group\n"),
+        }
+        if !r.consumers.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<32} {:>8} {:>10}",
+                "consumer", "pending", "idle ms"
+            );
+            for c in &r.consumers {
+                let _ = writeln!(out, "  {:<32} {:>8} {:>10}", c.name, c.pending, c.idle_ms);
+            }
+        }
+        if !r.pending.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<24} {:<32} {:>10} {:>10}",
+                "pending entry", "consumer", "idle ms", "deliveries"
+            );
+            for p in &r.pending {
+                let _ = writeln!(
+                    out,
+                    "  {:<24} {:<32} {:>10} {:>10}",
+                    p.id, p.consumer, p.idle_ms, p.deliveries
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  dead letters {}  ({})",
+            r.dead_letters, r.dead_letter_key
+        );
+    }
+    out
 }

@@ -32,6 +32,9 @@ pub enum Command {
     Audit(AuditArgs),
     /// Rebuild a sale in Redis from MySQL after Redis lost it.
     Recover(RecoverArgs),
+    /// Show each sale's stream: length, group lag, pending entries per
+    /// consumer, dead letters (what XINFO and XPENDING show).
+    Streams(StreamsArgs),
     /// Rehearse a flash sale over HTTP and check that the books balance.
     Bench(crate::bench::BenchArgs),
     /// Measure the order script straight against Redis, per connection strategy.
@@ -231,6 +234,21 @@ pub struct RecoverArgs {
     /// not yet in MySQL (those would be forgotten).
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StreamsArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// Only this sale (default: every open sale).
+    #[arg(long)]
+    pub product: Option<String>,
+    /// List at most this many pending entries per sale (the oldest).
+    #[arg(long, default_value_t = 20)]
+    pub pending: usize,
+    /// JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How the stream workers drain the sales' streams.

@@ -10,6 +10,7 @@
 //! - [`store`]: MySQL, the books (`tb_product`, `tb_order`).
 //! - [`books`]: an order's life after its 202 (pay, cancel, payment timeout)
 //!   across MySQL and Redis; the audit; recovery of a sale Redis lost.
+//! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
 //! - [`domain`]: validated ids and numbers shared by all layers.
 //! - [`config`] and [`app`]: settings and startup; [`cli`]: the operator
 //!   commands (`audit`, `recover`); `main.rs` only calls them.
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod sale;
 pub mod store;
 pub mod worker;

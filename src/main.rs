@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Audit(args) => flashsale::cli::audit(args).await?,
         Command::Recover(args) => flashsale::cli::recover(args).await?,
+        Command::Streams(args) => flashsale::cli::streams(args).await?,
         Command::Bench(args) => flashsale::bench::rehearsal::run_cli(args).await?,
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
         Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,

@@ -70,6 +70,10 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// The `error` code of an answer, attached to the response for middleware.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);
+
 /// The body of every error answer.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -170,6 +174,8 @@ impl IntoResponse for ApiError {
         if let Some(value) = retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }
+        // For the metrics: the outcome without parsing the body again.
+        response.extensions_mut().insert(ErrorCode(code));
         response
     }
 }

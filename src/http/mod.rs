@@ -5,6 +5,7 @@ pub mod error;
 mod extract;
 mod health;
 pub mod limits;
+mod metrics;
 pub mod openapi;
 mod orders;
 mod products;
@@ -36,6 +37,7 @@ pub struct AppState {
     /// Serve the admin routes at all.
     pub admin_routes: bool,
     pub guards: Arc<limits::Guards>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -44,10 +46,16 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json))
+        .route("/metrics", get(metrics::metrics))
         .route("/api/products/{product_id}", get(products::get))
         .route(
             "/api/orders",
-            post(orders::place).layer(from_fn_with_state(guards.clone(), limits::guard_order)),
+            post(orders::place)
+                .layer(from_fn_with_state(guards.clone(), limits::guard_order))
+                .layer(from_fn_with_state(
+                    state.metrics.clone(),
+                    metrics::observe_order,
+                )),
         )
         .route("/api/orders/{order_id}", get(orders::get))
         .route("/api/orders/{order_id}/pay", post(orders::pay))

@@ -191,6 +191,7 @@ impl SaleWorker {
                 self.stats
                     .reclaimed
                     .fetch_add(entries.len() as u64, Ordering::Relaxed);
+                self.stats.metrics.reclaimed.inc_by(entries.len() as u64);
                 tracing::info!(count = entries.len(), "reclaimed idle entries");
                 let o = self.settle(entries, true).await?;
                 total = total.add(o);
@@ -272,6 +273,9 @@ impl SaleWorker {
             }
         }
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
+        let metrics = &self.stats.metrics;
+        metrics.batch_size.observe(entries.len() as f64);
+        let commit = metrics.commit_latency.start_timer();
         let persisted = match self.db.persist_orders(&self.product, &orders).await {
             Ok(p) => p,
             Err(e) if e.is_unavailable() => return Err(e.into()),
@@ -299,6 +303,15 @@ impl SaleWorker {
                 total
             }
         };
+        commit.observe_duration();
+        if persisted.inserted > 0 {
+            // The batch's rows were new (a redelivered batch inserts none).
+            let now = crate::store::now_ms();
+            for (_, order) in &good {
+                let waited = (now - order.created_ms).max(0) as f64 / 1000.0;
+                metrics.accept_to_persist.observe(waited);
+            }
+        }
         let ids: Vec<&str> = good.iter().map(|(e, _)| e.id.as_str()).collect();
         let mut conn = self.sales.redis().shared().await?;
         let redis = self.sales.redis();
@@ -308,6 +321,7 @@ impl SaleWorker {
         self.stats
             .persisted
             .fetch_add(persisted.inserted, Ordering::Relaxed);
+        metrics.rows_persisted.inc_by(persisted.inserted);
 
         let mut outcome = Outcome {
             read: entries.len(),
@@ -356,6 +370,7 @@ impl SaleWorker {
                     ))
                     .await?;
                 self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                self.stats.metrics.dead_letters.inc();
                 tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
                 dead += 1;
             } else {

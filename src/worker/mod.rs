@@ -95,12 +95,13 @@ pub enum WorkerError {
     Store(#[from] StoreError),
 }
 
-/// Counters of what the workers did (exported as metrics later).
-#[derive(Debug, Default)]
+/// Counters of what the workers did, and the process's metrics.
+#[derive(Default)]
 pub struct Stats {
     pub persisted: AtomicU64,
     pub reclaimed: AtomicU64,
     pub dead_letters: AtomicU64,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The workers of one process.
@@ -120,6 +121,15 @@ impl Workers {
             cfg: Arc::new(cfg),
             stats: Arc::default(),
         }
+    }
+
+    /// Reports into `metrics` (the process's registry) from now on.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.stats = Arc::new(Stats {
+            metrics,
+            ..Stats::default()
+        });
+        self
     }
 
     pub fn stats(&self) -> Arc<Stats> {

@@ -25,6 +25,7 @@ mod cluster;
 mod helpers;
 mod lifecycle;
 mod limits;
+mod observe;
 mod orders;
 mod products;
 mod proxy;

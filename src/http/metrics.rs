@@ -1,0 +1,96 @@
+//! `GET /metrics` (Prometheus text format) and the middleware that counts
+//! and times every `POST /api/orders` answer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::ErrorCode;
+use crate::metrics::Metrics;
+
+/// Most sales whose gauges one scrape reads from Redis.
+const MAX_SALES_SCRAPED: usize = 500;
+
+/// Counts `POST /api/orders` answers by outcome and times them by class.
+pub async fn observe_order(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let outcome = match response.extensions().get::<ErrorCode>() {
+        Some(ErrorCode(code)) => code,
+        None if response.headers().contains_key("idempotent-replayed") => "replayed",
+        None if response.status() == StatusCode::ACCEPTED => "accepted",
+        None => "other",
+    };
+    let class = match outcome {
+        "accepted" | "replayed" => "accepted",
+        "overloaded" | "rate_limited" => "shed",
+        _ => "refused",
+    };
+    metrics.order_requests.with_label_values(&[outcome]).inc();
+    metrics
+        .order_latency
+        .with_label_values(&[class])
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`: the counters, and each open sale's gauges read from Redis
+/// now. A sale Redis cannot describe is left out (and logged), not a 5xx:
+/// the scrape still shows everything else.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let m = &state.metrics;
+    for gauge in [
+        &m.sale_stock,
+        &m.stream_length,
+        &m.group_lag,
+        &m.group_pending,
+        &m.sale_dead_letters,
+    ] {
+        gauge.reset();
+    }
+    match state.sales.open_sales().await {
+        Ok(sales) => {
+            for product in sales.iter().take(MAX_SALES_SCRAPED) {
+                match state.sales.inspect(product, 0).await {
+                    Ok(r) => {
+                        let id = [r.product_id.as_str()];
+                        m.sale_stock
+                            .with_label_values(&id)
+                            .set(r.stock.unwrap_or(0) as i64);
+                        m.stream_length.with_label_values(&id).set(r.length as i64);
+                        m.sale_dead_letters
+                            .with_label_values(&id)
+                            .set(r.dead_letters as i64);
+                        if let Some(g) = &r.group {
+                            m.group_pending.with_label_values(&id).set(g.pending as i64);
+                            if let Some(lag) = g.lag {
+                                m.group_lag.with_label_values(&id).set(lag as i64);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the sale")
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot list the open sales"),
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        m.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,144 @@
+//! The service's Prometheus metrics: one registry per process (per `App`, so
+//! tests running several services in one process each see their own),
+//! handed to the HTTP layer and the workers. Labels are bounded: outcome
+//! codes, and the product id of open sales only (never user ids).
+//!
+//! Counters and histograms are updated where things happen; the per-sale
+//! gauges (stock, stream length, lag, pending, dead letters) are read from
+//! Redis when `/metrics` is scraped (see `http::metrics`).
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// `POST /api/orders` answers, by outcome (`accepted`, `replayed` or the error code).
+    pub order_requests: IntCounterVec,
+    /// Time to answer `POST /api/orders`, by outcome class (`accepted`, `refused`, `shed`).
+    pub order_latency: HistogramVec,
+    /// Orders inserted into `tb_order` (redeliveries not counted twice).
+    pub rows_persisted: IntCounter,
+    /// Entries per batch the workers settled.
+    pub batch_size: Histogram,
+    /// Time of a batch's MySQL transaction.
+    pub commit_latency: Histogram,
+    /// Entries taken over from idle consumers.
+    pub reclaimed: IntCounter,
+    /// Entries moved to dead letters.
+    pub dead_letters: IntCounter,
+    /// From an order's acceptance in Redis to its commit in MySQL.
+    pub accept_to_persist: Histogram,
+    /// Per open sale, refreshed at each scrape.
+    pub sale_stock: IntGaugeVec,
+    pub stream_length: IntGaugeVec,
+    pub group_lag: IntGaugeVec,
+    pub group_pending: IntGaugeVec,
+    pub sale_dead_letters: IntGaugeVec,
+}
+
+fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
+    prometheus::exponential_buckets(from, factor, n)
+        .unwrap_or_else(|_| unreachable!("valid bucket parameters"))
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("flashsale".into()), None)
+            .unwrap_or_else(|_| unreachable!("a valid prefix"));
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)
+                .unwrap_or_else(|_| unreachable!("valid metric {name}"));
+            let _ = registry.register(Box::new(c.clone()));
+            c
+        };
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).unwrap_or_else(|_| unreachable!("valid {name}"));
+            let _ = registry.register(Box::new(c.clone()));
+            c
+        };
+        let histogram = |name: &str, help: &str, b: Vec<f64>| {
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(b))
+                .unwrap_or_else(|_| unreachable!("valid {name}"));
+            let _ = registry.register(Box::new(h.clone()));
+            h
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["product_id"])
+                .unwrap_or_else(|_| unreachable!("valid {name}"));
+            let _ = registry.register(Box::new(g.clone()));
+            g
+        };
+        let order_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "order_latency_seconds",
+                "Time to answer POST /api/orders, by outcome class",
+            )
+            .buckets(buckets(0.0001, 2.0, 16)),
+            &["class"],
+        )
+        .unwrap_or_else(|_| unreachable!("valid order_latency_seconds"));
+        let _ = registry.register(Box::new(order_latency.clone()));
+        Self {
+            order_requests: counter_vec(
+                "order_requests_total",
+                "POST /api/orders answers by outcome",
+                &["outcome"],
+            ),
+            order_latency,
+            rows_persisted: counter("rows_persisted_total", "Orders inserted into tb_order"),
+            batch_size: histogram(
+                "batch_size",
+                "Stream entries per batch settled by the workers",
+                buckets(1.0, 2.0, 14),
+            ),
+            commit_latency: histogram(
+                "batch_commit_seconds",
+                "Time of a batch's MySQL transaction",
+                buckets(0.0005, 2.0, 16),
+            ),
+            reclaimed: counter(
+                "reclaimed_entries_total",
+                "Stream entries taken over from idle consumers (XAUTOCLAIM)",
+            ),
+            dead_letters: counter(
+                "dead_letters_total",
+                "Stream entries moved to dead letters by this process",
+            ),
+            accept_to_persist: histogram(
+                "accept_to_persist_seconds",
+                "From an order's acceptance in Redis to its commit in MySQL",
+                buckets(0.001, 2.0, 18),
+            ),
+            sale_stock: gauge("sale_stock", "Units left in Redis, per open sale"),
+            stream_length: gauge("stream_length", "Entries in the sale's order stream"),
+            group_lag: gauge(
+                "group_lag",
+                "Entries of the sale's stream not yet delivered to the workers",
+            ),
+            group_pending: gauge(
+                "group_pending",
+                "Entries delivered to a worker and not yet acked",
+            ),
+            sale_dead_letters: gauge(
+                "sale_dead_letters",
+                "Entries in the sale's dead-letter stream",
+            ),
+            registry,
+        }
+    }
+
+    /// Everything, in the Prometheus text format.
+    pub fn render(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# encoding failed: {e}\n"))
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,161 @@
+//! Operability: the metrics, the stream inspection, the persistence check.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{eventually, spawn_app_with};
+
+/// The value of the sample `series` (name and labels, as exposed).
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{series} is not a number"))
+}
+
+#[tokio::test]
+async fn metrics_after_a_small_sale_count_what_happened() {
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(3, 1).await;
+    for user in 1..=4 {
+        app.place_order(user, &sku, 1).await;
+    }
+    let resp = app
+        .post_order(
+            &json!({"user_id": 9, "product_id": sku, "quantity": 0}),
+            None,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    eventually("3 orders persisted", Duration::from_secs(10), || async {
+        app.persisted(&sku).await.0 == 3
+    })
+    .await;
+
+    let resp = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = resp.text().await.unwrap();
+    let outcome = |o: &str| {
+        sample(
+            &text,
+            &format!("flashsale_order_requests_total{{outcome=\"{o}\"}}"),
+        )
+    };
+    assert_eq!(outcome("accepted"), 3.0);
+    assert_eq!(outcome("sold_out"), 1.0);
+    assert_eq!(outcome("invalid_request"), 1.0);
+    assert_eq!(
+        sample(
+            &text,
+            "flashsale_order_latency_seconds_count{class=\"accepted\"}"
+        ),
+        3.0
+    );
+    assert_eq!(sample(&text, "flashsale_rows_persisted_total"), 3.0);
+    assert_eq!(sample(&text, "flashsale_batch_size_sum"), 3.0);
+    assert_eq!(
+        sample(&text, "flashsale_accept_to_persist_seconds_count"),
+        3.0
+    );
+    assert_eq!(sample(&text, "flashsale_dead_letters_total"), 0.0);
+    let sale = |name: &str| sample(&text, &format!("flashsale_{name}{{product_id=\"{sku}\"}}"));
+    assert_eq!(sale("sale_stock"), 0.0);
+    assert_eq!(sale("stream_length"), 3.0);
+    assert_eq!(sale("group_pending"), 0.0);
+    assert_eq!(sale("group_lag"), 0.0);
+    assert_eq!(sale("sale_dead_letters"), 0.0);
+    assert!(!text.contains("user_id"), "no user ids in labels");
+}
+
+#[tokio::test]
+async fn streams_reports_pending_entries_as_xpending_does() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(10, 1).await;
+    for user in 1..=3 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    // A consumer that reads two entries and never acks them.
+    let stream = app.key(&sku, "orders");
+    let mut r = app.redis.clone();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("persist")
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let (count, _, _, per_consumer): (u64, String, String, Vec<(String, String)>) =
+        redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg("persist")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    assert_eq!(count, 2);
+
+    let run = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"));
+        cmd.args(["streams", "--product", &sku])
+            .env("REDIS_URL", crate::helpers::REDIS_URL)
+            .env("REDIS_KEY_PREFIX", &app.prefix);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("flashsale streams runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let reports: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    let report = &reports[0];
+    assert_eq!(report["product_id"], sku.as_str());
+    assert_eq!(report["length"], 3);
+    assert_eq!(report["stock"], 7);
+    assert_eq!(report["group"]["pending"], count);
+    assert_eq!(report["group"]["lag"], 1);
+    let consumers = report["consumers"].as_array().unwrap();
+    for (name, pending) in &per_consumer {
+        let c = consumers
+            .iter()
+            .find(|c| c["name"] == name.as_str())
+            .unwrap();
+        assert_eq!(c["pending"].to_string(), *pending);
+    }
+    let pending = report["pending"].as_array().unwrap();
+    assert_eq!(pending.len() as u64, count);
+    assert!(
+        pending
+            .iter()
+            .all(|p| p["consumer"] == "ghost" && p["deliveries"] == 1)
+    );
+    assert_eq!(report["dead_letters"], 0);
+
+    let table = run(false);
+    assert!(table.contains(&format!("sale {sku}")), "{table}");
+    assert!(table.contains("ghost"), "{table}");
+    assert!(table.contains("pending 2"), "{table}");
+}
