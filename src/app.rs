@@ -12,7 +12,7 @@ use crate::config::Settings;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
-use crate::sale::{Redis, SaleError, Sales};
+use crate::sale::{Redis, SaleError, Sales, durability};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
 
@@ -135,6 +135,8 @@ impl App {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let redis = self.state.sales.redis().clone();
+        tokio::spawn(async move { durability::warn_about_persistence(&redis).await });
         let token = CancellationToken::new();
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
         tokio::spawn(sweep_buckets(
@@ -165,6 +167,7 @@ pub async fn run_workers(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
     let (sales, db) = connect(settings).await?;
+    durability::warn_about_persistence(sales.redis()).await;
     let cfg = settings.workers.clone().unwrap_or_default();
     let token = CancellationToken::new();
     let stop = token.clone();

@@ -10,11 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    init_logs();
     match Cli::parse().command {
         Command::Serve(args) => {
             let settings = Settings::from(args);
@@ -38,6 +34,19 @@ async fn main() -> anyhow::Result<()> {
         Command::BenchGuards(args) => flashsale::bench::run_guards_bench(args).await?,
     }
     Ok(())
+}
+
+/// Logs on stderr, filtered by `RUST_LOG` (default `info`): for people on a
+/// terminal, one JSON object per line with `LOG_FORMAT=json` (for log shippers).
+fn init_logs() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("LOG_FORMAT").as_deref() {
+        Ok("json") => logs.json().with_current_span(true).init(),
+        _ => logs.init(),
+    }
 }
 
 /// Completes on Ctrl-C or SIGTERM.

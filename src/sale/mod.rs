@@ -7,6 +7,7 @@
 //! sale's keys; it never talks to MySQL.
 
 mod conn;
+pub mod durability;
 pub mod inspect;
 pub mod keys;
 mod scripts;

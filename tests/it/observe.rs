@@ -159,3 +159,136 @@ async fn streams_reports_pending_entries_as_xpending_does() {
     assert!(table.contains("ghost"), "{table}");
     assert!(table.contains("pending 2"), "{table}");
 }
+
+/// A Redis of the test's own on a free loopback port, stopped when dropped.
+struct OwnRedis {
+    port: u16,
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl OwnRedis {
+    async fn start(args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(crate::helpers::unique("fs-redis-"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let url = format!("redis://127.0.0.1:{port}");
+        eventually("the test's redis answers", Duration::from_secs(10), || {
+            let url = url.clone();
+            async move {
+                let Ok(client) = redis::Client::open(url) else {
+                    return false;
+                };
+                match client.get_multiplexed_async_connection().await {
+                    Ok(mut c) => redis::cmd("PING")
+                        .query_async::<String>(&mut c)
+                        .await
+                        .is_ok(),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+        Self { port, child, dir }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn risks_of(port: u16) -> Vec<String> {
+    let redis = flashsale::sale::Redis::new(
+        &flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}")),
+        Duration::from_secs(2),
+        1,
+    )
+    .unwrap();
+    flashsale::sale::durability::persistence_risks(&redis)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn redis_persistence_is_checked() {
+    let volatile = OwnRedis::start(&["--appendonly", "no"]).await;
+    let risks = risks_of(volatile.port).await;
+    assert_eq!(risks.len(), 1, "{risks:?}");
+    assert!(risks[0].contains("appendonly no"), "{risks:?}");
+
+    let lax = OwnRedis::start(&["--appendonly", "yes", "--appendfsync", "no"]).await;
+    let risks = risks_of(lax.port).await;
+    assert!(
+        risks.len() == 1 && risks[0].contains("appendfsync no"),
+        "{risks:?}"
+    );
+
+    let durable = OwnRedis::start(&["--appendonly", "yes", "--appendfsync", "everysec"]).await;
+    assert!(risks_of(durable.port).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_worker_on_a_redis_without_aof_warns_at_start() {
+    let volatile = OwnRedis::start(&["--appendonly", "no"]).await;
+    let db = crate::helpers::unique("fs_test_");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("worker")
+        .env("REDIS_URL", format!("redis://127.0.0.1:{}", volatile.port))
+        .env(
+            "DATABASE_URL",
+            format!("{}/{db}", crate::helpers::MYSQL_SERVER),
+        )
+        .env("RUST_LOG", "warn")
+        .env("LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flashsale worker starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let warning = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("append-only file") {
+                return Some(line);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .expect("the warning is logged");
+    let json: serde_json::Value = serde_json::from_str(&warning).expect("a JSON log line");
+    assert_eq!(json["level"], "WARN");
+    let _ = child.kill().await;
+    let pool = sqlx::MySqlPool::connect(crate::helpers::MYSQL_SERVER)
+        .await
+        .unwrap();
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
