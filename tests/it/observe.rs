@@ -292,3 +292,24 @@ async fn a_worker_on_a_redis_without_aof_warns_at_start() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn the_persistence_check_and_streams_work_on_a_cluster() {
+    let app =
+        crate::helpers::spawn_app_on(crate::helpers::Backend::Cluster, |s| s.workers = None).await;
+    // The test cluster runs without AOF, like the local server.
+    let risks = flashsale::sale::durability::persistence_risks(app.sales.redis())
+        .await
+        .expect("CONFIG GET answers on a cluster");
+    assert!(
+        risks.iter().any(|r| r.contains("appendonly no")),
+        "{risks:?}"
+    );
+
+    let sku = app.new_sale(5, 1).await;
+    app.place_order(1, &sku, 1).await;
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let report = app.sales.inspect(&product, 10).await.unwrap();
+    assert_eq!((report.length, report.stock), (1, Some(4)));
+    assert_eq!(report.group.as_ref().map(|g| g.lag), Some(Some(1)));
+}
