@@ -480,4 +480,17 @@ impl TestApp {
         let status = resp.status();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
+
+    /// A sale's audit, as admins get it (`{"ok", "audit"}`).
+    pub async fn audit(&self, product_id: &str) -> Value {
+        self.client
+            .get(self.url(&format!("/api/admin/products/{product_id}/audit")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("answered")
+            .json()
+            .await
+            .expect("a JSON audit")
+    }
 }

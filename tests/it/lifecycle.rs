@@ -377,16 +377,7 @@ async fn the_audit_endpoint_reports_the_books_to_admins(backend: Backend) {
         .query_async(&mut r)
         .await
         .unwrap();
-    let body: Value = app
-        .client
-        .get(&url)
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = app.audit(&sku).await;
     assert_eq!(body["ok"], false);
 }
 

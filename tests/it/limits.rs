@@ -22,16 +22,7 @@ async fn books_balance(app: &TestApp, sku: &str, accepted: i64) {
         || async { app.persisted(sku).await.0 == accepted },
     )
     .await;
-    let body: Value = app
-        .client
-        .get(app.url(&format!("/api/admin/products/{sku}/audit")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = app.audit(sku).await;
     assert_eq!(body["ok"], true, "books balance: {body}");
     assert_eq!(body["audit"]["confirmed"], accepted, "{body}");
 }
