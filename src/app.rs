@@ -107,7 +107,7 @@ impl App {
             db,
             admin_token: settings.admin_token.clone(),
             admin_routes: settings.admin_routes,
-            guards: Arc::new(Guards::new(settings.limits.clone())),
+            guards: Arc::new(Guards::new(settings.limits.clone(), metrics.clone())),
             metrics,
         };
         Ok(Self {

@@ -1,12 +1,10 @@
-//! `GET /metrics` (Prometheus text format) and the middleware that counts
-//! and times every `POST /api/orders` answer.
+//! `GET /metrics` (Prometheus text format), and the counting and timing of
+//! every `POST /api/orders` answer (called by `limits::guard_order`).
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
@@ -16,14 +14,8 @@ use crate::metrics::Metrics;
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
 
-/// Counts `POST /api/orders` answers by outcome and times them by class.
-pub async fn observe_order(
-    State(metrics): State<Arc<Metrics>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let response = next.run(req).await;
+/// Counts an answer to `POST /api/orders` by outcome and times it by class.
+pub fn count_order(metrics: &Metrics, response: &Response, started: Instant) {
     let outcome = match response.extensions().get::<ErrorCode>() {
         Some(ErrorCode(code)) => code,
         None if response.headers().contains_key("idempotent-replayed") => "replayed",
@@ -40,7 +32,6 @@ pub async fn observe_order(
         .order_latency
         .with_label_values(&[class])
         .observe(started.elapsed().as_secs_f64());
-    response
 }
 
 /// `GET /metrics`: the counters, and each open sale's gauges read from Redis

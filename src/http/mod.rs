@@ -5,7 +5,7 @@ pub mod error;
 mod extract;
 mod health;
 pub mod limits;
-mod metrics;
+pub(crate) mod metrics;
 pub mod openapi;
 mod orders;
 mod products;
@@ -50,12 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/products/{product_id}", get(products::get))
         .route(
             "/api/orders",
-            post(orders::place)
-                .layer(from_fn_with_state(guards.clone(), limits::guard_order))
-                .layer(from_fn_with_state(
-                    state.metrics.clone(),
-                    metrics::observe_order,
-                )),
+            post(orders::place).layer(from_fn_with_state(guards.clone(), limits::guard_order)),
         )
         .route("/api/orders/{order_id}", get(orders::get))
         .route("/api/orders/{order_id}/pay", post(orders::pay))
@@ -77,31 +72,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(from_fn_with_state(guards, limits::guard_request))
-        .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
-}
-
-/// A span per request (handlers' logs carry its method and path) and, at
-/// debug level, one line per request with its status and latency.
-async fn log_request(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use tracing::Instrument;
-    if !tracing::enabled!(tracing::Level::DEBUG) {
-        return next.run(req).await;
-    }
-    let started = std::time::Instant::now();
-    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
-    let response = next.run(req).instrument(span.clone()).await;
-    span.in_scope(|| {
-        tracing::debug!(
-            status = response.status().as_u16(),
-            latency_us = started.elapsed().as_micros() as u64,
-            "request"
-        )
-    });
-    response
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then lets requests
