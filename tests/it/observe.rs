@@ -313,3 +313,67 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
     assert_eq!((report.length, report.stock), (1, Some(4)));
     assert_eq!(report.group.as_ref().map(|g| g.lag), Some(Some(1)));
 }
+
+#[tokio::test]
+async fn at_debug_each_request_logs_one_json_line_with_its_span() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let db = crate::helpers::unique("fs_test_");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("serve")
+        .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env(
+            "DATABASE_URL",
+            format!("{}/{db}", crate::helpers::MYSQL_SERVER),
+        )
+        .env("REDIS_KEY_PREFIX", crate::helpers::unique("t"))
+        .env("ADMIN_ROUTES", "false")
+        .env("WORKERS", "false")
+        .env("RUST_LOG", "warn,flashsale::http=debug")
+        .env("LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flashsale serve starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/api/orders/no-such-order");
+    eventually("serve answers", Duration::from_secs(30), || {
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.is_ok() }
+    })
+    .await;
+    let line = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if json["fields"]["message"] == "request" {
+                return Some(json);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .expect("a request line");
+    assert_eq!(line["level"], "DEBUG");
+    assert_eq!(line["fields"]["status"], 404);
+    assert!(line["fields"]["latency_us"].is_u64());
+    assert_eq!(line["span"]["name"], "request");
+    assert_eq!(line["span"]["method"], "GET");
+    assert_eq!(line["span"]["path"], "/api/orders/no-such-order");
+    let _ = child.kill().await;
+    let pool = sqlx::MySqlPool::connect(crate::helpers::MYSQL_SERVER)
+        .await
+        .unwrap();
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
