@@ -8,8 +8,8 @@
 //! Redis when `/metrics` is scraped (see `http::metrics`).
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -36,6 +36,10 @@ pub struct Metrics {
     pub group_lag: IntGaugeVec,
     pub group_pending: IntGaugeVec,
     pub sale_dead_letters: IntGaugeVec,
+    /// Orders being decided now (of `MAX_IN_FLIGHT`), refreshed at each scrape.
+    pub orders_in_flight: IntGauge,
+    /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
+    pub rate_limit_keys: IntGaugeVec,
 }
 
 fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -125,6 +129,21 @@ impl Metrics {
                 "sale_dead_letters",
                 "Entries in the sale's dead-letter stream",
             ),
+            orders_in_flight: {
+                let g = IntGauge::new("orders_in_flight", "Orders being decided now")
+                    .unwrap_or_else(|_| unreachable!("valid orders_in_flight"));
+                let _ = registry.register(Box::new(g.clone()));
+                g
+            },
+            rate_limit_keys: {
+                let g = IntGaugeVec::new(
+                    Opts::new("rate_limit_keys", "Clients tracked by each rate limit"),
+                    &["limit"],
+                )
+                .unwrap_or_else(|_| unreachable!("valid rate_limit_keys"));
+                let _ = registry.register(Box::new(g.clone()));
+                g
+            },
             registry,
         }
     }

@@ -219,6 +219,15 @@ impl Guards {
         )
     }
 
+    /// Orders holding a slot now (0 when shedding is off).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.as_ref().map_or(0, |s| {
+            self.limits
+                .max_in_flight
+                .saturating_sub(s.available_permits())
+        })
+    }
+
     /// Drops idle keys from both tables now (the background sweep's work).
     pub fn sweep(&self) {
         let now = self.now_ms().max(1000);

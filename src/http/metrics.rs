@@ -39,6 +39,12 @@ pub fn count_order(metrics: &Metrics, response: &Response, started: Instant) {
 /// the scrape still shows everything else.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let m = &state.metrics;
+    m.orders_in_flight.set(state.guards.in_flight() as i64);
+    let (users, ips) = state.guards.tracked_keys();
+    m.rate_limit_keys
+        .with_label_values(&["user"])
+        .set(users as i64);
+    m.rate_limit_keys.with_label_values(&["ip"]).set(ips as i64);
     for gauge in [
         &m.sale_stock,
         &m.stream_length,

@@ -22,7 +22,13 @@ fn sample(text: &str, series: &str) -> f64 {
 
 #[tokio::test]
 async fn metrics_after_a_small_sale_count_what_happened() {
-    let app = spawn_app_with(|_| {}).await;
+    let app = spawn_app_with(|s| {
+        s.limits = flashsale::http::limits::Limits {
+            user_rate: flashsale::http::limits::Rate::new(100, 100),
+            ..flashsale::http::limits::Limits::default()
+        };
+    })
+    .await;
     let sku = app.new_sale(3, 1).await;
     for user in 1..=4 {
         app.place_order(user, &sku, 1).await;
@@ -34,6 +40,19 @@ async fn metrics_after_a_small_sale_count_what_happened() {
         )
         .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    // The rate limits' tables, before the first sweep (10 s after start) may
+    // evict idle clients: users 1-4 (the invalid order was refused before its
+    // user was counted) and one address.
+    let early = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let early = early.text().await.unwrap();
+    assert_eq!(
+        sample(&early, "flashsale_rate_limit_keys{limit=\"user\"}"),
+        4.0
+    );
+    assert_eq!(
+        sample(&early, "flashsale_rate_limit_keys{limit=\"ip\"}"),
+        1.0
+    );
     eventually("3 orders persisted", Duration::from_secs(10), || async {
         app.persisted(&sku).await.0 == 3
     })
@@ -78,6 +97,7 @@ async fn metrics_after_a_small_sale_count_what_happened() {
     assert_eq!(sale("group_lag"), 0.0);
     assert_eq!(sale("sale_dead_letters"), 0.0);
     assert!(!text.contains("user_id"), "no user ids in labels");
+    assert_eq!(sample(&text, "flashsale_orders_in_flight"), 0.0);
 }
 
 #[tokio::test]
