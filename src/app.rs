@@ -161,9 +161,11 @@ impl App {
     }
 }
 
-/// `flashsale worker`: only the stream workers, until `shutdown`.
+/// `flashsale worker`: only the stream workers, until `shutdown`; with
+/// `metrics_addr`, their metrics at `http://<metrics_addr>/metrics`.
 pub async fn run_workers(
     settings: &Settings,
+    metrics_addr: Option<SocketAddr>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
     let (sales, db) = connect(settings).await?;
@@ -175,6 +177,24 @@ pub async fn run_workers(
         shutdown.await;
         stop.cancel();
     });
-    Workers::new(sales, db, cfg).run(token).await;
+    let metrics = Arc::new(Metrics::new());
+    if let Some(addr) = metrics_addr {
+        let listener = TcpListener::bind(addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
+        let router = http::metrics::worker_router(metrics.clone(), sales.clone());
+        let stop = token.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "worker metrics listener failed");
+            }
+        });
+    }
+    Workers::new(sales, db, cfg)
+        .with_metrics(metrics)
+        .run(token)
+        .await;
     Ok(())
 }

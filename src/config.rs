@@ -200,6 +200,10 @@ impl From<LimitArgs> for Limits {
 
 #[derive(Debug, Clone, Args)]
 pub struct WorkerCmdArgs {
+    /// Serve `GET /metrics` (Prometheus) on this address; off by default
+    /// (the API serves its own on its port).
+    #[arg(long, env = "METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]

@@ -20,8 +20,9 @@ async fn main() -> anyhow::Result<()> {
             app.run(shutdown_signal()).await.context("serving")?;
         }
         Command::Worker(args) => {
+            let metrics_addr = args.metrics_addr;
             let settings = Settings::from(args);
-            flashsale::app::run_workers(&settings, shutdown_signal())
+            flashsale::app::run_workers(&settings, metrics_addr, shutdown_signal())
                 .await
                 .context("running flashsale worker")?;
         }

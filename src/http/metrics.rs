@@ -1,7 +1,11 @@
 //! `GET /metrics` (Prometheus text format), and the counting and timing of
 //! every `POST /api/orders` answer (called by `limits::guard_order`).
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use axum::Router;
+use axum::routing::get;
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -10,6 +14,8 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ErrorCode;
 use crate::metrics::Metrics;
+use crate::sale::Sales;
+use crate::sale::inspect::StreamReport;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -45,6 +51,22 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .with_label_values(&["user"])
         .set(users as i64);
     m.rate_limit_keys.with_label_values(&["ip"]).set(ips as i64);
+    scrape(m, &state.sales).await
+}
+
+/// The worker-only process's metrics listener: `GET /metrics`, `GET /healthz`.
+pub fn worker_router(metrics: Arc<Metrics>, sales: Sales) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State((m, s)): State<(Arc<Metrics>, Sales)>| async move { scrape(&m, &s).await }),
+        )
+        .route("/healthz", get(super::health::healthz))
+        .with_state((metrics, sales))
+}
+
+/// Refreshes the per-sale gauges from Redis and renders everything.
+async fn scrape(m: &Metrics, sales: &Sales) -> Response {
     for gauge in [
         &m.sale_stock,
         &m.stream_length,
@@ -54,26 +76,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     ] {
         gauge.reset();
     }
-    match state.sales.open_sales().await {
-        Ok(sales) => {
-            for product in sales.iter().take(MAX_SALES_SCRAPED) {
-                match state.sales.inspect(product, 0).await {
-                    Ok(r) => {
-                        let id = [r.product_id.as_str()];
-                        m.sale_stock
-                            .with_label_values(&id)
-                            .set(r.stock.unwrap_or(0) as i64);
-                        m.stream_length.with_label_values(&id).set(r.length as i64);
-                        m.sale_dead_letters
-                            .with_label_values(&id)
-                            .set(r.dead_letters as i64);
-                        if let Some(g) = &r.group {
-                            m.group_pending.with_label_values(&id).set(g.pending as i64);
-                            if let Some(lag) = g.lag {
-                                m.group_lag.with_label_values(&id).set(lag as i64);
-                            }
-                        }
-                    }
+    match sales.open_sales().await {
+        Ok(open) => {
+            for product in open.iter().take(MAX_SALES_SCRAPED) {
+                match sales.inspect(product, 0).await {
+                    Ok(r) => set_sale_gauges(m, &r),
                     Err(e) => {
                         tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the sale")
                     }
@@ -90,4 +97,21 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         m.render(),
     )
         .into_response()
+}
+
+fn set_sale_gauges(m: &Metrics, r: &StreamReport) {
+    let id = [r.product_id.as_str()];
+    m.sale_stock
+        .with_label_values(&id)
+        .set(r.stock.unwrap_or(0) as i64);
+    m.stream_length.with_label_values(&id).set(r.length as i64);
+    m.sale_dead_letters
+        .with_label_values(&id)
+        .set(r.dead_letters as i64);
+    if let Some(g) = &r.group {
+        m.group_pending.with_label_values(&id).set(g.pending as i64);
+        if let Some(lag) = g.lag {
+            m.group_lag.with_label_values(&id).set(lag as i64);
+        }
+    }
 }

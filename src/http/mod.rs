@@ -5,7 +5,7 @@ pub mod error;
 mod extract;
 mod health;
 pub mod limits;
-pub(crate) mod metrics;
+pub mod metrics;
 pub mod openapi;
 mod orders;
 mod products;

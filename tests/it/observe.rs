@@ -397,3 +397,63 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_worker_process_exports_its_metrics_on_metrics_addr() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(5, 1).await;
+    for user in 1..=2 {
+        app.place_order(user, &sku, 1).await;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("worker")
+        .env("REDIS_URL", crate::helpers::REDIS_URL)
+        .env("REDIS_KEY_PREFIX", &app.prefix)
+        .env("DATABASE_URL", &app.settings.database_url)
+        .env("CONSUMER_NAME", "external")
+        .env("BLOCK_MS", "200")
+        .env("METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flashsale worker starts");
+    eventually(
+        "the worker persisted both orders",
+        Duration::from_secs(30),
+        || async { app.persisted(&sku).await.0 == 2 },
+    )
+    .await;
+    let text = app
+        .client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("the worker's metrics listener answers")
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(sample(&text, "flashsale_rows_persisted_total"), 2.0);
+    assert_eq!(
+        sample(&text, "flashsale_accept_to_persist_seconds_count"),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("flashsale_stream_length{{product_id=\"{sku}\"}}")
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("flashsale_group_pending{{product_id=\"{sku}\"}}")
+        ),
+        0.0
+    );
+}
