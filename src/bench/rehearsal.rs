@@ -19,6 +19,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
+pub use crate::books::audit::Check;
 use crate::config::{DbArgs, RedisArgs, Settings};
 use crate::domain::ProductId;
 use crate::http::limits::Limits;
@@ -131,14 +132,6 @@ impl From<&LoadRun> for RunFigures {
                 .collect(),
         }
     }
-}
-
-/// One invariant, checked.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub ok: bool,
-    pub detail: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -21,6 +21,7 @@ use crate::domain::ProductId;
 use crate::sale::{SaleError, Sales};
 use crate::store::{CANCELLED, CONFIRMED, Db, PAID, Product};
 
+/// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub name: &'static str,

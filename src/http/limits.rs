@@ -20,7 +20,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
@@ -116,6 +116,11 @@ struct Buckets<K: std::hash::Hash + Eq + Clone> {
     max_keys: usize,
     /// Last sweep, in ms since `Guards` was built (sweeps are rate-limited too).
     last_sweep_ms: AtomicU64,
+    /// An upper bound on the table's size without counting it (counting
+    /// locks every shard): its size when last counted, plus the checks since,
+    /// each of which adds at most one key.
+    counted: AtomicUsize,
+    checks_since: AtomicUsize,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
@@ -124,14 +129,19 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
             limiter: DefaultKeyedRateLimiter::keyed(rate.quota()),
             max_keys: max_keys.max(1),
             last_sweep_ms: AtomicU64::new(0),
+            counted: AtomicUsize::new(0),
+            checks_since: AtomicUsize::new(0),
         }
     }
 
     /// Takes a token for `key`, or says how long until one is free.
     fn check(&self, key: &K, now_ms: u64) -> Result<(), Duration> {
-        if self.limiter.len() >= self.max_keys {
+        let since = self.checks_since.fetch_add(1, Ordering::Relaxed);
+        if self.counted.load(Ordering::Relaxed) + since >= self.max_keys
+            && self.recount() >= self.max_keys
+        {
             self.sweep(now_ms);
-            if self.limiter.len() >= self.max_keys {
+            if self.recount() >= self.max_keys {
                 tracing::warn!(
                     keys = self.max_keys,
                     "rate-limit table full: refusing new clients until idle ones expire"
@@ -144,19 +154,32 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
             .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 
-    /// Drops idle keys (their bucket is full again), at most once a second.
+    /// Counts the table (and restarts the bound from there).
+    fn recount(&self) -> usize {
+        self.checks_since.store(0, Ordering::Relaxed);
+        let n = self.limiter.len();
+        self.counted.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Drops idle keys, at most once a second.
     fn sweep(&self, now_ms: u64) {
         let last = self.last_sweep_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) < 1000
-            || self
+        if now_ms.saturating_sub(last) >= 1000
+            && self
                 .last_sweep_ms
                 .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
+                .is_ok()
         {
-            return;
+            self.sweep_now();
         }
+    }
+
+    /// Drops the keys whose bucket is full again (idle clients).
+    fn sweep_now(&self) {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
+        self.recount();
     }
 
     fn len(&self) -> usize {
@@ -230,15 +253,8 @@ impl Guards {
 
     /// Drops idle keys from both tables now (the background sweep's work).
     pub fn sweep(&self) {
-        let now = self.now_ms().max(1000);
-        for b in self.users.iter() {
-            b.last_sweep_ms.store(0, Ordering::Relaxed);
-            b.sweep(now);
-        }
-        for b in self.ips.iter() {
-            b.last_sweep_ms.store(0, Ordering::Relaxed);
-            b.sweep(now);
-        }
+        self.users.iter().for_each(Buckets::sweep_now);
+        self.ips.iter().for_each(Buckets::sweep_now);
     }
 
     /// The client's address: the configured header's last entry, else the peer.

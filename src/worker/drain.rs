@@ -7,15 +7,15 @@
 //! makes the second insert a no-op.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::entry::Entry;
-use super::{Stats, WorkerConfig, WorkerError, stream};
+use super::{WorkerConfig, WorkerError, stream};
 use crate::domain::ProductId;
+use crate::metrics::Metrics;
 use crate::sale::{PendingOrder, SaleError, SaleKeys, Sales};
 use crate::store::{Db, Persisted};
 
@@ -51,7 +51,7 @@ pub struct SaleWorker {
     sales: Sales,
     db: Db,
     cfg: Arc<WorkerConfig>,
-    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
     cursor: Cursor,
     /// A batch read ahead during the previous step, not yet settled.
     ahead: Option<Vec<Entry>>,
@@ -72,7 +72,7 @@ impl SaleWorker {
         sales: Sales,
         db: Db,
         cfg: Arc<WorkerConfig>,
-        stats: Arc<Stats>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             keys: sales.keys(&product),
@@ -80,7 +80,7 @@ impl SaleWorker {
             sales,
             db,
             cfg,
-            stats,
+            metrics,
             cursor: Cursor::Own("0".into()),
             ahead: None,
             last_entries: Instant::now(),
@@ -188,10 +188,7 @@ impl SaleWorker {
             }
             let entries = claimed.entries;
             if !entries.is_empty() {
-                self.stats
-                    .reclaimed
-                    .fetch_add(entries.len() as u64, Ordering::Relaxed);
-                self.stats.metrics.reclaimed.inc_by(entries.len() as u64);
+                self.metrics.reclaimed.inc_by(entries.len() as u64);
                 tracing::info!(count = entries.len(), "reclaimed idle entries");
                 let o = self.settle(entries, true).await?;
                 total = total.add(o);
@@ -273,7 +270,7 @@ impl SaleWorker {
             }
         }
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
-        let metrics = &self.stats.metrics;
+        let metrics = &self.metrics;
         metrics.batch_size.observe(entries.len() as f64);
         let commit = metrics.commit_latency.start_timer();
         let persisted = match self.db.persist_orders(&self.product, &orders).await {
@@ -318,9 +315,6 @@ impl SaleWorker {
         redis
             .bounded(stream::ack(&mut conn, &self.keys, &ids))
             .await?;
-        self.stats
-            .persisted
-            .fetch_add(persisted.inserted, Ordering::Relaxed);
         metrics.rows_persisted.inc_by(persisted.inserted);
 
         let mut outcome = Outcome {
@@ -369,8 +363,7 @@ impl SaleWorker {
                         &mut conn, &self.keys, entry, &reason, delivered,
                     ))
                     .await?;
-                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-                self.stats.metrics.dead_letters.inc();
+                self.metrics.dead_letters.inc();
                 tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
                 dead += 1;
             } else {

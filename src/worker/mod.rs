@@ -15,7 +15,6 @@ pub mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -25,6 +24,7 @@ pub use drain::{Outcome, SaleWorker};
 pub use entry::Entry;
 
 use crate::domain::ProductId;
+use crate::metrics::Metrics;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 
@@ -95,22 +95,14 @@ pub enum WorkerError {
     Store(#[from] StoreError),
 }
 
-/// Counters of what the workers did, and the process's metrics.
-#[derive(Default)]
-pub struct Stats {
-    pub persisted: AtomicU64,
-    pub reclaimed: AtomicU64,
-    pub dead_letters: AtomicU64,
-    pub metrics: Arc<crate::metrics::Metrics>,
-}
-
 /// The workers of one process.
 #[derive(Clone)]
 pub struct Workers {
     sales: Sales,
     db: Db,
     cfg: Arc<WorkerConfig>,
-    stats: Arc<Stats>,
+    /// What the workers did (rows persisted, reclaims, dead letters, ...).
+    metrics: Arc<Metrics>,
 }
 
 impl Workers {
@@ -119,21 +111,18 @@ impl Workers {
             sales,
             db,
             cfg: Arc::new(cfg),
-            stats: Arc::default(),
+            metrics: Arc::default(),
         }
     }
 
     /// Reports into `metrics` (the process's registry) from now on.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
-        self.stats = Arc::new(Stats {
-            metrics,
-            ..Stats::default()
-        });
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
         self
     }
 
-    pub fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// The sweeper, for driving pass by pass.
@@ -149,7 +138,7 @@ impl Workers {
             self.sales.clone(),
             self.db.clone(),
             self.cfg.clone(),
-            self.stats.clone(),
+            self.metrics.clone(),
         )
     }
 

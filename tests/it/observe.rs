@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{eventually, spawn_app_with};
 
@@ -180,6 +180,73 @@ async fn streams_reports_pending_entries_as_xpending_does() {
     assert!(table.contains("pending 2"), "{table}");
 }
 
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A `flashsale` process with JSON logs on a piped stderr and a database of
+/// its own, which `stop` drops.
+struct Flashsale {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    db: String,
+}
+
+impl Flashsale {
+    fn spawn(command: &str, env: &[(&str, &str)]) -> Self {
+        let db = crate::helpers::unique("fs_test_");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+            .arg(command)
+            .env(
+                "DATABASE_URL",
+                format!("{}/{db}", crate::helpers::MYSQL_SERVER),
+            )
+            .env("LOG_FORMAT", "json")
+            .envs(env.iter().copied())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("flashsale starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+        Self { child, lines, db }
+    }
+
+    /// The first JSON log line that `wanted` accepts (within 30 s).
+    async fn log_line(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        let lines = &mut self.lines;
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(json) = serde_json::from_str::<Value>(&line)
+                    && wanted(&json)
+                {
+                    return Some(json);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no log line: {what}"))
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+        let pool = sqlx::MySqlPool::connect(crate::helpers::MYSQL_SERVER)
+            .await
+            .unwrap();
+        sqlx::query(&format!("DROP DATABASE IF EXISTS `{}`", self.db))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
 /// A Redis of the test's own on a free loopback port, stopped when dropped.
 struct OwnRedis {
     port: u16,
@@ -189,11 +256,7 @@ struct OwnRedis {
 
 impl OwnRedis {
     async fn start(args: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let dir = std::env::temp_dir().join(crate::helpers::unique("fs-redis-"));
         std::fs::create_dir_all(&dir).unwrap();
         let child = std::process::Command::new("redis-server")
@@ -273,44 +336,17 @@ async fn redis_persistence_is_checked() {
 #[tokio::test]
 async fn a_worker_on_a_redis_without_aof_warns_at_start() {
     let volatile = OwnRedis::start(&["--appendonly", "no"]).await;
-    let db = crate::helpers::unique("fs_test_");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
-        .arg("worker")
-        .env("REDIS_URL", format!("redis://127.0.0.1:{}", volatile.port))
-        .env(
-            "DATABASE_URL",
-            format!("{}/{db}", crate::helpers::MYSQL_SERVER),
-        )
-        .env("RUST_LOG", "warn")
-        .env("LOG_FORMAT", "json")
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("flashsale worker starts");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
-    let warning = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("append-only file") {
-                return Some(line);
-            }
-        }
-        None
-    })
-    .await
-    .ok()
-    .flatten()
-    .expect("the warning is logged");
-    let json: serde_json::Value = serde_json::from_str(&warning).expect("a JSON log line");
+    let redis_url = format!("redis://127.0.0.1:{}", volatile.port);
+    let mut worker = Flashsale::spawn("worker", &[("REDIS_URL", &redis_url), ("RUST_LOG", "warn")]);
+    let json = worker
+        .log_line("the warning", |l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("append-only file"))
+        })
+        .await;
     assert_eq!(json["level"], "WARN");
-    let _ = child.kill().await;
-    let pool = sqlx::MySqlPool::connect(crate::helpers::MYSQL_SERVER)
-        .await
-        .unwrap();
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    worker.stop().await;
 }
 
 #[tokio::test]
@@ -336,30 +372,18 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
 
 #[tokio::test]
 async fn at_debug_each_request_logs_one_json_line_with_its_span() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let db = crate::helpers::unique("fs_test_");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
-        .arg("serve")
-        .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .env(
-            "DATABASE_URL",
-            format!("{}/{db}", crate::helpers::MYSQL_SERVER),
-        )
-        .env("REDIS_KEY_PREFIX", crate::helpers::unique("t"))
-        .env("ADMIN_ROUTES", "false")
-        .env("WORKERS", "false")
-        .env("RUST_LOG", "warn,flashsale::http=debug")
-        .env("LOG_FORMAT", "json")
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("flashsale serve starts");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let port = free_port();
+    let (listen, prefix) = (format!("127.0.0.1:{port}"), crate::helpers::unique("t"));
+    let mut serve = Flashsale::spawn(
+        "serve",
+        &[
+            ("LISTEN_ADDR", &listen),
+            ("REDIS_KEY_PREFIX", &prefix),
+            ("ADMIN_ROUTES", "false"),
+            ("WORKERS", "false"),
+            ("RUST_LOG", "warn,flashsale::http=debug"),
+        ],
+    );
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/api/orders/no-such-order");
     eventually("serve answers", Duration::from_secs(30), || {
@@ -367,35 +391,16 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
         async move { client.get(url).send().await.is_ok() }
     })
     .await;
-    let line = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if json["fields"]["message"] == "request" {
-                return Some(json);
-            }
-        }
-        None
-    })
-    .await
-    .ok()
-    .flatten()
-    .expect("a request line");
+    let line = serve
+        .log_line("a request line", |l| l["fields"]["message"] == "request")
+        .await;
     assert_eq!(line["level"], "DEBUG");
     assert_eq!(line["fields"]["status"], 404);
     assert!(line["fields"]["latency_us"].is_u64());
     assert_eq!(line["span"]["name"], "request");
     assert_eq!(line["span"]["method"], "GET");
     assert_eq!(line["span"]["path"], "/api/orders/no-such-order");
-    let _ = child.kill().await;
-    let pool = sqlx::MySqlPool::connect(crate::helpers::MYSQL_SERVER)
-        .await
-        .unwrap();
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    serve.stop().await;
 }
 
 #[tokio::test]
@@ -405,11 +410,7 @@ async fn a_worker_process_exports_its_metrics_on_metrics_addr() {
     for user in 1..=2 {
         app.place_order(user, &sku, 1).await;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let _worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
         .arg("worker")
         .env("REDIS_URL", crate::helpers::REDIS_URL)

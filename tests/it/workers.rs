@@ -191,7 +191,7 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     cfg.claim_idle = Duration::ZERO;
     cfg.max_deliveries = 2;
     let w = Workers::new(app.sales.clone(), app.db.clone(), cfg);
-    let stats = w.stats();
+    let metrics = w.metrics();
     let mut worker = w.sale_worker(pid(&sku));
     let step = worker.step().await.unwrap();
     assert_eq!((step.read, step.acked, step.kept, step.dead), (3, 2, 1, 0));
@@ -205,12 +205,7 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     assert_eq!((again.kept, again.dead), (1, 0));
     let last = worker.reclaim().await.unwrap(); // third delivery > 2: dead letter
     assert_eq!((last.kept, last.dead), (0, 1));
-    assert_eq!(
-        stats
-            .dead_letters
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(metrics.dead_letters.get(), 1);
     assert_eq!(app.pending(&sku).await, 0);
 
     let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
