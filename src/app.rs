@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::http::limits::{Guards, sweep_buckets};
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
 use crate::sale::{Redis, SaleError, Sales, durability};
 use crate::store::{Db, StoreError};
@@ -101,7 +101,7 @@ impl App {
             .workers
             .clone()
             .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg).with_metrics(metrics.clone()));
-        let state = AppState {
+        let state = AppState::new(Shared {
             books: crate::books::Books::new(sales.clone(), db.clone()),
             sales,
             db,
@@ -109,7 +109,7 @@ impl App {
             admin_routes: settings.admin_routes,
             guards: Arc::new(Guards::new(settings.limits.clone(), metrics.clone())),
             metrics,
-        };
+        });
         Ok(Self {
             listener,
             state,

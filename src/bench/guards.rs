@@ -66,6 +66,7 @@ async fn rehearse(args: &BenchArgs, limits: Limits, concurrency: u64) -> anyhow:
     let mut a = args.clone();
     a.local = true;
     a.no_direct = true;
+    a.floor = false;
     a.quiet = true;
     a.then_at = None;
     a.concurrency = concurrency;

@@ -11,6 +11,7 @@
 //!   to a raw multi-row INSERT of the same rows.
 
 pub mod drain;
+pub mod floor;
 pub mod guards;
 pub mod load;
 pub mod plan;

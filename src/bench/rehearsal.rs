@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
 
+use super::floor::{Floor, Kind};
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
 pub use crate::books::audit::Check;
@@ -80,6 +81,12 @@ pub struct BenchArgs {
     /// Skip the direct-Redis run.
     #[arg(long)]
     pub no_direct: bool,
+    /// Also run the plan against the two HTTP floors: bare HTTP servers in
+    /// this process, one answering every request with the sold-out refusal
+    /// at once (what HTTP alone costs here), one calling the order script
+    /// for each (the least any HTTP front for the script must do).
+    #[arg(long)]
+    pub floor: bool,
     /// Give up waiting for the workers after this long.
     #[arg(long, default_value_t = 120)]
     pub drain_timeout_secs: u64,
@@ -149,6 +156,20 @@ pub struct Report {
     pub direct: Option<RunFigures>,
     /// HTTP requests/s ÷ direct requests/s.
     pub http_over_direct: Option<f64>,
+    /// The HTTP floor (`--floor`): a bare server answering at once.
+    pub floor: Option<RunFigures>,
+    /// The script floor (`--floor`): a bare server calling the order script.
+    pub floor_script: Option<RunFigures>,
+    /// HTTP requests/s ÷ floor requests/s: the share of this machine's HTTP
+    /// capacity the service keeps.
+    pub http_over_floor: Option<f64>,
+    /// HTTP requests/s ÷ script floor requests/s.
+    pub http_over_floor_script: Option<f64>,
+    /// Floor requests/s ÷ direct requests/s: the most any HTTP service could
+    /// reach here, against the Redis limit.
+    pub floor_over_direct: Option<f64>,
+    /// Script floor requests/s ÷ direct requests/s.
+    pub floor_script_over_direct: Option<f64>,
     /// The second sale, paced at `then_at` × the HTTP throughput.
     pub paced: Option<RunFigures>,
     pub paced_rate: Option<f64>,
@@ -198,6 +219,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         None
     } else {
         Some(direct_run(&args, &target, plan.clone()).await?)
+    };
+    let (floor, floor_script) = if args.floor {
+        let (constant, script) = floor_runs(&args, &target, plan.clone()).await?;
+        (Some(constant), Some(script))
+    } else {
+        (None, None)
     };
 
     let products = Arc::new(new_sales(&args, &target, "rehearsal").await?);
@@ -274,9 +301,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         http_over_direct: direct
             .as_ref()
             .map(|d| http_figures.requests_per_s / d.requests_per_s),
+        http_over_floor: ratio(Some(&http_figures), floor.as_ref()),
+        http_over_floor_script: ratio(Some(&http_figures), floor_script.as_ref()),
+        floor_over_direct: ratio(floor.as_ref(), direct.as_ref()),
+        floor_script_over_direct: ratio(floor_script.as_ref(), direct.as_ref()),
         http: http_figures,
         http_per_node,
         direct,
+        floor,
+        floor_script,
         paced,
         paced_rate,
         units_accepted: orders.len() as u64,
@@ -440,16 +473,100 @@ async fn http_run(
     rate: Option<f64>,
     label: &str,
 ) -> anyhow::Result<LoadRun> {
+    let callers = http_callers(args, &t.authority, products).await?;
+    Ok(drive(plan, callers, rate, (!args.quiet).then_some(label)).await)
+}
+
+/// One keep-alive connection to `authority` per unit of `--concurrency`.
+async fn http_callers(
+    args: &BenchArgs,
+    authority: &str,
+    products: &Arc<Vec<ProductId>>,
+) -> anyhow::Result<Vec<HttpCaller>> {
     let mut callers = Vec::new();
     for _ in 0..args.concurrency.max(1) {
         callers.push(HttpCaller {
-            authority: t.authority.clone(),
+            authority: authority.to_owned(),
             products: products.clone(),
             key_prefix: "bench-".into(),
-            conn: Some(Conn::open(&t.authority).await?),
+            conn: Some(Conn::open(authority).await?),
         });
     }
-    Ok(drive(plan, callers, rate, (!args.quiet).then_some(label)).await)
+    Ok(callers)
+}
+
+fn ratio(a: Option<&RunFigures>, b: Option<&RunFigures>) -> Option<f64> {
+    Some(a?.requests_per_s / b?.requests_per_s)
+}
+
+/// The same plan against the two HTTP floors (see [`super::floor`]); the
+/// script floor on sales of its own under the benchmark key prefix.
+async fn floor_runs(
+    args: &BenchArgs,
+    t: &Target,
+    plan: Arc<Vec<Planned>>,
+) -> anyhow::Result<(RunFigures, RunFigures)> {
+    let dummies = (0..args.sales.max(1))
+        .map(|_| new_product("floor"))
+        .collect();
+    let constant = floor_run(
+        args,
+        Kind::Constant,
+        Arc::new(dummies),
+        plan.clone(),
+        "floor",
+    )
+    .await?;
+    let prefix = super::bench_prefix(&args.redis.key_prefix);
+    let sales = Sales::new(t.sales.redis().clone(), prefix.clone());
+    let products = open_bench_sales(args, &sales, "floor").await?;
+    let kind = Kind::Script {
+        redis: args.redis.target(),
+        prefix,
+    };
+    let script = floor_run(args, kind, products.clone(), plan, "script").await;
+    for product in products.iter() {
+        super::remove_sale_keys(&sales, product).await?;
+    }
+    Ok((constant, script?))
+}
+
+async fn floor_run(
+    args: &BenchArgs,
+    kind: Kind,
+    products: Arc<Vec<ProductId>>,
+    plan: Arc<Vec<Planned>>,
+    label: &str,
+) -> anyhow::Result<RunFigures> {
+    let floor = Floor::start(kind)?;
+    let callers = http_callers(args, floor.authority(), &products).await?;
+    let run = drive(plan, callers, args.rate, (!args.quiet).then_some(label)).await;
+    // Stopping joins its thread: not on this runtime's worker.
+    tokio::task::spawn_blocking(move || drop(floor)).await?;
+    Ok(RunFigures::from(&run))
+}
+
+/// Opens `--sales` sales straight in Redis (no product row), always in
+/// their window, with the rehearsal's stock and limit.
+async fn open_bench_sales(
+    args: &BenchArgs,
+    sales: &Sales,
+    tag: &str,
+) -> anyhow::Result<Arc<Vec<ProductId>>> {
+    let spec = SaleSpec {
+        stock: args.stock,
+        start_ms: 0,
+        end_ms: crate::domain::MAX_TIME_MS,
+        limit_per_user: args.limit_per_user,
+        price: rust_decimal::Decimal::ONE,
+    };
+    let products: Vec<ProductId> = (0..args.sales.max(1))
+        .map(|_| super::bench_product(tag))
+        .collect();
+    for product in &products {
+        sales.open(product, &spec).await?;
+    }
+    Ok(Arc::new(products))
 }
 
 /// The same plan through the order script, on a sale of its own under the
@@ -464,21 +581,7 @@ async fn direct_run(
         super::bench_prefix(&args.redis.key_prefix),
     )
     .with_sold_out_ttl(Duration::ZERO);
-    let products: Arc<Vec<ProductId>> = Arc::new(
-        (0..args.sales.max(1))
-            .map(|_| super::bench_product("direct"))
-            .collect(),
-    );
-    let spec = SaleSpec {
-        stock: args.stock,
-        start_ms: 0,
-        end_ms: crate::domain::MAX_TIME_MS,
-        limit_per_user: args.limit_per_user,
-        price: rust_decimal::Decimal::ONE,
-    };
-    for product in products.iter() {
-        sales.open(product, &spec).await?;
-    }
+    let products = open_bench_sales(args, &sales, "direct").await?;
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {
             sales: sales.clone(),
@@ -730,6 +833,21 @@ fn print_report(r: &Report) {
     if let (Some(d), Some(ratio)) = (&r.direct, r.http_over_direct) {
         run("direct", d);
         println!("http / direct throughput: {ratio:.2}");
+    }
+    if let (Some(f), Some(s)) = (&r.floor, &r.floor_script) {
+        run("floor", f);
+        run("script", s);
+        let ratios = [
+            ("http / floor", r.http_over_floor),
+            ("http / script", r.http_over_floor_script),
+            ("floor / direct", r.floor_over_direct),
+            ("script / direct", r.floor_script_over_direct),
+        ];
+        let ratios: Vec<String> = ratios
+            .iter()
+            .filter_map(|(name, v)| v.map(|v| format!("{name} {v:.2}")))
+            .collect();
+        println!("throughput ratios: {}", ratios.join(", "));
     }
     if let (Some(p), Some(rate)) = (&r.paced, r.paced_rate) {
         println!("paced at {rate:.0} req/s:");

@@ -38,6 +38,7 @@ async fn a_small_rehearsal_balances_the_books() {
         rate: None,
         then_at: None,
         no_direct: false,
+        floor: true,
         limits: None,
         drain_timeout_secs: 60,
         keep: true,
@@ -53,5 +54,29 @@ async fn a_small_rehearsal_balances_the_books() {
     }
     assert_eq!(report.units_accepted, 200, "demand is far above the stock");
     assert!(report.direct.is_some());
+    // The constant floor answered every request of the plan; the script
+    // floor sold exactly the stock through the real script; the ratios are there.
+    let floor = report.floor.as_ref().expect("--floor ran");
+    assert_eq!(
+        floor.outcomes,
+        std::collections::BTreeMap::from([("sold_out".to_owned(), 3000)])
+    );
+    let script = report.floor_script.as_ref().expect("--floor ran");
+    assert_eq!(
+        script.outcomes.get("accepted"),
+        Some(&200),
+        "{:?}",
+        script.outcomes
+    );
+    assert_eq!(script.outcomes.values().sum::<u64>(), 3000);
+    assert!(!script.outcomes.contains_key("unavailable"));
+    for r in [
+        report.http_over_floor,
+        report.http_over_floor_script,
+        report.floor_over_direct,
+        report.floor_script_over_direct,
+    ] {
+        assert!(r.is_some_and(|r| r > 0.0));
+    }
     assert!(report.persisted_after_burst_ms.is_some());
 }
