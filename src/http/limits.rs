@@ -21,7 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderName;
@@ -114,8 +114,9 @@ impl Limits {
 struct Buckets<K: std::hash::Hash + Eq + Clone> {
     limiter: DefaultKeyedRateLimiter<K>,
     max_keys: usize,
-    /// Last sweep, in ms since `Guards` was built (sweeps are rate-limited too).
+    /// Last sweep, in ms since `started` (sweeps are rate-limited too).
     last_sweep_ms: AtomicU64,
+    started: Instant,
     /// An upper bound on the table's size without counting it (counting
     /// locks every shard): its size when last counted, plus the checks since,
     /// each of which adds at most one key.
@@ -129,18 +130,19 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
             limiter: DefaultKeyedRateLimiter::keyed(rate.quota()),
             max_keys: max_keys.max(1),
             last_sweep_ms: AtomicU64::new(0),
+            started: Instant::now(),
             counted: AtomicUsize::new(0),
             checks_since: AtomicUsize::new(0),
         }
     }
 
     /// Takes a token for `key`, or says how long until one is free.
-    fn check(&self, key: &K, now_ms: u64) -> Result<(), Duration> {
+    fn check(&self, key: &K) -> Result<(), Duration> {
         let since = self.checks_since.fetch_add(1, Ordering::Relaxed);
         if self.counted.load(Ordering::Relaxed) + since >= self.max_keys
             && self.recount() >= self.max_keys
         {
-            self.sweep(now_ms);
+            self.sweep();
             if self.recount() >= self.max_keys {
                 tracing::warn!(
                     keys = self.max_keys,
@@ -163,7 +165,8 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
     }
 
     /// Drops idle keys, at most once a second.
-    fn sweep(&self, now_ms: u64) {
+    fn sweep(&self) {
+        let now_ms = self.started.elapsed().as_millis() as u64;
         let last = self.last_sweep_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) >= 1000
             && self
@@ -192,21 +195,18 @@ pub struct Guards {
     limits: Limits,
     /// Where `guard_order` counts and times every order answer.
     metrics: Arc<Metrics>,
-    in_flight: Option<Arc<Semaphore>>,
+    in_flight: Option<Semaphore>,
     users: Option<Buckets<u64>>,
     ips: Option<Buckets<IpAddr>>,
-    started: std::time::Instant,
 }
 
 impl Guards {
     pub fn new(limits: Limits, metrics: Arc<Metrics>) -> Self {
         Self {
             metrics,
-            in_flight: (limits.max_in_flight > 0)
-                .then(|| Arc::new(Semaphore::new(limits.max_in_flight))),
+            in_flight: (limits.max_in_flight > 0).then(|| Semaphore::new(limits.max_in_flight)),
             users: limits.user_rate.map(|r| Buckets::new(r, limits.max_keys)),
             ips: limits.ip_rate.map(|r| Buckets::new(r, limits.max_keys)),
-            started: std::time::Instant::now(),
             limits,
         }
     }
@@ -215,21 +215,10 @@ impl Guards {
         &self.limits
     }
 
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     /// Takes a token from `user_id`'s bucket: 429 when it is empty.
     pub fn check_user(&self, user_id: u64) -> Result<(), ApiError> {
         match &self.users {
-            Some(b) => b.check(&user_id, self.now_ms()).map_err(rate_limited),
-            None => Ok(()),
-        }
-    }
-
-    fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
-        match &self.ips {
-            Some(b) => b.check(&ip, self.now_ms()).map_err(rate_limited),
+            Some(b) => b.check(&user_id).map_err(rate_limited),
             None => Ok(()),
         }
     }
@@ -334,7 +323,7 @@ async fn bounded(timeout: Duration, req: Request, next: Next) -> Response {
 /// ~10% of the sold-out path's throughput, even with debug off.)
 async fn logged(timeout: Duration, req: Request, next: Next) -> Response {
     use tracing::Instrument;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
     let response = bounded(timeout, req, next).instrument(span.clone()).await;
     span.in_scope(|| {
@@ -352,22 +341,24 @@ async fn logged(timeout: Duration, req: Request, next: Next) -> Response {
 /// rather than in a layer of its own, which would cost a boxed service call
 /// per order).
 pub async fn guard_order(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let response = gate_order(&guards, req, next).await;
     crate::http::metrics::count_order(&guards.metrics, &response, started);
     response
 }
 
 async fn gate_order(guards: &Guards, req: Request, next: Next) -> Response {
-    if let Some(ip) = guards.client_ip(&req)
-        && let Err(e) = guards.check_ip(ip)
+    // The address is only looked up when its limit is on.
+    if let Some(ips) = &guards.ips
+        && let Some(ip) = guards.client_ip(&req)
+        && let Err(wait) = ips.check(&ip)
     {
-        return e.into_response();
+        return rate_limited(wait).into_response();
     }
     let Some(in_flight) = &guards.in_flight else {
         return next.run(req).await;
     };
-    match in_flight.clone().try_acquire_owned() {
+    match in_flight.try_acquire() {
         Ok(_slot) => next.run(req).await,
         Err(_) => ApiError::Overloaded.into_response(),
     }

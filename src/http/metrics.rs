@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::ErrorCode;
+use super::orders::IDEMPOTENT_REPLAYED;
 use crate::metrics::Metrics;
 use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
@@ -24,7 +25,7 @@ const MAX_SALES_SCRAPED: usize = 500;
 pub fn count_order(metrics: &Metrics, response: &Response, started: Instant) {
     let outcome = match response.extensions().get::<ErrorCode>() {
         Some(ErrorCode(code)) => code,
-        None if response.headers().contains_key("idempotent-replayed") => "replayed",
+        None if response.headers().contains_key(IDEMPOTENT_REPLAYED) => "replayed",
         None if response.status() == StatusCode::ACCEPTED => "accepted",
         None => "other",
     };

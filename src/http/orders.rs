@@ -76,6 +76,9 @@ impl From<OrderRow> for OrderView {
     }
 }
 
+/// Set (`true`) on an order answered again under its Idempotency-Key.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
 /// `POST /api/orders`: one Redis round trip, answered at once with 202.
 #[utoipa::path(
     post,
@@ -114,7 +117,7 @@ pub async fn place(
     if placed.replayed {
         response
             .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     Ok(response)
 }

@@ -420,6 +420,12 @@ impl TestApp {
 }
 
 /// Status and `error` code of an answer, consuming it.
+/// Asserts a refusal: its status and the `error` code of its body.
+pub async fn assert_refused(resp: Response, status: StatusCode, code: &str) {
+    let (got, got_code) = status_code(resp).await;
+    assert_eq!((got, got_code.as_str()), (status, code));
+}
+
 pub async fn status_code(resp: Response) -> (StatusCode, String) {
     let status = resp.status();
     let body: Value = resp.json().await.unwrap_or(Value::Null);

@@ -10,7 +10,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, TestApp, eventually, settings_for, spawn_app_with, status_code, unique,
+    ADMIN_TOKEN, Backend, TestApp, assert_refused, eventually, settings_for, spawn_app_with,
+    status_code, unique,
 };
 use crate::proxy::{Mode, Proxy};
 
@@ -174,11 +175,12 @@ async fn a_full_rate_limit_table_refuses_new_clients_until_idle_ones_are_evicted
             StatusCode::ACCEPTED
         );
     }
-    let (status, code) = status_code(app.place_order(4, &sku, 1).await).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
-    );
+    assert_refused(
+        app.place_order(4, &sku, 1).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+    )
+    .await;
     // Once the first three buckets are full again, they are idle and evicted.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -199,11 +201,12 @@ async fn a_stalled_redis_gives_503_within_the_timeout_and_recovery_follows() {
     .await;
     let sku = app.new_sale(10, 1).await;
     proxy.set_mode(Mode::Stall);
-    let (status, code) = status_code(app.place_order(1, &sku, 1).await).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-    );
+    assert_refused(
+        app.place_order(1, &sku, 1).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    )
+    .await;
     let (status, _) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
@@ -290,11 +293,7 @@ async fn without_admin_routes_there_is_nothing_to_guess() {
         .send()
         .await
         .unwrap();
-    let (status, code) = status_code(resp).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::NOT_FOUND, "not_found")
-    );
+    assert_refused(resp, StatusCode::NOT_FOUND, "not_found").await;
     let (status, _) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
 }
@@ -306,14 +305,12 @@ async fn too_many_or_too_large_headers_get_431_with_the_error_body() {
     for i in 0..80 {
         req = req.header(format!("x-h{i}"), "v");
     }
-    let (status, code) = status_code(req.send().await.unwrap()).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large"
-        )
-    );
+    assert_refused(
+        req.send().await.unwrap(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+    )
+    .await;
     let big = "x".repeat(10 * 1024);
     let resp = app
         .client
@@ -322,14 +319,12 @@ async fn too_many_or_too_large_headers_get_431_with_the_error_body() {
         .send()
         .await
         .unwrap();
-    let (status, code) = status_code(resp).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large"
-        )
-    );
+    assert_refused(
+        resp,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -349,11 +344,7 @@ async fn deeply_nested_json_is_a_400_and_changes_nothing() {
         .send()
         .await
         .unwrap();
-    let (status, code) = status_code(resp).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::BAD_REQUEST, "invalid_request")
-    );
+    assert_refused(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
     assert_eq!(app.stock(&sku).await, Some(5));
 }
 

@@ -4,7 +4,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::helpers::{Backend, now_ms, product_body, spawn_app_on, status_code, unique};
+use crate::helpers::{
+    Backend, assert_refused, now_ms, product_body, spawn_app_on, status_code, unique,
+};
 
 async fn two_thousand_buyers_for_one_hundred_units_never_oversell(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
@@ -157,11 +159,12 @@ async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once(bac
 
     // The same key for a different order is a client bug, not a replay.
     let other = json!({"user_id": 9, "product_id": sku, "quantity": 1});
-    let (status, code) = status_code(app.post_order(&other, Some("key-1")).await).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
-    );
+    assert_refused(
+        app.post_order(&other, Some("key-1")).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_key_reused",
+    )
+    .await;
     // Keys are per user: another user's "key-1" is a new order.
     let user2 = json!({"user_id": 10, "product_id": sku, "quantity": 1});
     let resp: Value = app
@@ -235,11 +238,12 @@ async fn orders_for_unknown_or_unopened_products_are_not_found(backend: Backend)
         StatusCode::CREATED
     );
     for sku in [unopened.as_str(), "never-created"] {
-        let (status, code) = status_code(app.place_order(1, sku, 1).await).await;
-        assert_eq!(
-            (status, code.as_str()),
-            (StatusCode::NOT_FOUND, "product_not_found")
-        );
+        assert_refused(
+            app.place_order(1, sku, 1).await,
+            StatusCode::NOT_FOUND,
+            "product_not_found",
+        )
+        .await;
         assert_eq!(app.stream_len(sku).await, 0);
     }
 }

@@ -3,7 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{ADMIN_TOKEN, product_body, spawn_app, status_code, unique};
+use crate::helpers::{ADMIN_TOKEN, assert_refused, product_body, spawn_app, status_code, unique};
 
 #[tokio::test]
 async fn a_product_reads_back_with_null_stock_until_opened() {
@@ -42,11 +42,12 @@ async fn creating_a_product_twice_is_a_conflict() {
         app.create_product(&body).await.status(),
         StatusCode::CREATED
     );
-    let (status, code) = status_code(app.create_product(&body).await).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::CONFLICT, "product_exists")
-    );
+    assert_refused(
+        app.create_product(&body).await,
+        StatusCode::CONFLICT,
+        "product_exists",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -54,16 +55,14 @@ async fn unknown_products_are_not_found() {
     let app = spawn_app().await;
     for path in ["/api/products/nope", "/api/products/a%7Bb"] {
         let resp = app.client.get(app.url(path)).send().await.unwrap();
-        assert_eq!(
-            status_code(resp).await,
-            (StatusCode::NOT_FOUND, "product_not_found".into())
-        );
+        assert_refused(resp, StatusCode::NOT_FOUND, "product_not_found").await;
     }
-    let (status, code) = status_code(app.open_sale("nope").await).await;
-    assert_eq!(
-        (status, code.as_str()),
-        (StatusCode::NOT_FOUND, "product_not_found")
-    );
+    assert_refused(
+        app.open_sale("nope").await,
+        StatusCode::NOT_FOUND,
+        "product_not_found",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -102,11 +101,12 @@ async fn admin_routes_need_the_right_token() {
             .json(&body),
     ];
     for req in attempts {
-        let (status, code) = status_code(req.send().await.unwrap()).await;
-        assert_eq!(
-            (status, code.as_str()),
-            (StatusCode::UNAUTHORIZED, "unauthorized")
-        );
+        assert_refused(
+            req.send().await.unwrap(),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
     }
     let resp = app
         .client

@@ -8,7 +8,7 @@ use flashsale::sale::{Redis, Sales};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, spawn_app_on, status_code};
+use crate::helpers::{Backend, TestApp, assert_refused, spawn_app_on, status_code};
 
 async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
     let sku = app.new_sale(stock, 1).await;
@@ -27,8 +27,12 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
     let (sku, _) = sell_out(&app, 3).await;
     let calls = app.sales.script_calls();
     for user in 100..150 {
-        let (status, code) = status_code(app.place_order(user, &sku, 1).await).await;
-        assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "sold_out"));
+        assert_refused(
+            app.place_order(user, &sku, 1).await,
+            StatusCode::CONFLICT,
+            "sold_out",
+        )
+        .await;
     }
     assert_eq!(
         app.sales.script_calls(),
