@@ -64,10 +64,12 @@ pub struct App {
     listener: TcpListener,
     state: AppState,
     workers: Option<Workers>,
+    database_url: String,
 }
 
-/// Connects (lazily) to Redis and MySQL and creates and migrates the database.
-async fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
+/// The handles to Redis and MySQL, made without connecting: neither needs to
+/// answer for the service to start (see [`Db::migrate_until_ready`]).
+fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
     let redis = Redis::new(
         &settings.redis,
         settings.redis_timeout,
@@ -78,23 +80,37 @@ async fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
         settings.db_timeout,
         settings.db_max_connections,
     )?;
-    db.create_and_migrate(&settings.database_url).await?;
     let sales = Sales::new(redis, settings.key_prefix.clone())
         .with_sold_out_ttl(settings.sold_out_ttl)
         .with_wait(settings.wait);
     Ok((sales, db))
 }
 
+/// The background work both `serve` and `worker` start with, until `token`
+/// is cancelled: creating and migrating the database as soon as MySQL
+/// answers, and checking Redis's persistence as soon as Redis answers.
+fn start_dependencies(sales: &Sales, db: &Db, database_url: &str, token: &CancellationToken) {
+    let (db, url, stop) = (db.clone(), database_url.to_owned(), token.clone());
+    tokio::spawn(async move { db.migrate_until_ready(&url, stop).await });
+    let (redis, stop) = (sales.redis().clone(), token.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = durability::check_persistence_when_up(&redis) => {}
+        }
+    });
+}
+
 impl App {
-    /// Builds everything and binds the listener. Port 0 in `listen_addr`
-    /// picks a free port (tests use this).
+    /// Builds everything and binds the listener, without waiting for Redis
+    /// or MySQL. Port 0 in `listen_addr` picks a free port (tests use this).
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
         if settings.admin_routes
             && let Some(why) = weak_admin_token(settings.admin_token.as_deref())
         {
             return Err(StartupError::AdminToken(why));
         }
-        let (sales, db) = connect(settings).await?;
+        let (sales, db) = connect(settings)?;
         let listener = TcpListener::bind(settings.listen_addr).await?;
         let metrics = Arc::new(Metrics::new());
         let workers = settings
@@ -114,6 +130,7 @@ impl App {
             listener,
             state,
             workers,
+            database_url: settings.database_url.clone(),
         })
     }
 
@@ -131,13 +148,18 @@ impl App {
 
     /// Serves until `shutdown` completes: the server stops taking requests
     /// and finishes those in flight; the workers finish the batch in hand.
+    /// Answers at once; `/readyz` says when MySQL's database is ready.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let redis = self.state.sales.redis().clone();
-        tokio::spawn(async move { durability::warn_about_persistence(&redis).await });
         let token = CancellationToken::new();
+        start_dependencies(
+            &self.state.sales,
+            &self.state.db,
+            &self.database_url,
+            &token,
+        );
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
         tokio::spawn(sweep_buckets(
             self.state.guards.clone(),
@@ -168,10 +190,10 @@ pub async fn run_workers(
     metrics_addr: Option<SocketAddr>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
-    let (sales, db) = connect(settings).await?;
-    durability::warn_about_persistence(sales.redis()).await;
+    let (sales, db) = connect(settings)?;
     let cfg = settings.workers.clone().unwrap_or_default();
     let token = CancellationToken::new();
+    start_dependencies(&sales, &db, &settings.database_url, &token);
     let stop = token.clone();
     tokio::spawn(async move {
         shutdown.await;

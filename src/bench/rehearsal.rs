@@ -378,6 +378,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     let redis = Redis::new(&args.redis.target(), Duration::from_secs(5), 4)?;
     let sales = Sales::new(redis, args.redis.key_prefix.clone());
     let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
+    db.create_and_migrate(&args.db.database_url).await?;
     if !args.local {
         let url = url::Url::parse(&args.url)?;
         let authority = format!(
@@ -415,10 +416,12 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     };
     let app = crate::app::App::build(&settings).await?;
     let authority = app.local_addr()?.to_string();
+    let app_db = app.state().db.clone();
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(app.run(async {
         let _ = rx.await;
     }));
+    app_db.wait_ready().await;
     Ok(Target {
         authority,
         token,

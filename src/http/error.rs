@@ -19,6 +19,9 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("request body is too large")]
     PayloadTooLarge,
+    /// The client did not send its whole body within the request timeout.
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
     #[error("{0}")]
     HeadersTooLarge(String),
     #[error("request body must be JSON (Content-Type: application/json)")]
@@ -92,6 +95,7 @@ pub const CODES: &[(&str, u16)] = &[
     ("product_not_found", 404),
     ("order_not_found", 404),
     ("method_not_allowed", 405),
+    ("request_timeout", 408),
     ("product_exists", 409),
     ("sale_not_started", 409),
     ("sale_ended", 409),
@@ -115,6 +119,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
             Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::BodyTimeout => (S::REQUEST_TIMEOUT, "request_timeout"),
             Self::HeadersTooLarge(_) => (S::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
@@ -263,6 +268,7 @@ mod tests {
         let all = [
             ApiError::InvalidRequest(String::new()),
             ApiError::PayloadTooLarge,
+            ApiError::BodyTimeout,
             ApiError::HeadersTooLarge(String::new()),
             ApiError::UnsupportedMediaType,
             ApiError::Unauthorized(""),

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::HeaderName;
+use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
@@ -274,46 +274,57 @@ fn rate_limited(wait: Duration) -> ApiError {
     }
 }
 
-/// Every request: header limits, then the handling-time bound (and, at
-/// debug level, the request's span and log line).
+/// Every request: its body read in full (so that any early answer keeps the
+/// connection, see [`super::body`]), header limits, then the handling-time
+/// bound (and, at debug level, the request's span and log line). One
+/// deadline bounds it all.
 pub async fn guard_request(
     State(guards): State<Arc<Guards>>,
     req: Request,
     next: Next,
 ) -> Response {
-    let headers = req.headers();
     let limits = &guards.limits;
+    let deadline = tokio::time::Instant::now() + limits.request_timeout;
+    let req = match super::body::read_whole(req, super::MAX_BODY_BYTES, deadline).await {
+        Ok(req) => req,
+        Err(refused) => return refused,
+    };
+    if let Err(refused) = check_headers(req.headers(), limits) {
+        return refused.into_response();
+    }
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        return logged(deadline, req, next).await;
+    }
+    bounded(deadline, req, next).await
+}
+
+/// 431 beyond the header limits.
+fn check_headers(headers: &HeaderMap, limits: &Limits) -> Result<(), ApiError> {
     if headers.len() > limits.max_headers {
-        return ApiError::HeadersTooLarge(format!(
+        return Err(ApiError::HeadersTooLarge(format!(
             "at most {} request headers are accepted",
             limits.max_headers
-        ))
-        .into_response();
+        )));
     }
     let bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if bytes > limits.max_header_bytes {
-        return ApiError::HeadersTooLarge(format!(
+        return Err(ApiError::HeadersTooLarge(format!(
             "request headers may total at most {} bytes",
             limits.max_header_bytes
-        ))
-        .into_response();
+        )));
     }
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        return logged(limits.request_timeout, req, next).await;
-    }
-    bounded(limits.request_timeout, req, next).await
+    Ok(())
 }
 
-/// Handles `req` within `timeout`, else answers 503 `unavailable`.
-async fn bounded(timeout: Duration, req: Request, next: Next) -> Response {
-    match tokio::time::timeout(timeout, next.run(req)).await {
+/// Handles `req` by `deadline`, else answers 503 `unavailable`.
+async fn bounded(deadline: tokio::time::Instant, req: Request, next: Next) -> Response {
+    match tokio::time::timeout_at(deadline, next.run(req)).await {
         Ok(response) => response,
-        Err(_) => {
-            ApiError::Unavailable(format!("request not handled within {timeout:?}")).into_response()
-        }
+        Err(_) => ApiError::Unavailable("request not handled within REQUEST_TIMEOUT_MS".into())
+            .into_response(),
     }
 }
 
@@ -321,11 +332,11 @@ async fn bounded(timeout: Duration, req: Request, next: Next) -> Response {
 /// the handlers' logs carry, and one line per request with status and latency.
 /// (Here rather than in a layer of its own: an extra `from_fn` layer cost
 /// ~10% of the sold-out path's throughput, even with debug off.)
-async fn logged(timeout: Duration, req: Request, next: Next) -> Response {
+async fn logged(deadline: tokio::time::Instant, req: Request, next: Next) -> Response {
     use tracing::Instrument;
     let started = Instant::now();
     let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
-    let response = bounded(timeout, req, next).instrument(span.clone()).await;
+    let response = bounded(deadline, req, next).instrument(span.clone()).await;
     span.in_scope(|| {
         tracing::debug!(
             status = response.status().as_u16(),

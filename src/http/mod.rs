@@ -1,6 +1,7 @@
 //! The HTTP API: the router, one module per resource, and the single
 //! error-to-response mapping ([`error`]).
 
+mod body;
 pub mod error;
 mod extract;
 mod health;

@@ -13,8 +13,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{IdempotencyKey, JsonBody, PathParam, QueryParams};
 use crate::books::Cancelled;
 use crate::domain::{self, OrderId, ProductId};
-use crate::sale::PendingOrder;
-use crate::store::OrderRow;
+use crate::sale::{PendingOrder, Progress};
+use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +46,29 @@ pub struct OrderView {
     quantity: u64,
     price: Decimal,
     created: i64,
+    /// Present (`true`) only when MySQL was unavailable and the order was
+    /// answered from Redis: `status` is then the last state Redis knows
+    /// (`pending`, `confirmed`, `cancelling` or `cancelled`; a payment is
+    /// known to MySQL only). Ask again later for the books' answer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    provisional: bool,
+}
+
+impl OrderView {
+    /// An order as Redis last knew it, while MySQL cannot say more.
+    fn provisional(order: PendingOrder, progress: Progress) -> Self {
+        let status = match progress {
+            Progress::Queued | Progress::DeadLettered => "pending",
+            Progress::Persisted => CONFIRMED,
+            Progress::CancelRequested => "cancelling",
+            Progress::Released => CANCELLED,
+        };
+        Self {
+            status: status.into(),
+            provisional: true,
+            ..order.into()
+        }
+    }
 }
 
 impl From<PendingOrder> for OrderView {
@@ -58,6 +81,7 @@ impl From<PendingOrder> for OrderView {
             quantity: o.quantity,
             price: o.price,
             created: o.created_ms,
+            provisional: false,
         }
     }
 }
@@ -72,6 +96,7 @@ impl From<OrderRow> for OrderView {
             quantity: o.quantity as u64,
             price: o.price.normalize(),
             created: o.created,
+            provisional: false,
         }
     }
 }
@@ -131,23 +156,34 @@ pub async fn place(
     summary = "Look an order up",
     params(("order_id" = String, Path)),
     responses(
-        (status = 200, description = "OK", body = OrderView),
+        (status = 200, description = "OK (`provisional` while MySQL is unavailable)", body = OrderView),
         (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: MySQL is unavailable and Redis does not hold the order", body = ErrorBody),
     )
 )]
 ///
 /// Redis first, then MySQL: a worker persists an order before it may forget
 /// it in Redis, so an accepted order is always found in one of the two.
+/// While MySQL is unavailable, an order Redis holds is answered from Redis,
+/// marked `provisional`, rather than with a 503.
 pub async fn get(
     State(state): State<AppState>,
     PathParam(order_id): PathParam<String>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
     let pending = state.sales.find_order(&order_id, &product).await?;
-    match (state.db.order(&order_id).await?, pending) {
-        (Some(row), _) => Ok(Json(row.into())),
-        (None, Some(pending)) => Ok(Json(pending.into())),
-        (None, None) => Err(ApiError::OrderNotFound),
+    match state.db.order(&order_id).await {
+        Ok(Some(row)) => Ok(Json(row.into())),
+        Ok(None) => pending
+            .map(|o| Json(o.into()))
+            .ok_or(ApiError::OrderNotFound),
+        Err(e) if e.is_unavailable() && pending.is_some() => {
+            match state.sales.order_progress(&order_id, &product).await? {
+                Some((order, progress)) => Ok(Json(OrderView::provisional(order, progress))),
+                None => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -5,6 +5,8 @@
 //! warn loudly (they still start: a test or a deliberately volatile setup
 //! may want that).
 
+use std::time::Duration;
+
 use redis::Value;
 
 use super::{Redis, SaleError};
@@ -68,17 +70,59 @@ fn first_value(reply: &Value, name: &str) -> Option<String> {
     }
 }
 
-/// Logs the risks (or that the check could not be made).
-pub async fn warn_about_persistence(redis: &Redis) {
-    match persistence_risks(redis).await {
-        Ok(risks) => {
-            for risk in risks {
-                tracing::warn!("{risk}");
+/// Logs the risks once Redis answers: a Redis that is down at start is asked
+/// again with bounded back-off (one log line per failed attempt), so the
+/// check is made whenever the process starts before Redis.
+pub async fn check_persistence_when_up(redis: &Redis) {
+    let (mut wait, max) = (Duration::from_millis(250), Duration::from_secs(10));
+    loop {
+        match persistence_risks(redis).await {
+            Ok(risks) => {
+                for risk in risks {
+                    tracing::warn!("{risk}");
+                }
+                return;
             }
+            // Answered, but not with the settings (a managed Redis that
+            // refuses CONFIG): asking again would not change that.
+            Err(e) if !not_up_yet(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "could not check Redis persistence (CONFIG GET); make sure AOF is on (appendonly yes, appendfsync everysec)"
+                );
+                return;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                retry_in_ms = wait.as_millis() as u64,
+                "Redis does not answer yet: orders get 503 until it does"
+            ),
         }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "could not check Redis persistence (CONFIG GET); make sure AOF is on (appendonly yes, appendfsync everysec)"
-        ),
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(max);
+    }
+}
+
+/// True when `e` says Redis did not answer (down, unreachable, loading).
+fn not_up_yet(e: &SaleError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e {
+        SaleError::Timeout(_) | SaleError::Pool(_) => true,
+        SaleError::Redis(e) => {
+            e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_connection_dropped()
+                || e.is_timeout()
+                || matches!(
+                    e.kind(),
+                    ErrorKind::ClusterConnectionNotFound
+                        | ErrorKind::Server(
+                            ServerErrorKind::BusyLoading
+                                | ServerErrorKind::ClusterDown
+                                | ServerErrorKind::TryAgain
+                        )
+                )
+        }
+        _ => false,
     }
 }

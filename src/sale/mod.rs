@@ -120,6 +120,23 @@ pub struct PendingOrder {
     pub created_ms: i64,
 }
 
+/// How far an accepted order got, as far as Redis knows (`order_state.lua`).
+/// MySQL knows more (paid, cancelled before the units came back): this is
+/// for answering while it is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// In the stream, not yet persisted.
+    Queued,
+    /// Persisted (acked by a worker): `confirmed` or later in MySQL.
+    Persisted,
+    /// A cancel waits for the order to be persisted.
+    CancelRequested,
+    /// Cancelled, and its units are back on sale.
+    Released,
+    /// In dead letters: never persisted, waiting for an operator.
+    DeadLettered,
+}
+
 /// What `place_order` did with an order it did not refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
@@ -353,6 +370,26 @@ impl Sales {
             .await?;
         record
             .map(|r| AcceptedRecord::parse(&r, order_id.clone(), product.clone()))
+            .transpose()
+    }
+
+    /// An accepted order's record and how far it got, if the sale still holds it.
+    pub async fn order_progress(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<(PendingOrder, Progress)>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let found = self
+            .redis
+            .bounded(scripts::order_state(&mut conn, &keys, order_id))
+            .await?;
+        found
+            .map(|(record, progress)| {
+                let order = AcceptedRecord::parse(&record, order_id.clone(), product.clone())?;
+                Ok((order, progress))
+            })
             .transpose()
     }
 

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value, aio::ConnectionLike};
 use rust_decimal::Decimal;
 
-use super::{PendingOrder, Rejection, SaleKeys, SaleSpec};
+use super::{PendingOrder, Progress, Rejection, SaleKeys, SaleSpec};
 use crate::domain::{OrderId, ProductId};
 
 static OPEN_SALE: LazyLock<Script> =
@@ -17,6 +17,41 @@ static PLACE_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/place_order.lua")));
 static RELEASE_STOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
+static ORDER_STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/order_state.lua")));
+
+/// `order_state.lua`: the order's record and progress, `None` when unknown.
+pub async fn order_state(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    order_id: &OrderId,
+) -> RedisResult<Option<(String, Progress)>> {
+    let reply: Vec<String> = ORDER_STATE
+        .key(&keys.accepted)
+        .key(&keys.released)
+        .key(&keys.cancels)
+        .key(&keys.orders)
+        .key(&keys.dead)
+        .arg(order_id.as_str())
+        .arg(super::keys::GROUP)
+        .invoke_async(conn)
+        .await?;
+    let mut parts = reply.into_iter();
+    let (Some(record), Some(state)) = (parts.next(), parts.next()) else {
+        return Ok(None);
+    };
+    let progress = match state.as_str() {
+        "released" => Progress::Released,
+        "cancel_requested" => Progress::CancelRequested,
+        "queued" => Progress::Queued,
+        "dead" => Progress::DeadLettered,
+        "persisted" => Progress::Persisted,
+        other => {
+            return Err(ParsingError::from(format!("unknown order_state {other:?}")).into());
+        }
+    };
+    Ok(Some((record, progress)))
+}
 
 /// `open_sale.lua`: returns `(opened_now, stock_left)`.
 pub async fn open_sale(

@@ -29,23 +29,26 @@ pub enum Transition {
 impl Db {
     /// `confirmed` → `paid`, for the order's owner.
     pub async fn pay(&self, order_id: &OrderId, user_id: u64) -> Result<Transition, StoreError> {
-        let changed = self
-            .bounded(async {
-                Ok(sqlx::query(
-                    "UPDATE tb_order SET status = ?, updated = ? \
-                     WHERE order_id = ? AND user_id = ? AND status = ?",
-                )
-                .bind(PAID)
-                .bind(now_ms())
-                .bind(order_id.as_str())
-                .bind(user_id as i64)
-                .bind(CONFIRMED)
-                .execute(self.pool())
-                .await?
-                .rows_affected())
-            })
-            .await?;
-        self.outcome(order_id, changed == 1, PAID).await
+        self.until_settled(order_id, Some(user_id), PAID, || async {
+            let changed = self
+                .bounded(async {
+                    Ok(sqlx::query(
+                        "UPDATE tb_order SET status = ?, updated = ? \
+                         WHERE order_id = ? AND user_id = ? AND status = ?",
+                    )
+                    .bind(PAID)
+                    .bind(now_ms())
+                    .bind(order_id.as_str())
+                    .bind(user_id as i64)
+                    .bind(CONFIRMED)
+                    .execute(self.pool())
+                    .await?
+                    .rows_affected())
+                })
+                .await?;
+            Ok(changed == 1)
+        })
+        .await
     }
 
     /// `confirmed` → `cancelled`, giving the units back to `available_qty` in
@@ -57,8 +60,8 @@ impl Db {
         order_id: &OrderId,
         user_id: Option<u64>,
     ) -> Result<Transition, StoreError> {
-        let done = self
-            .bounded(async {
+        self.until_settled(order_id, user_id, CANCELLED, || {
+            self.bounded(async {
                 let mut tx = self.pool().begin().await?;
                 let row: Option<OrderRow> = sqlx::query_as(&format!(
                     "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
@@ -75,8 +78,46 @@ impl Db {
                 tx.commit().await?;
                 Ok(true)
             })
-            .await?;
-        self.outcome(order_id, done, CANCELLED).await
+        })
+        .await
+    }
+
+    /// Runs a guarded change (`attempt`, true when it changed the row) and
+    /// reads what it found. A worker may commit the order between the change
+    /// (which then matched no row) and the read (which finds it `confirmed`,
+    /// a status the change starts from): then the change is tried again, so
+    /// the answer never refuses an order for being in an allowed status. So
+    /// is a change MySQL rolled back for contention with that commit.
+    async fn until_settled<F, Fut>(
+        &self,
+        order_id: &OrderId,
+        owner: Option<u64>,
+        target: &str,
+        attempt: F,
+    ) -> Result<Transition, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<bool, StoreError>>,
+    {
+        // Once the row is there, a second try sees it; the third covers a
+        // concurrent change between the two.
+        const TRIES: usize = 3;
+        let mut found = Transition::NotFound;
+        for tried in 1..=TRIES {
+            let done = match attempt().await {
+                Ok(done) => done,
+                Err(e) if e.is_contention() && tried < TRIES => continue,
+                Err(e) => return Err(e),
+            };
+            found = self.outcome(order_id, done, target).await?;
+            match &found {
+                Transition::Refused(row)
+                    if row.status == CONFIRMED && owner.is_none_or(|u| row.user_id == u as i64) => {
+                }
+                _ => return Ok(found),
+            }
+        }
+        Ok(found)
     }
 
     /// Cancels up to `limit` orders still `confirmed` and created before

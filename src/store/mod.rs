@@ -5,10 +5,13 @@ mod lifecycle;
 mod orders;
 mod products;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 pub use lifecycle::{CANCELLED, PAID, Transition};
 pub use orders::{CONFIRMED, OrderRow, Persisted};
@@ -27,13 +30,21 @@ pub enum StoreError {
     Timeout(Duration),
     #[error("bad DATABASE_URL: {0}")]
     Config(String),
+    /// The database has not been created and migrated yet (MySQL has not
+    /// answered since start); see [`Db::migrate_until_ready`].
+    #[error("the database is not ready yet (waiting for MySQL to create and migrate it)")]
+    NotReady,
 }
 
 impl StoreError {
-    /// True when MySQL is down, slow or out of connections (a 503, not a bug).
+    /// True when MySQL is down, slow, out of connections or contended (a
+    /// 503, not a bug).
     pub fn is_unavailable(&self) -> bool {
+        if self.is_contention() {
+            return true;
+        }
         match self {
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::NotReady => true,
             Self::Db(e) => matches!(
                 e,
                 sqlx::Error::Io(_)
@@ -48,12 +59,37 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// True when MySQL rolled the statement back as a deadlock's victim, or
+    /// it waited too long for a lock: nothing changed, trying again is safe.
+    /// (A guarded update of an order a worker is inserting can meet the
+    /// worker's batch this way.)
+    pub fn is_contention(&self) -> bool {
+        const LOCK_WAIT_TIMEOUT: u16 = 1205;
+        const DEADLOCK: u16 = 1213;
+        match self {
+            Self::Db(sqlx::Error::Database(e)) => e
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| matches!(e.number(), LOCK_WAIT_TIMEOUT | DEADLOCK)),
+            _ => false,
+        }
+    }
+}
+
 /// The MySQL pool, with a timeout applied to every call.
 #[derive(Clone)]
 pub struct Db {
     pool: MySqlPool,
     timeout: Duration,
+    /// True once the database exists with its tables. Until then every call
+    /// answers [`StoreError::NotReady`] (a 503) instead of reaching MySQL:
+    /// the service starts, and takes orders, before MySQL answers.
+    ready: Arc<watch::Sender<bool>>,
 }
+
+/// Waits between attempts to create and migrate the database: doubling from
+/// the first to the last, so a long outage costs a log line every 10 s.
+const MIGRATE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
 
 impl Db {
     /// Connects lazily: the service starts while MySQL is down.
@@ -67,7 +103,54 @@ impl Db {
             .max_connections(max_connections)
             .acquire_timeout(timeout)
             .connect_lazy_with(options);
-        Ok(Self { pool, timeout })
+        Ok(Self {
+            pool,
+            timeout,
+            ready: Arc::new(watch::Sender::new(false)),
+        })
+    }
+
+    /// True once the database is created and migrated.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Completes once the database is created and migrated.
+    pub async fn wait_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        // Err only if the sender is gone, which `self` holds.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Creates and migrates the database, retrying with bounded back-off
+    /// (a log line per failed attempt) until it succeeds or `stop` is
+    /// cancelled. `serve` and `worker` run this beside everything else, so a
+    /// MySQL that is down or frozen at start delays only what needs MySQL.
+    pub async fn migrate_until_ready(&self, url: &str, stop: CancellationToken) {
+        let (mut wait, max) = MIGRATE_BACKOFF;
+        for attempt in 1u32.. {
+            let tried = tokio::select! {
+                _ = stop.cancelled() => return,
+                tried = self.create_and_migrate(url) => tried,
+            };
+            match tried {
+                Ok(()) => {
+                    tracing::info!(attempt, "database ready (created and migrated)");
+                    return;
+                }
+                Err(e) => tracing::warn!(
+                    attempt,
+                    error = %e,
+                    retry_in_ms = wait.as_millis() as u64,
+                    "cannot create or migrate the database yet; orders are still taken, MySQL work waits"
+                ),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(max);
+        }
     }
 
     /// Creates the database named in `url` if it is missing, then runs the
@@ -101,7 +184,9 @@ impl Db {
         };
         tokio::time::timeout(bound, work)
             .await
-            .unwrap_or(Err(StoreError::Timeout(bound)))
+            .unwrap_or(Err(StoreError::Timeout(bound)))?;
+        self.ready.send_replace(true);
+        Ok(())
     }
 
     pub fn pool(&self) -> &MySqlPool {
@@ -113,6 +198,9 @@ impl Db {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        if !self.is_ready() {
+            return Err(StoreError::NotReady);
+        }
         tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))

@@ -145,7 +145,16 @@ impl Workers {
     /// Runs a drain task per open sale until `shutdown`; each task finishes
     /// the batch in hand (commit, ack) before it stops. A sale dropped from the
     /// registry has its drain stopped the same way.
+    /// Nothing starts before the database is ready (a drain would fail every
+    /// batch and spend the entries' deliveries).
     pub async fn run(self, shutdown: CancellationToken) {
+        if !self.db.is_ready() {
+            tracing::info!("stream workers wait for the database to be ready");
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.db.wait_ready() => {}
+            }
+        }
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
         let sweeping = tokio::spawn(sweeper::run(
             self.sweeper(),

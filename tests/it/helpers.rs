@@ -55,9 +55,15 @@ pub fn now_ms() -> i64 {
 fn init_logs() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        if std::env::var_os("TEST_LOG").is_some() {
+        // TEST_LOG=1 logs everything at debug; TEST_LOG=<filter> (e.g. `warn`) what it selects.
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let filter = if filter == "1" {
+                "debug".into()
+            } else {
+                filter
+            };
             tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
                 .init();
         }
     });
@@ -222,14 +228,29 @@ pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
     }
 }
 
-/// Spawns the service on `backend` after `tweak` adjusted its settings.
+/// Spawns the service on `backend` after `tweak` adjusted its settings, and
+/// waits until its database is ready.
 pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let app = spawn_unready(backend, tweak).await;
+    // The service creates and migrates its database in the background.
+    tokio::time::timeout(Duration::from_secs(30), app.db.wait_ready())
+        .await
+        .expect("the service's database is ready");
+    app
+}
+
+/// Spawns the service without waiting for anything but its bound port (as
+/// `flashsale serve` starts, whatever Redis and MySQL are doing).
+pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
     init_logs();
     let prefix = unique("t");
     let db_name = unique("fs_test_");
     let mut settings = settings_for(backend, &prefix, &db_name);
     tweak(&mut settings);
-    let app = App::build(&settings).await.expect("app builds");
+    let app = tokio::time::timeout(Duration::from_secs(5), App::build(&settings))
+        .await
+        .expect("the service starts without waiting for its dependencies")
+        .expect("app builds");
     let settings = Settings {
         listen_addr: app.local_addr().expect("bound"),
         ..settings
@@ -242,9 +263,9 @@ pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -
         let _ = rx.await;
     }));
     let redis = backend.connect().await;
-    let mysql = sqlx::MySqlPool::connect(&format!("{MYSQL_SERVER}/{db_name}"))
-        .await
-        .expect("mysql answers");
+    // Lazy: the database may not exist yet.
+    let mysql =
+        sqlx::MySqlPool::connect_lazy(&format!("{MYSQL_SERVER}/{db_name}")).expect("mysql url");
     TestApp {
         mysql,
         settings,

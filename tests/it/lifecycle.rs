@@ -381,6 +381,66 @@ async fn the_audit_endpoint_reports_the_books_to_admins(backend: Backend) {
     assert_eq!(body["ok"], false);
 }
 
+/// Pay or cancel sent the moment the 202 arrives races the worker's commit.
+/// Whatever the timing, the answer is what the order's state warrants: done,
+/// `cancelling`, or an honest "the order is pending" — never a refusal that
+/// names `confirmed`, a status both transitions start from.
+#[tokio::test]
+async fn pay_or_cancel_right_after_the_202_is_never_refused_as_confirmed() {
+    let app = crate::helpers::spawn_app().await;
+    const BUYERS: u64 = 8;
+    const ROUNDS: u64 = 30;
+    let sku = app.new_sale(BUYERS * ROUNDS, ROUNDS).await;
+    let app = std::sync::Arc::new(app);
+    let mut buyers = JoinSet::new();
+    for buyer in 1..=BUYERS {
+        let (app, sku) = (app.clone(), sku.clone());
+        buyers.spawn(async move {
+            let mut answers = Vec::new();
+            for round in 0..ROUNDS {
+                let resp = app.place_order(buyer, &sku, 1).await;
+                assert_eq!(resp.status(), StatusCode::ACCEPTED);
+                let order: Value = resp.json().await.unwrap();
+                let id = order["order_id"].as_str().unwrap().to_owned();
+                let action = if round % 2 == 0 { "pay" } else { "cancel" };
+                let (status, body) = act(&app, &id, action, buyer).await;
+                answers.push((action, status, body));
+            }
+            answers
+        });
+    }
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    while let Some(answers) = buyers.join_next().await {
+        for (action, status, body) in answers.unwrap() {
+            let fine = match (action, status) {
+                ("pay", StatusCode::OK) => body["status"] == "paid",
+                ("cancel", StatusCode::OK) => body["status"] == "cancelled",
+                ("cancel", StatusCode::ACCEPTED) => body["status"] == "cancelling",
+                ("pay", StatusCode::CONFLICT) => body["message"] == "the order is pending",
+                _ => false,
+            };
+            assert!(fine, "{action} right after the 202: {status} {body}");
+            *seen.entry(format!("{action} {status}")).or_default() += 1;
+        }
+    }
+    eprintln!("answers: {seen:?}");
+    // Every cancel took effect (the `cancelling` ones once persisted), both
+    // halves: the audit is exact once no cancel is between them.
+    crate::helpers::eventually("every cancel applied", Duration::from_secs(30), || async {
+        let cancelled: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM tb_order \
+             WHERE product_id = ? AND status = 'cancelled' AND released = 1",
+        )
+        .bind(&sku)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap();
+        cancelled == (BUYERS * ROUNDS / 2) as i64
+    })
+    .await;
+    books_balance(&app, &sku).await;
+}
+
 crate::on_both_backends!(
     buy_pay_cancel_move_the_status_and_the_stock,
     a_hundred_concurrent_cancels_release_the_units_once,

@@ -22,6 +22,7 @@ pub(crate) use on_both_backends;
 
 mod bench;
 mod cluster;
+mod connections;
 mod helpers;
 mod lifecycle;
 mod limits;

@@ -5,7 +5,15 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{assert_refused, spawn_app, spawn_app_with};
+use flashsale::app::App;
+use flashsale::store::Db;
+use tokio::sync::oneshot;
+
+use crate::helpers::{
+    ADMIN_TOKEN, TestApp, assert_refused, eventually, fast_workers, product_body, spawn_app,
+    spawn_app_with,
+};
+use crate::proxy::{Mode, Proxy};
 
 /// A loopback port with nothing listening on it.
 fn closed_port() -> u16 {
@@ -44,18 +52,20 @@ async fn ready_when_both_dependencies_answer() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
+/// Several processes creating one fresh database at once all get it ready
+/// (the migration lock holds on MariaDB, which answers sqlx's own at once).
 #[tokio::test]
-async fn processes_starting_together_on_a_fresh_database_all_start() {
+async fn processes_starting_together_on_a_fresh_database_all_get_it_ready() {
     let app = spawn_app().await;
     let db = crate::helpers::unique("fs_test_");
-    let mut settings = app.settings.clone();
-    settings.database_url = format!("{}/{db}", crate::helpers::MYSQL_SERVER);
-    settings.workers = None;
-    settings.listen_addr = "127.0.0.1:0".parse().unwrap();
+    let url = format!("{}/{db}", crate::helpers::MYSQL_SERVER);
     let starts: Vec<_> = (0..4)
         .map(|_| {
-            let s = settings.clone();
-            tokio::spawn(async move { flashsale::app::App::build(&s).await.map(|_| ()) })
+            let url = url.clone();
+            tokio::spawn(async move {
+                let store = Db::connect_lazy(&url, Duration::from_secs(5), 2)?;
+                store.create_and_migrate(&url).await
+            })
         })
         .collect();
     for start in starts {
@@ -66,4 +76,218 @@ async fn processes_starting_together_on_a_fresh_database_all_start() {
         .execute(&app.mysql)
         .await
         .unwrap();
+}
+
+/// `settings` with MySQL reached through `proxy`.
+fn through(proxy: &Proxy, url: &str) -> String {
+    url.replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port))
+}
+
+/// A second `serve` over the sales and database of `app`, started while
+/// MySQL (reached through `proxy`) is out; it runs until the sender drops.
+async fn serve_beside(app: &TestApp, proxy: &Proxy) -> (String, Db, oneshot::Sender<()>) {
+    let mut settings = app.settings.clone();
+    settings.database_url = through(proxy, &settings.database_url);
+    settings.db_timeout = Duration::from_millis(500);
+    settings.listen_addr = "127.0.0.1:0".parse().unwrap();
+    settings.workers = Some(fast_workers("late"));
+    let started = tokio::time::timeout(Duration::from_secs(2), App::build(&settings)).await;
+    let late = started
+        .expect("start-up does not wait for MySQL")
+        .expect("builds");
+    let base = format!("http://{}", late.local_addr().unwrap());
+    let db = late.state().db.clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(late.run(async {
+        let _ = rx.await;
+    }));
+    (base, db, tx)
+}
+
+/// `serve` started while MySQL is down: alive at once, not ready, takes
+/// orders; ready and persisting them as soon as MySQL answers, no restart.
+#[tokio::test]
+async fn serve_starts_while_mysql_is_down_and_gets_ready_when_it_returns() {
+    // The sale is set up by a healthy instance without workers.
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(10, 1).await;
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    proxy.set_on(false);
+    let (base, db, _stop) = serve_beside(&app, &proxy).await;
+    let get = |path: &str| app.client.get(format!("{base}{path}")).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        get("/readyz").await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    for user in 1..=3 {
+        let resp = app
+            .client
+            .post(format!("{base}/api/orders"))
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status(),
+            StatusCode::ACCEPTED,
+            "orders never wait for MySQL"
+        );
+    }
+    // What needs MySQL answers 503 meanwhile, not 500.
+    let created = app
+        .client
+        .post(format!("{base}/api/admin/products"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&product_body(&crate::helpers::unique("sku-"), 5, 1))
+        .send()
+        .await
+        .unwrap();
+    assert_refused(created, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!db.is_ready());
+    assert_eq!(app.persisted(&sku).await.0, 0);
+
+    proxy.set_on(true);
+    eventually(
+        "ready without a restart",
+        Duration::from_secs(20),
+        || async {
+            get("/readyz")
+                .await
+                .is_ok_and(|r| r.status() == StatusCode::OK)
+        },
+    )
+    .await;
+    app.drained(&sku, 3).await;
+}
+
+/// A frozen MySQL (accepts, never answers) holds nothing up at start.
+#[tokio::test]
+async fn serve_starts_while_mysql_is_frozen() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    proxy.set_mode(Mode::Stall);
+    let (base, db, _stop) = serve_beside(&app, &proxy).await;
+    let get = |path: &str| app.client.get(format!("{base}{path}")).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), StatusCode::OK);
+    let ready = tokio::time::timeout(Duration::from_secs(3), get("/readyz")).await;
+    assert_eq!(
+        ready
+            .expect("readyz answers while MySQL is frozen")
+            .unwrap()
+            .status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    proxy.set_mode(Mode::Forward);
+    tokio::time::timeout(Duration::from_secs(20), db.wait_ready())
+        .await
+        .expect("ready once MySQL answers again");
+}
+
+/// `flashsale worker` started while both Redis and MySQL are down stays up
+/// and persists the waiting orders once they return.
+#[tokio::test]
+async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(10, 1).await;
+    for user in 1..=3 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    let mysql = Proxy::start("127.0.0.1:3306").await;
+    let redis = Proxy::start("127.0.0.1:6379").await;
+    mysql.set_on(false);
+    redis.set_on(false);
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("worker")
+        .env("REDIS_URL", format!("redis://127.0.0.1:{}", redis.port))
+        .env("DATABASE_URL", through(&mysql, &app.settings.database_url))
+        .env("REDIS_KEY_PREFIX", &app.prefix)
+        .env("CONSUMER_NAME", "started-in-the-dark")
+        .env("BLOCK_MS", "200")
+        .env("REDIS_TIMEOUT_MS", "300")
+        .env("DB_TIMEOUT_MS", "300")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flashsale worker starts");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker exited while its dependencies were down"
+    );
+    assert_eq!(app.persisted(&sku).await.0, 0);
+    redis.set_on(true);
+    mysql.set_on(true);
+    app.drained(&sku, 3).await;
+    let _ = worker.kill().await;
+}
+
+/// While MySQL is down, an order Redis holds is answered from Redis, marked
+/// `provisional`, with the last state Redis knows, instead of a 503.
+#[tokio::test]
+async fn an_order_is_answered_from_redis_while_mysql_is_down() {
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    let app = spawn_app_with(|s| {
+        s.database_url = through(&proxy, &s.database_url);
+        s.db_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let sku = app.new_sale(10, 1).await;
+    let place = |user: u64| {
+        let (app, sku) = (&app, &sku);
+        async move {
+            let resp = app.place_order(user, sku, 1).await;
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+            let order: serde_json::Value = resp.json().await.unwrap();
+            order["order_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let confirmed = place(1).await;
+    let cancelled = place(2).await;
+    app.drained(&sku, 2).await;
+    let cancel = app
+        .client
+        .post(app.url(&format!("/api/orders/{cancelled}/cancel")))
+        .json(&json!({"user_id": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let lookup = |id: String| {
+        let app = &app;
+        async move { app.get_json(&format!("/api/orders/{id}")).await }
+    };
+    let (_, books) = lookup(confirmed.clone()).await;
+    assert!(books.get("provisional").is_none(), "{books}");
+
+    proxy.set_on(false);
+    let pending = place(3).await;
+    for (id, status) in [
+        (&confirmed, "confirmed"),
+        (&cancelled, "cancelled"),
+        (&pending, "pending"),
+    ] {
+        let (code, order) = lookup(id.clone()).await;
+        assert_eq!(code, StatusCode::OK, "{order}");
+        assert_eq!(
+            (order["status"].as_str(), order["provisional"].as_bool()),
+            (Some(status), Some(true)),
+            "{order}"
+        );
+        assert_eq!(order["order_id"], id.as_str());
+    }
+    // An id Redis does not hold: only MySQL could tell.
+    let flipped = if confirmed.ends_with('0') { '1' } else { '0' };
+    let unknown = format!("{}{flipped}", &confirmed[..confirmed.len() - 1]);
+    assert_eq!(lookup(unknown).await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+    proxy.set_on(true);
+    app.drained(&sku, 3).await;
+    let (_, order) = lookup(pending).await;
+    assert_eq!(order["status"], "confirmed");
+    assert!(order.get("provisional").is_none(), "{order}");
 }

@@ -1,0 +1,66 @@
+//! Every request body is read in full, within bounds, before anything
+//! answers, so that an early answer leaves the connection usable.
+//!
+//! An HTTP/1.1 server that answers before the client's body has arrived must
+//! read that body anyway or close the connection; hyper closes it, after an
+//! answer that did not say `Connection: close`, so a keep-alive client's next
+//! request on it fails with a transport error (BrokenPipe,
+//! RemoteDisconnected). Under a spike the refusals (429 `rate_limited`, 503
+//! `overloaded`, 401, 404, ...) are most of the answers: each would cost the
+//! client a broken request and a new connection. Reading first keeps them on
+//! a connection the client can reuse; orders read their few dozen bytes here
+//! instead of in the handler. A body that cannot be read within the bounds
+//! (declared too large, too slow, cut) is answered with `Connection: close`,
+//! which every client honours. BENCHMARKS.md, "Refusals that keep the
+//! connection", compares this with closing after every refusal.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::LengthLimitError;
+use tokio::time::Instant;
+
+use super::error::ApiError;
+
+/// `req` with its body read into memory (at most `limit` bytes, by
+/// `deadline`), or the answer that closes the connection.
+pub async fn read_whole(
+    req: Request,
+    limit: usize,
+    deadline: Instant,
+) -> Result<Request, Response> {
+    use axum::body::HttpBody;
+    if req.body().is_end_stream() {
+        return Ok(req);
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        // Reading it just to throw it away would cost more than a new connection.
+        return Err(closing(ApiError::PayloadTooLarge));
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|e| e.is::<LengthLimitError>()) => {
+            Err(closing(ApiError::PayloadTooLarge))
+        }
+        Ok(Err(_)) => Err(closing(ApiError::InvalidRequest(
+            "the request body could not be read".into(),
+        ))),
+        Err(_) => Err(closing(ApiError::BodyTimeout)),
+    }
+}
+
+/// `error`'s answer, telling the client this connection ends with it.
+fn closing(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
