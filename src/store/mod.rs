@@ -159,26 +159,34 @@ impl Db {
         // Longer than one call's bound: a fresh schema is several DDL statements.
         let bound = (self.timeout * 10).max(Duration::from_secs(30));
         let work = async {
-            create_database(url).await?;
+            let database = create_database(url).await?;
             // Several processes may start at once on a fresh database (an API
             // and its workers). sqlx's own migration lock is `GET_LOCK(.., -1)`,
             // which MariaDB answers at once without the lock, so two migrators
             // race and one fails on a duplicate version: take a lock that waits.
-            let mut conn = self.pool.acquire().await?;
-            let locked: Option<i64> =
-                sqlx::query_scalar("SELECT GET_LOCK('flashsale.migrate', 60)")
-                    .fetch_one(&mut *conn)
-                    .await?;
+            // On a connection of its own, not the pool's: the lock belongs to
+            // the session, and a pooled connection given back while its
+            // GET_LOCK still waits (the bound below fired) would take the lock
+            // later and keep it, holding every other process back. This one
+            // is closed (or dropped) on every path, which ends the session
+            // and so frees the lock.
+            let mut conn = sqlx::mysql::MySqlConnection::connect(url).await?;
+            let wait = bound
+                .saturating_sub(Duration::from_secs(5))
+                .max(Duration::from_secs(1));
+            let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+                .bind(migration_lock(&database))
+                .bind(wait.as_secs() as i64)
+                .fetch_one(&mut conn)
+                .await?;
             if locked != Some(1) {
-                return Err(StoreError::Timeout(Duration::from_secs(60)));
+                return Err(StoreError::Timeout(wait));
             }
             let mut migrator = sqlx::migrate!();
             migrator.set_locking(false);
             // run_direct: `run` trips "Acquire is not general enough" in spawned tasks.
-            let migrated = migrator.run_direct(&mut *conn).await;
-            sqlx::query("DO RELEASE_LOCK('flashsale.migrate')")
-                .execute(&mut *conn)
-                .await?;
+            let migrated = migrator.run_direct(&mut conn).await;
+            conn.close().await?;
             migrated?;
             Ok(())
         };
@@ -216,8 +224,8 @@ impl Db {
     }
 }
 
-/// `CREATE DATABASE IF NOT EXISTS` for the database named in `url`.
-async fn create_database(url: &str) -> Result<(), StoreError> {
+/// Creates the database named in `url` if missing; returns its name.
+async fn create_database(url: &str) -> Result<String, StoreError> {
     let mut server = url::Url::parse(url).map_err(|e| StoreError::Config(e.to_string()))?;
     let name = server.path().trim_start_matches('/').to_owned();
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -231,7 +239,15 @@ async fn create_database(url: &str) -> Result<(), StoreError> {
         .execute(&mut conn)
         .await?;
     conn.close().await?;
-    Ok(())
+    Ok(name)
+}
+
+/// The name of the lock that serializes the migrations of one database
+/// (MariaDB's user locks are server-wide; names are at most 64 characters).
+pub fn migration_lock(database: &str) -> String {
+    let mut name = format!("flashsale.migrate.{database}");
+    name.truncate(64);
+    name
 }
 
 /// Milliseconds since the epoch, as the tables store time.

@@ -291,3 +291,62 @@ async fn an_order_is_answered_from_redis_while_mysql_is_down() {
     assert_eq!(order["status"], "confirmed");
     assert!(order.get("provisional").is_none(), "{order}");
 }
+
+/// A migration given up while it waits for the lock (its bound fired, or
+/// the process stopped) leaves nothing holding the lock: once its holder
+/// lets go, the next attempt gets it.
+#[tokio::test]
+async fn a_migration_given_up_while_waiting_for_the_lock_leaves_it_free() {
+    use sqlx::Connection;
+    let db = crate::helpers::unique("fs_test_");
+    let url = format!("{}/{db}", crate::helpers::MYSQL_SERVER);
+    let lock = flashsale::store::migration_lock(&db);
+    let lock_state = |sql: &'static str| {
+        let lock = lock.clone();
+        async move {
+            let mut c = sqlx::MySqlConnection::connect(crate::helpers::MYSQL_SERVER)
+                .await
+                .unwrap();
+            let v: Option<i64> = sqlx::query_scalar(sql)
+                .bind(&lock)
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    // Another process holds the lock (say, a migration on a frozen MySQL).
+    let mut holder = sqlx::MySqlConnection::connect(crate::helpers::MYSQL_SERVER)
+        .await
+        .unwrap();
+    let held: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&lock)
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(held, Some(1));
+    let store = Db::connect_lazy(&url, Duration::from_secs(5), 2).unwrap();
+    let gave_up =
+        tokio::time::timeout(Duration::from_secs(1), store.create_and_migrate(&url)).await;
+    assert!(gave_up.is_err(), "the attempt waited for the lock");
+    sqlx::query("DO RELEASE_LOCK(?)")
+        .bind(&lock)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lock_state("SELECT IS_USED_LOCK(?)").await,
+        None,
+        "the given-up attempt's session took the lock and kept it"
+    );
+    tokio::time::timeout(Duration::from_secs(10), store.create_and_migrate(&url))
+        .await
+        .expect("a new attempt gets the lock")
+        .expect("migrates");
+    assert_eq!(lock_state("SELECT IS_USED_LOCK(?)").await, None);
+    sqlx::query(&format!("DROP DATABASE `{db}`"))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+}

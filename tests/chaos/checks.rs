@@ -1,0 +1,334 @@
+//! The end of the run: wait until the workers have moved every stream into
+//! MySQL, then compare the books (read straight from the private MariaDB and
+//! Redis) with what the clients were told.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+use crate::load::{Book, Sale};
+use crate::world::World;
+
+fn keys(sale: &Sale) -> flashsale::sale::SaleKeys {
+    let product = flashsale::domain::ProductId::parse(&sale.id).expect("a valid product id");
+    flashsale::sale::SaleKeys::new("fs", &product)
+}
+
+async fn redis(world: &World) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(world.redis_url.as_str())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the test's redis answers")
+}
+
+async fn mysql(world: &World) -> sqlx::MySqlPool {
+    sqlx::MySqlPool::connect(&world.database_url)
+        .await
+        .expect("the test's mariadb answers")
+}
+
+/// Orders the clients were told about (202), per sale id.
+pub fn told_per_sale(book: &Book, sales: &[Sale]) -> BTreeMap<String, usize> {
+    let mut told: BTreeMap<String, usize> = sales.iter().map(|s| (s.id.clone(), 0)).collect();
+    for r in book.keys.values() {
+        *told.entry(sales[r.order.sale].id.clone()).or_default() += r.order_ids.len();
+    }
+    told
+}
+
+/// How long the streams must be quiet (nothing pending or undelivered, row
+/// counts unchanged) before the wait stops waiting for rows that are not coming.
+const QUIET_FOR: Duration = Duration::from_secs(5);
+
+/// One sale's queue and books, as the drain wait sees them.
+#[derive(Debug, PartialEq, Eq)]
+struct Progress {
+    pending: usize,
+    /// Entries not yet delivered to any worker (None: Redis cannot tell).
+    lag: Option<usize>,
+    rows: i64,
+}
+
+/// Waits (bounded) until every sale has nothing pending in its group and as
+/// many rows in `tb_order` as orders the clients were told about. Err(the
+/// last state seen) on timeout, or once the streams are quiet with the rows
+/// still short or over: the checks then say which orders differ.
+pub async fn wait_drained(
+    world: &World,
+    sales: &[Sale],
+    told: &BTreeMap<String, usize>,
+    limit: Duration,
+) -> Result<Duration, String> {
+    let (mut r, db) = (redis(world).await, mysql(world).await);
+    let t0 = Instant::now();
+    let mut last: Vec<Progress> = Vec::new();
+    let mut quiet_since = Instant::now();
+    loop {
+        let mut now = Vec::new();
+        for sale in sales {
+            now.push(progress(&mut r, &db, sale).await);
+        }
+        let done = sales
+            .iter()
+            .zip(&now)
+            .all(|(s, p)| p.pending == 0 && p.rows == told[&s.id] as i64);
+        if done {
+            return Ok(t0.elapsed());
+        }
+        let quiet = now.iter().all(|p| p.pending == 0 && p.lag == Some(0));
+        if !quiet || now != last {
+            quiet_since = Instant::now();
+        }
+        if quiet_since.elapsed() >= QUIET_FOR || t0.elapsed() >= limit {
+            let state: Vec<String> = sales
+                .iter()
+                .zip(&now)
+                .map(|(s, p)| format!("{}: {p:?}, {} told", s.id, told[&s.id]))
+                .collect();
+            let why = if quiet { "streams quiet" } else { "timed out" };
+            return Err(format!(
+                "not drained ({why} after {:.1?}): {}",
+                t0.elapsed(),
+                state.join("; ")
+            ));
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn progress(
+    r: &mut redis::aio::MultiplexedConnection,
+    db: &sqlx::MySqlPool,
+    sale: &Sale,
+) -> Progress {
+    let stream = keys(sale).orders;
+    let pending: redis::streams::StreamPendingReply = r
+        .xpending(&stream, flashsale::sale::keys::GROUP)
+        .await
+        .expect("XPENDING");
+    let groups: redis::streams::StreamInfoGroupsReply =
+        r.xinfo_groups(&stream).await.expect("XINFO GROUPS");
+    let lag = groups
+        .groups
+        .iter()
+        .find(|g| g.name == flashsale::sale::keys::GROUP)
+        .and_then(|g| g.lag);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_order WHERE product_id = ?")
+        .bind(&sale.id)
+        .fetch_one(db)
+        .await
+        .expect("count rows");
+    Progress {
+        pending: pending.count(),
+        lag,
+        rows,
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Row {
+    order_id: String,
+    user_id: i64,
+    product_id: String,
+    quantity: i64,
+    status: String,
+}
+
+/// Every invariant; returns the violations (empty: the books balance).
+pub async fn verify(
+    world: &World,
+    sales: &[Sale],
+    book: &Book,
+    limit_per_user: u64,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let db = mysql(world).await;
+    let rows: Vec<Row> =
+        sqlx::query_as("SELECT order_id, user_id, product_id, quantity, status FROM tb_order")
+            .fetch_all(&db)
+            .await
+            .expect("read tb_order");
+    let mut by_id: HashMap<&str, Vec<&Row>> = HashMap::new();
+    for row in &rows {
+        by_id.entry(row.order_id.as_str()).or_default().push(row);
+    }
+
+    // 1. Each key got one order id, and each 202'd order is in tb_order
+    //    exactly once, as it was asked for.
+    let mut told = HashMap::new();
+    for (key, record) in &book.keys {
+        if record.order_ids.len() > 1 {
+            problems.push(format!(
+                "key {key} was given {} order ids: {:?}",
+                record.order_ids.len(),
+                record.order_ids
+            ));
+        }
+        if let (Some(refusal), false) = (&record.refusal, record.order_ids.is_empty()) {
+            // Refusals change nothing, so no later answer may accept.
+            problems.push(format!(
+                "key {key} was both accepted ({:?}) and refused ({refusal})",
+                record.order_ids
+            ));
+        }
+        if !record.settled() {
+            problems.push(format!(
+                "key {key} never got a definitive answer: {:?}",
+                record.order
+            ));
+        }
+        for id in &record.order_ids {
+            told.insert(id.as_str(), record);
+            match by_id.get(id.as_str()).map(Vec::as_slice) {
+                None | Some([]) => problems.push(format!(
+                    "order {id} (key {key}) was answered 202 but is not in tb_order"
+                )),
+                Some([row]) => {
+                    let o = &record.order;
+                    let same = row.user_id as u64 == o.user
+                        && row.product_id == sales[o.sale].id
+                        && row.quantity as u64 == o.qty;
+                    if !same {
+                        problems.push(format!("row {row:?} does not match key {key}: {o:?}"));
+                    }
+                    if row.status != "confirmed" {
+                        problems.push(format!("row {row:?}: status is not confirmed"));
+                    }
+                }
+                Some(many) => {
+                    problems.push(format!("order {id} is in tb_order {} times", many.len()))
+                }
+            }
+        }
+    }
+    // 2. No row that no client was told about.
+    for row in &rows {
+        if !told.contains_key(row.order_id.as_str()) {
+            problems.push(format!("row {row:?} was never answered 202 to any client"));
+        }
+    }
+    // 3. Each sale sold exactly its stock (demand exceeded it): no oversell,
+    //    no undersell, in MySQL and in Redis.
+    let mut r = redis(world).await;
+    for (i, sale) in sales.iter().enumerate() {
+        let sold: u64 = rows
+            .iter()
+            .filter(|row| row.product_id == sale.id)
+            .map(|row| row.quantity as u64)
+            .sum();
+        let told_units: u64 = book
+            .keys
+            .values()
+            .filter(|k| k.order.sale == i)
+            .map(|k| k.order.qty * k.order_ids.len() as u64)
+            .sum();
+        let left: Option<i64> = r.get(keys(sale).stock).await.expect("GET stock");
+        if sold > sale.stock {
+            problems.push(format!(
+                "{}: OVERSOLD, {sold} units in tb_order of {}",
+                sale.id, sale.stock
+            ));
+        }
+        if sold < sale.stock || left != Some(0) {
+            problems.push(format!(
+                "{}: undersold: {sold} units in tb_order of {}, redis stock {left:?}",
+                sale.id, sale.stock
+            ));
+        }
+        if told_units != sale.stock {
+            problems.push(format!(
+                "{}: clients were told {told_units} units of {}",
+                sale.id, sale.stock
+            ));
+        }
+    }
+    // 4. No user over the per-user limit.
+    let mut per_user: BTreeMap<(&str, i64), i64> = BTreeMap::new();
+    for row in &rows {
+        *per_user.entry((&row.product_id, row.user_id)).or_default() += row.quantity;
+    }
+    for ((sale, user), units) in per_user {
+        if units as u64 > limit_per_user {
+            problems.push(format!(
+                "{sale}: user {user} has {units} units, over the limit {limit_per_user}"
+            ));
+        }
+    }
+    // 6 (the clients' half). No 5xx but 503, nothing unexpected.
+    problems.extend(book.failures.iter().cloned());
+    problems
+}
+
+/// Check 5: `flashsale audit --product <id>` exits 0 for every sale.
+/// Returns its tables (for the report) and the failures.
+pub async fn audit(world: &World, sales: &[Sale]) -> (String, Vec<String>) {
+    let (mut tables, mut problems) = (String::new(), Vec::new());
+    for sale in sales {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+            .args(["audit", "--product", &sale.id])
+            .env("REDIS_URL", &world.redis_url)
+            .env("DATABASE_URL", &world.database_url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("flashsale audit runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        tables.push_str(&stdout);
+        if !out.status.success() {
+            problems.push(format!(
+                "flashsale audit --product {} exited {}:\n{stdout}{}",
+                sale.id,
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    (tables, problems)
+}
+
+/// Check 6, the processes' half: no flashsale process panicked.
+pub fn panics_in_logs(world: &World) -> Vec<String> {
+    world
+        .flashsale_logs()
+        .into_iter()
+        .filter_map(|log| {
+            let text = std::fs::read(log).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains("panicked")).collect();
+            (!lines.is_empty()).then(|| {
+                format!(
+                    "{} has {} panic line(s), first: {}",
+                    log.display(),
+                    lines.len(),
+                    lines[0]
+                )
+            })
+        })
+        .collect()
+}
+
+/// ERROR lines per flashsale log (reported, not failed: some are expected
+/// while a store is down).
+pub fn error_lines(world: &World) -> Vec<(String, usize)> {
+    world
+        .flashsale_logs()
+        .into_iter()
+        .map(|log| {
+            let text = std::fs::read(log).unwrap_or_default();
+            let n = String::from_utf8_lossy(&text)
+                .lines()
+                .filter(|l| l.contains("\"level\":\"ERROR\""))
+                .count();
+            let name = log
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            (name, n)
+        })
+        .collect()
+}
