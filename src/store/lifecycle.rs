@@ -32,8 +32,11 @@ impl Db {
         self.until_settled(order_id, Some(user_id), PAID, || async {
             let changed = self
                 .bounded(async {
+                    // By the order id's unique key, always: on a young table
+                    // MariaDB may pick `idx_user` instead, whose gap locks
+                    // deadlock with a worker inserting that user's orders.
                     Ok(sqlx::query(
-                        "UPDATE tb_order SET status = ?, updated = ? \
+                        "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
                          WHERE order_id = ? AND user_id = ? AND status = ?",
                     )
                     .bind(PAID)
