@@ -21,6 +21,8 @@
 --   {"ok", order_id, price, created_ms}           accepted, stock deducted
 --   {"repeat", order_id, record}                  the idempotency key was seen:
 --                                                 the first order, nothing deducted
+--                                                 (the key's record is rewritten,
+--                                                 unchanged, for a WAIT to follow)
 --   {"no_sale"} {"not_started"} {"ended"} {"sold_out"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
 
@@ -32,6 +34,9 @@ end
 if ARGV[5] ~= '' then
   local first = redis.call('HGET', KEYS[4], ARGV[5])
   if first then
+    -- Written again (unchanged): a write replicated after the first order,
+    -- so a WAIT after this script confirms that replicas have that order.
+    redis.call('HSET', KEYS[4], ARGV[5], first)
     return {'repeat', first, redis.call('HGET', KEYS[6], first)}
   end
 end

@@ -196,7 +196,15 @@ async fn pooled_order(sales: &Sales, product: &ProductId, user: u64) -> Result<(
     let order_id = OrderId::generate(product);
     redis
         .bounded(crate::sale::place_order_on(
-            &mut *conn, &keys, &order_id, user, product, 1, None,
+            &mut *conn,
+            &keys,
+            &crate::sale::OrderCall {
+                order_id: &order_id,
+                user_id: user,
+                product,
+                quantity: 1,
+                idempotency_field: None,
+            },
         ))
         .await?;
     Ok(())

@@ -321,23 +321,34 @@ pub struct Wait {
     pub timeout: Duration,
 }
 
-/// `WAIT` on the connection (and, on a cluster, the master) that wrote `key`;
-/// returns how many replicas acknowledged the writes.
-pub async fn wait_replicas(conn: &mut Conn, key: &str, wait: Wait) -> redis::RedisResult<u32> {
-    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-    let mut cmd = redis::cmd("WAIT");
-    cmd.arg(wait.replicas).arg(wait.timeout.as_millis() as u64);
-    match conn {
+/// Runs the one call in `pipe`, then `WAIT`, as one pipeline on one
+/// connection to the master that holds `key`; returns the call's reply (an
+/// error reply as `Err`) and how many replicas acknowledged. Sent together,
+/// the WAIT runs right after the call, on the node the call ran on, and
+/// counts the replicas that have everything this connection wrote, the
+/// call's writes included. (Routed on its own, a WAIT could reach another
+/// node mid-failover, which would answer at once for writes it never saw.)
+pub async fn then_wait(
+    conn: &mut Conn,
+    key: &str,
+    mut pipe: Pipeline,
+    wait: Wait,
+) -> redis::RedisResult<(Value, u32)> {
+    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+    pipe.cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(wait.timeout.as_millis() as u64);
+    let replies = match conn {
         Conn::Cluster(c) => {
             let route = Route::with_key(key, SlotAddr::Master);
-            let reply = c
-                .route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await?;
-            Ok(redis::FromRedisValue::from_redis_value(reply)?)
+            c.route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
+                .await?
         }
-        other => cmd.query_async(other).await,
-    }
+        other => other.req_packed_commands(&pipe, 0, 2).await?,
+    };
+    let [reply, acked]: [Value; 2] = replies
+        .try_into()
+        .map_err(|_| redis::ParsingError::from("a call and a WAIT give two replies"))?;
+    let acked = redis::FromRedisValue::from_redis_value(acked.extract_error()?)?;
+    Ok((reply.extract_error()?, acked))
 }

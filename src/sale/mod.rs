@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
 pub use keys::SaleKeys;
-pub use scripts::{PlaceReply, place_order as place_order_on};
+pub use scripts::{OrderCall, PlaceReply, place_order as place_order_on};
 pub use soldout::SoldOutMarks;
 
 use crate::domain::{OrderId, ProductId};
@@ -286,55 +286,58 @@ impl Sales {
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
         let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));
-        // With WAIT, the script and the WAIT need one connection to themselves
-        // (WAIT blocks it, and counts that connection's own writes).
-        // The guard keeps the pooled connection ours until we return.
-        let mut _exclusive = None;
-        let mut conn = match self.wait {
-            None => self.redis.shared().await?,
-            Some(_) => {
-                let pooled = self.redis.exclusive().get_owned().await?;
-                let conn = (*pooled).clone();
-                _exclusive = Some(pooled);
-                conn
-            }
-        };
-        let call = scripts::place_order(
-            &mut conn,
-            &keys,
-            &order_id,
+        let call = scripts::OrderCall {
+            order_id: &order_id,
             user_id,
             product,
             quantity,
-            idem.as_deref(),
-        );
+            idempotency_field: idem.as_deref(),
+        };
         self.script_calls.fetch_add(1, Ordering::Relaxed);
-        match self.redis.bounded(call).await? {
-            scripts::PlaceReply::Accepted { price, created_ms } => {
-                if let Some(wait) = self.wait {
-                    let acked = self
-                        .redis
-                        .bounded(conn::wait_replicas(&mut conn, &keys.orders, wait))
-                        .await?;
-                    if acked < wait.replicas {
-                        return Err(SaleError::NotReplicated {
-                            acked,
-                            wanted: wait.replicas,
-                        });
-                    }
-                }
-                Ok(Placed {
-                    order: PendingOrder {
-                        order_id,
-                        user_id,
-                        product_id: product.clone(),
-                        quantity,
-                        price,
-                        created_ms,
-                    },
-                    replayed: false,
-                })
+        let reply = match self.wait {
+            None => {
+                let mut conn = self.redis.shared().await?;
+                self.redis
+                    .bounded(scripts::place_order(&mut conn, &keys, &call))
+                    .await?
             }
+            Some(wait) => {
+                // The script and its WAIT need a connection to themselves
+                // (WAIT blocks it, and counts that connection's own writes);
+                // the pooled connection stays ours until this returns.
+                let mut pooled = self.redis.exclusive().get().await?;
+                let (reply, acked) = self
+                    .redis
+                    .bounded(scripts::place_order_and_wait(
+                        &mut pooled,
+                        &keys,
+                        &call,
+                        wait,
+                    ))
+                    .await?;
+                // A 202, first answer or replay, only once the replicas have
+                // the order: a failover must not lose an acknowledged one.
+                if acked < wait.replicas && !matches!(reply, scripts::PlaceReply::Rejected(_)) {
+                    return Err(SaleError::NotReplicated {
+                        acked,
+                        wanted: wait.replicas,
+                    });
+                }
+                reply
+            }
+        };
+        match reply {
+            scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
+                order: PendingOrder {
+                    order_id,
+                    user_id,
+                    product_id: product.clone(),
+                    quantity,
+                    price,
+                    created_ms,
+                },
+                replayed: false,
+            }),
             scripts::PlaceReply::Replayed { order_id, record } => Ok(Placed {
                 order: AcceptedRecord::parse(&record, order_id, product.clone())?,
                 replayed: true,

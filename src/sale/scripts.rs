@@ -102,26 +102,63 @@ pub enum PlaceReply {
 pub async fn place_order(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
-    order_id: &OrderId,
-    user_id: u64,
-    product: &ProductId,
-    quantity: u64,
-    idempotency_field: Option<&str>,
+    order: &OrderCall<'_>,
 ) -> RedisResult<PlaceReply> {
-    PLACE_ORDER
-        .key(&keys.sale)
+    place_order_call(keys, order).invoke_async(conn).await
+}
+
+/// `place_order.lua`, then `WAIT` on the same connection and node (see
+/// [`super::conn::then_wait`]); returns the reply and the replicas that have
+/// the order. On a replay the script writes too, so the WAIT covers the
+/// first order whichever answer this is.
+pub async fn place_order_and_wait(
+    conn: &mut super::Conn,
+    keys: &SaleKeys,
+    order: &OrderCall<'_>,
+    wait: super::Wait,
+) -> RedisResult<(PlaceReply, u32)> {
+    let call = place_order_call(keys, order);
+    let pipe = || {
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&call);
+        pipe
+    };
+    let sent = super::conn::then_wait(conn, &keys.orders, pipe(), wait).await;
+    let (reply, acked) = match sent {
+        // A pipeline does not load the script by itself (after a restart or
+        // a failover to a node that never ran it).
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            call.load_async(conn).await?;
+            super::conn::then_wait(conn, &keys.orders, pipe(), wait).await?
+        }
+        other => other?,
+    };
+    Ok((PlaceReply::from_redis_value(reply)?, acked))
+}
+
+/// What `place_order.lua` is asked to decide.
+pub struct OrderCall<'a> {
+    pub order_id: &'a OrderId,
+    pub user_id: u64,
+    pub product: &'a ProductId,
+    pub quantity: u64,
+    pub idempotency_field: Option<&'a str>,
+}
+
+fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvocation<'static> {
+    let mut call = PLACE_ORDER.prepare_invoke();
+    call.key(&keys.sale)
         .key(&keys.stock)
         .key(&keys.bought)
         .key(&keys.idem)
         .key(&keys.orders)
         .key(&keys.accepted)
-        .arg(order_id.as_str())
-        .arg(user_id)
-        .arg(product.as_str())
-        .arg(quantity)
-        .arg(idempotency_field.unwrap_or(""))
-        .invoke_async(conn)
-        .await
+        .arg(order.order_id.as_str())
+        .arg(order.user_id)
+        .arg(order.product.as_str())
+        .arg(order.quantity)
+        .arg(order.idempotency_field.unwrap_or(""));
+    call
 }
 
 impl FromRedisValue for PlaceReply {

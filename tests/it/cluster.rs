@@ -80,24 +80,102 @@ async fn with_wait_an_order_is_answered_once_a_replica_has_it() {
     assert_eq!(app.stock(&sku).await, Some(5));
 }
 
+/// With WAIT and no replica to confirm it, an order is answered 503, and so
+/// is every keyed retry of it: a 202, first answer or replay, means the
+/// replicas have the order.
 #[tokio::test]
-async fn with_wait_and_no_replica_the_order_is_refused_503_and_a_keyed_retry_gets_it() {
+async fn with_wait_and_no_replica_neither_the_order_nor_its_keyed_retry_gets_a_202() {
     // The single test server has no replica: WAIT times out with 0 acks.
     let app = spawn_app_on(Backend::Single, wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
-    let resp = app.post_order(&body, Some("k1")).await;
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let err: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(err["error"], "unavailable");
-    assert!(
-        err["message"].as_str().unwrap().contains("replicas"),
-        "{err}"
-    );
-    // The order was taken in Redis; the retry under the same key returns it.
-    let retry = app.post_order(&body, Some("k1")).await;
-    assert_eq!(retry.status(), StatusCode::ACCEPTED);
-    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    for attempt in 0..3 {
+        let resp = app.post_order(&body, Some("k1")).await;
+        assert_eq!(
+            resp.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "attempt {attempt}"
+        );
+        let err: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(err["error"], "unavailable");
+        assert!(
+            err["message"].as_str().unwrap().contains("replicas"),
+            "{err}"
+        );
+    }
+    assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
+}
+
+/// The port of the (first) replica of the Redis server on `port`.
+async fn replica_of(port: u16) -> u16 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("slave0:"))
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("port=")))
+        .and_then(|p| p.parse().ok())
+        .expect("a replica in INFO replication")
+}
+
+fn signal(pid: i32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// While the sale's replica lags (paused), keyed retries of an order are
+/// answered 503 like the order itself; once it has caught up, the next
+/// retry gets the order, replayed, deducted once.
+#[tokio::test]
+async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
+    let base = 7200;
+    let _cluster = crate::helpers::OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
+    let sku = app.new_sale(10, 2).await;
+    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
+    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let replica = server_pid(replica_of(port).await).await;
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
+
+    // Paused for less than the cluster's node timeout (2 s): it lags, it
+    // does not fail over.
+    // Retries land on another instance, as behind a load balancer: its
+    // connections never wrote the order, so only the replay's own write
+    // makes its WAIT wait for the order.
+    let other = app.twin().await;
+    signal(replica, "-STOP");
+    let mut answers = vec![app.post_order(&body, Some("k1")).await.status()];
+    let retry = || {
+        app.client
+            .post(format!("{}/api/orders", other.base))
+            .header("Idempotency-Key", "k1")
+            .json(&body)
+            .send()
+    };
+    for _ in 0..2 {
+        answers.push(retry().await.unwrap().status());
+    }
+    signal(replica, "-CONT");
+    assert_eq!(answers, vec![StatusCode::SERVICE_UNAVAILABLE; 3]);
+
+    // The replica catches up within moments; a client keeps retrying.
+    let mut resp = retry().await.unwrap();
+    for _ in 0..50 {
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        resp = retry().await.unwrap();
+    }
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
 }
 

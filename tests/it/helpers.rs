@@ -284,6 +284,34 @@ pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) 
     }
 }
 
+/// A second `serve` over the same sales and database (as a load balancer's
+/// other instance), without workers; it runs until the sender is dropped.
+pub struct Twin {
+    pub base: String,
+    _stop: oneshot::Sender<()>,
+}
+
+impl TestApp {
+    pub async fn twin(&self) -> Twin {
+        let settings = Settings {
+            listen_addr: "127.0.0.1:0".parse().expect("literal address"),
+            workers: None,
+            ..self.settings.clone()
+        };
+        let app = App::build(&settings).await.expect("twin builds");
+        let base = format!("http://{}", app.local_addr().expect("bound"));
+        let db = app.state().db.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(app.run(async {
+            let _ = rx.await;
+        }));
+        tokio::time::timeout(Duration::from_secs(30), db.wait_ready())
+            .await
+            .expect("the twin's database is ready");
+        Twin { base, _stop: tx }
+    }
+}
+
 impl Drop for TestApp {
     /// Removes the test's database and Redis keys, on a thread of its own
     /// since Drop cannot await, and never for long: a lock held by a
