@@ -26,6 +26,9 @@ pub struct SaleKeys {
     pub dead: String,
     /// Hash: order_id -> user_id, cancels asked while the order was pending.
     pub cancels: String,
+    /// String: when a worker last made sure the replicas had the sale's
+    /// stream before persisting it (written for its WAIT to count; expires).
+    pub replicated: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -50,6 +53,7 @@ impl SaleKeys {
             released: key("released"),
             dead: key("dead"),
             cancels: key("cancels"),
+            replicated: key("replicated"),
         }
     }
 }
@@ -73,6 +77,7 @@ mod tests {
             &keys.released,
             &keys.dead,
             &keys.cancels,
+            &keys.replicated,
         ] {
             let tag = key
                 .split_once('{')

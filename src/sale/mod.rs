@@ -351,6 +351,40 @@ impl Sales {
         }
     }
 
+    /// With WAIT configured: returns once the replicas hold everything
+    /// written to the sale so far (its stream entries included), else
+    /// `NotReplicated`. A write to the sale's slot and a WAIT behind it, on
+    /// a connection of their own. The workers call it before persisting a
+    /// batch: MySQL must never hold an order that a promoted replica would
+    /// not know (it would sell the units again).
+    pub async fn confirm_replicated(&self, product: &ProductId) -> Result<(), SaleError> {
+        let Some(wait) = self.wait else {
+            return Ok(());
+        };
+        let keys = self.keys(product);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&keys.replicated)
+            .arg(now_ms)
+            .arg("PX")
+            .arg(60_000);
+        let mut pooled = self.redis.exclusive().get().await?;
+        let (_, acked) = self
+            .redis
+            .bounded(conn::then_wait(&mut pooled, &keys.orders, pipe, wait))
+            .await?;
+        if acked < wait.replicas {
+            return Err(SaleError::NotReplicated {
+                acked,
+                wanted: wait.replicas,
+            });
+        }
+        Ok(())
+    }
+
     /// Units left, or `None` when the sale is not open in Redis.
     pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
         let keys = self.keys(product);

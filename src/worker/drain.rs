@@ -270,6 +270,9 @@ impl SaleWorker {
             }
         }
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
+        // Not a row before the replicas have the entries (with WAIT on):
+        // otherwise the batch stays pending and is tried again.
+        self.sales.confirm_replicated(&self.product).await?;
         let metrics = &self.metrics;
         metrics.batch_size.observe(entries.len() as f64);
         let commit = metrics.commit_latency.start_timer();

@@ -179,6 +179,44 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
 }
 
+/// With WAIT on, a worker persists an entry only once the replica has it:
+/// while the sale's replica is paused, MySQL stays behind the stream.
+#[tokio::test]
+async fn a_worker_does_not_persist_what_the_replica_lacks() {
+    let base = 7400;
+    let _cluster = crate::helpers::OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
+    let sku = app.new_sale(10, 2).await;
+    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
+    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let replica = server_pid(replica_of(port).await).await;
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
+
+    // Paused for less than the cluster's node timeout (2 s).
+    signal(replica, "-STOP");
+    let first = app.post_order(&body, Some("k1")).await.status();
+    // The entry is in the master's stream; the workers read it and wait.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let persisted = app.persisted(&sku).await.0;
+    signal(replica, "-CONT");
+    assert_eq!(first, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(app.stream_len(&sku).await, 1);
+    assert_eq!(persisted, 0, "persisted an order the replica did not have");
+
+    // Once the replica has caught up, the order is persisted (and its keyed
+    // retry is answered with it).
+    app.drained(&sku, 1).await;
+    let mut resp = app.post_order(&body, Some("k1")).await;
+    for _ in 0..50 {
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        resp = app.post_order(&body, Some("k1")).await;
+    }
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+}
+
 /// The pid of the Redis server on `port`.
 async fn server_pid(port: u16) -> i32 {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
