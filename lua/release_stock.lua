@@ -12,11 +12,18 @@
 -- ARGV[3]  quantity (integer >= 1)
 --
 -- Returns {released, stock}: released = 1 when this call returned the units,
--- 0 when the order had been released before (nothing changed); stock = the
--- units left now.
+-- 0 when the order had been released before (nothing changed, but the stock
+-- is written again, unchanged, for a WAIT to follow); stock = the units left
+-- now.
 
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
-  return {0, tonumber(redis.call('GET', KEYS[1]) or '0')}
+  local stock = redis.call('GET', KEYS[1])
+  -- Written again (unchanged): a write replicated after the first release,
+  -- so a WAIT after this script confirms that replicas have that release.
+  if stock then
+    redis.call('SET', KEYS[1], stock)
+  end
+  return {0, tonumber(stock or '0')}
 end
 
 local stock = redis.call('INCRBY', KEYS[1], ARGV[3])

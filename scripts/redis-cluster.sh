@@ -42,9 +42,13 @@ start() {
   return 1
 }
 
+# cluster-require-full-coverage no: while one master fails over, the others
+# keep serving their slots (with `yes` the whole cluster answers CLUSTERDOWN
+# for that time, and every sale gets 503, not just the failed master's).
 server() { # one node, from its folder (a restarted node keeps its cluster identity)
   redis-server --port "$1" --bind 127.0.0.1 --cluster-enabled yes \
     --cluster-config-file "$DIR/$1/nodes.conf" --cluster-node-timeout 2000 \
+    --cluster-require-full-coverage no \
     --repl-diskless-sync-delay 0 \
     --save "" --appendonly no --dir "$DIR/$1" --daemonize yes \
     --logfile "$DIR/$1/redis.log" 9>&- # the servers must not inherit the lock

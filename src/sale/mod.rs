@@ -469,13 +469,40 @@ impl Sales {
 
     /// Returns an order's units to the sale, at most once per order; returns
     /// `(released_now, stock_left)`. See `lua/release_stock.lua`.
+    ///
+    /// With WAIT configured, only once the replicas have the release (else
+    /// `NotReplicated`): the caller marks the order released after this, and
+    /// a release a failover lost must stay unmarked, for the sweeper to redo.
     pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(&order.product_id);
-        let mut conn = self.redis.shared().await?;
-        let released = self
-            .redis
-            .bounded(scripts::release_stock(&mut conn, &keys, order))
-            .await?;
+        let released = match self.wait {
+            None => {
+                let mut conn = self.redis.shared().await?;
+                self.redis
+                    .bounded(scripts::release_stock(&mut conn, &keys, order))
+                    .await?
+            }
+            Some(wait) => {
+                let mut pooled = self.redis.exclusive().get().await?;
+                let (released, acked) = self
+                    .redis
+                    .bounded(scripts::release_stock_and_wait(
+                        &mut pooled,
+                        &keys,
+                        order,
+                        wait,
+                    ))
+                    .await?;
+                self.sold_out.clear(&order.product_id);
+                if acked < wait.replicas {
+                    return Err(SaleError::NotReplicated {
+                        acked,
+                        wanted: wait.replicas,
+                    });
+                }
+                released
+            }
+        };
         self.sold_out.clear(&order.product_id);
         Ok(released)
     }

@@ -79,15 +79,18 @@ pub async fn release_stock(
     keys: &SaleKeys,
     order: &PendingOrder,
 ) -> RedisResult<(bool, u64)> {
-    RELEASE_STOCK
-        .key(&keys.stock)
+    release_stock_call(keys, order).invoke_async(conn).await
+}
+
+fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInvocation<'static> {
+    let mut call = RELEASE_STOCK.prepare_invoke();
+    call.key(&keys.stock)
         .key(&keys.bought)
         .key(&keys.released)
         .arg(order.order_id.as_str())
         .arg(order.user_id)
-        .arg(order.quantity)
-        .invoke_async(conn)
-        .await
+        .arg(order.quantity);
+    call
 }
 
 /// The decoded reply of `place_order.lua`.
@@ -107,33 +110,54 @@ pub async fn place_order(
     place_order_call(keys, order).invoke_async(conn).await
 }
 
-/// `place_order.lua`, then `WAIT` on the same connection and node (see
-/// [`super::conn::then_wait`]); returns the reply and the replicas that have
-/// the order. On a replay the script writes too, so the WAIT covers the
-/// first order whichever answer this is.
+/// `place_order.lua`, then `WAIT`, on the same connection and node (see
+/// [`invoke_and_wait`]); returns the reply and the replicas that have the
+/// order. On a replay the script writes too, so the WAIT covers the first
+/// order whichever answer this is.
 pub async fn place_order_and_wait(
     conn: &mut super::Conn,
     keys: &SaleKeys,
     order: &OrderCall<'_>,
     wait: super::Wait,
 ) -> RedisResult<(PlaceReply, u32)> {
-    let call = place_order_call(keys, order);
+    invoke_and_wait(conn, &keys.orders, &place_order_call(keys, order), wait).await
+}
+
+/// `release_stock.lua`, then `WAIT`, on the same connection and node: returns
+/// `(released_now, stock_left)` and the replicas that have the release. A
+/// repeated release writes too, so the WAIT covers the first one.
+pub async fn release_stock_and_wait(
+    conn: &mut super::Conn,
+    keys: &SaleKeys,
+    order: &PendingOrder,
+    wait: super::Wait,
+) -> RedisResult<((bool, u64), u32)> {
+    invoke_and_wait(conn, &keys.stock, &release_stock_call(keys, order), wait).await
+}
+
+/// A script call, then `WAIT`, as one pipeline to the master holding `key`
+/// (one of the script's keys); see [`super::conn::then_wait`].
+async fn invoke_and_wait<T: FromRedisValue>(
+    conn: &mut super::Conn,
+    key: &str,
+    call: &redis::ScriptInvocation<'_>,
+    wait: super::Wait,
+) -> RedisResult<(T, u32)> {
     let pipe = || {
         let mut pipe = redis::pipe();
-        pipe.invoke_script(&call);
+        pipe.invoke_script(call);
         pipe
     };
-    let sent = super::conn::then_wait(conn, &keys.orders, pipe(), wait).await;
-    let (reply, acked) = match sent {
+    let (reply, acked) = match super::conn::then_wait(conn, key, pipe(), wait).await {
         // A pipeline does not load the script by itself (after a restart or
         // a failover to a node that never ran it).
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             call.load_async(conn).await?;
-            super::conn::then_wait(conn, &keys.orders, pipe(), wait).await?
+            super::conn::then_wait(conn, key, pipe(), wait).await?
         }
         other => other?,
     };
-    Ok((PlaceReply::from_redis_value(reply)?, acked))
+    Ok((T::from_redis_value(reply)?, acked))
 }
 
 /// What `place_order.lua` is asked to decide.

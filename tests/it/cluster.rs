@@ -217,6 +217,67 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
 }
 
+/// With WAIT on, a cancel's units count as back in Redis (`released = 1`)
+/// only once the replica has the release; until then the sweeper keeps
+/// redoing it (at most once in effect).
+#[tokio::test]
+async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
+    use std::time::Duration;
+    let base = 7500;
+    let _cluster = crate::helpers::OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        wait_for_one_replica(s);
+        s.workers = Some(flashsale::worker::WorkerConfig {
+            release_grace: Duration::from_millis(300),
+            sweep_every: Duration::from_millis(200),
+            ..crate::helpers::fast_workers("w")
+        });
+    })
+    .await;
+    let sku = app.new_sale(10, 2).await;
+    let order: serde_json::Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
+    let id = order["order_id"].as_str().unwrap().to_owned();
+    app.drained(&sku, 1).await;
+    let released = || async {
+        let r: bool = sqlx::query_scalar("SELECT released FROM tb_order WHERE order_id = ?")
+            .bind(&id)
+            .fetch_one(&app.mysql)
+            .await
+            .unwrap();
+        r
+    };
+    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
+    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let replica = server_pid(replica_of(port).await).await;
+
+    // Paused for less than the cluster's node timeout (2 s).
+    signal(replica, "-STOP");
+    let cancel = app
+        .client
+        .post(app.url(&format!("/api/orders/{id}/cancel")))
+        .json(&json!({"user_id": 1}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    tokio::time::sleep(Duration::from_millis(700)).await; // the sweeper tries meanwhile
+    let marked = released().await;
+    signal(replica, "-CONT");
+    assert_eq!(cancel, StatusCode::OK, "the cancel itself is committed");
+    assert!(
+        !marked,
+        "marked released while the replica lacked the release"
+    );
+
+    crate::helpers::eventually(
+        "the sweeper finishes the release",
+        Duration::from_secs(20),
+        released,
+    )
+    .await;
+    assert_eq!(app.stock(&sku).await, Some(10), "the unit is back once");
+}
+
 /// The pid of the Redis server on `port`.
 async fn server_pid(port: u16) -> i32 {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
