@@ -304,13 +304,20 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         s.redis_timeout = Duration::from_millis(1000);
     })
     .await;
-    let skus = [
-        app.new_sale(5000, 1).await,
-        app.new_sale(5000, 1).await,
-        app.new_sale(5000, 1).await,
-    ];
+    // The first sale's master will die; at least one sale lives on another
+    // master (ids hash at random), whose buyers must not notice.
+    let mut skus = vec![app.new_sale(5000, 1).await];
     let victim = master_of(app.sales.redis(), &app.key(&skus[0], "orders")).await;
     let port: u16 = victim.rsplit(':').next().unwrap().parse().unwrap();
+    let mut healthy = Vec::new();
+    while skus.len() < 3 || healthy.is_empty() {
+        assert!(skus.len() < 20, "no sale landed on another master");
+        let sku = app.new_sale(5000, 1).await;
+        if master_of(app.sales.redis(), &app.key(&sku, "orders")).await != victim {
+            healthy.push(sku.clone());
+        }
+        skus.push(sku);
+    }
 
     // Buyers keep coming for 14 s, each order under its own Idempotency-Key.
     let end = Instant::now() + Duration::from_secs(14);
@@ -319,6 +326,7 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
         set.spawn(async move {
             let mut acknowledged = Vec::new();
+            let mut refused = Vec::new();
             let mut user = 0u64;
             while Instant::now() < end {
                 user += 1;
@@ -329,15 +337,18 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
                     .json(&body)
                     .send()
                     .await;
-                if let Ok(resp) = resp
-                    && resp.status() == StatusCode::ACCEPTED
-                {
-                    let v: serde_json::Value = resp.json().await.unwrap();
-                    acknowledged.push((Instant::now(), v["order_id"].as_str().unwrap().to_owned()));
+                match resp {
+                    Ok(resp) if resp.status() == StatusCode::ACCEPTED => {
+                        let v: serde_json::Value = resp.json().await.unwrap();
+                        acknowledged
+                            .push((Instant::now(), v["order_id"].as_str().unwrap().to_owned()));
+                    }
+                    Ok(resp) => refused.push(resp.status().to_string()),
+                    Err(e) => refused.push(e.to_string()),
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            (sku, acknowledged)
+            (sku, acknowledged, refused)
         });
     }
     // Two seconds in, the first sale's master crashes (SIGKILL, no goodbye).
@@ -398,13 +409,22 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     while let Some(done) = set.join_next().await {
         books.push(done.unwrap());
     }
-    let first = &books.iter().find(|(sku, _)| *sku == skus[0]).unwrap().1;
+    let first = &books.iter().find(|(sku, ..)| *sku == skus[0]).unwrap().1;
     assert!(
         first.iter().any(|(at, _)| *at > recovered),
         "the failed-over sale never took orders again"
     );
+    // Only the failed master's sales see the failover.
+    for (sku, _, refused) in &books {
+        if healthy.contains(sku) {
+            assert!(
+                refused.is_empty(),
+                "a sale on a healthy master got {refused:?}"
+            );
+        }
+    }
 
-    for (sku, acknowledged) in &books {
+    for (sku, acknowledged, _) in &books {
         let ids: HashSet<&str> = acknowledged.iter().map(|(_, id)| id.as_str()).collect();
         crate::helpers::eventually(
             "every acknowledged order persisted",
