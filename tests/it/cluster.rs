@@ -8,11 +8,7 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::helpers::{Backend, spawn_app_on};
-
-/// The master (host:port) serving `key`'s slot.
-async fn master_of(redis: &flashsale::sale::Redis, key: &str) -> String {
-    redis.node_of(key).await.expect("CLUSTER SLOTS")
-}
+use crate::nodes::{master_of, replica_of, server_pid, signal};
 
 #[tokio::test]
 async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
@@ -106,30 +102,6 @@ async fn with_wait_and_no_replica_neither_the_order_nor_its_keyed_retry_gets_a_2
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
 }
 
-/// The port of the (first) replica of the Redis server on `port`.
-async fn replica_of(port: u16) -> u16 {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("slave0:"))
-        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("port=")))
-        .and_then(|p| p.parse().ok())
-        .expect("a replica in INFO replication")
-}
-
-fn signal(pid: i32, signal: &str) {
-    let sent = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
-
 /// While the sale's replica lags (paused), keyed retries of an order are
 /// answered 503 like the order itself; once it has caught up, the next
 /// retry gets the order, replayed, deducted once.
@@ -140,7 +112,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
     let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let port = crate::nodes::port_of(&master);
     let replica = server_pid(replica_of(port).await).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
 
@@ -188,7 +160,7 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
     let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let port = crate::nodes::port_of(&master);
     let replica = server_pid(replica_of(port).await).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
 
@@ -247,7 +219,7 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
         r
     };
     let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port: u16 = master.rsplit(':').next().unwrap().parse().unwrap();
+    let port = crate::nodes::port_of(&master);
     let replica = server_pid(replica_of(port).await).await;
 
     // Paused for less than the cluster's node timeout (2 s).
@@ -278,21 +250,6 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
     assert_eq!(app.stock(&sku).await, Some(10), "the unit is back once");
 }
 
-/// The pid of the Redis server on `port`.
-async fn server_pid(port: u16) -> i32 {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|p| p.trim().parse().ok())
-        .expect("process_id in INFO")
-}
-
 #[tokio::test]
 async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once() {
     use std::time::{Duration, Instant};
@@ -308,7 +265,7 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     // master (ids hash at random), whose buyers must not notice.
     let mut skus = vec![app.new_sale(5000, 1).await];
     let victim = master_of(app.sales.redis(), &app.key(&skus[0], "orders")).await;
-    let port: u16 = victim.rsplit(':').next().unwrap().parse().unwrap();
+    let port = crate::nodes::port_of(&victim);
     let mut healthy = Vec::new();
     while skus.len() < 3 || healthy.is_empty() {
         assert!(skus.len() < 20, "no sale landed on another master");
@@ -366,43 +323,8 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     // new replica: WAIT needs one), as an operator or orchestrator would do.
     // Back any sooner, with its empty memory, it would still be the master,
     // and its replica would copy the emptiness: the sale would be gone.
-    let survivor = format!(
-        "redis://127.0.0.1:{}",
-        if port == base { base + 1 } else { base }
-    );
-    let probe = flashsale::sale::Redis::new(
-        &flashsale::sale::RedisTarget::Cluster(vec![survivor.clone()]),
-        Duration::from_millis(500),
-        1,
-    )
-    .unwrap();
-    let direct = redis::Client::open(survivor)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let orders_key = app.key(&skus[0], "orders");
-    crate::helpers::eventually("failover", Duration::from_secs(20), || {
-        let (probe, mut direct) = (probe.clone(), direct.clone());
-        let (orders_key, victim) = (orders_key.clone(), victim.clone());
-        async move {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut direct)
-                .await
-                .unwrap_or_default();
-            let moved = matches!(probe.node_of(&orders_key).await, Ok(node) if node != victim);
-            info.contains("cluster_state:ok") && moved
-        }
-    })
-    .await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/redis-cluster.sh");
-    let restarted = std::process::Command::new("bash")
-        .args([script, "restart-node", &port.to_string()])
-        .env("FLASHSALE_CLUSTER_BASE_PORT", base.to_string())
-        .status()
-        .unwrap();
-    assert!(restarted.success());
+    crate::nodes::await_failover(base, &victim, &app.key(&skus[0], "orders")).await;
+    crate::nodes::restart_node(base, port);
     let recovered = Instant::now();
 
     let mut books = Vec::new();

@@ -1,0 +1,205 @@
+//! A master lost after its replication link was cut: the writes made during
+//! the cut die with it, and the promoted replica never saw them. With
+//! `REDIS_WAIT_REPLICAS=1` nothing acknowledged may be among them: keyed
+//! clients keep retrying, and afterwards every 202 is in the books exactly
+//! once, no unit is sold twice, no buyer is over the limit, and the audit
+//! balances.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::helpers::{Backend, OwnCluster, TestApp, eventually, spawn_app_on};
+use crate::nodes::{await_failover, master_of, port_of, restart_node, server_pid, signal};
+
+/// Sized with the pace below to sell out well after the failover.
+const STOCK: u64 = 600;
+const LIMIT: u64 = 2;
+const USERS: u64 = 300;
+
+/// What one keyed order ended as, after its retries.
+#[derive(Debug)]
+enum Fate {
+    Accepted { order_id: String, user: u64 },
+    Refused(String),
+}
+
+/// Sends one order under `key`, retrying the same key after a 503 or a
+/// transport error, until a definitive answer (bounded).
+async fn order_until_answered(app: &TestApp, sku: &str, user: u64, key: &str) -> Fate {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
+    for _ in 0..400 {
+        let sent = app
+            .client
+            .post(app.url("/api/orders"))
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(resp) = sent {
+            let status = resp.status();
+            let answer: Value = resp.json().await.unwrap_or(Value::Null);
+            if status == StatusCode::ACCEPTED {
+                let order_id = answer["order_id"].as_str().unwrap().to_owned();
+                return Fate::Accepted { order_id, user };
+            }
+            if status.is_client_error() {
+                return Fate::Refused(answer["error"].as_str().unwrap_or("").to_owned());
+            }
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{key}: no definitive answer after 400 tries");
+}
+
+/// Cuts the master on `port` off from its replica: the replica's link is
+/// killed, and the master refuses it the commands it reconnects with, so
+/// the master takes writes its replica never gets.
+async fn cut_replication(port: u16) {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-psync")
+        .arg("-sync")
+        .arg("-replconf")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn with_wait_a_master_lost_after_a_replication_cut_loses_no_acknowledged_order() {
+    let base = 7600;
+    let _cluster = OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        s.wait = Some(flashsale::sale::Wait {
+            replicas: 1,
+            timeout: Duration::from_millis(200),
+        });
+        s.redis_timeout = Duration::from_millis(1000);
+    })
+    .await;
+    let sku = app.new_sale(STOCK, LIMIT).await;
+    let victim = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
+    let port = port_of(&victim);
+    let app = std::sync::Arc::new(app);
+
+    // Buyers for 12 s: each order under its own key, retried until answered.
+    let end = Instant::now() + Duration::from_secs(12);
+    let mut buyers = JoinSet::new();
+    for buyer in 0..8u64 {
+        let (app, sku) = (app.clone(), sku.clone());
+        buyers.spawn(async move {
+            let mut fates = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < end {
+                n += 1;
+                let user = (buyer * 7919 + n * 104_729) % USERS + 1;
+                let key = format!("b{buyer}-{n}");
+                let fate = order_until_answered(&app, &sku, user, &key).await;
+                fates.push((key, fate));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            fates
+        });
+    }
+
+    // Two seconds in: the link is cut; 1.5 s later the master dies.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cut_replication(port).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signal(server_pid(port).await, "-9");
+    await_failover(base, &victim, &app.key(&sku, "orders")).await;
+    restart_node(base, port);
+
+    let mut fates: HashMap<String, Fate> = HashMap::new();
+    while let Some(done) = buyers.join_next().await {
+        fates.extend(done.unwrap());
+    }
+    let accepted: Vec<(&String, &String, u64)> = fates
+        .iter()
+        .filter_map(|(key, fate)| match fate {
+            Fate::Accepted { order_id, user } => Some((key, order_id, *user)),
+            Fate::Refused(_) => None,
+        })
+        .collect();
+    let mut refusals: BTreeMap<&str, usize> = BTreeMap::new();
+    for fate in fates.values() {
+        if let Fate::Refused(code) = fate {
+            *refusals.entry(code.as_str()).or_default() += 1;
+        }
+    }
+    eprintln!(
+        "{} keys: {} accepted, refused {refusals:?}",
+        fates.len(),
+        accepted.len()
+    );
+
+    // Every 202 in the books, once; nothing else in them.
+    let told: HashMap<&str, u64> = accepted
+        .iter()
+        .map(|(_, id, u)| (id.as_str(), *u))
+        .collect();
+    assert_eq!(
+        told.len(),
+        accepted.len(),
+        "two keys were given one order id"
+    );
+    eventually(
+        "every acknowledged order persisted",
+        Duration::from_secs(60),
+        || async {
+            app.persisted(&sku).await.0 as usize >= told.len() && app.pending(&sku).await == 0
+        },
+    )
+    .await;
+    let rows: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT order_id, user_id, quantity FROM tb_order WHERE product_id = ?")
+            .bind(&sku)
+            .fetch_all(&app.mysql)
+            .await
+            .unwrap();
+    let mut in_books: HashMap<&str, usize> = HashMap::new();
+    let mut per_user: HashMap<i64, i64> = HashMap::new();
+    for (id, user, quantity) in &rows {
+        *in_books.entry(id.as_str()).or_default() += 1;
+        *per_user.entry(*user).or_default() += quantity;
+    }
+    for id in told.keys() {
+        assert_eq!(
+            in_books.get(id),
+            Some(&1),
+            "acknowledged order {id} in the books"
+        );
+    }
+    let untold: Vec<_> = in_books
+        .keys()
+        .filter(|id| !told.contains_key(*id))
+        .collect();
+    assert!(
+        untold.is_empty(),
+        "orders in the books nobody was told of: {untold:?}"
+    );
+    let units: i64 = rows.iter().map(|r| r.2).sum();
+    assert!(units as u64 <= STOCK, "oversold: {units} units of {STOCK}");
+    let over: Vec<_> = per_user
+        .iter()
+        .filter(|(_, u)| **u > LIMIT as i64)
+        .collect();
+    assert!(over.is_empty(), "users over the limit: {over:?}");
+    let audit = app.audit(&sku).await;
+    assert_eq!(audit["ok"], true, "{audit:#}");
+}
