@@ -64,7 +64,6 @@ pub struct App {
     listener: TcpListener,
     state: AppState,
     workers: Option<Workers>,
-    database_url: String,
 }
 
 /// The handles to Redis and MySQL, made without connecting: neither needs to
@@ -89,9 +88,9 @@ fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
 /// The background work both `serve` and `worker` start with, until `token`
 /// is cancelled: creating and migrating the database as soon as MySQL
 /// answers, and checking Redis's persistence as soon as Redis answers.
-fn start_dependencies(sales: &Sales, db: &Db, database_url: &str, token: &CancellationToken) {
-    let (db, url, stop) = (db.clone(), database_url.to_owned(), token.clone());
-    tokio::spawn(async move { db.migrate_until_ready(&url, stop).await });
+fn start_dependencies(sales: &Sales, db: &Db, token: &CancellationToken) {
+    let (db, stop) = (db.clone(), token.clone());
+    tokio::spawn(async move { db.migrate_until_ready(stop).await });
     let (redis, stop) = (sales.redis().clone(), token.clone());
     tokio::spawn(async move {
         tokio::select! {
@@ -130,7 +129,6 @@ impl App {
             listener,
             state,
             workers,
-            database_url: settings.database_url.clone(),
         })
     }
 
@@ -154,12 +152,7 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let token = CancellationToken::new();
-        start_dependencies(
-            &self.state.sales,
-            &self.state.db,
-            &self.database_url,
-            &token,
-        );
+        start_dependencies(&self.state.sales, &self.state.db, &token);
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
         tokio::spawn(sweep_buckets(
             self.state.guards.clone(),
@@ -193,7 +186,7 @@ pub async fn run_workers(
     let (sales, db) = connect(settings)?;
     let cfg = settings.workers.clone().unwrap_or_default();
     let token = CancellationToken::new();
-    start_dependencies(&sales, &db, &settings.database_url, &token);
+    start_dependencies(&sales, &db, &token);
     let stop = token.clone();
     tokio::spawn(async move {
         shutdown.await;

@@ -22,7 +22,7 @@ async fn connect(redis: &RedisArgs, db: &DbArgs) -> anyhow::Result<(Sales, Db)> 
     );
     let db_timeout = Duration::from_millis(db.db_timeout_ms.max(10_000));
     let store = Db::connect_lazy(&db.database_url, db_timeout, 2)?;
-    store.create_and_migrate(&db.database_url).await?;
+    store.create_and_migrate().await?;
     Ok((sales, store))
 }
 

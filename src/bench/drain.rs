@@ -33,7 +33,7 @@ pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
-    db.create_and_migrate(url).await?;
+    db.create_and_migrate().await?;
     println!("{} orders per batch size, MySQL at {url}", args.orders);
     println!(
         "{:>6} {:>14} {:>14} {:>7}",

@@ -378,7 +378,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     let redis = Redis::new(&args.redis.target(), Duration::from_secs(5), 4)?;
     let sales = Sales::new(redis, args.redis.key_prefix.clone());
     let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
-    db.create_and_migrate(&args.db.database_url).await?;
+    db.create_and_migrate().await?;
     if !args.local {
         let url = url::Url::parse(&args.url)?;
         let authority = format!(

@@ -321,6 +321,19 @@ pub struct Wait {
     pub timeout: Duration,
 }
 
+impl Wait {
+    /// `NotReplicated` when fewer than `replicas` acknowledged the writes.
+    pub fn confirmed(self, acked: u32) -> Result<(), SaleError> {
+        if acked < self.replicas {
+            return Err(SaleError::NotReplicated {
+                acked,
+                wanted: self.replicas,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Runs the one call in `pipe`, then `WAIT`, as one pipeline on one
 /// connection to the master that holds `key`; returns the call's reply (an
 /// error reply as `Err`) and how many replicas acknowledged. Sent together,

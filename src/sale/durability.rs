@@ -103,26 +103,10 @@ pub async fn check_persistence_when_up(redis: &Redis) {
     }
 }
 
-/// True when `e` says Redis did not answer (down, unreachable, loading).
+/// True when `e` says Redis did not answer (down, unreachable, loading,
+/// failing over); a refused CONFIG (`NOPERM`) is an answer.
 fn not_up_yet(e: &SaleError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    match e {
-        SaleError::Timeout(_) | SaleError::Pool(_) => true,
-        SaleError::Redis(e) => {
-            e.is_io_error()
-                || e.is_connection_refusal()
-                || e.is_connection_dropped()
-                || e.is_timeout()
-                || matches!(
-                    e.kind(),
-                    ErrorKind::ClusterConnectionNotFound
-                        | ErrorKind::Server(
-                            ServerErrorKind::BusyLoading
-                                | ServerErrorKind::ClusterDown
-                                | ServerErrorKind::TryAgain
-                        )
-                )
-        }
-        _ => false,
-    }
+    let refused = matches!(e, SaleError::Redis(r)
+        if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm));
+    e.is_unavailable() && !refused
 }

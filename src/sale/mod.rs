@@ -317,11 +317,8 @@ impl Sales {
                     .await?;
                 // A 202, first answer or replay, only once the replicas have
                 // the order: a failover must not lose an acknowledged one.
-                if acked < wait.replicas && !matches!(reply, scripts::PlaceReply::Rejected(_)) {
-                    return Err(SaleError::NotReplicated {
-                        acked,
-                        wanted: wait.replicas,
-                    });
+                if !matches!(reply, scripts::PlaceReply::Rejected(_)) {
+                    wait.confirmed(acked)?;
                 }
                 reply
             }
@@ -376,13 +373,7 @@ impl Sales {
             .redis
             .bounded(conn::then_wait(&mut pooled, &keys.orders, pipe, wait))
             .await?;
-        if acked < wait.replicas {
-            return Err(SaleError::NotReplicated {
-                acked,
-                wanted: wait.replicas,
-            });
-        }
-        Ok(())
+        wait.confirmed(acked)
     }
 
     /// Units left, or `None` when the sale is not open in Redis.
@@ -475,12 +466,14 @@ impl Sales {
     /// a release a failover lost must stay unmarked, for the sweeper to redo.
     pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
         let keys = self.keys(&order.product_id);
-        let released = match self.wait {
+        let (released, replicated) = match self.wait {
             None => {
                 let mut conn = self.redis.shared().await?;
-                self.redis
+                let released = self
+                    .redis
                     .bounded(scripts::release_stock(&mut conn, &keys, order))
-                    .await?
+                    .await?;
+                (released, Ok(()))
             }
             Some(wait) => {
                 let mut pooled = self.redis.exclusive().get().await?;
@@ -493,17 +486,12 @@ impl Sales {
                         wait,
                     ))
                     .await?;
-                self.sold_out.clear(&order.product_id);
-                if acked < wait.replicas {
-                    return Err(SaleError::NotReplicated {
-                        acked,
-                        wanted: wait.replicas,
-                    });
-                }
-                released
+                (released, wait.confirmed(acked))
             }
         };
+        // The units are back on the master either way.
         self.sold_out.clear(&order.product_id);
+        replicated?;
         Ok(released)
     }
 }

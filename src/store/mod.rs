@@ -80,6 +80,8 @@ impl StoreError {
 #[derive(Clone)]
 pub struct Db {
     pool: MySqlPool,
+    /// `DATABASE_URL`: the database to create and migrate.
+    url: Arc<str>,
     timeout: Duration,
     /// True once the database exists with its tables. Until then every call
     /// answers [`StoreError::NotReady`] (a 503) instead of reaching MySQL:
@@ -105,6 +107,7 @@ impl Db {
             .connect_lazy_with(options);
         Ok(Self {
             pool,
+            url: url.into(),
             timeout,
             ready: Arc::new(watch::Sender::new(false)),
         })
@@ -126,12 +129,12 @@ impl Db {
     /// (a log line per failed attempt) until it succeeds or `stop` is
     /// cancelled. `serve` and `worker` run this beside everything else, so a
     /// MySQL that is down or frozen at start delays only what needs MySQL.
-    pub async fn migrate_until_ready(&self, url: &str, stop: CancellationToken) {
+    pub async fn migrate_until_ready(&self, stop: CancellationToken) {
         let (mut wait, max) = MIGRATE_BACKOFF;
         for attempt in 1u32.. {
             let tried = tokio::select! {
                 _ = stop.cancelled() => return,
-                tried = self.create_and_migrate(url) => tried,
+                tried = self.create_and_migrate() => tried,
             };
             match tried {
                 Ok(()) => {
@@ -153,9 +156,10 @@ impl Db {
         }
     }
 
-    /// Creates the database named in `url` if it is missing, then runs the
+    /// Creates the database named in `DATABASE_URL` if it is missing, then runs the
     /// migrations: `flashsale serve` works on a fresh server with no manual step.
-    pub async fn create_and_migrate(&self, url: &str) -> Result<(), StoreError> {
+    pub async fn create_and_migrate(&self) -> Result<(), StoreError> {
+        let url = &*self.url;
         // Longer than one call's bound: a fresh schema is several DDL statements.
         let bound = (self.timeout * 10).max(Duration::from_secs(30));
         let work = async {

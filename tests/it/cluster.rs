@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::helpers::{Backend, spawn_app_on};
-use crate::nodes::{master_of, replica_of, server_pid, signal};
+use crate::nodes::{master_of, replica_pid, server_pid, signal};
 
 #[tokio::test]
 async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
@@ -67,12 +67,7 @@ fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
 async fn with_wait_an_order_is_answered_once_a_replica_has_it() {
     let app = spawn_app_on(Backend::Cluster, wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
-    for user in 1..=5 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 1..=5).await;
     assert_eq!(app.stock(&sku).await, Some(5));
 }
 
@@ -102,6 +97,24 @@ async fn with_wait_and_no_replica_neither_the_order_nor_its_keyed_retry_gets_a_2
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
 }
 
+/// Sends `request` again, 100 ms apart (5 s at most), while it is answered
+/// 503, as a client retrying with its key would; returns the last answer.
+async fn while_unavailable<F, Fut>(request: F) -> reqwest::Response
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = reqwest::Response>,
+{
+    let mut resp = request().await;
+    for _ in 0..50 {
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        resp = request().await;
+    }
+    resp
+}
+
 /// While the sale's replica lags (paused), keyed retries of an order are
 /// answered 503 like the order itself; once it has caught up, the next
 /// retry gets the order, replayed, deducted once.
@@ -111,9 +124,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     let _cluster = crate::helpers::OwnCluster::start(base);
     let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
-    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port = crate::nodes::port_of(&master);
-    let replica = server_pid(replica_of(port).await).await;
+    let replica = replica_pid(&app, &sku).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
 
     // Paused for less than the cluster's node timeout (2 s): it lags, it
@@ -121,7 +132,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     // Retries land on another instance, as behind a load balancer: its
     // connections never wrote the order, so only the replay's own write
     // makes its WAIT wait for the order.
-    let other = app.twin().await;
+    let other = app.serve_beside(|_| {}).await.ready().await;
     signal(replica, "-STOP");
     let mut answers = vec![app.post_order(&body, Some("k1")).await.status()];
     let retry = || {
@@ -138,14 +149,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     assert_eq!(answers, vec![StatusCode::SERVICE_UNAVAILABLE; 3]);
 
     // The replica catches up within moments; a client keeps retrying.
-    let mut resp = retry().await.unwrap();
-    for _ in 0..50 {
-        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        resp = retry().await.unwrap();
-    }
+    let resp = while_unavailable(|| async { retry().await.unwrap() }).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     assert_eq!(resp.headers()["idempotent-replayed"], "true");
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
@@ -159,9 +163,7 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     let _cluster = crate::helpers::OwnCluster::start(base);
     let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
-    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port = crate::nodes::port_of(&master);
-    let replica = server_pid(replica_of(port).await).await;
+    let replica = replica_pid(&app, &sku).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
 
     // Paused for less than the cluster's node timeout (2 s).
@@ -178,14 +180,7 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     // Once the replica has caught up, the order is persisted (and its keyed
     // retry is answered with it).
     app.drained(&sku, 1).await;
-    let mut resp = app.post_order(&body, Some("k1")).await;
-    for _ in 0..50 {
-        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        resp = app.post_order(&body, Some("k1")).await;
-    }
+    let resp = while_unavailable(|| app.post_order(&body, Some("k1"))).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
 }
 
@@ -218,20 +213,11 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
             .unwrap();
         r
     };
-    let master = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
-    let port = crate::nodes::port_of(&master);
-    let replica = server_pid(replica_of(port).await).await;
+    let replica = replica_pid(&app, &sku).await;
 
     // Paused for less than the cluster's node timeout (2 s).
     signal(replica, "-STOP");
-    let cancel = app
-        .client
-        .post(app.url(&format!("/api/orders/{id}/cancel")))
-        .json(&json!({"user_id": 1}))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let cancel = app.cancel(&id, 1).await.status();
     tokio::time::sleep(Duration::from_millis(700)).await; // the sweeper tries meanwhile
     let marked = released().await;
     signal(replica, "-CONT");
@@ -310,15 +296,7 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     }
     // Two seconds in, the first sale's master crashes (SIGKILL, no goodbye).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let pid = server_pid(port).await;
-    assert!(
-        std::process::Command::new("kill")
-            .arg("-9")
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(server_pid(port).await, "-9");
     // Its replica takes over. Only then may the dead node come back (as the
     // new replica: WAIT needs one), as an operator or orchestrator would do.
     // Back any sooner, with its empty memory, it would still be the master,

@@ -239,3 +239,19 @@ async fn a_body_too_large_closes_the_connection_and_says_so() {
     assert_eq!(answer.status, 200);
     assert_eq!(client.transport_errors, 0);
 }
+
+/// A body that does not arrive within the request timeout is answered 408
+/// with `Connection: close` (the rest of it would never be read).
+#[tokio::test]
+async fn a_body_too_slow_gets_408_and_closes_the_connection() {
+    let app = spawn_app_with(|s| s.limits.request_timeout = Duration::from_millis(300)).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut conn = BufReader::new(TcpStream::connect(&addr).await.expect("connects"));
+    let head = format!("{POST_ORDER}\r\nHost: {addr}\r\nContent-Length: 50\r\n\r\n{{\"user_id\":");
+    conn.get_mut()
+        .write_all(head.as_bytes())
+        .await
+        .expect("sent");
+    let answer = read_answer(&mut conn).await.expect("an answer, not a cut");
+    assert_eq!((answer.status, answer.close), (408, true));
+}

@@ -166,12 +166,7 @@ async fn with_wait_a_master_lost_after_a_replication_cut_loses_no_acknowledged_o
         },
     )
     .await;
-    let rows: Vec<(String, i64, i64)> =
-        sqlx::query_as("SELECT order_id, user_id, quantity FROM tb_order WHERE product_id = ?")
-            .bind(&sku)
-            .fetch_all(&app.mysql)
-            .await
-            .unwrap();
+    let rows = app.order_rows(&sku).await;
     let mut in_books: HashMap<&str, usize> = HashMap::new();
     let mut per_user: HashMap<i64, i64> = HashMap::new();
     for (id, user, quantity) in &rows {

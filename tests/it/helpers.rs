@@ -284,31 +284,49 @@ pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) 
     }
 }
 
-/// A second `serve` over the same sales and database (as a load balancer's
-/// other instance), without workers; it runs until the sender is dropped.
-pub struct Twin {
+/// Another `serve` over the same sales and database (as a load balancer's
+/// other instance); it runs until dropped.
+pub struct Beside {
     pub base: String,
+    pub db: Db,
     _stop: oneshot::Sender<()>,
 }
 
 impl TestApp {
-    pub async fn twin(&self) -> Twin {
-        let settings = Settings {
+    /// Starts another `serve` with this one's settings (no workers) after
+    /// `tweak`, waiting for nothing but its port, as `flashsale serve` starts.
+    pub async fn serve_beside(&self, tweak: impl FnOnce(&mut Settings)) -> Beside {
+        let mut settings = Settings {
             listen_addr: "127.0.0.1:0".parse().expect("literal address"),
             workers: None,
             ..self.settings.clone()
         };
-        let app = App::build(&settings).await.expect("twin builds");
+        tweak(&mut settings);
+        let app = tokio::time::timeout(Duration::from_secs(2), App::build(&settings))
+            .await
+            .expect("start-up waits for no dependency")
+            .expect("builds");
         let base = format!("http://{}", app.local_addr().expect("bound"));
         let db = app.state().db.clone();
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(app.run(async {
             let _ = rx.await;
         }));
-        tokio::time::timeout(Duration::from_secs(30), db.wait_ready())
+        Beside {
+            base,
+            db,
+            _stop: tx,
+        }
+    }
+}
+
+impl Beside {
+    /// Once its database is ready.
+    pub async fn ready(self) -> Self {
+        tokio::time::timeout(Duration::from_secs(30), self.db.wait_ready())
             .await
-            .expect("the twin's database is ready");
-        Twin { base, _stop: tx }
+            .expect("its database is ready");
+        self
     }
 }
 
@@ -437,6 +455,26 @@ impl TestApp {
         req.send().await.expect("request sent")
     }
 
+    /// One order of one unit from each of `users`, each answered 202.
+    pub async fn accept_orders(&self, product_id: &str, users: std::ops::RangeInclusive<u64>) {
+        for user in users {
+            assert_eq!(
+                self.place_order(user, product_id, 1).await.status(),
+                StatusCode::ACCEPTED
+            );
+        }
+    }
+
+    /// `POST /api/orders/{order_id}/cancel` as `user_id`.
+    pub async fn cancel(&self, order_id: &str, user_id: u64) -> Response {
+        self.client
+            .post(self.url(&format!("/api/orders/{order_id}/cancel")))
+            .json(&json!({"user_id": user_id}))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
     pub fn key(&self, product_id: &str, name: &str) -> String {
         format!("{}:{{{product_id}}}:{name}", self.prefix)
     }
@@ -493,6 +531,15 @@ impl TestApp {
         .fetch_one(&self.mysql)
         .await
         .expect("count orders")
+    }
+
+    /// (order id, user id, quantity) of each row of a product in `tb_order`.
+    pub async fn order_rows(&self, product_id: &str) -> Vec<(String, i64, i64)> {
+        sqlx::query_as("SELECT order_id, user_id, quantity FROM tb_order WHERE product_id = ?")
+            .bind(product_id)
+            .fetch_all(&self.mysql)
+            .await
+            .expect("rows of tb_order")
     }
 
     pub async fn available_qty(&self, product_id: &str) -> i64 {

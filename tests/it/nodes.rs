@@ -16,20 +16,32 @@ pub fn port_of(node: &str) -> u16 {
         .expect("host:port")
 }
 
-/// The port of the (first) replica of the Redis server on `port`.
-pub async fn replica_of(port: u16) -> u16 {
+/// `INFO <section>` of the Redis server on `port`.
+async fn info(port: u16, section: &str) -> String {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut c)
         .await
-        .unwrap();
-    info.lines()
+        .unwrap()
+}
+
+/// The port of the (first) replica of the Redis server on `port`.
+pub async fn replica_of(port: u16) -> u16 {
+    info(port, "replication")
+        .await
+        .lines()
         .find_map(|l| l.strip_prefix("slave0:"))
         .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("port=")))
         .and_then(|p| p.parse().ok())
         .expect("a replica in INFO replication")
+}
+
+/// The pid of the replica of the master serving `sku`'s sale.
+pub async fn replica_pid(app: &crate::helpers::TestApp, sku: &str) -> i32 {
+    let master = master_of(app.sales.redis(), &app.key(sku, "orders")).await;
+    server_pid(replica_of(port_of(&master)).await).await
 }
 
 pub fn signal(pid: i32, signal: &str) {
@@ -42,14 +54,9 @@ pub fn signal(pid: i32, signal: &str) {
 
 /// The pid of the Redis server on `port`.
 pub async fn server_pid(port: u16) -> i32 {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut c)
+    info(port, "server")
         .await
-        .unwrap();
-    info.lines()
+        .lines()
         .find_map(|l| l.strip_prefix("process_id:"))
         .and_then(|p| p.trim().parse().ok())
         .expect("process_id in INFO")

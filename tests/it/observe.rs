@@ -104,12 +104,7 @@ async fn metrics_after_a_small_sale_count_what_happened() {
 async fn streams_reports_pending_entries_as_xpending_does() {
     let app = spawn_app_with(|s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
-    for user in 1..=3 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 1..=3).await;
     // A consumer that reads two entries and never acks them.
     let stream = app.key(&sku, "orders");
     let mut r = app.redis.clone();

@@ -5,13 +5,11 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use flashsale::app::App;
 use flashsale::store::Db;
-use tokio::sync::oneshot;
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, assert_refused, eventually, fast_workers, product_body, spawn_app,
-    spawn_app_with,
+    ADMIN_TOKEN, Beside, TestApp, assert_refused, eventually, fast_workers, product_body,
+    spawn_app, spawn_app_with,
 };
 use crate::proxy::{Mode, Proxy};
 
@@ -64,7 +62,7 @@ async fn processes_starting_together_on_a_fresh_database_all_get_it_ready() {
             let url = url.clone();
             tokio::spawn(async move {
                 let store = Db::connect_lazy(&url, Duration::from_secs(5), 2)?;
-                store.create_and_migrate(&url).await
+                store.create_and_migrate().await
             })
         })
         .collect();
@@ -83,25 +81,15 @@ fn through(proxy: &Proxy, url: &str) -> String {
     url.replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port))
 }
 
-/// A second `serve` over the sales and database of `app`, started while
-/// MySQL (reached through `proxy`) is out; it runs until the sender drops.
-async fn serve_beside(app: &TestApp, proxy: &Proxy) -> (String, Db, oneshot::Sender<()>) {
-    let mut settings = app.settings.clone();
-    settings.database_url = through(proxy, &settings.database_url);
-    settings.db_timeout = Duration::from_millis(500);
-    settings.listen_addr = "127.0.0.1:0".parse().unwrap();
-    settings.workers = Some(fast_workers("late"));
-    let started = tokio::time::timeout(Duration::from_secs(2), App::build(&settings)).await;
-    let late = started
-        .expect("start-up does not wait for MySQL")
-        .expect("builds");
-    let base = format!("http://{}", late.local_addr().unwrap());
-    let db = late.state().db.clone();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(late.run(async {
-        let _ = rx.await;
-    }));
-    (base, db, tx)
+/// A second `serve` over the sales and database of `app`, with workers,
+/// reaching MySQL through `proxy` (started while it is out).
+async fn serve_beside(app: &TestApp, proxy: &Proxy) -> Beside {
+    app.serve_beside(|s| {
+        s.database_url = through(proxy, &s.database_url);
+        s.db_timeout = Duration::from_millis(500);
+        s.workers = Some(fast_workers("late"));
+    })
+    .await
 }
 
 /// `serve` started while MySQL is down: alive at once, not ready, takes
@@ -113,7 +101,7 @@ async fn serve_starts_while_mysql_is_down_and_gets_ready_when_it_returns() {
     let sku = app.new_sale(10, 1).await;
     let proxy = Proxy::start("127.0.0.1:3306").await;
     proxy.set_on(false);
-    let (base, db, _stop) = serve_beside(&app, &proxy).await;
+    let Beside { base, db, .. } = &serve_beside(&app, &proxy).await;
     let get = |path: &str| app.client.get(format!("{base}{path}")).send();
     assert_eq!(get("/healthz").await.unwrap().status(), StatusCode::OK);
     assert_eq!(
@@ -168,7 +156,7 @@ async fn serve_starts_while_mysql_is_frozen() {
     let app = spawn_app_with(|s| s.workers = None).await;
     let proxy = Proxy::start("127.0.0.1:3306").await;
     proxy.set_mode(Mode::Stall);
-    let (base, db, _stop) = serve_beside(&app, &proxy).await;
+    let Beside { base, db, .. } = &serve_beside(&app, &proxy).await;
     let get = |path: &str| app.client.get(format!("{base}{path}")).send();
     assert_eq!(get("/healthz").await.unwrap().status(), StatusCode::OK);
     let ready = tokio::time::timeout(Duration::from_secs(3), get("/readyz")).await;
@@ -191,12 +179,7 @@ async fn serve_starts_while_mysql_is_frozen() {
 async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
     let app = spawn_app_with(|s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
-    for user in 1..=3 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 1..=3).await;
     let mysql = Proxy::start("127.0.0.1:3306").await;
     let redis = Proxy::start("127.0.0.1:6379").await;
     mysql.set_on(false);
@@ -249,14 +232,7 @@ async fn an_order_is_answered_from_redis_while_mysql_is_down() {
     let confirmed = place(1).await;
     let cancelled = place(2).await;
     app.drained(&sku, 2).await;
-    let cancel = app
-        .client
-        .post(app.url(&format!("/api/orders/{cancelled}/cancel")))
-        .json(&json!({"user_id": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancel.status(), StatusCode::OK);
+    assert_eq!(app.cancel(&cancelled, 2).await.status(), StatusCode::OK);
     let lookup = |id: String| {
         let app = &app;
         async move { app.get_json(&format!("/api/orders/{id}")).await }
@@ -326,8 +302,7 @@ async fn a_migration_given_up_while_waiting_for_the_lock_leaves_it_free() {
         .unwrap();
     assert_eq!(held, Some(1));
     let store = Db::connect_lazy(&url, Duration::from_secs(5), 2).unwrap();
-    let gave_up =
-        tokio::time::timeout(Duration::from_secs(1), store.create_and_migrate(&url)).await;
+    let gave_up = tokio::time::timeout(Duration::from_secs(1), store.create_and_migrate()).await;
     assert!(gave_up.is_err(), "the attempt waited for the lock");
     sqlx::query("DO RELEASE_LOCK(?)")
         .bind(&lock)
@@ -340,7 +315,7 @@ async fn a_migration_given_up_while_waiting_for_the_lock_leaves_it_free() {
         None,
         "the given-up attempt's session took the lock and kept it"
     );
-    tokio::time::timeout(Duration::from_secs(10), store.create_and_migrate(&url))
+    tokio::time::timeout(Duration::from_secs(10), store.create_and_migrate())
         .await
         .expect("a new attempt gets the lock")
         .expect("migrates");

@@ -80,12 +80,7 @@ async fn a_sold_out_sale_is_drained_into_mysql_exactly_once(backend: Backend) {
     assert_eq!(app.stock(&sku).await, Some(0));
 
     // Every accepted order is there with its own fields, and reads back confirmed.
-    let rows: Vec<(String, i64, i64)> =
-        sqlx::query_as("SELECT order_id, user_id, quantity FROM tb_order WHERE product_id = ?")
-            .bind(&sku)
-            .fetch_all(&app.mysql)
-            .await
-            .unwrap();
+    let rows = app.order_rows(&sku).await;
     let rows: HashSet<(String, u64, u64)> = rows
         .into_iter()
         .map(|(id, u, q)| (id, u as u64, q as u64))
@@ -110,12 +105,7 @@ async fn a_sold_out_sale_is_drained_into_mysql_exactly_once(backend: Backend) {
 async fn a_worker_killed_between_commit_and_ack_is_finished_by_another(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
-    for user in 1..=5 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 1..=5).await;
     // The doomed worker reads the batch and commits it ...
     let batch = read_as(&app, &sku, "doomed", 10).await;
     assert_eq!(batch.len(), 5);
@@ -381,12 +371,7 @@ async fn more_open_sales_than_pooled_connections_are_all_drained(backend: Backen
     let mut skus = Vec::new();
     for _ in 0..6 {
         let sku = app.new_sale(5, 1).await;
-        for user in 1..=3 {
-            assert_eq!(
-                app.place_order(user, &sku, 1).await.status(),
-                StatusCode::ACCEPTED
-            );
-        }
+        app.accept_orders(&sku, 1..=3).await;
         skus.push(sku);
     }
     for sku in &skus {
