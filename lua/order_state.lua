@@ -30,7 +30,11 @@ if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   return {record, 'cancel_requested'}
 end
 
-local entry = cjson.decode(record)['entry_id']
+local decoded = cjson.decode(record)
+if decoded['booked'] then
+  return {record, 'persisted'} -- restored from the books (restore_booked.lua)
+end
+local entry = decoded['entry_id']
 if type(entry) ~= 'string' then
   return {record, 'queued'}
 end

@@ -204,6 +204,7 @@ async fn pooled_order(sales: &Sales, product: &ProductId, user: u64) -> Result<(
                 product,
                 quantity: 1,
                 idempotency_field: None,
+                idempotency_key: None,
             },
         ))
         .await?;

@@ -45,6 +45,9 @@ pub struct SaleAudit {
     pub cancelled_unreturned: i64,
     pub dead_letters: i64,
     pub available_qty: i64,
+    /// What reconciliation restored in Redis from the books, after Redis
+    /// lost writes (a failover, a restart); zeros when it never had to.
+    pub repaired: crate::sale::Repairs,
     pub checks: Vec<Check>,
 }
 
@@ -143,12 +146,19 @@ pub async fn audit_sale(
         ),
     });
     checks.push(Check {
+        name: "not oversold: confirmed + paid <= initial",
+        ok: confirmed + paid <= initial,
+        detail: format!("{} vs {initial}", confirmed + paid),
+    });
+    checks.push(Check {
         name: "no dead letters (orders answered 202 that are not in the books)",
         ok: dead_entries.is_empty(),
         detail: format!("{} dead letters, {dead_letters} units", dead_entries.len()),
     });
+    let repaired = sales.repairs(&id).await?;
     Ok(SaleAudit {
         product_id: product.product_id.clone(),
+        repaired,
         initial,
         redis_stock,
         pending,
@@ -202,6 +212,13 @@ pub fn render(audits: &[SaleAudit]) -> String {
             a.available_qty,
             if a.ok() { "ok" } else { "MISMATCH" }
         ));
+        let r = &a.repaired;
+        if r.orders + r.releases + r.idempotency_records > 0 {
+            out.push_str(&format!(
+                "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records restored\n",
+                r.orders, r.units, r.releases, r.idempotency_records
+            ));
+        }
         for c in a.checks.iter().filter(|c| !c.ok) {
             out.push_str(&format!("    FAIL {}: {}\n", c.name, c.detail));
         }

@@ -9,10 +9,12 @@
 //! leaves `cancelled` + `released = 0`, which the workers' sweeper finds and
 //! finishes; since the Redis half is idempotent, finishing it twice counts once.
 //!
-//! [`audit`] proves the books balance; [`recover`] rebuilds a sale in Redis
-//! from MySQL after Redis lost it.
+//! [`audit`] proves the books balance; [`reconcile`] restores in Redis what
+//! a failover lost of a sale; [`recover`] rebuilds a sale in Redis from
+//! MySQL after Redis lost it entirely.
 
 pub mod audit;
+pub mod reconcile;
 pub mod recover;
 
 use std::time::Duration;
@@ -218,5 +220,6 @@ fn pending_of(row: &OrderRow) -> Result<PendingOrder, BooksError> {
         quantity: row.quantity as u64,
         price: row.price,
         created_ms: row.created,
+        idempotency_key: row.idempotency_key.clone(),
     })
 }

@@ -1,25 +1,28 @@
 //! `flashsale recover --product ID`: rebuilds a sale in Redis from MySQL after
 //! Redis lost it (a restart without persistence, a flushed database).
 //!
-//! From `tb_order`: the stock is `initial − confirmed − paid` (cancelled units
-//! are back on sale), each buyer's count is the units of their confirmed and
-//! paid orders (so the per-user limit still holds), and the released set
-//! holds every cancelled order (so none is given back twice). The sale hash,
-//! which lets orders in, is written last.
+//! From `tb_order`, with the same script as reconciliation
+//! (`lua/restore_booked.lua`) on a stock reset to `initial`: the stock is
+//! `initial − confirmed − paid` (cancelled units are back on sale), each
+//! buyer's count is the units of their confirmed and paid orders (so the
+//! per-user limit still holds), the released set holds every cancelled order
+//! (so none is given back twice), and each order's record and idempotency
+//! record are back (a retry with the key answers the first order). The sale
+//! hash, which lets orders in, is written last.
 //!
 //! It refuses when Redis still has the sale, or when the sale's stream holds
 //! orders MySQL does not have yet (recovering then would forget them), unless
 //! forced.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use redis::AsyncCommands;
 use serde::Serialize;
 
 use super::BooksError;
 use crate::domain::ProductId;
-use crate::sale::{SaleError, SaleSpec, Sales};
-use crate::store::{CANCELLED, CONFIRMED, Db, PAID};
+use crate::sale::{BookedState, SaleError, SaleSpec, Sales};
+use crate::store::Db;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Recovered {
@@ -28,9 +31,6 @@ pub struct Recovered {
     pub buyers: usize,
     pub released: usize,
 }
-
-/// Writes per Redis command while restoring (bounded request sizes).
-const CHUNK: usize = 500;
 
 pub async fn recover(
     sales: &Sales,
@@ -48,7 +48,19 @@ pub async fn recover(
     if has_sale && !force {
         return Err(BooksError::Refused("Redis still has this sale".into()));
     }
-    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+    // Orders in the books, and orders voided (never to be persisted).
+    let voided: std::collections::HashMap<String, String> =
+        redis.bounded(conn.hgetall(&keys.void)).await?;
+    let persisted: HashSet<&str> = rows
+        .iter()
+        .map(|r| r.order_id.as_str())
+        .chain(
+            voided
+                .iter()
+                .filter(|(_, s)| *s == "void")
+                .map(|(id, _)| id.as_str()),
+        )
+        .collect();
     let stream: redis::Value = redis.bounded(conn.xrange_all(&keys.orders)).await?;
     let unpersisted = crate::worker::Entry::decode_list(stream)
         .map_err(|e| SaleError::from(redis::RedisError::from(e)))?
@@ -65,34 +77,14 @@ pub async fn recover(
         )));
     }
 
-    let mut bought: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut sold = 0;
-    let mut released = Vec::new();
-    for r in &rows {
-        if r.status == CONFIRMED || r.status == PAID {
-            *bought.entry(r.user_id).or_default() += r.quantity;
-            sold += r.quantity;
-        } else if r.status == CANCELLED {
-            released.push(r.order_id.as_str());
-        }
-    }
-    let stock = (product.initial_qty - sold).max(0);
-
-    // Closed while it is rebuilt: without the sale hash every order is refused.
-    redis
-        .bounded(conn.del::<_, ()>(&[&keys.sale, &keys.stock, &keys.bought, &keys.released]))
+    // Closed while it is rebuilt: without the sale hash every order is
+    // refused. The stock starts full and the books' orders are taken off it.
+    sales
+        .reset(product_id, product.initial_qty.max(0) as u64)
         .await?;
-    let pairs: Vec<(i64, i64)> = bought.iter().map(|(u, q)| (*u, *q)).collect();
-    for chunk in pairs.chunks(CHUNK) {
-        redis
-            .bounded(conn.hset_multiple::<_, _, _, ()>(&keys.bought, chunk))
-            .await?;
-    }
-    for chunk in released.chunks(CHUNK) {
-        redis
-            .bounded(conn.sadd::<_, _, ()>(&keys.released, chunk))
-            .await?;
-    }
+    let booked = super::reconcile::booked(&rows)?;
+    let restored = sales.restore_booked(product_id, &booked, false).await?;
+    let stock = restored.stock.max(0);
     let spec = SaleSpec {
         stock: stock as u64,
         start_ms: product.start_time,
@@ -107,11 +99,20 @@ pub async fn recover(
         );
     }
     db.mark_all_released(product_id).await?;
-    tracing::info!(product_id = %product_id, stock, buyers = bought.len(), "sale recovered from MySQL");
+    let buyers: HashSet<u64> = booked
+        .iter()
+        .filter(|b| b.state == BookedState::Sold)
+        .map(|b| b.order.user_id)
+        .collect();
+    let released = booked
+        .iter()
+        .filter(|b| b.state != BookedState::Sold)
+        .count();
+    tracing::info!(product_id = %product_id, stock, buyers = buyers.len(), "sale recovered from MySQL");
     Ok(Recovered {
         product_id: product_id.to_string(),
         stock,
-        buyers: bought.len(),
-        released: released.len(),
+        buyers: buyers.len(),
+        released,
     })
 }

@@ -56,7 +56,7 @@ pub enum ApiError {
     InvalidTransition(String),
     /// Accepted in Redis, but not confirmed by the replicas WAIT asked for.
     #[error(
-        "the order was taken but not confirmed by Redis replicas in time; retry with the same Idempotency-Key to get it"
+        "the order was not confirmed by Redis replicas in time; retry with the same Idempotency-Key to learn its outcome (it was taken back, unless another request with the key answered it)"
     )]
     NotReplicated,
     /// Too many requests from this user or address: retry after this long.

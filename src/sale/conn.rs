@@ -305,6 +305,56 @@ impl Redis {
         Err(SaleError::Corrupt(format!("no master serves slot {slot}")))
     }
 
+    /// For each hash tag: an id of the Redis master that serves it, which
+    /// changes when that master's data may have changed under us: on a
+    /// cluster the slot's master node id (a failover promotes another
+    /// node), on a single server its replication id (new at every restart).
+    /// One command per call, however many tags.
+    pub async fn master_epochs(&self, tags: &[&str]) -> Result<Vec<String>, SaleError> {
+        let mut conn = self.shared().await?;
+        if !self.is_cluster() {
+            let info: String = self
+                .bounded(redis::cmd("INFO").arg("replication").query_async(&mut conn))
+                .await?;
+            let replid = info
+                .lines()
+                .find_map(|l| l.strip_prefix("master_replid:"))
+                .map(|id| id.trim().to_owned())
+                .ok_or_else(|| {
+                    SaleError::Corrupt("INFO replication without master_replid".into())
+                })?;
+            return Ok(vec![replid; tags.len()]);
+        }
+        let ranges: Vec<Value> = self
+            .bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn))
+            .await?;
+        let mut owners: Vec<(i64, i64, String)> = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            if let Value::Array(parts) = range
+                && let [Value::Int(start), Value::Int(end), Value::Array(node), ..] =
+                    parts.as_slice()
+            {
+                // [host, port, node id]: the id when given, else the address.
+                let id: Vec<String> = node
+                    .iter()
+                    .filter_map(|v| redis::FromRedisValue::from_redis_value(v.clone()).ok())
+                    .collect();
+                let owner = id.get(2).cloned().unwrap_or_else(|| id.join(":"));
+                owners.push((*start, *end, owner));
+            }
+        }
+        Ok(tags
+            .iter()
+            .map(|tag| {
+                let slot = i64::from(key_slot(tag));
+                owners
+                    .iter()
+                    .find(|(start, end, _)| *start <= slot && slot <= *end)
+                    .map_or_else(|| "unserved".to_owned(), |(_, _, owner)| owner.clone())
+            })
+            .collect())
+    }
+
     /// `PING`: is Redis answering? (On a cluster: every master.)
     pub async fn ping(&self) -> Result<(), SaleError> {
         let mut conn = self.shared().await?;
@@ -312,6 +362,23 @@ impl Redis {
             .await
             .map(|_| ())
     }
+}
+
+/// The Redis Cluster slot of keys whose hash tag is `tag` (CRC16/XMODEM
+/// of the tag, modulo 16384).
+pub fn key_slot(tag: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in tag.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 /// Durability of an accepted order: `WAIT replicas timeout` after the script.
@@ -364,4 +431,15 @@ pub async fn then_wait(
         .map_err(|_| redis::ParsingError::from("a call and a WAIT give two replies"))?;
     let acked = redis::FromRedisValue::from_redis_value(acked.extract_error()?)?;
     Ok((reply.extract_error()?, acked))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn key_slot_matches_redis() {
+        // `CLUSTER KEYSLOT` answers, from a Redis 7 server.
+        assert_eq!(super::key_slot("foo"), 12182);
+        assert_eq!(super::key_slot("sku-1"), 4521);
+        assert_eq!(super::key_slot(""), 0);
+    }
 }

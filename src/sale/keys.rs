@@ -29,6 +29,15 @@ pub struct SaleKeys {
     /// String: when a worker last made sure the replicas had the sale's
     /// stream before persisting it (written for its WAIT to count; expires).
     pub replicated: String,
+    /// Hash: order_id -> "void" (taken back after its WAIT failed, never to
+    /// be persisted) or "replayed" (a keyed retry answered it: not voidable).
+    pub void: String,
+    /// String: the highest stream entry id a worker has claimed for
+    /// persisting (after its WAIT); orders up to it can no longer be voided.
+    pub claimed: String,
+    /// Hash: what reconciliation restored from the books after Redis lost
+    /// writes (orders, units, releases, idempotency_records, last_ms).
+    pub repaired: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -54,6 +63,9 @@ impl SaleKeys {
             dead: key("dead"),
             cancels: key("cancels"),
             replicated: key("replicated"),
+            void: key("void"),
+            claimed: key("claimed"),
+            repaired: key("repaired"),
         }
     }
 }
@@ -78,6 +90,9 @@ mod tests {
             &keys.dead,
             &keys.cancels,
             &keys.replicated,
+            &keys.void,
+            &keys.claimed,
+            &keys.repaired,
         ] {
             let tag = key
                 .split_once('{')

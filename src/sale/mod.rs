@@ -118,6 +118,8 @@ pub struct PendingOrder {
     pub quantity: u64,
     pub price: Decimal,
     pub created_ms: i64,
+    /// The Idempotency-Key it was placed with, if any.
+    pub idempotency_key: Option<String>,
 }
 
 /// How far an accepted order got, as far as Redis knows (`order_state.lua`).
@@ -146,9 +148,87 @@ pub struct Placed {
     pub replayed: bool,
 }
 
+/// An order as the books (MySQL) hold it, for [`Sales::restore_booked`].
+#[derive(Debug, Clone)]
+pub struct Booked {
+    pub order: PendingOrder,
+    pub state: BookedState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookedState {
+    /// Confirmed or paid: its units are sold.
+    Sold,
+    /// Cancelled; its units are not yet back in Redis.
+    Cancelled,
+    /// Cancelled, and its units were given back to Redis.
+    Returned,
+}
+
+/// What [`Sales::restore_booked`] put back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Restored {
+    /// Orders Redis did not know.
+    pub orders: u64,
+    /// Units taken off the stock for them.
+    pub units: u64,
+    /// Releases Redis had lost, done again.
+    pub releases: u64,
+    /// Idempotency records restored.
+    pub idempotency_records: u64,
+    /// The sale's stock after the last chunk (negative: oversold by that much).
+    pub stock: i64,
+}
+
+impl Restored {
+    fn add(self, o: Restored) -> Restored {
+        Restored {
+            orders: self.orders + o.orders,
+            units: self.units + o.units,
+            releases: self.releases + o.releases,
+            idempotency_records: self.idempotency_records + o.idempotency_records,
+            stock: o.stock,
+        }
+    }
+
+    /// True when Redis had lost nothing.
+    pub fn is_empty(&self) -> bool {
+        self.orders == 0 && self.releases == 0 && self.idempotency_records == 0
+    }
+}
+
+/// What reconciliation restored in a sale over its life (its `repaired` hash).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Repairs {
+    pub orders: u64,
+    pub units: u64,
+    pub releases: u64,
+    pub idempotency_records: u64,
+    /// When the last repair was made (Redis time, epoch ms).
+    pub last_ms: Option<i64>,
+}
+
+/// The `accepted` record of an order restored from the books: no stream
+/// entry (it is persisted), marked `booked`.
+fn booked_record(o: &PendingOrder) -> String {
+    serde_json::json!({
+        "user_id": o.user_id,
+        "quantity": o.quantity,
+        "price": o.price.to_string(),
+        "created_ms": o.created_ms,
+        "booked": true,
+    })
+    .to_string()
+}
+
+/// Orders per `restore_booked.lua` call (bounded script run time).
+const RESTORE_CHUNK: usize = 200;
+
 /// An order's record in the `accepted` hash, as `place_order.lua` writes it.
 #[derive(Debug, Deserialize)]
 struct AcceptedRecord {
+    #[serde(default)]
+    idempotency_key: Option<String>,
     user_id: u64,
     quantity: u64,
     price: Decimal,
@@ -170,6 +250,7 @@ impl AcceptedRecord {
             quantity: r.quantity,
             price: r.price,
             created_ms: r.created_ms,
+            idempotency_key: r.idempotency_key,
         })
     }
 }
@@ -292,6 +373,7 @@ impl Sales {
             product,
             quantity,
             idempotency_field: idem.as_deref(),
+            idempotency_key,
         };
         self.script_calls.fetch_add(1, Ordering::Relaxed);
         let reply = match self.wait {
@@ -317,8 +399,21 @@ impl Sales {
                     .await?;
                 // A 202, first answer or replay, only once the replicas have
                 // the order: a failover must not lose an acknowledged one.
-                if !matches!(reply, scripts::PlaceReply::Rejected(_)) {
-                    wait.confirmed(acked)?;
+                match (&reply, wait.confirmed(acked)) {
+                    (scripts::PlaceReply::Rejected(_), _) | (_, Ok(())) => {}
+                    (scripts::PlaceReply::Replayed { .. }, Err(e)) => return Err(e),
+                    // A 503 for a new order: take it back, so that it never
+                    // reaches the books unless a later answer is a 202.
+                    // (Unless a worker claimed it meanwhile, after its own
+                    // WAIT: then the replicas have it after all.)
+                    (scripts::PlaceReply::Accepted { .. }, Err(e)) => {
+                        let voided = self
+                            .void(&mut pooled, &keys, &order_id, idem.as_deref(), product)
+                            .await;
+                        if voided != Some(scripts::Voided::Claimed) {
+                            return Err(e);
+                        }
+                    }
                 }
                 reply
             }
@@ -332,6 +427,7 @@ impl Sales {
                     quantity,
                     price,
                     created_ms,
+                    idempotency_key: idempotency_key.map(str::to_owned),
                 },
                 replayed: false,
             }),
@@ -346,6 +442,56 @@ impl Sales {
                 Err(SaleError::Rejected(r))
             }
         }
+    }
+
+    /// Takes back an order whose WAIT failed (see `lua/void_order.lua`), on
+    /// the connection that placed it; `None` when Redis did not answer (the
+    /// order then stands, like one a keyed retry answered: see the README).
+    async fn void(
+        &self,
+        conn: &mut Conn,
+        keys: &SaleKeys,
+        order_id: &OrderId,
+        idempotency_field: Option<&str>,
+        product: &ProductId,
+    ) -> Option<scripts::Voided> {
+        let voided = self
+            .redis
+            .bounded(scripts::void_order(conn, keys, order_id, idempotency_field))
+            .await;
+        match voided {
+            Ok(scripts::Voided::Void) => {
+                self.sold_out.clear(product);
+                tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
+            }
+            Ok(scripts::Voided::Claimed) => {}
+            Ok(other) => {
+                tracing::warn!(order_id = %order_id, outcome = ?other, "unconfirmed order not voided; it stands");
+            }
+            Err(ref e) => {
+                tracing::warn!(order_id = %order_id, error = %e, "unconfirmed order not voided; it stands");
+            }
+        }
+        voided.ok()
+    }
+
+    /// Before a worker persists a batch: raises the sale's claimed mark to
+    /// `last_entry` (no order up to it can be voided from now on) and
+    /// returns the batch's orders that were voided, to be acked without a
+    /// row. Call it after [`Sales::confirm_replicated`].
+    pub async fn claim(
+        &self,
+        product: &ProductId,
+        last_entry: &str,
+        order_ids: &[&str],
+    ) -> Result<Vec<String>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(scripts::claim_batch(
+                &mut conn, &keys, last_entry, order_ids,
+            ))
+            .await
     }
 
     /// With WAIT configured: returns once the replicas hold everything
@@ -374,6 +520,85 @@ impl Sales {
             .bounded(conn::then_wait(&mut pooled, &keys.orders, pipe, wait))
             .await?;
         wait.confirmed(acked)
+    }
+
+    /// Brings the sale's Redis state in line with orders the books hold (see
+    /// `lua/restore_booked.lua`): orders Redis lost come back with their
+    /// units, buyer counts and idempotency records; releases it lost are
+    /// done again. Idempotent, chunk by chunk atomic, safe while the sale
+    /// takes orders. `count_as_repair` records it in the sale's repaired hash.
+    pub async fn restore_booked(
+        &self,
+        product: &ProductId,
+        booked: &[Booked],
+        count_as_repair: bool,
+    ) -> Result<Restored, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let mut total = Restored::default();
+        for chunk in booked.chunks(RESTORE_CHUNK) {
+            let done = self
+                .redis
+                .bounded(scripts::restore_booked(
+                    &mut conn,
+                    &keys,
+                    chunk,
+                    count_as_repair,
+                ))
+                .await?;
+            total = total.add(done);
+        }
+        if !total.is_empty() {
+            self.sold_out.clear(product);
+        }
+        Ok(total)
+    }
+
+    /// Before `flashsale recover` rebuilds a sale from the books: drops what
+    /// Redis has left of its state and sets the stock to `initial` (the
+    /// sale hash stays away, so every order is refused until it is open).
+    pub async fn reset(&self, product: &ProductId, initial: u64) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&[
+                &keys.sale,
+                &keys.stock,
+                &keys.bought,
+                &keys.released,
+                &keys.accepted,
+                &keys.idem,
+                &keys.void,
+            ])
+            .ignore()
+            .set(&keys.stock, initial)
+            .ignore();
+        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    /// For each sale: an id of the Redis master serving it, which changes
+    /// when its data may have changed under us (a failover, a restart); see
+    /// [`Redis::master_epochs`].
+    pub async fn master_epochs(&self, products: &[ProductId]) -> Result<Vec<String>, SaleError> {
+        let tags: Vec<&str> = products.iter().map(ProductId::as_str).collect();
+        self.redis.master_epochs(&tags).await
+    }
+
+    /// What reconciliation has restored in this sale so far (zeros: nothing).
+    pub async fn repairs(&self, product: &ProductId) -> Result<Repairs, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let h: std::collections::HashMap<String, i64> =
+            self.redis.bounded(conn.hgetall(&keys.repaired)).await?;
+        let get = |k: &str| h.get(k).copied().unwrap_or(0).max(0) as u64;
+        Ok(Repairs {
+            orders: get("orders"),
+            units: get("units"),
+            releases: get("releases"),
+            idempotency_records: get("idempotency_records"),
+            last_ms: h.get("last_ms").copied(),
+        })
     }
 
     /// Units left, or `None` when the sale is not open in Redis.

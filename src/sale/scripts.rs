@@ -17,6 +17,12 @@ static PLACE_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/place_order.lua")));
 static RELEASE_STOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
+static VOID_ORDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/void_order.lua")));
+static CLAIM_BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/claim_batch.lua")));
+static RESTORE_BOOKED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/restore_booked.lua")));
 static ORDER_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/order_state.lua")));
 
@@ -51,6 +57,109 @@ pub async fn order_state(
         }
     };
     Ok(Some((record, progress)))
+}
+
+/// What `void_order.lua` did with an order whose WAIT failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Voided {
+    /// Taken back: it will never be persisted.
+    Void,
+    /// A worker claimed it after its own WAIT: the replicas have it.
+    Claimed,
+    /// A keyed retry answered it since: it stands.
+    Replayed,
+    /// This Redis does not know the order (a failover lost it).
+    Unknown,
+}
+
+/// `void_order.lua`.
+pub async fn void_order(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    order_id: &OrderId,
+    idempotency_field: Option<&str>,
+) -> RedisResult<Voided> {
+    let reply: String = VOID_ORDER
+        .key(&keys.accepted)
+        .key(&keys.void)
+        .key(&keys.claimed)
+        .key(&keys.stock)
+        .key(&keys.bought)
+        .key(&keys.idem)
+        .arg(order_id.as_str())
+        .arg(idempotency_field.unwrap_or(""))
+        .invoke_async(conn)
+        .await?;
+    Ok(match reply.as_str() {
+        "void" => Voided::Void,
+        "claimed" => Voided::Claimed,
+        "replayed" => Voided::Replayed,
+        "unknown" => Voided::Unknown,
+        other => {
+            return Err(ParsingError::from(format!("unknown void_order reply {other:?}")).into());
+        }
+    })
+}
+
+/// `claim_batch.lua`: the batch's order ids that were voided.
+pub async fn claim_batch(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    last_entry: &str,
+    order_ids: &[&str],
+) -> RedisResult<Vec<String>> {
+    CLAIM_BATCH
+        .key(&keys.void)
+        .key(&keys.claimed)
+        .arg(last_entry)
+        .arg(order_ids)
+        .invoke_async(conn)
+        .await
+}
+
+/// `restore_booked.lua` for one chunk of orders.
+pub async fn restore_booked(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    booked: &[super::Booked],
+    count_as_repair: bool,
+) -> RedisResult<super::Restored> {
+    let mut call = RESTORE_BOOKED.prepare_invoke();
+    call.key(&keys.accepted)
+        .key(&keys.stock)
+        .key(&keys.bought)
+        .key(&keys.released)
+        .key(&keys.idem)
+        .key(&keys.repaired)
+        .arg(if count_as_repair { "1" } else { "0" });
+    for b in booked {
+        let o = &b.order;
+        let state = match b.state {
+            super::BookedState::Sold => "sold",
+            super::BookedState::Cancelled => "cancelled",
+            super::BookedState::Returned => "returned",
+        };
+        let field = o
+            .idempotency_key
+            .as_ref()
+            .map(|k| format!("{}:{k}", o.user_id))
+            .unwrap_or_default();
+        call.arg(o.order_id.as_str())
+            .arg(o.user_id)
+            .arg(o.quantity)
+            .arg(state)
+            .arg(super::booked_record(o))
+            .arg(field);
+    }
+    let (orders, units, releases, idempotency_records, stock): (u64, u64, u64, u64, i64) =
+        call.invoke_async(conn).await?;
+    Ok(super::Restored {
+        orders,
+        units,
+        releases,
+        idempotency_records,
+        stock,
+    })
 }
 
 /// `open_sale.lua`: returns `(opened_now, stock_left)`.
@@ -167,6 +276,8 @@ pub struct OrderCall<'a> {
     pub product: &'a ProductId,
     pub quantity: u64,
     pub idempotency_field: Option<&'a str>,
+    /// The key alone (kept with the order, for MySQL).
+    pub idempotency_key: Option<&'a str>,
 }
 
 fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvocation<'static> {
@@ -177,11 +288,13 @@ fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvo
         .key(&keys.idem)
         .key(&keys.orders)
         .key(&keys.accepted)
+        .key(&keys.void)
         .arg(order.order_id.as_str())
         .arg(order.user_id)
         .arg(order.product.as_str())
         .arg(order.quantity)
-        .arg(order.idempotency_field.unwrap_or(""));
+        .arg(order.idempotency_field.unwrap_or(""))
+        .arg(order.idempotency_key.unwrap_or(""));
     call
 }
 

@@ -22,6 +22,8 @@ pub struct OrderRow {
     pub updated: i64,
     /// For a cancelled order: its units are back in Redis too.
     pub released: bool,
+    /// The Idempotency-Key it was placed with, if any.
+    pub idempotency_key: Option<String>,
 }
 
 /// What one `persist_orders` call changed.
@@ -36,10 +38,10 @@ pub struct Persisted {
 /// Status of an order once it is in MySQL, awaiting payment.
 pub const CONFIRMED: &str = "confirmed";
 
-const COLUMNS: &str = "order_id, user_id, product_id, quantity, price, status, created, updated";
+const COLUMNS: &str =
+    "order_id, user_id, product_id, quantity, price, status, created, updated, idempotency_key";
 /// The columns of an `OrderRow`.
-pub(super) const ROW: &str =
-    "order_id, user_id, product_id, quantity, price, status, created, updated, released";
+pub(super) const ROW: &str = "order_id, user_id, product_id, quantity, price, status, created, updated, released, idempotency_key";
 
 /// Attempts of one batch when a concurrent writer inserts the same order between
 /// our read and our insert (two workers holding one redelivered entry).
@@ -61,7 +63,8 @@ fn insert_query<'a>(
             .push_bind(o.price)
             .push_bind(CONFIRMED)
             .push_bind(o.created_ms)
-            .push_bind(now);
+            .push_bind(now)
+            .push_bind(o.idempotency_key.as_deref());
     });
     insert
 }

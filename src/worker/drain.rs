@@ -269,10 +269,32 @@ impl SaleWorker {
                 Err(reason) => bad.push((e, reason)),
             }
         }
-        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         // Not a row before the replicas have the entries (with WAIT on):
         // otherwise the batch stays pending and is tried again.
         self.sales.confirm_replicated(&self.product).await?;
+        // Then claim the batch: orders the API voided (their WAIT failed, the
+        // buyer was answered 503) are acked without a row; the rest can no
+        // longer be voided.
+        let mut voided_ids: Vec<&str> = Vec::new();
+        if let Some(last) = entries
+            .iter()
+            .map(|e| e.id.as_str())
+            .max_by_key(|id| entry_order(id))
+        {
+            let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
+            let voided = self.sales.claim(&self.product, last, &ids).await?;
+            if !voided.is_empty() {
+                tracing::info!(count = voided.len(), "voided orders acked without a row");
+                good.retain(|(e, o)| {
+                    let void = voided.iter().any(|v| v == o.order_id.as_str());
+                    if void {
+                        voided_ids.push(e.id.as_str());
+                    }
+                    !void
+                });
+            }
+        }
+        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let metrics = &self.metrics;
         metrics.batch_size.observe(entries.len() as f64);
         let commit = metrics.commit_latency.start_timer();
@@ -312,7 +334,11 @@ impl SaleWorker {
                 metrics.accept_to_persist.observe(waited);
             }
         }
-        let ids: Vec<&str> = good.iter().map(|(e, _)| e.id.as_str()).collect();
+        let ids: Vec<&str> = good
+            .iter()
+            .map(|(e, _)| e.id.as_str())
+            .chain(voided_ids.iter().copied())
+            .collect();
         let mut conn = self.sales.redis().shared().await?;
         let redis = self.sales.redis();
         redis
@@ -376,6 +402,12 @@ impl SaleWorker {
         }
         Ok((dead, kept))
     }
+}
+
+/// A stream entry id's `(ms, seq)`, for ordering ids.
+fn entry_order(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 impl Outcome {

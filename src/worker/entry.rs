@@ -46,6 +46,7 @@ impl Entry {
             quantity: self.number("quantity")?,
             price: self.number("price")?,
             created_ms: self.number("created_ms")?,
+            idempotency_key: self.text("idempotency_key").ok().map(str::to_owned),
         };
         if order.user_id == 0 || order.user_id > i64::MAX as u64 || order.quantity == 0 {
             return Err(format!("order {raw_id} has a zero or out-of-range number"));

@@ -6,10 +6,13 @@
 //! one MySQL transaction, then `XACK`; `XAUTOCLAIM` for entries a crashed
 //! consumer left pending; dead letters for entries that can never be
 //! persisted; trimming of acked entries past their retention. Every command
-//! touches one sale's keys only.
+//! touches one sale's keys only. Beside them, the [`sweeper`] (payment
+//! timeouts, interrupted cancels) and the [`reconciler`] (what a failover
+//! lost in Redis, restored from the books).
 
 pub mod drain;
 mod entry;
+pub mod reconciler;
 mod stream;
 pub mod sweeper;
 
@@ -52,6 +55,9 @@ pub struct WorkerConfig {
     pub payment_timeout: Duration,
     /// How often the sweeper passes (payment timeouts, interrupted cancels).
     pub sweep_every: Duration,
+    /// How often the Redis masters behind the open sales are checked for a
+    /// change (a failover, a restart) that calls for reconciliation.
+    pub reconcile_every: Duration,
     /// A cancel's Redis half missing for this long counts as interrupted.
     pub release_grace: Duration,
 }
@@ -71,6 +77,7 @@ impl Default for WorkerConfig {
             backoff_max: Duration::from_secs(5),
             payment_timeout: Duration::from_secs(15 * 60),
             sweep_every: Duration::from_secs(5),
+            reconcile_every: Duration::from_secs(1),
             release_grace: Duration::from_secs(10),
         }
     }
@@ -161,6 +168,11 @@ impl Workers {
             self.cfg.sweep_every,
             shutdown.clone(),
         ));
+        let reconciling = tokio::spawn(reconciler::run(
+            reconciler::Reconciler::new(self.sales.clone(), self.db.clone()),
+            self.cfg.reconcile_every,
+            shutdown.clone(),
+        ));
         let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
@@ -200,6 +212,7 @@ impl Workers {
             let _ = task.await;
         }
         let _ = sweeping.await;
+        let _ = reconciling.await;
         tracing::info!("stream workers stopped");
     }
 }

@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::helpers::{Backend, spawn_app_on};
+use crate::helpers::{Backend, eventually, spawn_app_on};
 use crate::nodes::{master_of, replica_pid, server_pid, signal};
 
 #[tokio::test]
@@ -75,9 +75,14 @@ async fn with_wait_an_order_is_answered_once_a_replica_has_it() {
 /// is every keyed retry of it: a 202, first answer or replay, means the
 /// replicas have the order.
 #[tokio::test]
-async fn with_wait_and_no_replica_neither_the_order_nor_its_keyed_retry_gets_a_202() {
+async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_persisted() {
     // The single test server has no replica: WAIT times out with 0 acks.
-    let app = spawn_app_on(Backend::Single, wait_for_one_replica).await;
+    // (No workers in the service: their WAIT would keep the entries.)
+    let app = spawn_app_on(Backend::Single, |s| {
+        wait_for_one_replica(s);
+        s.workers = None;
+    })
+    .await;
     let sku = app.new_sale(10, 2).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
     for attempt in 0..3 {
@@ -94,7 +99,36 @@ async fn with_wait_and_no_replica_neither_the_order_nor_its_keyed_retry_gets_a_2
             "{err}"
         );
     }
-    assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
+    // Each attempt was a new order (the key's record went with the void),
+    // each taken back: stock and allowance whole.
+    assert_eq!(app.stock(&sku).await, Some(10), "nothing deducted");
+    assert_eq!(app.bought(&sku, 1).await, 0);
+    assert_eq!(app.stream_len(&sku).await, 3);
+
+    // A worker (here one without WAIT, so that it gets that far) acks the
+    // voided entries without a row.
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let sales = flashsale::sale::Sales::new(app.sales.redis().clone(), app.prefix.clone());
+    let workers = flashsale::worker::Workers::new(
+        sales,
+        app.db.clone(),
+        crate::helpers::fast_workers("no-wait"),
+    );
+    let mut worker = workers.sale_worker(product);
+    let mut acked = 0;
+    for _ in 0..3 {
+        acked += worker.step().await.unwrap().acked;
+    }
+    acked += worker.finish().await.unwrap().acked;
+    assert_eq!(acked, 3);
+    assert_eq!(
+        app.persisted(&sku).await.0,
+        0,
+        "a voided order was persisted"
+    );
+    assert_eq!(app.pending(&sku).await, 0);
+    let audit = app.audit(&sku).await;
+    assert_eq!(audit["ok"], true, "{audit:#}");
 }
 
 /// Sends `request` again, 100 ms apart (5 s at most), while it is answered
@@ -133,8 +167,6 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     // connections never wrote the order, so only the replay's own write
     // makes its WAIT wait for the order.
     let other = app.serve_beside(|_| {}).await.ready().await;
-    signal(replica, "-STOP");
-    let mut answers = vec![app.post_order(&body, Some("k1")).await.status()];
     let retry = || {
         app.client
             .post(format!("{}/api/orders", other.base))
@@ -142,17 +174,29 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
             .json(&body)
             .send()
     };
-    for _ in 0..2 {
-        answers.push(retry().await.unwrap().status());
-    }
+    signal(replica, "-STOP");
+    // The retry comes while the first request still waits for its WAIT (a
+    // client that timed out early): that first request can no longer take
+    // the order back, since the retry's answer might be the 202.
+    let first = app.post_order(&body, Some("k1"));
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        retry().await.unwrap()
+    };
+    let (first, second) = tokio::join!(first, second);
+    let third = retry().await.unwrap().status();
     signal(replica, "-CONT");
-    assert_eq!(answers, vec![StatusCode::SERVICE_UNAVAILABLE; 3]);
+    assert_eq!(
+        [first.status(), second.status(), third],
+        [StatusCode::SERVICE_UNAVAILABLE; 3]
+    );
 
     // The replica catches up within moments; a client keeps retrying.
     let resp = while_unavailable(|| async { retry().await.unwrap() }).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     assert_eq!(resp.headers()["idempotent-replayed"], "true");
     assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
+    app.drained(&sku, 1).await;
 }
 
 /// With WAIT on, a worker persists an entry only once the replica has it:
@@ -177,11 +221,30 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     assert_eq!(app.stream_len(&sku).await, 1);
     assert_eq!(persisted, 0, "persisted an order the replica did not have");
 
-    // Once the replica has caught up, the order is persisted (and its keyed
-    // retry is answered with it).
-    app.drained(&sku, 1).await;
+    // Answered 503, the order was taken back: once the replica has caught
+    // up, the worker acks its entry without a row, and the keyed retry is a
+    // new order.
+    eventually(
+        "the voided entry acked",
+        std::time::Duration::from_secs(10),
+        || async { app.pending(&sku).await == 0 },
+    )
+    .await;
+    assert_eq!(
+        app.persisted(&sku).await.0,
+        0,
+        "persisted an order answered 503"
+    );
+    assert_eq!(app.stock(&sku).await, Some(10));
     let resp = while_unavailable(|| app.post_order(&body, Some("k1"))).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    assert!(resp.headers().get("idempotent-replayed").is_none());
+    let order: serde_json::Value = resp.json().await.unwrap();
+    app.drained(&sku, 1).await;
+    let rows = app.order_rows(&sku).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].0, order["order_id"].as_str().unwrap());
+    assert_eq!(app.stock(&sku).await, Some(9), "deducted once");
 }
 
 /// With WAIT on, a cancel's units count as back in Redis (`released = 1`)

@@ -284,7 +284,7 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     let sku = app.new_sale(10, 2).await;
     let paid = buy(&app, 1, &sku, 2).await;
     act(&app, &paid, "pay", 1).await;
-    buy(&app, 2, &sku, 1).await;
+    let keyed = buy_keyed(&app, 2, &sku, 1, "k2").await;
     let cancelled = buy(&app, 3, &sku, 2).await;
     act(&app, &cancelled, "cancel", 3).await;
     books_balance(&app, &sku).await;
@@ -309,6 +309,12 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
         .unwrap();
     assert_eq!((done.stock, done.buyers, done.released), (7, 2, 1));
     assert_eq!(app.stock(&sku).await, Some(7));
+    // A retry with a key answers the order placed before the loss.
+    let body = json!({"user_id": 2, "product_id": sku, "quantity": 1});
+    let replay = app.post_order(&body, Some("k2")).await;
+    assert_eq!(replay.status(), StatusCode::ACCEPTED);
+    let v: Value = replay.json().await.unwrap();
+    assert_eq!(v["order_id"], keyed.as_str());
     // The per-user limits still hold; the cancelled buyer may buy again.
     assert_eq!(
         status_code(app.place_order(1, &sku, 1).await).await.1,
@@ -330,6 +336,87 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
         again,
         Err(flashsale::books::BooksError::Refused(_))
     ));
+}
+
+/// Places a keyed order and waits until a worker confirmed it; returns its id.
+async fn buy_keyed(app: &TestApp, user: u64, sku: &str, quantity: u64, key: &str) -> String {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": quantity});
+    let resp = app.post_order(&body, Some(key)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let v: Value = resp.json().await.unwrap();
+    let id = v["order_id"].as_str().unwrap().to_owned();
+    crate::helpers::eventually("order confirmed", Duration::from_secs(20), || async {
+        app.get_json(&format!("/api/orders/{id}")).await.1["status"] == "confirmed"
+    })
+    .await;
+    id
+}
+
+/// What a failover to a replica that missed the last writes leaves: the
+/// books hold two orders and a release that Redis no longer knows.
+async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(10, 2).await;
+    let first = buy_keyed(&app, 1, &sku, 2, "a").await;
+    let second = buy_keyed(&app, 2, &sku, 1, "b").await;
+    let cancelled = buy_keyed(&app, 3, &sku, 2, "c").await;
+    assert_eq!(act(&app, &cancelled, "cancel", 3).await.0, StatusCode::OK);
+    books_balance(&app, &sku).await;
+    assert_eq!(app.stock(&sku).await, Some(7));
+
+    // Redis loses the two orders (record, units, buyer counts, key records)
+    // and the cancel's release.
+    let mut r = app.redis.clone();
+    let _: () = redis::pipe()
+        .hdel(app.key(&sku, "accepted"), &[&first, &second])
+        .incr(app.key(&sku, "stock"), 3)
+        .hdel(app.key(&sku, "bought"), &["1", "2"])
+        .hdel(app.key(&sku, "idem"), &["1:a", "2:b"])
+        .srem(app.key(&sku, "released"), &cancelled)
+        .incr(app.key(&sku, "stock"), -2)
+        .hset(app.key(&sku, "bought"), "3", 2)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let product = app.db.product(&pid(&sku)).await.unwrap().unwrap();
+    let before = audit::audit_sale(&app.sales, &app.db, &product)
+        .await
+        .unwrap();
+    assert!(!before.ok(), "the loss shows in the audit");
+
+    // A reconciler that has not seen this sale's master yet (as at a
+    // worker's start, or after a failover) restores it; a second check,
+    // with the master unchanged, does nothing.
+    let mut reconciler =
+        flashsale::worker::reconciler::Reconciler::new(app.sales.clone(), app.db.clone());
+    assert!(reconciler.check().await.unwrap() >= 1);
+    assert_eq!(reconciler.check().await.unwrap(), 0);
+    assert_eq!(app.stock(&sku).await, Some(7));
+    let audited = books_balance(&app, &sku).await;
+    let r = audited.repaired;
+    assert_eq!(
+        (r.orders, r.units, r.releases, r.idempotency_records),
+        (2, 3, 1, 2)
+    );
+    // The limits hold again, and a retry with a key answers its first order.
+    assert_eq!(
+        status_code(app.place_order(1, &sku, 1).await).await.1,
+        "limit_exceeded"
+    );
+    assert_eq!(
+        status_code(app.place_order(2, &sku, 2).await).await.1,
+        "limit_exceeded"
+    );
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 2});
+    let replay = app.post_order(&body, Some("a")).await;
+    assert_eq!(replay.status(), StatusCode::ACCEPTED);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let v: Value = replay.json().await.unwrap();
+    assert_eq!(v["order_id"], first.as_str());
+    // The cancelled buyer may buy again; the books balance.
+    buy(&app, 3, &sku, 2).await;
+    app.drained(&sku, 7).await; // 2 + 1 + 2 (cancelled) + 2
+    books_balance(&app, &sku).await;
 }
 
 async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Backend) {
@@ -449,6 +536,7 @@ crate::on_both_backends!(
     a_cancel_interrupted_between_mysql_and_redis_is_repaired,
     a_cancel_of_a_pending_order_is_applied_once_it_is_persisted,
     a_sale_redis_forgot_is_recovered_from_mysql,
+    writes_redis_lost_are_restored_from_the_books_while_the_sale_runs,
     recovery_refuses_while_the_stream_holds_unpersisted_orders,
     the_audit_endpoint_reports_the_books_to_admins,
 );

@@ -1,0 +1,84 @@
+//! Reconciliation after a lost write: when a sale's Redis lost writes that
+//! the books already hold (a failover to a replica that had not received
+//! them, a restart that lost its last writes), Redis would sell those units
+//! again. The workers reconcile each sale when its Redis master changes (see
+//! `worker::reconciler`) and once when they start; `flashsale reconcile`
+//! does it by hand. It reads the sale's orders from MySQL and restores, in
+//! Redis, what is missing there (`lua/restore_booked.lua`): the orders with
+//! their units, the buyers' counts (so limits hold), the idempotency records
+//! (so a retry answers the first order), and lost releases. Online: the sale
+//! keeps taking orders; each chunk of orders is restored atomically.
+//!
+//! What was restored is kept in the sale's `repaired` hash and shown by
+//! `flashsale audit`. A negative stock afterwards means the sale oversold
+//! before the repair (units that Redis sold again while it did not know
+//! them): reported, and the audit fails.
+
+use serde::Serialize;
+
+use super::{BooksError, pending_of};
+use crate::domain::ProductId;
+use crate::sale::{Booked, BookedState, Restored, Sales};
+use crate::store::{CANCELLED, CONFIRMED, Db, OrderRow, PAID};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Reconciled {
+    pub product_id: String,
+    /// False when Redis does not have the sale at all (see `flashsale recover`).
+    pub in_redis: bool,
+    pub restored: Restored,
+}
+
+/// The books' view of each order of `rows` (paid and confirmed sold,
+/// cancelled by whether its units went back to Redis).
+pub(crate) fn booked(rows: &[OrderRow]) -> Result<Vec<Booked>, BooksError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let state = match r.status.as_str() {
+            s if s == CONFIRMED || s == PAID => BookedState::Sold,
+            s if s == CANCELLED && r.released => BookedState::Returned,
+            s if s == CANCELLED => BookedState::Cancelled,
+            _ => continue,
+        };
+        out.push(Booked {
+            order: pending_of(r)?,
+            state,
+        });
+    }
+    Ok(out)
+}
+
+/// Restores in Redis what the books hold and Redis lost, for one sale.
+pub async fn reconcile(
+    sales: &Sales,
+    db: &Db,
+    product: &ProductId,
+) -> Result<Reconciled, BooksError> {
+    if sales.stock(product).await?.is_none() {
+        return Ok(Reconciled {
+            product_id: product.to_string(),
+            in_redis: false,
+            restored: Restored::default(),
+        });
+    }
+    let rows = db.orders_of_product(product).await?;
+    let restored = sales.restore_booked(product, &booked(&rows)?, true).await?;
+    if !restored.is_empty() {
+        tracing::warn!(
+            product_id = %product,
+            orders = restored.orders,
+            units = restored.units,
+            releases = restored.releases,
+            idempotency_records = restored.idempotency_records,
+            "redis had lost writes the books hold; restored them"
+        );
+    }
+    if restored.stock < 0 {
+        tracing::error!(product_id = %product, oversold = -restored.stock, "the sale oversold while redis had lost writes");
+    }
+    Ok(Reconciled {
+        product_id: product.to_string(),
+        in_redis: true,
+        restored,
+    })
+}

@@ -1,0 +1,71 @@
+//! The reconciler: watches the Redis master behind each open sale and, when
+//! it changes (a failover promoted a replica, a server restarted), restores
+//! in Redis what the books hold and the new master lost (see
+//! `books::reconcile`). Every sale is reconciled once when the workers start
+//! too, since a failover may have happened while none ran.
+//!
+//! With `REDIS_WAIT_REPLICAS` ≥ 1 a failover loses nothing the books hold
+//! (workers persist only what the replicas have), so this finds nothing to
+//! do. With 0, it closes the window in which the new master would sell
+//! again units the books hold: at most one check interval plus one pass
+//! after the new master serves (see the README).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::books::BooksError;
+use crate::books::reconcile::reconcile;
+use crate::domain::ProductId;
+use crate::sale::Sales;
+use crate::store::Db;
+
+/// The sales reconciled since their master last changed.
+pub struct Reconciler {
+    sales: Sales,
+    db: Db,
+    /// Product -> the master epoch it was last reconciled under.
+    seen: HashMap<ProductId, String>,
+}
+
+impl Reconciler {
+    pub fn new(sales: Sales, db: Db) -> Self {
+        Self {
+            sales,
+            db,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// One check: reconciles the sales whose master changed (or that were
+    /// never reconciled by this process); returns how many were reconciled.
+    pub async fn check(&mut self) -> Result<usize, BooksError> {
+        let open = self.sales.open_sales().await?;
+        let epochs = self.sales.master_epochs(&open).await?;
+        self.seen.retain(|p, _| open.contains(p));
+        let mut done = 0;
+        for (product, epoch) in open.into_iter().zip(epochs) {
+            if self.seen.get(&product) == Some(&epoch) {
+                continue;
+            }
+            reconcile(&self.sales, &self.db, &product).await?;
+            self.seen.insert(product, epoch);
+            done += 1;
+        }
+        Ok(done)
+    }
+}
+
+/// Checks every `every` until `shutdown`.
+pub async fn run(mut reconciler: Reconciler, every: Duration, shutdown: CancellationToken) {
+    loop {
+        if let Err(e) = reconciler.check().await {
+            tracing::warn!(error = %e, "reconciliation check failed; the next one retries");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
