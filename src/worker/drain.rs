@@ -275,24 +275,19 @@ impl SaleWorker {
         // Then claim the batch: orders the API voided (their WAIT failed, the
         // buyer was answered 503) are acked without a row; the rest can no
         // longer be voided.
-        let mut voided_ids: Vec<&str> = Vec::new();
-        if let Some(last) = entries
+        let last = entries
             .iter()
             .map(|e| e.id.as_str())
             .max_by_key(|id| entry_order(id))
-        {
-            let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
-            let voided = self.sales.claim(&self.product, last, &ids).await?;
-            if !voided.is_empty() {
-                tracing::info!(count = voided.len(), "voided orders acked without a row");
-                good.retain(|(e, o)| {
-                    let void = voided.iter().any(|v| v == o.order_id.as_str());
-                    if void {
-                        voided_ids.push(e.id.as_str());
-                    }
-                    !void
-                });
-            }
+            .unwrap_or("0-0");
+        let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
+        let voided = self.sales.claim(&self.product, last, &ids).await?;
+        let (void, kept): (Vec<_>, Vec<_>) = good
+            .into_iter()
+            .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
+        good = kept;
+        if !void.is_empty() {
+            tracing::info!(count = void.len(), "voided orders acked without a row");
         }
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let metrics = &self.metrics;
@@ -337,7 +332,7 @@ impl SaleWorker {
         let ids: Vec<&str> = good
             .iter()
             .map(|(e, _)| e.id.as_str())
-            .chain(voided_ids.iter().copied())
+            .chain(void.iter().map(|(e, _)| e.id.as_str()))
             .collect();
         let mut conn = self.sales.redis().shared().await?;
         let redis = self.sales.redis();

@@ -18,7 +18,19 @@ fn pid(sku: &str) -> ProductId {
 
 /// Places an order and waits until a worker confirmed it; returns its id.
 async fn buy(app: &TestApp, user: u64, sku: &str, quantity: u64) -> String {
-    let resp = app.place_order(user, sku, quantity).await;
+    buy_keyed(app, user, sku, quantity, None).await
+}
+
+/// `buy`, under an Idempotency-Key when given.
+async fn buy_keyed(
+    app: &TestApp,
+    user: u64,
+    sku: &str,
+    quantity: u64,
+    key: Option<&str>,
+) -> String {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": quantity});
+    let resp = app.post_order(&body, key).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     let v: Value = resp.json().await.unwrap();
     let id = v["order_id"].as_str().unwrap().to_owned();
@@ -284,7 +296,7 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     let sku = app.new_sale(10, 2).await;
     let paid = buy(&app, 1, &sku, 2).await;
     act(&app, &paid, "pay", 1).await;
-    let keyed = buy_keyed(&app, 2, &sku, 1, "k2").await;
+    let keyed = buy_keyed(&app, 2, &sku, 1, Some("k2")).await;
     let cancelled = buy(&app, 3, &sku, 2).await;
     act(&app, &cancelled, "cancel", 3).await;
     books_balance(&app, &sku).await;
@@ -338,28 +350,14 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     ));
 }
 
-/// Places a keyed order and waits until a worker confirmed it; returns its id.
-async fn buy_keyed(app: &TestApp, user: u64, sku: &str, quantity: u64, key: &str) -> String {
-    let body = json!({"user_id": user, "product_id": sku, "quantity": quantity});
-    let resp = app.post_order(&body, Some(key)).await;
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    let v: Value = resp.json().await.unwrap();
-    let id = v["order_id"].as_str().unwrap().to_owned();
-    crate::helpers::eventually("order confirmed", Duration::from_secs(20), || async {
-        app.get_json(&format!("/api/orders/{id}")).await.1["status"] == "confirmed"
-    })
-    .await;
-    id
-}
-
 /// What a failover to a replica that missed the last writes leaves: the
 /// books hold two orders and a release that Redis no longer knows.
 async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(10, 2).await;
-    let first = buy_keyed(&app, 1, &sku, 2, "a").await;
-    let second = buy_keyed(&app, 2, &sku, 1, "b").await;
-    let cancelled = buy_keyed(&app, 3, &sku, 2, "c").await;
+    let first = buy_keyed(&app, 1, &sku, 2, Some("a")).await;
+    let second = buy_keyed(&app, 2, &sku, 1, Some("b")).await;
+    let cancelled = buy_keyed(&app, 3, &sku, 2, Some("c")).await;
     assert_eq!(act(&app, &cancelled, "cancel", 3).await.0, StatusCode::OK);
     books_balance(&app, &sku).await;
     assert_eq!(app.stock(&sku).await, Some(7));
