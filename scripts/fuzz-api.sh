@@ -4,7 +4,11 @@
 # gets generated requests for every route, valid and invalid, single and
 # chained through the document's links. It fails on any 5xx, and on any
 # answer whose status, content type, headers or body the document does not
-# describe, and on any schema-invalid request that is not refused with a 4xx.
+# describe, on any schema-invalid request that is not refused with a 4xx,
+# and on any route that answers without its credential (`ignored_auth`:
+# every buyer route without a token, or with a bad one, must answer 401).
+# Buyers use a JWT signed with the server's JWT_SECRET; admin routes the
+# ADMIN_TOKEN (one per security scheme of the document).
 #
 #   scripts/fuzz-api.sh            # FUZZ_MAX_EXAMPLES (100) per operation, at most FUZZ_MAX_SECS (600)
 #
@@ -30,12 +34,25 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 DB=fs_fuzz_$RUN
 PREFIX=fuzz$RUN
 TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+JWT_SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+# A buyer's token (user 1, the user of the document's links), HS256, an hour.
+BUYER=$(JWT_SECRET=$JWT_SECRET python3 -c '
+import base64, hashlib, hmac, json, os, time
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+body = b64(json.dumps({"sub": "1", "exp": int(time.time()) + 3600}).encode())
+sig = hmac.new(os.environ["JWT_SECRET"].encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+print(f"{head}.{body}.{b64(sig)}")
+')
 LOG=$(mktemp /tmp/flashsale-fuzz.XXXXXX.log)
+CONFIG=$(mktemp /tmp/flashsale-fuzz.XXXXXX.toml)
+printf '[auth.openapi.admin]\nbearer = "%s"\n\n[auth.openapi.buyer]\nbearer = "%s"\n' "$TOKEN" "$BUYER" >"$CONFIG"
 
-ADMIN_TOKEN=$TOKEN LISTEN_ADDR=127.0.0.1:$PORT DATABASE_URL=mysql://root@127.0.0.1:3306/$DB \
+ADMIN_TOKEN=$TOKEN JWT_SECRET=$JWT_SECRET LISTEN_ADDR=127.0.0.1:$PORT DATABASE_URL=mysql://root@127.0.0.1:3306/$DB \
   REDIS_KEY_PREFIX=$PREFIX target/debug/flashsale serve >"$LOG" 2>&1 &
 SERVER=$!
 cleanup() {
+  rm -f "$CONFIG"
   kill "$SERVER" 2>/dev/null || true
   wait "$SERVER" 2>/dev/null || true
   mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$DB\`" || true
@@ -49,12 +66,11 @@ for _ in $(seq 1 60); do
 done
 
 status=0
-timeout "$MAX_SECS" "$VENV/bin/st" run "http://127.0.0.1:$PORT/openapi.json" \
-  --header "Authorization: Bearer $TOKEN" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection \
+timeout "$MAX_SECS" "$VENV/bin/st" --config-file "$CONFIG" run "http://127.0.0.1:$PORT/openapi.json" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,ignored_auth \
   --max-examples "$MAX_EXAMPLES" \
   --seed "${FUZZ_SEED:-$RANDOM}" \
-  --request-timeout 10 || status=$?
+  --request-timeout 10 ${FUZZ_EXTRA:-} || status=$?
 
 if grep -q "panicked" "$LOG"; then
   echo "the server panicked during the fuzz run:" >&2

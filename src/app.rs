@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::http::auth::Auth;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
@@ -28,6 +29,8 @@ pub enum StartupError {
         "{0}: the admin routes create and open sales; set ADMIN_TOKEN to a long random secret (e.g. `openssl rand -hex 24`), or turn them off with ADMIN_ROUTES=false"
     )]
     AdminToken(&'static str),
+    #[error("buyer identity: {0}")]
+    Auth(#[from] crate::http::auth::AuthError),
 }
 
 /// Why `token` must not guard the admin routes, if it must not.
@@ -109,6 +112,12 @@ impl App {
         {
             return Err(StartupError::AdminToken(why));
         }
+        let auth = Auth::new(&settings.auth)?;
+        if auth.is_none() {
+            tracing::warn!(
+                "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
+            );
+        }
         let (sales, db) = connect(settings)?;
         let listener = TcpListener::bind(settings.listen_addr).await?;
         let metrics = Arc::new(Metrics::new());
@@ -122,6 +131,7 @@ impl App {
             db,
             admin_token: settings.admin_token.clone(),
             admin_routes: settings.admin_routes,
+            auth,
             guards: Arc::new(Guards::new(settings.limits.clone(), metrics.clone())),
             metrics,
         });

@@ -2,11 +2,13 @@
 //! (every flag has an env var and a default that works on a developer machine).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::http::auth::{AuthSettings, IpNet};
 use crate::http::limits::{Limits, Rate};
 use crate::sale::{RedisTarget, Wait};
 use crate::worker::WorkerConfig;
@@ -43,6 +45,9 @@ pub enum Command {
     BenchDrain(crate::bench::BenchDrainArgs),
     /// Measure the order path with its limits off and on, and under overload.
     BenchGuards(crate::bench::BenchGuardsArgs),
+    /// Measure what verifying buyers' tokens costs: none, HMAC, ES256, RS256,
+    /// with the token cache on and off.
+    BenchAuth(crate::bench::BenchAuthArgs),
 }
 
 /// Where Redis is and how to use it.
@@ -116,6 +121,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ADMIN_ROUTES", default_value_t = true, action = clap::ArgAction::Set)]
     pub admin_routes: bool,
     #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     /// How long a sale's sold-out answer is trusted in memory before Redis is
     /// asked again (0 disables the marker): the bound on claiming "sold out"
@@ -129,6 +136,88 @@ pub struct ServeArgs {
     pub worker: WorkerArgs,
 }
 
+/// Who the buyer is (see `http::auth`): bearer JWTs, a trusted gateway's
+/// header, or explicitly nobody (`AUTH=none`).
+#[derive(Debug, Clone, Args)]
+pub struct AuthArgs {
+    /// `none`: no buyer identity; the body's `user_id` is believed, so anyone
+    /// may order, read and cancel as anyone. For local trials only.
+    #[arg(long = "auth", env = "AUTH", value_parser = ["none"])]
+    pub auth: Option<String>,
+    /// Verify bearer JWTs signed with this HMAC secret (HS256; >= 32 bytes).
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Verify bearer JWTs with this PEM public key (RSA: RS256, EC: ES256, Ed25519: EdDSA).
+    #[arg(long, env = "JWT_PUBLIC_KEY_FILE")]
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// Verify bearer JWTs with the keys of this JWKS file, chosen by `kid`.
+    #[arg(long, env = "JWT_JWKS_FILE")]
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// The one algorithm accepted (default: the key's own), e.g. ES384, PS256.
+    #[arg(long, env = "JWT_ALGORITHM", value_parser = parse_algorithm)]
+    pub jwt_algorithm: Option<jsonwebtoken::Algorithm>,
+    /// Tokens must carry this `iss`.
+    #[arg(long, env = "JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// Tokens must carry this `aud`.
+    #[arg(long, env = "JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    #[arg(long, env = "JWT_LEEWAY_SECS", default_value_t = 30)]
+    pub jwt_leeway_secs: u64,
+    /// The claim that holds the user id (a number, or digits in a string).
+    #[arg(long, env = "JWT_USER_CLAIM", default_value = "sub")]
+    pub jwt_user_claim: String,
+    /// Behind a gateway that authenticates buyers: the header it sets to the
+    /// user id (e.g. `X-User-Id`), believed only from AUTH_TRUSTED_PROXIES.
+    #[arg(long, env = "AUTH_USER_HEADER")]
+    pub auth_user_header: Option<axum::http::HeaderName>,
+    /// The gateway's addresses: comma-separated addresses or ranges (`10.0.0.0/8`).
+    #[arg(long, env = "AUTH_TRUSTED_PROXIES", value_parser = crate::http::auth::parse_proxies)]
+    pub auth_trusted_proxies: Option<Vec<IpNet>>,
+    /// Verified tokens remembered (by SHA-256, until they expire); 0: verify every request.
+    #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = 100_000)]
+    pub auth_token_cache_size: usize,
+}
+
+impl AuthArgs {
+    /// `AUTH=none` (a worker-only process serves no buyer).
+    fn none() -> Self {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            auth: AuthArgs,
+        }
+        Only::parse_from(["flashsale", "--auth", "none"]).auth
+    }
+}
+
+impl From<AuthArgs> for AuthSettings {
+    fn from(a: AuthArgs) -> Self {
+        Self {
+            off: a.auth.is_some(),
+            jwt_secret: a.jwt_secret.filter(|s| !s.is_empty()),
+            jwt_public_key_file: a.jwt_public_key_file,
+            jwt_jwks_file: a.jwt_jwks_file,
+            jwt_algorithm: a.jwt_algorithm,
+            jwt_issuer: a.jwt_issuer.filter(|s| !s.is_empty()),
+            jwt_audience: a.jwt_audience.filter(|s| !s.is_empty()),
+            jwt_leeway: Duration::from_secs(a.jwt_leeway_secs),
+            jwt_user_claim: a.jwt_user_claim,
+            user_header: a.auth_user_header,
+            trusted_proxies: a.auth_trusted_proxies.unwrap_or_default(),
+            token_cache_entries: a.auth_token_cache_size,
+        }
+    }
+}
+
+/// A JWT algorithm by name (`JWT_ALGORITHM`, the bench's `--jwt-algorithm`).
+pub(crate) fn parse_algorithm(s: &str) -> Result<jsonwebtoken::Algorithm, String> {
+    s.parse().map_err(|_| {
+        format!("{s:?}: one of HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA")
+    })
+}
+
 /// The guards in front of the order path (see `http::limits`).
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
@@ -139,7 +228,7 @@ pub struct LimitArgs {
     /// Upper bound on handling any request; past it, 503 `unavailable`.
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub request_timeout_ms: u64,
-    /// Rate limits on `POST /api/orders` (false turns both off).
+    /// Rate limits on `POST /api/orders` and lookups (false turns all off).
     #[arg(long, env = "RATE_LIMITS", default_value_t = true, action = clap::ArgAction::Set)]
     pub rate_limits: bool,
     /// Orders per second per user, sustained (0: no per-user limit).
@@ -153,6 +242,12 @@ pub struct LimitArgs {
     pub rate_limit_ip_per_sec: u32,
     #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 400)]
     pub rate_limit_ip_burst: u32,
+    /// Order lookups, pays and cancels per second per client address (0: no
+    /// limit): ids cannot be tried by the thousand.
+    #[arg(long, env = "RATE_LIMIT_LOOKUP_PER_SEC", default_value_t = 50)]
+    pub rate_limit_lookup_per_sec: u32,
+    #[arg(long, env = "RATE_LIMIT_LOOKUP_BURST", default_value_t = 100)]
+    pub rate_limit_lookup_burst: u32,
     /// Clients tracked per limit; idle ones are evicted, and new ones are
     /// refused (429) while the table is full of active ones.
     #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = 200_000)]
@@ -190,6 +285,11 @@ impl From<LimitArgs> for Limits {
                 a.rate_limits,
                 a.rate_limit_ip_per_sec,
                 a.rate_limit_ip_burst,
+            ),
+            lookup_rate: rate(
+                a.rate_limits,
+                a.rate_limit_lookup_per_sec,
+                a.rate_limit_lookup_burst,
             ),
             max_keys: a.rate_limit_max_keys,
             client_ip_header: a.client_ip_header,
@@ -316,6 +416,8 @@ pub struct Settings {
     pub admin_token: Option<Arc<str>>,
     /// Serve `/api/admin/*` (then `admin_token` must be a strong one).
     pub admin_routes: bool,
+    /// Who buyers are (`AuthSettings::off()`: `AUTH=none`).
+    pub auth: AuthSettings,
     pub limits: Limits,
     pub sold_out_ttl: Duration,
     /// Replicas that must confirm an order before its 202 (`None`: no WAIT).
@@ -333,6 +435,7 @@ impl From<WorkerCmdArgs> for Settings {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_token: None,
             admin_routes: false,
+            auth: AuthArgs::none(),
             limits: LimitArgs::defaults(),
             sold_out_cache_ms: 0,
             workers: true,
@@ -356,6 +459,7 @@ impl From<ServeArgs> for Settings {
             listen_addr: a.listen_addr,
             admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
             admin_routes: a.admin_routes,
+            auth: a.auth.into(),
             limits: a.limits.into(),
             sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
             wait,

@@ -2,7 +2,8 @@
 //!
 //! A flash-sale order service. The data flows top-down through the layout:
 //!
-//! - [`http`]: the JSON API (router, one module per resource, one error mapping).
+//! - [`http`]: the JSON API (router, who is asking ([`http::auth`]), one
+//!   module per resource, one error mapping).
 //! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
 //!   appends the order to the sale's stream, atomically. Where stock is deducted.
 //! - [`worker`]: the stream workers: consumer-group reads, one MySQL

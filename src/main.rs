@@ -33,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
         Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
         Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,
         Command::BenchGuards(args) => flashsale::bench::run_guards_bench(args).await?,
+        Command::BenchAuth(args) => flashsale::bench::run_auth_bench(args).await?,
     }
     Ok(())
 }

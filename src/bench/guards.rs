@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use clap::Args;
 use serde::Serialize;
 
-use super::rehearsal::{BenchArgs, Report, RunFigures, run};
+use super::rehearsal::{BenchArgs, Report, RunFigures, median, run};
 use crate::http::limits::{Limits, Rate};
 
 #[derive(Debug, Clone, Args)]
@@ -63,21 +63,10 @@ fn guards_on() -> Limits {
 }
 
 async fn rehearse(args: &BenchArgs, limits: Limits, concurrency: u64) -> anyhow::Result<Report> {
-    let mut a = args.clone();
-    a.local = true;
-    a.no_direct = true;
-    a.floor = false;
-    a.quiet = true;
-    a.then_at = None;
+    let mut a = args.side_by_side();
     a.concurrency = concurrency;
     a.limits = Some(limits);
     run(a).await
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
 pub async fn run_guards_bench(args: BenchGuardsArgs) -> anyhow::Result<()> {

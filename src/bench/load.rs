@@ -20,6 +20,7 @@ use serde::Deserialize;
 use tokio::net::TcpStream;
 
 use super::plan::Planned;
+use super::tokens::Tokens;
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::sale::{SaleError, Sales};
@@ -248,6 +249,9 @@ pub struct HttpCaller {
     pub products: Arc<Vec<ProductId>>,
     pub key_prefix: String,
     pub conn: Option<Conn>,
+    /// Each buyer's bearer token, when the service verifies buyers (else the
+    /// body's `user_id` speaks for them, as with `AUTH=none`).
+    pub tokens: Option<Arc<Tokens>>,
 }
 
 impl Caller for HttpCaller {
@@ -263,9 +267,15 @@ impl Caller for HttpCaller {
             p.user, self.products[p.sale]
         );
         let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
+        // Minted before the burst (`Tokens::mint_all`): a lookup here.
+        let bearer = match self.tokens.as_ref().map(|t| t.bearer(p.user)).transpose() {
+            Ok(bearer) => bearer,
+            Err(_) => return Answer::Refused("token_not_minted".into()),
+        };
         let headers: Vec<(&str, &str)> = key
             .iter()
             .map(|k| ("idempotency-key", k.as_str()))
+            .chain(bearer.iter().map(|b| ("authorization", &**b)))
             .collect();
         match conn
             .send(Method::POST, "/api/orders", &headers, Some(body))

@@ -9,7 +9,11 @@
 //!   off and on, a concurrency sweep, and an overload.
 //! - [`drain`]: `flashsale bench-drain`, the stream workers' drain rate next
 //!   to a raw multi-row INSERT of the same rows.
+//! - [`auth`]: `flashsale bench-auth`, what verifying buyers' tokens costs
+//!   (none, HMAC, ES256, RS256; the token cache on and off).
 
+pub mod auth;
+pub mod cpu;
 pub mod drain;
 pub mod floor;
 pub mod guards;
@@ -17,12 +21,14 @@ pub mod load;
 pub mod plan;
 pub mod redis;
 pub mod rehearsal;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ::redis::AsyncCommands;
 
+pub use self::auth::{BenchAuthArgs, run_auth_bench};
 pub use self::drain::{BenchDrainArgs, run_drain_bench};
 pub use self::guards::{BenchGuardsArgs, run_guards_bench};
 pub use self::redis::{BenchRedisArgs, run_redis_bench};

@@ -6,13 +6,20 @@
 //! Beside it, the same request plan runs straight through the order script
 //! (no HTTP, no sold-out marker) at the same concurrency: the Redis limit,
 //! and the ratio of the two.
+//!
+//! Buyers are whoever the body's `user_id` says (`AUTH=none`), or, given a
+//! JWT key (`--jwt-secret`, `--jwt-private-key`), each buyer's orders carry
+//! a bearer token the bench mints for them before the burst
+//! ([`super::tokens`]); `--local` then verifies with that key.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use hyper::{Method, StatusCode};
+use jsonwebtoken::Algorithm;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
@@ -20,9 +27,11 @@ use tokio::sync::{oneshot, watch};
 use super::floor::{Floor, Kind};
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
+use super::tokens::Tokens;
 pub use crate::books::audit::Check;
 use crate::config::{DbArgs, RedisArgs, Settings};
 use crate::domain::ProductId;
+use crate::http::auth::AuthSettings;
 use crate::http::limits::Limits;
 use crate::sale::{Redis, SaleSpec, Sales};
 use crate::store::Db;
@@ -97,12 +106,62 @@ pub struct BenchArgs {
     /// measures the order path itself).
     #[arg(skip)]
     pub limits: Option<Limits>,
+    /// Send each buyer's orders with a bearer token signed with this HMAC
+    /// secret (HS256 unless `--jwt-algorithm`); `--local` verifies with it.
+    #[arg(
+        long,
+        env = "BENCH_JWT_SECRET",
+        hide_env_values = true,
+        conflicts_with = "jwt_private_key"
+    )]
+    pub jwt_secret: Option<String>,
+    /// Send each buyer's orders with a bearer token signed with this PEM
+    /// private key (EC: ES256, RSA: RS256, Ed25519: EdDSA, unless
+    /// `--jwt-algorithm`).
+    #[arg(long)]
+    pub jwt_private_key: Option<PathBuf>,
+    /// The tokens' algorithm when not the key's default (e.g. ES384, PS256).
+    #[arg(long, value_parser = crate::config::parse_algorithm)]
+    pub jwt_algorithm: Option<Algorithm>,
+    /// With `--local`: the PEM public key the server verifies
+    /// `--jwt-private-key`'s tokens with.
+    #[arg(long, requires = "jwt_private_key")]
+    pub jwt_public_key: Option<PathBuf>,
+    /// With `--local` and a JWT key: verified tokens the server remembers
+    /// (0: it verifies every request).
+    #[arg(long, default_value_t = 100_000)]
+    pub token_cache: usize,
+    /// Tokens minted before, from the key options above (`bench-auth` shares
+    /// them between rehearsals); by default minted from those options.
+    #[arg(skip)]
+    pub tokens: Option<Arc<Tokens>>,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
     /// No progress display.
     #[arg(long)]
     pub quiet: bool,
+}
+
+impl BenchArgs {
+    /// These settings for one of several rehearsals compared side by side:
+    /// an in-process server, books checked, quiet, nothing run beside it.
+    pub fn side_by_side(&self) -> Self {
+        let mut a = self.clone();
+        a.local = true;
+        a.no_direct = true;
+        a.floor = false;
+        a.quiet = true;
+        a.then_at = None;
+        a
+    }
+}
+
+/// The median of `v` (0 for none).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Figures of one load run.
@@ -175,6 +234,12 @@ pub struct Report {
     pub paced_rate: Option<f64>,
     pub units_accepted: u64,
     pub expected_units: u64,
+    /// CPU time (user + system) of this whole process during the HTTP burst:
+    /// the load generator, and with `--local` the server and its workers
+    /// (Linux only; 10 ms steps).
+    pub http_cpu_ms: Option<f64>,
+    /// `http_cpu_ms` per request, in µs.
+    pub http_cpu_us_per_request: Option<f64>,
     /// From the end of the burst until the last accepted order was in MySQL.
     pub persisted_after_burst_ms: Option<u64>,
     /// Accepted orders ÷ time from the first persisted to the last (the
@@ -195,6 +260,8 @@ struct Target {
     token: String,
     sales: Sales,
     db: Db,
+    /// The buyers' bearer tokens (a JWT key configured), else none.
+    tokens: Option<Arc<Tokens>>,
     /// Keeps an in-process server alive (`--local`).
     _server: Option<oneshot::Sender<()>>,
 }
@@ -214,6 +281,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let expected: Vec<u64> = (0..n)
         .map(|k| expected_units(&plan, k, args.stock, args.limit_per_user))
         .collect();
+    if let Some(tokens) = &target.tokens {
+        let t = Instant::now();
+        let minted = tokens.mint_all(plan.iter().map(|p| p.user)).await?;
+        if !args.quiet && minted > 0 {
+            eprintln!(
+                "minted {minted} {:?} tokens in {:.1} s (before the burst, untimed)",
+                tokens.algorithm(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
 
     let direct = if args.no_direct {
         None
@@ -230,8 +308,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let products = Arc::new(new_sales(&args, &target, "rehearsal").await?);
     let started = Instant::now();
     let persisted = watch_persisted(target.db.clone(), products.clone());
+    let cpu_before = super::cpu::process();
     let http = http_run(&args, &target, &products, plan.clone(), args.rate, "http").await?;
     let burst_end = Instant::now();
+    let http_cpu = cpu_before
+        .zip(super::cpu::process())
+        .map(|(before, after)| after.saturating_sub(before));
     let orders: std::collections::HashSet<&str> = http
         .answers
         .iter()
@@ -314,6 +396,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         paced_rate,
         units_accepted: orders.len() as u64,
         expected_units: expected.iter().sum(),
+        http_cpu_ms: http_cpu.map(|d| d.as_secs_f64() * 1e3),
+        http_cpu_us_per_request: http_cpu
+            .map(|d| d.as_secs_f64() * 1e6 / http.answers.len().max(1) as f64),
         persisted_after_burst_ms: persisted_after.map(|d| d.as_millis() as u64),
         drain_orders_per_s: drain_rate,
         checks,
@@ -379,6 +464,12 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     let sales = Sales::new(redis, args.redis.key_prefix.clone());
     let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
     db.create_and_migrate().await?;
+    let tokens = match (&args.tokens, &args.jwt_secret, &args.jwt_private_key) {
+        (Some(tokens), _, _) => Some(tokens.clone()),
+        (None, Some(secret), _) => Some(Arc::new(Tokens::hmac(secret, args.jwt_algorithm)?)),
+        (None, None, Some(pem)) => Some(Arc::new(Tokens::from_pem(pem, args.jwt_algorithm)?)),
+        (None, None, None) => None,
+    };
     if !args.local {
         let url = url::Url::parse(&args.url)?;
         let authority = format!(
@@ -394,6 +485,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
             token,
             sales,
             db,
+            tokens,
             _server: None,
         });
     }
@@ -409,6 +501,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         listen_addr: "127.0.0.1:0".parse()?,
         admin_token: Some(token.as_str().into()),
         admin_routes: true,
+        auth: local_auth(args)?,
         limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
         sold_out_ttl: crate::sale::DEFAULT_SOLD_OUT_TTL,
         wait: args.redis.wait(),
@@ -427,7 +520,28 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         token,
         sales,
         db,
+        tokens,
         _server: Some(tx),
+    })
+}
+
+/// How the `--local` server identifies buyers: with the bench's JWT key
+/// (its public half for a key pair), else not at all (`AUTH=none`).
+fn local_auth(args: &BenchArgs) -> anyhow::Result<AuthSettings> {
+    let verify = |s: AuthSettings| AuthSettings {
+        jwt_algorithm: args.jwt_algorithm,
+        token_cache_entries: args.token_cache,
+        ..s
+    };
+    Ok(match (&args.jwt_secret, &args.jwt_private_key) {
+        (Some(secret), _) => verify(AuthSettings::hmac(secret)),
+        (None, Some(_)) => verify(AuthSettings {
+            jwt_public_key_file: Some(args.jwt_public_key.clone().ok_or_else(|| {
+                anyhow::anyhow!("--local with --jwt-private-key needs --jwt-public-key")
+            })?),
+            ..AuthSettings::default()
+        }),
+        (None, None) => AuthSettings::off(),
     })
 }
 
@@ -476,7 +590,7 @@ async fn http_run(
     rate: Option<f64>,
     label: &str,
 ) -> anyhow::Result<LoadRun> {
-    let callers = http_callers(args, &t.authority, products).await?;
+    let callers = http_callers(args, &t.authority, products, &t.tokens).await?;
     Ok(drive(plan, callers, rate, (!args.quiet).then_some(label)).await)
 }
 
@@ -485,6 +599,7 @@ async fn http_callers(
     args: &BenchArgs,
     authority: &str,
     products: &Arc<Vec<ProductId>>,
+    tokens: &Option<Arc<Tokens>>,
 ) -> anyhow::Result<Vec<HttpCaller>> {
     let mut callers = Vec::new();
     for _ in 0..args.concurrency.max(1) {
@@ -493,6 +608,7 @@ async fn http_callers(
             products: products.clone(),
             key_prefix: "bench-".into(),
             conn: Some(Conn::open(authority).await?),
+            tokens: tokens.clone(),
         });
     }
     Ok(callers)
@@ -514,6 +630,7 @@ async fn floor_runs(
         .collect();
     let constant = floor_run(
         args,
+        t,
         Kind::Constant,
         Arc::new(dummies),
         plan.clone(),
@@ -527,7 +644,7 @@ async fn floor_runs(
         redis: args.redis.target(),
         prefix,
     };
-    let script = floor_run(args, kind, products.clone(), plan, "script").await;
+    let script = floor_run(args, t, kind, products.clone(), plan, "script").await;
     for product in products.iter() {
         super::remove_sale_keys(&sales, product).await?;
     }
@@ -536,13 +653,15 @@ async fn floor_runs(
 
 async fn floor_run(
     args: &BenchArgs,
+    t: &Target,
     kind: Kind,
     products: Arc<Vec<ProductId>>,
     plan: Arc<Vec<Planned>>,
     label: &str,
 ) -> anyhow::Result<RunFigures> {
     let floor = Floor::start(kind)?;
-    let callers = http_callers(args, floor.authority(), &products).await?;
+    // The same requests, tokens included (the floors ignore them).
+    let callers = http_callers(args, floor.authority(), &products, &t.tokens).await?;
     let run = drive(plan, callers, args.rate, (!args.quiet).then_some(label)).await;
     // Stopping joins its thread: not on this runtime's worker.
     tokio::task::spawn_blocking(move || drop(floor)).await?;
@@ -825,6 +944,12 @@ fn print_report(r: &Report) {
         r.limit_per_user
     );
     run("http", &r.http);
+    if let (Some(ms), Some(us)) = (r.http_cpu_ms, r.http_cpu_us_per_request) {
+        println!(
+            "{:<8} CPU {ms:.0} ms during the burst, {us:.1} µs per request (this whole process)",
+            ""
+        );
+    }
     if r.http_per_node.len() > 1 {
         let nodes: Vec<String> = r
             .http_per_node

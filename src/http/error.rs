@@ -28,8 +28,8 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("{0}")]
     Unauthorized(&'static str),
-    #[error("this order belongs to another user")]
-    Forbidden,
+    #[error("{0}")]
+    Forbidden(&'static str),
     #[error("no such route")]
     RouteNotFound,
     #[error("method not allowed on this route")]
@@ -123,7 +123,7 @@ impl ApiError {
             Self::HeadersTooLarge(_) => (S::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden => (S::FORBIDDEN, "forbidden"),
+            Self::Forbidden(_) => (S::FORBIDDEN, "forbidden"),
             Self::RouteNotFound => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::ProductNotFound(_) => (S::NOT_FOUND, "product_not_found"),
@@ -179,6 +179,11 @@ impl IntoResponse for ApiError {
         if let Some(value) = retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         // For the metrics: the outcome without parsing the body again.
         response.extensions_mut().insert(ErrorCode(code));
         response
@@ -227,7 +232,7 @@ impl From<crate::books::BooksError> for ApiError {
         use crate::books::BooksError as B;
         match e {
             B::NotFound => Self::OrderNotFound,
-            B::Forbidden => Self::Forbidden,
+            B::Forbidden => Self::Forbidden("this order belongs to another user"),
             B::InvalidTransition(status) => Self::InvalidTransition(status),
             B::Refused(why) => Self::InvalidTransition(why),
             B::Sale(e) => e.into(),
@@ -272,7 +277,7 @@ mod tests {
             ApiError::HeadersTooLarge(String::new()),
             ApiError::UnsupportedMediaType,
             ApiError::Unauthorized(""),
-            ApiError::Forbidden,
+            ApiError::Forbidden(""),
             ApiError::RouteNotFound,
             ApiError::MethodNotAllowed,
             ApiError::ProductNotFound(String::new()),

@@ -21,31 +21,60 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| {
-                let mime = ct.split(';').next().unwrap_or("").trim();
-                mime.eq_ignore_ascii_case("application/json")
-            });
-        if !is_json {
-            return Err(ApiError::UnsupportedMediaType);
-        }
+        let is_json = is_json(&req);
         let bytes = Bytes::from_request(req, state).await?;
-        // serde would also read a struct from a JSON array; the API takes objects only.
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(ApiError::InvalidRequest(
-                "body must be a JSON object".into(),
-            ));
-        }
-        // The plain parse is the fast path; only a refused body is parsed
-        // again, tracking the path, to name the field in the message.
-        match serde_json::from_slice(&bytes) {
-            Ok(value) => Ok(Self(value)),
-            Err(_) => Err(explain::<T>(&bytes)),
-        }
+        parse(is_json, &bytes).map(Self)
     }
+}
+
+/// A JSON body that may be left out (no bytes at all, or JSON `null`); when
+/// sent, it is checked as [`JsonBody`] checks it.
+pub struct OptionalJsonBody<T>(pub Option<T>);
+
+impl<S, T> FromRequest<S> for OptionalJsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = is_json(&req);
+        let bytes = Bytes::from_request(req, state).await?;
+        if bytes.is_empty() {
+            return Ok(Self(None));
+        }
+        // JSON `null` is "no body" too (the OpenAPI document's optional body).
+        if is_json && bytes.trim_ascii() == b"null" {
+            return Ok(Self(None));
+        }
+        parse(is_json, &bytes).map(|v| Self(Some(v)))
+    }
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let mime = ct.split(';').next().unwrap_or("").trim();
+            mime.eq_ignore_ascii_case("application/json")
+        })
+}
+
+fn parse<T: DeserializeOwned>(is_json: bool, bytes: &[u8]) -> Result<T, ApiError> {
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    // serde would also read a struct from a JSON array; the API takes objects only.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::InvalidRequest(
+            "body must be a JSON object".into(),
+        ));
+    }
+    // The plain parse is the fast path; only a refused body is parsed
+    // again, tracking the path, to name the field in the message.
+    serde_json::from_slice(bytes).map_err(|_| explain::<T>(bytes))
 }
 
 /// Why `bytes` is not a `T`, naming the field.

@@ -9,8 +9,11 @@
 //!   being decided. No free slot means 503 `overloaded` at once: the service
 //!   sheds the excess instead of queueing it, so latency and memory stay flat
 //!   at any multiple of its capacity.
-//! - In the order handler, once the body names the buyer: the user's token
+//! - In the order handler, once the buyer is known: the user's token
 //!   bucket ([`Guards::check_user`]).
+//! - On the routes that take an order or user id ([`guard_lookup`]): the
+//!   client address's lookup bucket (429), so ids cannot be tried by the
+//!   thousand.
 //!
 //! Token buckets are governor's keyed GCRA limiters (one atomic word per
 //! key). Their memory is bounded: a sweeper drops the keys whose bucket has
@@ -67,6 +70,8 @@ pub struct Limits {
     pub user_rate: Option<Rate>,
     /// Per-client-address bucket on `POST /api/orders` (`None`: off).
     pub ip_rate: Option<Rate>,
+    /// Per-client-address bucket on lookups, pay and cancel (`None`: off).
+    pub lookup_rate: Option<Rate>,
     /// Live keys each bucket map may hold.
     pub max_keys: usize,
     /// Take the client address from this header's last entry (the one the
@@ -89,6 +94,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(5),
             user_rate: Rate::new(5, 10),
             ip_rate: Rate::new(200, 400),
+            lookup_rate: Rate::new(50, 100),
             max_keys: 200_000,
             client_ip_header: None,
             max_headers: 64,
@@ -105,6 +111,7 @@ impl Limits {
             max_in_flight: 0,
             user_rate: None,
             ip_rate: None,
+            lookup_rate: None,
             ..Self::default()
         }
     }
@@ -198,6 +205,7 @@ pub struct Guards {
     in_flight: Option<Semaphore>,
     users: Option<Buckets<u64>>,
     ips: Option<Buckets<IpAddr>>,
+    lookups: Option<Buckets<IpAddr>>,
 }
 
 impl Guards {
@@ -207,6 +215,7 @@ impl Guards {
             in_flight: (limits.max_in_flight > 0).then(|| Semaphore::new(limits.max_in_flight)),
             users: limits.user_rate.map(|r| Buckets::new(r, limits.max_keys)),
             ips: limits.ip_rate.map(|r| Buckets::new(r, limits.max_keys)),
+            lookups: limits.lookup_rate.map(|r| Buckets::new(r, limits.max_keys)),
             limits,
         }
     }
@@ -244,6 +253,7 @@ impl Guards {
     pub fn sweep(&self) {
         self.users.iter().for_each(Buckets::sweep_now);
         self.ips.iter().for_each(Buckets::sweep_now);
+        self.lookups.iter().for_each(Buckets::sweep_now);
     }
 
     /// The client's address: the configured header's last entry, else the peer.
@@ -373,6 +383,17 @@ async fn gate_order(guards: &Guards, req: Request, next: Next) -> Response {
         Ok(_slot) => next.run(req).await,
         Err(_) => ApiError::Overloaded.into_response(),
     }
+}
+
+/// Routes that take an order or user id: the address's lookup bucket.
+pub async fn guard_lookup(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
+    if let Some(lookups) = &guards.lookups
+        && let Some(ip) = guards.client_ip(&req)
+        && let Err(wait) = lookups.check(&ip)
+    {
+        return rate_limited(wait).into_response();
+    }
+    next.run(req).await
 }
 
 /// Sweeps idle rate-limit keys every `every` until the token is cancelled.

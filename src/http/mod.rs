@@ -1,6 +1,7 @@
 //! The HTTP API: the router, one module per resource, and the single
 //! error-to-response mapping ([`error`]).
 
+pub mod auth;
 mod body;
 pub mod error;
 mod extract;
@@ -41,6 +42,8 @@ pub struct Shared {
     pub admin_token: Option<Arc<str>>,
     /// Serve the admin routes at all.
     pub admin_routes: bool,
+    /// `None`: `AUTH=none`, the body's `user_id` is believed.
+    pub auth: Option<auth::Auth>,
     pub guards: Arc<limits::Guards>,
     pub metrics: Arc<crate::metrics::Metrics>,
 }
@@ -71,10 +74,16 @@ pub fn router(state: AppState) -> Router {
             "/api/orders",
             post(orders::place).layer(from_fn_with_state(guards.clone(), limits::guard_order)),
         )
-        .route("/api/orders/{order_id}", get(orders::get))
-        .route("/api/orders/{order_id}/pay", post(orders::pay))
-        .route("/api/orders/{order_id}/cancel", post(orders::cancel))
-        .route("/api/users/{user_id}/orders", get(orders::list_for_user));
+        .merge(
+            // Everything that takes an order or user id: throttled per
+            // address, so ids cannot be tried by the thousand.
+            Router::new()
+                .route("/api/orders/{order_id}", get(orders::get))
+                .route("/api/orders/{order_id}/pay", post(orders::pay))
+                .route("/api/orders/{order_id}/cancel", post(orders::cancel))
+                .route("/api/users/{user_id}/orders", get(orders::list_for_user))
+                .route_layer(from_fn_with_state(guards.clone(), limits::guard_lookup)),
+        );
     if state.admin_routes {
         api = api
             .route("/api/admin/products", post(products::create))

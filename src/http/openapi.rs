@@ -78,6 +78,18 @@ impl Modify for CommonAnswers {
                     .build(),
             ),
         );
+        components.add_security_scheme(
+            "buyer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "A JWT naming the buyer (claim `sub` by default), signed with the configured secret or key. Behind a gateway that authenticates buyers, its user header (`AUTH_USER_HEADER`) is used instead, from the gateway's addresses only. A server run with `AUTH=none` verifies nobody and takes `user_id` from the body.",
+                    ))
+                    .build(),
+            ),
+        );
         // The `error` field: exactly the codes the API answers.
         let codes: Vec<&str> = CODES.iter().map(|(code, _)| *code).collect();
         components.schemas.insert(
@@ -148,6 +160,19 @@ fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
             "`unauthorized`: missing or wrong `Authorization: Bearer <ADMIN_TOKEN>`",
         ));
     }
+    let buyer_route = path.starts_with("/api/orders") || path.starts_with("/api/users/");
+    if buyer_route {
+        answers.push((
+            401,
+            "`unauthorized`: no credential, or one that does not verify (malformed, bad signature, expired, not yet valid, another issuer or audience, an algorithm not accepted)",
+        ));
+    }
+    if buyer_route && path != "/api/orders" {
+        answers.push((
+            429,
+            "`rate_limited`: too many lookups from this address; retry after `Retry-After`",
+        ));
+    }
     if path == "/api/orders" && method == HttpMethod::Post {
         answers.push((
             429,
@@ -167,6 +192,15 @@ fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
                 .schema(Some(Ref::from_schema_name("ErrorBody")))
                 .build(),
         );
+        if status == "401" {
+            response = response.header(
+                "WWW-Authenticate",
+                HeaderBuilder::new()
+                    .schema(ObjectBuilder::new().schema_type(Type::String))
+                    .description(Some("`Bearer`"))
+                    .build(),
+            );
+        }
         if status == "503" || status == "429" {
             response = response.header(
                 "Retry-After",

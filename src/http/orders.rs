@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{IdempotencyKey, JsonBody, PathParam, QueryParams};
+use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, PathParam, QueryParams};
 use crate::books::Cancelled;
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::{PendingOrder, Progress};
@@ -19,8 +20,10 @@ use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceOrder {
+    /// The buyer: optional, the verified identity is used; when given it
+    /// must be that identity (403 otherwise). Required only with `AUTH=none`.
     #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
-    user_id: u64,
+    user_id: Option<u64>,
     #[schema(
         min_length = 1,
         max_length = 128,
@@ -111,24 +114,27 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     operation_id = "place_order",
     tag = "orders",
     summary = "Place an order",
-    description = "Decided by one atomic script in Redis and answered at once: 202 with the order `pending` until a worker persists it. A retry with the same `Idempotency-Key` answers the same order (header `Idempotent-Replayed: true`).",
-    params(("Idempotency-Key" = Option<String>, Header, description = "1-64 visible ASCII characters; retries with it answer the first order")),
+    description = "Decided by one atomic script in Redis and answered at once: 202 with the order `pending` until a worker persists it. The buyer is the authenticated one. A retry with the same `Idempotency-Key` (the buyer's own: keys of different buyers never meet) answers the same order (header `Idempotent-Replayed: true`).",
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; retries with it answer the first order")),
     request_body = PlaceOrder,
+    security(("buyer" = [])),
     responses(
         (status = 202, description = "Accepted; persisted shortly", body = OrderView),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer", body = ErrorBody),
         (status = 404, description = "`product_not_found`: no sale for this product", body = ErrorBody),
         (status = 409, description = "`sale_not_started`, `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
-#[tracing::instrument(level = "debug", skip_all, fields(product_id = %body.product_id, user_id = body.user_id))]
+#[tracing::instrument(level = "debug", skip_all, fields(product_id = %body.product_id))]
 pub async fn place(
     State(state): State<AppState>,
+    caller: Caller,
     IdempotencyKey(idempotency_key): IdempotencyKey,
     JsonBody(body): JsonBody<PlaceOrder>,
 ) -> Result<Response, ApiError> {
+    let user_id = caller.acting_as(body.user_id)?;
     let product = ProductId::parse(&body.product_id)?;
-    let user_id = domain::user_id(body.user_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
     let placed = state
@@ -153,11 +159,12 @@ pub async fn place(
     path = "/api/orders/{order_id}",
     operation_id = "get_order",
     tag = "orders",
-    summary = "Look an order up",
+    summary = "Look one of your orders up",
     params(("order_id" = String, Path)),
+    security(("buyer" = [])),
     responses(
         (status = 200, description = "OK (`provisional` while MySQL is unavailable)", body = OrderView),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
         (status = 503, description = "`unavailable`: MySQL is unavailable and Redis does not hold the order", body = ErrorBody),
     )
 )]
@@ -165,26 +172,32 @@ pub async fn place(
 /// Redis first, then MySQL: a worker persists an order before it may forget
 /// it in Redis, so an accepted order is always found in one of the two.
 /// While MySQL is unavailable, an order Redis holds is answered from Redis,
-/// marked `provisional`, rather than with a 503.
+/// marked `provisional`, rather than with a 503. Another buyer's order is
+/// answered as if it did not exist.
 pub async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     PathParam(order_id): PathParam<String>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
     let pending = state.sales.find_order(&order_id, &product).await?;
-    match state.db.order(&order_id).await {
-        Ok(Some(row)) => Ok(Json(row.into())),
+    let view = match state.db.order(&order_id).await {
+        Ok(Some(row)) => row.into(),
         Ok(None) => pending
-            .map(|o| Json(o.into()))
-            .ok_or(ApiError::OrderNotFound),
+            .map(OrderView::from)
+            .ok_or(ApiError::OrderNotFound)?,
         Err(e) if e.is_unavailable() && pending.is_some() => {
             match state.sales.order_progress(&order_id, &product).await? {
-                Some((order, progress)) => Ok(Json(OrderView::provisional(order, progress))),
-                None => Err(e.into()),
+                Some((order, progress)) => OrderView::provisional(order, progress),
+                None => return Err(e.into()),
             }
         }
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    };
+    if !caller.may_see(view.user_id) {
+        return Err(ApiError::OrderNotFound);
     }
+    Ok(Json(view))
 }
 
 /// Most orders one listing returns.
@@ -216,16 +229,26 @@ pub struct UserOrders {
     path = "/api/users/{user_id}/orders",
     operation_id = "list_user_orders",
     tag = "orders",
-    summary = "A user's persisted orders, newest first",
+    summary = "Your persisted orders, newest first",
     params(("user_id" = u64, Path, minimum = 1), ListParams),
-    responses((status = 200, description = "OK", body = UserOrders))
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "OK", body = UserOrders),
+        (status = 403, description = "`forbidden`: another buyer's orders", body = ErrorBody),
+    )
 )]
 pub async fn list_for_user(
     State(state): State<AppState>,
+    caller: Caller,
     PathParam(user_id): PathParam<u64>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<UserOrders>, ApiError> {
     let user_id = domain::user_id(user_id)?;
+    if !caller.may_see(user_id) {
+        return Err(ApiError::Forbidden(
+            "a buyer may list only their own orders",
+        ));
+    }
     let limit = params.limit.unwrap_or(50);
     if limit == 0 || limit > MAX_LIST {
         return Err(ApiError::InvalidRequest(format!(
@@ -240,12 +263,26 @@ pub async fn list_for_user(
     Ok(Json(UserOrders { user_id, orders }))
 }
 
-/// The body of pay and cancel: who asks.
+/// The body of pay and cancel: who asks. Optional: the verified identity is
+/// used (a `user_id` given must be it); required only with `AUTH=none`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Owner {
     #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
-    user_id: u64,
+    user_id: Option<u64>,
+}
+
+/// The user a pay or cancel acts as, and the refusal for someone else's
+/// order: with a verified buyer, a 404 (no hint that the order exists).
+fn owner(caller: Caller, body: Option<Owner>) -> Result<u64, ApiError> {
+    caller.acting_as(body.and_then(|b| b.user_id))
+}
+
+fn hide_strangers(caller: Caller, e: crate::books::BooksError) -> ApiError {
+    match (caller, e) {
+        (Caller::Buyer(_), crate::books::BooksError::Forbidden) => ApiError::OrderNotFound,
+        (_, e) => e.into(),
+    }
 }
 
 /// `POST /api/orders/{order_id}/pay`: records that the owner paid.
@@ -257,22 +294,28 @@ pub struct Owner {
     tag = "orders",
     summary = "Pay a confirmed order",
     params(("order_id" = String, Path)),
-    request_body = Owner,
+    request_body = Option<Owner>,
+    security(("buyer" = [])),
     responses(
         (status = 200, description = "Paid (again: idempotent)", body = OrderView),
-        (status = 403, description = "`forbidden`: another user's order", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer (or, with `AUTH=none`, not the order's)", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: pending, cancelled or otherwise not payable", body = ErrorBody),
     )
 )]
 pub async fn pay(
     State(state): State<AppState>,
+    caller: Caller,
     PathParam(order_id): PathParam<String>,
-    JsonBody(body): JsonBody<Owner>,
+    OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let user = domain::user_id(body.user_id)?;
+    let user = owner(caller, body)?;
     let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
-    let row = state.books.pay(&id, &product, user).await?;
+    let row = state
+        .books
+        .pay(&id, &product, user)
+        .await
+        .map_err(|e| hide_strangers(caller, e))?;
     Ok(Json(row.into()))
 }
 
@@ -286,23 +329,30 @@ pub async fn pay(
     tag = "orders",
     summary = "Cancel an order; its units go back on sale",
     params(("order_id" = String, Path)),
-    request_body = Owner,
+    request_body = Option<Owner>,
+    security(("buyer" = [])),
     responses(
         (status = 200, description = "Cancelled (again: idempotent)", body = OrderView),
         (status = 202, description = "Still pending: status `cancelling`, applied once persisted", body = OrderView),
-        (status = 403, description = "`forbidden`: another user's order", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer (or, with `AUTH=none`, not the order's)", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: already paid", body = ErrorBody),
     )
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    caller: Caller,
     PathParam(order_id): PathParam<String>,
-    JsonBody(body): JsonBody<Owner>,
+    OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Response, ApiError> {
-    let user = domain::user_id(body.user_id)?;
+    let user = owner(caller, body)?;
     let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
-    Ok(match state.books.cancel(&id, &product, Some(user)).await? {
+    let cancelled = state
+        .books
+        .cancel(&id, &product, Some(user))
+        .await
+        .map_err(|e| hide_strangers(caller, e))?;
+    Ok(match cancelled {
         Cancelled::Done(row) => Json(OrderView::from(row)).into_response(),
         Cancelled::Requested(order) => {
             let mut view = OrderView::from(order);

@@ -261,13 +261,14 @@ impl Shop {
         self.sales.len()
     }
 
-    /// One request to one API, classified.
+    /// One request to one API, as its buyer, classified.
     async fn try_once(&self, api: &str, order: &Order) -> Answer {
         let sale = &self.sales[order.sale].id;
         let body = json!({"user_id": order.user, "product_id": sale, "quantity": order.qty});
         let sent = self
             .http
             .post(format!("{api}/api/orders"))
+            .bearer_auth(buyer_token(order.user))
             .header("Idempotency-Key", &order.key)
             .json(&body)
             .send()
@@ -425,4 +426,20 @@ fn transport_label(e: &reqwest::Error) -> String {
         "other"
     };
     format!("transport {kind}")
+}
+
+/// A buyer's bearer token (HS256, the services' `JWT_SECRET`, an hour left).
+pub fn buyer_token(user: u64) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + 3600;
+    let key = jsonwebtoken::EncodingKey::from_secret(crate::world::JWT_SECRET.as_bytes())
+        .expect("an HMAC key");
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({"sub": user.to_string(), "exp": exp}),
+        &key,
+    )
+    .expect("a token")
 }

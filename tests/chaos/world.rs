@@ -290,6 +290,9 @@ impl World {
     }
 }
 
+/// The buyers' tokens are signed with this (the load mints them).
+pub const JWT_SECRET: &str = "chaos-jwt-secret-0123456789abcdef0123456789";
+
 /// The environment every flashsale process gets: the private stores, short
 /// timeouts (a fault gives a fast 503, not a hang), fast reclaims, small
 /// batches (more commits, so more of them are cut by a kill), no rate limits
@@ -300,6 +303,7 @@ fn flashsale_env(redis_url: &str, database_url: &str, token: &str) -> Vec<(Strin
         ("REDIS_URL", redis_url),
         ("DATABASE_URL", database_url),
         ("ADMIN_TOKEN", token),
+        ("JWT_SECRET", JWT_SECRET),
         ("RATE_LIMITS", "false"),
         ("REDIS_TIMEOUT_MS", "500"),
         ("DB_TIMEOUT_MS", "1000"),

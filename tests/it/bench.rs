@@ -1,14 +1,17 @@
 //! `flashsale bench` end to end: a small rehearsal against a live service.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use flashsale::bench::BenchArgs;
+use flashsale::bench::tokens::Tokens;
 use flashsale::config::{DbArgs, RedisArgs};
 
-use crate::helpers::{ADMIN_TOKEN, REDIS_URL, spawn_app};
+use crate::helpers::{ADMIN_TOKEN, REDIS_URL, TestApp, spawn_app};
 
-#[tokio::test]
-async fn a_small_rehearsal_balances_the_books() {
-    let app = spawn_app().await;
-    let args = BenchArgs {
+/// A small rehearsal against `app`, its stores and its admin token.
+fn small_rehearsal(app: &TestApp) -> BenchArgs {
+    BenchArgs {
         redis: RedisArgs {
             redis_url: REDIS_URL.into(),
             redis_cluster_nodes: None,
@@ -44,7 +47,19 @@ async fn a_small_rehearsal_balances_the_books() {
         keep: true,
         json: false,
         quiet: true,
-    };
+        jwt_secret: None,
+        jwt_private_key: None,
+        jwt_algorithm: None,
+        jwt_public_key: None,
+        token_cache: 100_000,
+        tokens: None,
+    }
+}
+
+#[tokio::test]
+async fn a_small_rehearsal_balances_the_books() {
+    let app = spawn_app().await;
+    let args = small_rehearsal(&app);
     let report = flashsale::bench::rehearsal::run(args)
         .await
         .expect("bench runs");
@@ -59,7 +74,7 @@ async fn a_small_rehearsal_balances_the_books() {
     let floor = report.floor.as_ref().expect("--floor ran");
     assert_eq!(
         floor.outcomes,
-        std::collections::BTreeMap::from([("sold_out".to_owned(), 3000)])
+        BTreeMap::from([("sold_out".to_owned(), 3000)])
     );
     let script = report.floor_script.as_ref().expect("--floor ran");
     assert_eq!(
@@ -79,4 +94,53 @@ async fn a_small_rehearsal_balances_the_books() {
         assert!(r.is_some_and(|r| r > 0.0));
     }
     assert!(report.persisted_after_burst_ms.is_some());
+}
+
+#[tokio::test]
+async fn a_local_rehearsal_with_bearer_tokens_balances_the_books() {
+    const SECRET: &str = "bench-test-secret-0123456789abcdef0123";
+    let app = spawn_app().await;
+    // A server of the bench's own (`--local`) verifying HS256 tokens, on the
+    // test's stores; the bench mints each buyer's token with the same secret.
+    let args = BenchArgs {
+        local: true,
+        admin_token: None,
+        stock: 50,
+        users: 200,
+        requests: 400,
+        limit_per_user: 1,
+        no_direct: true,
+        floor: false,
+        keep: false,
+        jwt_secret: Some(SECRET.into()),
+        token_cache: 1000,
+        ..small_rehearsal(&app)
+    };
+    let report = flashsale::bench::rehearsal::run(args.clone())
+        .await
+        .expect("bench runs");
+    for c in &report.checks {
+        assert!(c.ok, "{}: {}", c.name, c.detail);
+    }
+    assert_eq!(
+        report.units_accepted, 50,
+        "the tokens were accepted: {:?}",
+        report.http.outcomes
+    );
+    assert!(!report.http.outcomes.contains_key("unauthorized"));
+    assert!(report.http_cpu_us_per_request.is_some_and(|us| us > 0.0));
+
+    // Tokens from another key: the server refuses every order.
+    let other = Tokens::hmac("another-secret-0123456789abcdef01234567", None).unwrap();
+    let report = flashsale::bench::rehearsal::run(BenchArgs {
+        tokens: Some(Arc::new(other)),
+        ..args
+    })
+    .await
+    .expect("bench runs");
+    assert_eq!(
+        report.http.outcomes,
+        BTreeMap::from([("unauthorized".to_owned(), 400)])
+    );
+    assert!(!report.ok(), "nothing sold: the books' checks fail");
 }

@@ -265,8 +265,19 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
     })
     .await;
     let sku = app.new_sale(10, 2).await;
-    let order: serde_json::Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
-    let id = order["order_id"].as_str().unwrap().to_owned();
+    // A cluster just started may not have its replica in sync yet (then
+    // 503 "not replicated"): retried with its key, as clients do.
+    let mut order = serde_json::Value::Null;
+    for _ in 0..50 {
+        let body = serde_json::json!({"user_id": 1, "product_id": sku, "quantity": 1});
+        let resp = app.post_order(&body, Some("the-order")).await;
+        if resp.status() == StatusCode::ACCEPTED {
+            order = resp.json().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = order["order_id"].as_str().expect("accepted").to_owned();
     app.drained(&sku, 1).await;
     let released = || async {
         let r: bool = sqlx::query_scalar("SELECT released FROM tb_order WHERE order_id = ?")
@@ -307,6 +318,12 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     let _cluster = crate::helpers::OwnCluster::start(base);
     let app = spawn_app_on(Backend::OwnCluster(base), |s| {
         wait_for_one_replica(s);
+        // A healthy master's replica may lag behind on a busy machine (the
+        // whole suite runs beside this test): give WAIT time, so that only
+        // the failover shows as refusals.
+        if let Some(wait) = s.wait.as_mut() {
+            wait.timeout = Duration::from_millis(1000);
+        }
         s.redis_timeout = Duration::from_millis(1000);
     })
     .await;

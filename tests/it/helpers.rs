@@ -220,6 +220,9 @@ pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
         listen_addr: "127.0.0.1:0".parse().expect("literal address"),
         admin_token: Some(ADMIN_TOKEN.into()),
         admin_routes: true,
+        // Identity has tests of its own (identity.rs); the others use the
+        // body's user_id.
+        auth: flashsale::http::auth::AuthSettings::off(),
         // Tests of other things send many orders from one user and address.
         limits: Limits::unlimited(),
         workers: Some(fast_workers("w")),

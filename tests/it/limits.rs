@@ -379,6 +379,32 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
             );
         }
     }
+    // Every buyer route names its security scheme and its 401.
+    assert_eq!(
+        doc["components"]["securitySchemes"]["buyer"]["bearerFormat"],
+        "JWT"
+    );
+    for (method, path) in routes {
+        let op = &doc["paths"][path][method];
+        let buyer = path.starts_with("/api/orders") || path.starts_with("/api/users/");
+        let admin = path.starts_with("/api/admin/");
+        let scheme = if buyer { "buyer" } else { "admin" };
+        if buyer || admin {
+            assert!(
+                op["security"][0][scheme].is_array(),
+                "{method} {path} requires {scheme}"
+            );
+            assert!(
+                op["responses"]["401"].is_object(),
+                "{method} {path} lists 401"
+            );
+        } else {
+            assert!(
+                op["responses"]["401"].is_null(),
+                "{method} {path} is public"
+            );
+        }
+    }
     let order = &doc["paths"]["/api/orders"]["post"]["responses"];
     assert!(order["429"]["headers"]["Retry-After"].is_object());
     assert!(order["503"]["headers"]["Retry-After"].is_object());

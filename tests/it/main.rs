@@ -25,6 +25,7 @@ mod cluster;
 mod connections;
 mod failover;
 mod helpers;
+mod identity;
 mod lifecycle;
 mod limits;
 mod nodes;

@@ -366,6 +366,32 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
 }
 
 #[tokio::test]
+async fn serve_without_an_identity_configuration_exits_saying_how_to_set_one() {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("serve")
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .env("ADMIN_ROUTES", "false")
+        .env("RUST_LOG", "error")
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("AUTH")
+        .env_remove("JWT_SECRET")
+        .env_remove("JWT_PUBLIC_KEY_FILE")
+        .env_remove("JWT_JWKS_FILE")
+        .env_remove("AUTH_USER_HEADER")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("exits at once")
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for says in ["no buyer identity configured", "JWT_SECRET", "AUTH=none"] {
+        assert!(stderr.contains(says), "says {says:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
 async fn at_debug_each_request_logs_one_json_line_with_its_span() {
     let port = free_port();
     let (listen, prefix) = (format!("127.0.0.1:{port}"), crate::helpers::unique("t"));
@@ -376,9 +402,19 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
             ("REDIS_KEY_PREFIX", &prefix),
             ("ADMIN_ROUTES", "false"),
             ("WORKERS", "false"),
+            ("AUTH", "none"),
             ("RUST_LOG", "warn,flashsale::http=debug"),
         ],
     );
+    // Running without identity is said loudly, once, at start.
+    let warning = serve
+        .log_line("the AUTH=none warning", |l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("AUTH=none"))
+        })
+        .await;
+    assert_eq!(warning["level"], "WARN");
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/api/orders/no-such-order");
     eventually("serve answers", Duration::from_secs(30), || {
