@@ -6,6 +6,9 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations
+# The benchmarks' crate is a workspace member: cargo reads its manifest, but
+# only the service's binary is built.
+COPY bench ./bench
 RUN cargo build --release --locked --bin flashsale \
     && strip target/release/flashsale
 

@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP API (and, unless `--workers false`, the stream workers).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run only the stream workers (Redis Stream -> MySQL).
     Worker(WorkerCmdArgs),
     /// Check that every opened sale's books balance (Redis and MySQL).
@@ -37,17 +37,6 @@ pub enum Command {
     /// Show each sale's stream: length, group lag, pending entries per
     /// consumer, dead letters (what XINFO and XPENDING show).
     Streams(StreamsArgs),
-    /// Rehearse a flash sale over HTTP and check that the books balance.
-    Bench(crate::bench::BenchArgs),
-    /// Measure the order script straight against Redis, per connection strategy.
-    BenchRedis(crate::bench::BenchRedisArgs),
-    /// Measure the workers' drain rate into MySQL beside a raw multi-row INSERT.
-    BenchDrain(crate::bench::BenchDrainArgs),
-    /// Measure the order path with its limits off and on, and under overload.
-    BenchGuards(crate::bench::BenchGuardsArgs),
-    /// Measure what verifying buyers' tokens costs: none, HMAC, ES256, RS256,
-    /// with the token cache on and off.
-    BenchAuth(crate::bench::BenchAuthArgs),
 }
 
 /// Where Redis is and how to use it.
@@ -212,7 +201,7 @@ impl From<AuthArgs> for AuthSettings {
 }
 
 /// A JWT algorithm by name (`JWT_ALGORITHM`, the bench's `--jwt-algorithm`).
-pub(crate) fn parse_algorithm(s: &str) -> Result<jsonwebtoken::Algorithm, String> {
+pub fn parse_algorithm(s: &str) -> Result<jsonwebtoken::Algorithm, String> {
     s.parse().map_err(|_| {
         format!("{s:?}: one of HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA")
     })

@@ -15,10 +15,11 @@
 //! - [`domain`]: validated ids and numbers shared by all layers.
 //! - [`config`] and [`app`]: settings and startup; [`cli`]: the operator
 //!   commands (`audit`, `recover`); `main.rs` only calls them.
-//! - [`bench`]: load generators for the numbers in BENCHMARKS.md.
+//!
+//! The benchmarks are the workspace's other crate, `bench/` (binary
+//! `flashsale-bench`): they use this library, and nothing here knows them.
 
 pub mod app;
-pub mod bench;
 pub mod books;
 pub mod cli;
 pub mod config;

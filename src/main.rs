@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
     init_logs();
     match Cli::parse().command {
         Command::Serve(args) => {
-            let settings = Settings::from(args);
+            let settings = Settings::from(*args);
             let app = flashsale::app::App::build(&settings)
                 .await
                 .context("starting flashsale serve")?;
@@ -29,11 +29,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Audit(args) => flashsale::cli::audit(args).await?,
         Command::Recover(args) => flashsale::cli::recover(args).await?,
         Command::Streams(args) => flashsale::cli::streams(args).await?,
-        Command::Bench(args) => flashsale::bench::rehearsal::run_cli(args).await?,
-        Command::BenchRedis(args) => flashsale::bench::run_redis_bench(args).await?,
-        Command::BenchDrain(args) => flashsale::bench::run_drain_bench(args).await?,
-        Command::BenchGuards(args) => flashsale::bench::run_guards_bench(args).await?,
-        Command::BenchAuth(args) => flashsale::bench::run_auth_bench(args).await?,
     }
     Ok(())
 }

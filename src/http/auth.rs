@@ -366,7 +366,7 @@ impl Auth {
 
     /// The user a bearer token (without `Bearer `) names, as a request
     /// carrying it would be identified: the cache, else verifying. For the
-    /// bench (`bench-auth`), which times exactly this.
+    /// bench (`flashsale-bench auth`), which times exactly this.
     pub fn identify_bearer(&self, token: &str) -> Result<u64, ApiError> {
         let jwt = self.jwt.as_ref().ok_or(ApiError::Unauthorized(
             "requests must come through the authenticating gateway",

@@ -84,7 +84,7 @@ pub struct Limits {
 
 /// Orders in flight beyond which orders are shed: on the 2-core development
 /// machine 256 keeps p99 near 30-60 ms with most of the peak throughput
-/// (`flashsale bench-guards`, BENCHMARKS.md).
+/// (`flashsale-bench guards`, BENCHMARKS.md).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 impl Default for Limits {

@@ -5,13 +5,13 @@
 //!   single server, a `ClusterConnection` (one multiplexed connection per
 //!   master, following MOVED/ASK and failovers) on a cluster. Every request's
 //!   EVALSHA is pipelined on it; Redis runs commands one at a time anyway, so
-//!   more connections would add syscalls, not throughput. `flashsale
-//!   bench-redis` measures this against a pool of connections checked out per
+//!   more connections would add syscalls, not throughput. `flashsale-bench
+//!   redis` measures this against a pool of connections checked out per
 //!   request (see BENCHMARKS.md).
 //! - Anything that blocks server-side (`XREADGROUP ... BLOCK` in the stream
 //!   workers) takes a dedicated connection from the bb8 pool: on the shared
 //!   connection it would stall every order pipelined behind it for the whole
-//!   block time (the `blocked` mode of `bench-redis` shows the stall).
+//!   block time (the `blocked` mode of `flashsale-bench redis` shows the stall).
 //!
 //! Every call is bounded by a timeout, so a stalled or unreachable Redis gives
 //! the caller an error in bounded time, never a hang. Connections are made

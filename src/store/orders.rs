@@ -170,7 +170,7 @@ impl Db {
     }
 
     /// A bare multi-row `INSERT` into `table` (a twin of tb_order), autocommit:
-    /// the floor `bench-drain` compares the workers' drain against.
+    /// the floor `flashsale-bench drain` compares the workers' drain against.
     pub async fn insert_orders_raw(
         &self,
         table: &str,

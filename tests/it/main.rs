@@ -20,7 +20,6 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
-mod bench;
 mod cluster;
 mod connections;
 mod failover;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::client::conn::http1;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -21,9 +21,9 @@ use tokio::net::TcpStream;
 
 use super::plan::Planned;
 use super::tokens::Tokens;
-use crate::domain::ProductId;
-use crate::http::error::ApiError;
-use crate::sale::{SaleError, Sales};
+use flashsale::domain::ProductId;
+use flashsale::http::error::ApiError;
+use flashsale::sale::{SaleError, Sales};
 
 /// What one request got.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,13 +1,108 @@
-//! `flashsale bench` end to end: a small rehearsal against a live service.
+//! `flashsale-bench rehearse` end to end: a small rehearsal against a live
+//! service, started here on the local Redis and MariaDB with a database and
+//! key prefix of its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use flashsale::bench::BenchArgs;
-use flashsale::bench::tokens::Tokens;
-use flashsale::config::{DbArgs, RedisArgs};
+use clap::Parser;
+use flashsale::config::{Cli, Command, DbArgs, RedisArgs, Settings};
+use flashsale_bench::BenchArgs;
+use flashsale_bench::tokens::Tokens;
+use tokio::sync::oneshot;
 
-use crate::helpers::{ADMIN_TOKEN, REDIS_URL, TestApp, spawn_app};
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+const MYSQL_SERVER: &str = "mysql://root@127.0.0.1:3306";
+const ADMIN_TOKEN: &str = "bench-test-admin-token-0123456789";
+
+fn unique(tag: &str) -> String {
+    format!("{tag}{}", &uuid::Uuid::now_v7().simple().to_string()[20..])
+}
+
+/// A `flashsale serve` of the test's own (`AUTH=none`, no limits), as the
+/// command line configures it, running until dropped.
+struct TestApp {
+    base: String,
+    prefix: String,
+    db_name: String,
+    settings: Settings,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn spawn_app() -> TestApp {
+    let (prefix, db_name) = (unique("tb"), unique("fs_test_"));
+    let database_url = format!("{MYSQL_SERVER}/{db_name}");
+    let cli = Cli::parse_from([
+        "flashsale",
+        "serve",
+        "--listen-addr=127.0.0.1:0",
+        "--redis-url",
+        REDIS_URL,
+        "--key-prefix",
+        &prefix,
+        "--database-url",
+        &database_url,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--auth=none",
+        "--rate-limits=false",
+        "--max-in-flight=0",
+    ]);
+    let Command::Serve(args) = cli.command else {
+        unreachable!("parsed as serve")
+    };
+    let settings = Settings::from(*args);
+    let app = flashsale::app::App::build(&settings).await.expect("starts");
+    let base = format!("http://{}", app.local_addr().expect("bound"));
+    let db = app.state().db.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(app.run(async {
+        let _ = stopped.await;
+    }));
+    tokio::time::timeout(Duration::from_secs(30), db.wait_ready())
+        .await
+        .expect("its database is ready");
+    TestApp {
+        base,
+        prefix,
+        db_name,
+        settings,
+        _stop: stop,
+    }
+}
+
+impl TestApp {
+    /// Removes the test's database and Redis keys (a failed test keeps
+    /// them for inspection; `.ci/run` sweeps leftover databases).
+    async fn remove(self) {
+        use sqlx::Connection;
+        let mut mysql = sqlx::MySqlConnection::connect(MYSQL_SERVER)
+            .await
+            .expect("mysql");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS `{}`", self.db_name))
+            .execute(&mut mysql)
+            .await
+            .expect("drop the test's database");
+        let mut redis = redis::Client::open(REDIS_URL)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query_async(&mut redis)
+            .await
+            .expect("KEYS");
+        for key in keys {
+            let _: () = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut redis)
+                .await
+                .expect("DEL");
+        }
+    }
+}
 
 /// A small rehearsal against `app`, its stores and its admin token.
 fn small_rehearsal(app: &TestApp) -> BenchArgs {
@@ -60,7 +155,7 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
 async fn a_small_rehearsal_balances_the_books() {
     let app = spawn_app().await;
     let args = small_rehearsal(&app);
-    let report = flashsale::bench::rehearsal::run(args)
+    let report = flashsale_bench::rehearsal::run(args)
         .await
         .expect("bench runs");
     assert!(!report.checks.is_empty());
@@ -94,6 +189,7 @@ async fn a_small_rehearsal_balances_the_books() {
         assert!(r.is_some_and(|r| r > 0.0));
     }
     assert!(report.persisted_after_burst_ms.is_some());
+    app.remove().await;
 }
 
 #[tokio::test]
@@ -116,7 +212,7 @@ async fn a_local_rehearsal_with_bearer_tokens_balances_the_books() {
         token_cache: 1000,
         ..small_rehearsal(&app)
     };
-    let report = flashsale::bench::rehearsal::run(args.clone())
+    let report = flashsale_bench::rehearsal::run(args.clone())
         .await
         .expect("bench runs");
     for c in &report.checks {
@@ -132,7 +228,7 @@ async fn a_local_rehearsal_with_bearer_tokens_balances_the_books() {
 
     // Tokens from another key: the server refuses every order.
     let other = Tokens::hmac("another-secret-0123456789abcdef01234567", None).unwrap();
-    let report = flashsale::bench::rehearsal::run(BenchArgs {
+    let report = flashsale_bench::rehearsal::run(BenchArgs {
         tokens: Some(Arc::new(other)),
         ..args
     })
@@ -143,4 +239,5 @@ async fn a_local_rehearsal_with_bearer_tokens_balances_the_books() {
         BTreeMap::from([("unauthorized".to_owned(), 400)])
     );
     assert!(!report.ok(), "nothing sold: the books' checks fail");
+    app.remove().await;
 }

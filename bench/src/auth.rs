@@ -1,6 +1,6 @@
-//! `flashsale bench-auth`: what identifying buyers costs on the order path.
+//! `flashsale-bench auth`: what identifying buyers costs on the order path.
 //!
-//! Whole rehearsals (`flashsale bench --local`, books checked) side by side,
+//! Whole rehearsals (`flashsale-bench rehearse --local`, books checked) side by side,
 //! alternated `--rounds` times, one per way of identifying buyers:
 //!
 //! - `none`: `AUTH=none`, the body's `user_id` is believed (the floor);
@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, median, run};
 use super::tokens::Tokens;
-use crate::http::auth::{Auth, AuthSettings};
+use flashsale::http::auth::{Auth, AuthSettings};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -96,7 +96,7 @@ pub struct MicroFigures {
     pub cached_iterations: u64,
 }
 
-/// `flashsale bench-auth --json`.
+/// `flashsale-bench auth --json`.
 #[derive(Debug, Serialize)]
 pub struct AuthReport {
     pub requests: u64,

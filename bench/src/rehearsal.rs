@@ -1,4 +1,4 @@
-//! `flashsale bench`: rehearse a flash sale against a running `flashsale
+//! `flashsale-bench rehearse`: rehearse a flash sale against a running `flashsale
 //! serve` over real HTTP, then prove the books: every accepted unit is in
 //! exactly one persisted order, none over a buyer's limit, stock balances in
 //! Redis and MySQL. Any violated check makes the command exit non-zero.
@@ -28,13 +28,13 @@ use super::floor::{Floor, Kind};
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
-pub use crate::books::audit::Check;
-use crate::config::{DbArgs, RedisArgs, Settings};
-use crate::domain::ProductId;
-use crate::http::auth::AuthSettings;
-use crate::http::limits::Limits;
-use crate::sale::{Redis, SaleSpec, Sales};
-use crate::store::Db;
+pub use flashsale::books::audit::Check;
+use flashsale::config::{DbArgs, RedisArgs, Settings};
+use flashsale::domain::ProductId;
+use flashsale::http::auth::AuthSettings;
+use flashsale::http::limits::Limits;
+use flashsale::sale::{Redis, SaleSpec, Sales};
+use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -121,7 +121,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub jwt_private_key: Option<PathBuf>,
     /// The tokens' algorithm when not the key's default (e.g. ES384, PS256).
-    #[arg(long, value_parser = crate::config::parse_algorithm)]
+    #[arg(long, value_parser = flashsale::config::parse_algorithm)]
     pub jwt_algorithm: Option<Algorithm>,
     /// With `--local`: the PEM public key the server verifies
     /// `--jwt-private-key`'s tokens with.
@@ -131,7 +131,7 @@ pub struct BenchArgs {
     /// (0: it verifies every request).
     #[arg(long, default_value_t = 100_000)]
     pub token_cache: usize,
-    /// Tokens minted before, from the key options above (`bench-auth` shares
+    /// Tokens minted before, from the key options above (`flashsale-bench auth` shares
     /// them between rehearsals); by default minted from those options.
     #[arg(skip)]
     pub tokens: Option<Arc<Tokens>>,
@@ -443,7 +443,7 @@ async fn per_node(
     Ok(per_node)
 }
 
-/// `flashsale bench`: runs, prints, and fails on any violated check.
+/// `flashsale-bench rehearse`: runs, prints, and fails on any violated check.
 pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     let json = args.json;
     let report = run(args).await?;
@@ -503,11 +503,11 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         admin_routes: true,
         auth: local_auth(args)?,
         limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
-        sold_out_ttl: crate::sale::DEFAULT_SOLD_OUT_TTL,
+        sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
         wait: args.redis.wait(),
         workers: Some(Default::default()),
     };
-    let app = crate::app::App::build(&settings).await?;
+    let app = flashsale::app::App::build(&settings).await?;
     let authority = app.local_addr()?.to_string();
     let app_db = app.state().db.clone();
     let (tx, rx) = oneshot::channel::<()>();
@@ -552,9 +552,9 @@ fn new_product(tag: &str) -> ProductId {
 
 /// Creates and opens the sale through the admin API, window open now.
 async fn create_sale(args: &BenchArgs, t: &Target, product: &ProductId) -> anyhow::Result<()> {
-    let now = crate::store::now_ms();
+    let now = flashsale::store::now_ms();
     let body = json!({
-        "product_id": product.as_str(), "title": "flashsale bench rehearsal", "price": "1.00",
+        "product_id": product.as_str(), "title": "flashsale-bench rehearse rehearsal", "price": "1.00",
         "available_qty": args.stock, "start_time": now - 1000, "end_time": now + 3_600_000,
         "limit_per_user": args.limit_per_user,
     });
@@ -678,7 +678,7 @@ async fn open_bench_sales(
     let spec = SaleSpec {
         stock: args.stock,
         start_ms: 0,
-        end_ms: crate::domain::MAX_TIME_MS,
+        end_ms: flashsale::domain::MAX_TIME_MS,
         limit_per_user: args.limit_per_user,
         price: rust_decimal::Decimal::ONE,
     };

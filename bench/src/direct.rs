@@ -1,4 +1,4 @@
-//! `flashsale bench-redis` drives `place_order.lua` straight against Redis (no
+//! `flashsale-bench redis` drives `place_order.lua` straight against Redis (no
 //! HTTP) with C concurrent callers, once per connection strategy, side by side
 //! in one run:
 //! - `multiplexed`: all callers share one multiplexed connection (what the API does);
@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use redis::AsyncCommands;
 
-use crate::config::RedisArgs;
-use crate::domain::{OrderId, ProductId};
-use crate::sale::{Redis, SaleError, Sales};
+use flashsale::config::RedisArgs;
+use flashsale::domain::{OrderId, ProductId};
+use flashsale::sale::{Redis, SaleError, Sales};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ConnMode {
@@ -195,10 +195,10 @@ async fn pooled_order(sales: &Sales, product: &ProductId, user: u64) -> Result<(
     let keys = sales.keys(product);
     let order_id = OrderId::generate(product);
     redis
-        .bounded(crate::sale::place_order_on(
+        .bounded(flashsale::sale::place_order_on(
             &mut *conn,
             &keys,
-            &crate::sale::OrderCall {
+            &flashsale::sale::OrderCall {
                 order_id: &order_id,
                 user_id: user,
                 product,

@@ -1,4 +1,4 @@
-//! `flashsale bench-drain`: fills a sale's stream with N orders, then moves
+//! `flashsale-bench drain`: fills a sale's stream with N orders, then moves
 //! them into MySQL twice, side by side: once as a raw multi-row INSERT (one
 //! statement per batch, autocommit, the floor of what MySQL can take), once
 //! through the stream worker's step (XREADGROUP, one transaction with the
@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::{bench_product, fill, remove_sale_keys};
-use crate::config::{DbArgs, RedisArgs};
-use crate::sale::{PendingOrder, Redis, Sales};
-use crate::store::{Db, NewProduct};
-use crate::worker::{Entry, WorkerConfig, Workers};
+use flashsale::config::{DbArgs, RedisArgs};
+use flashsale::sale::{PendingOrder, Redis, Sales};
+use flashsale::store::{Db, NewProduct};
+use flashsale::worker::{Entry, WorkerConfig, Workers};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDrainArgs {
@@ -101,11 +101,11 @@ async fn one_size(sales: &Sales, db: &Db, n: u64, batch: usize) -> anyhow::Resul
 /// Every order in the sale's stream, parsed as the worker parses it.
 async fn stream_orders(
     sales: &Sales,
-    product: &crate::domain::ProductId,
+    product: &flashsale::domain::ProductId,
 ) -> anyhow::Result<Vec<PendingOrder>> {
     let keys = sales.keys(product);
     let mut conn = sales.redis().shared().await?;
-    let reply: ::redis::Value = ::redis::AsyncCommands::xrange_all(&mut conn, &keys.orders).await?;
+    let reply: redis::Value = redis::AsyncCommands::xrange_all(&mut conn, &keys.orders).await?;
     Entry::decode_list(reply)?
         .into_iter()
         .map(|e| e.order(product).map_err(anyhow::Error::msg))
@@ -131,7 +131,7 @@ async fn raw_insert(db: &Db, orders: &[PendingOrder], batch: usize) -> anyhow::R
     Ok(rate)
 }
 
-async fn delete_rows(db: &Db, product: &crate::domain::ProductId) -> anyhow::Result<()> {
+async fn delete_rows(db: &Db, product: &flashsale::domain::ProductId) -> anyhow::Result<()> {
     sqlx::query("DELETE FROM tb_order WHERE product_id = ?")
         .bind(product.as_str())
         .execute(db.pool())

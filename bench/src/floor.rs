@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::body::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
@@ -28,9 +28,9 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::domain::ProductId;
-use crate::http::error::ApiError;
-use crate::sale::{Redis, RedisTarget, SaleError, Sales};
+use flashsale::domain::ProductId;
+use flashsale::http::error::ApiError;
+use flashsale::sale::{Redis, RedisTarget, SaleError, Sales};
 
 /// The body `serve` answers a sold-out order with.
 const SOLD_OUT: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;

@@ -1,40 +1,40 @@
 //! Load generators behind the figures in BENCHMARKS.md. Each runs the
 //! compared variants side by side in one run, since the machine is shared.
 //!
-//! - [`rehearsal`]: `flashsale bench`, a whole sale over HTTP with the books
+//! - [`rehearsal`]: `flashsale-bench rehearse`, a whole sale over HTTP with the books
 //!   checked afterwards ([`plan`] decides the request mix, [`load`] sends it).
-//! - [`redis`]: `flashsale bench-redis`, the order script straight against
+//! - [`redis`]: `flashsale-bench redis`, the order script straight against
 //!   Redis, per connection strategy.
-//! - [`guards`]: `flashsale bench-guards`, the order path with its limits
+//! - [`guards`]: `flashsale-bench guards`, the order path with its limits
 //!   off and on, a concurrency sweep, and an overload.
-//! - [`drain`]: `flashsale bench-drain`, the stream workers' drain rate next
+//! - [`drain`]: `flashsale-bench drain`, the stream workers' drain rate next
 //!   to a raw multi-row INSERT of the same rows.
-//! - [`auth`]: `flashsale bench-auth`, what verifying buyers' tokens costs
+//! - [`auth`]: `flashsale-bench auth`, what verifying buyers' tokens costs
 //!   (none, HMAC, ES256, RS256; the token cache on and off).
 
 pub mod auth;
 pub mod cpu;
+pub mod direct;
 pub mod drain;
 pub mod floor;
 pub mod guards;
 pub mod load;
 pub mod plan;
-pub mod redis;
 pub mod rehearsal;
 pub mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ::redis::AsyncCommands;
+use redis::AsyncCommands;
 
 pub use self::auth::{BenchAuthArgs, run_auth_bench};
+pub use self::direct::{BenchRedisArgs, run_redis_bench};
 pub use self::drain::{BenchDrainArgs, run_drain_bench};
 pub use self::guards::{BenchGuardsArgs, run_guards_bench};
-pub use self::redis::{BenchRedisArgs, run_redis_bench};
 pub use self::rehearsal::BenchArgs;
-use crate::domain::{MAX_TIME_MS, ProductId};
-use crate::sale::{SaleError, SaleSpec, Sales};
+use flashsale::domain::{MAX_TIME_MS, ProductId};
+use flashsale::sale::{SaleError, SaleSpec, Sales};
 
 /// The key prefix of benchmark sales: beside, never inside, the deployment's
 /// own (so a running `serve`'s workers never see them).

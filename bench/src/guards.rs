@@ -1,6 +1,6 @@
-//! `flashsale bench-guards`: what the guards in front of the order path cost,
+//! `flashsale-bench guards`: what the guards in front of the order path cost,
 //! and how they answer an overload. Three parts, each a whole rehearsal
-//! (`flashsale bench --local`, books checked) on an in-process server:
+//! (`flashsale-bench rehearse --local`, books checked) on an in-process server:
 //!
 //! 1. cost: the same sale with the limits off and on, alternated `--rounds`
 //!    times. "On" runs every guard on every order (in-flight slot, address
@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, RunFigures, median, run};
-use crate::http::limits::{Limits, Rate};
+use flashsale::http::limits::{Limits, Rate};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchGuardsArgs {
