@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Settings;
+use crate::config::{Settings, weak_admin_token};
 use crate::http::auth::Auth;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
@@ -31,35 +31,6 @@ pub enum StartupError {
     AdminToken(&'static str),
     #[error("buyer identity: {0}")]
     Auth(#[from] crate::http::auth::AuthError),
-}
-
-/// Why `token` must not guard the admin routes, if it must not.
-pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
-    const PLACEHOLDERS: [&str; 8] = [
-        "admin",
-        "changeme",
-        "change-me",
-        "password",
-        "secret",
-        "token",
-        "default",
-        "example",
-    ];
-    let Some(token) = token else {
-        return Some("ADMIN_TOKEN is not set");
-    };
-    let lower = token.to_ascii_lowercase();
-    let distinct = token
-        .chars()
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
-    if token.chars().count() < 16 {
-        Some("ADMIN_TOKEN is shorter than 16 characters")
-    } else if distinct < 8 || PLACEHOLDERS.iter().any(|p| lower.starts_with(p)) {
-        Some("ADMIN_TOKEN looks like a placeholder, not a secret")
-    } else {
-        None
-    }
 }
 
 /// A built service, bound to its port, not yet serving.

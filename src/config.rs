@@ -464,3 +464,32 @@ fn parse_prefix(s: &str) -> Result<String, String> {
     }
     Ok(s.to_owned())
 }
+
+/// Why `token` must not guard the admin routes, if it must not.
+pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
+    const PLACEHOLDERS: [&str; 8] = [
+        "admin",
+        "changeme",
+        "change-me",
+        "password",
+        "secret",
+        "token",
+        "default",
+        "example",
+    ];
+    let Some(token) = token else {
+        return Some("ADMIN_TOKEN is not set");
+    };
+    let lower = token.to_ascii_lowercase();
+    let distinct = token
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if token.chars().count() < 16 {
+        Some("ADMIN_TOKEN is shorter than 16 characters")
+    } else if distinct < 8 || PLACEHOLDERS.iter().any(|p| lower.starts_with(p)) {
+        Some("ADMIN_TOKEN looks like a placeholder, not a secret")
+    } else {
+        None
+    }
+}

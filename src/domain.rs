@@ -107,10 +107,7 @@ fn random_96() -> [u8; 12] {
 impl OrderId {
     pub fn generate(product: &ProductId) -> Self {
         use std::fmt::Write;
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
-            & 0xFFFF_FFFF_FFFF;
+        let ms = now_ms() as u64 & 0xFFFF_FFFF_FFFF;
         let mut id = String::with_capacity(product.as_str().len() + 37);
         let _ = write!(id, "{product}:{ms:012x}");
         for b in random_96() {
@@ -146,6 +143,27 @@ impl fmt::Display for OrderId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// An accepted order, before the books hold it: what the order script put
+/// in the sale's stream (and keeps in Redis until a worker persisted it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOrder {
+    pub order_id: OrderId,
+    pub user_id: u64,
+    pub product_id: ProductId,
+    pub quantity: u64,
+    pub price: Decimal,
+    pub created_ms: i64,
+    /// The Idempotency-Key it was placed with, if any.
+    pub idempotency_key: Option<String>,
+}
+
+/// Now, in epoch milliseconds (the clock of every layer).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A buyer id: 1..=i64::MAX (it is a BIGINT in MySQL).

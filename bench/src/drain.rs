@@ -10,9 +10,10 @@ use clap::Args;
 
 use super::{bench_product, fill, remove_sale_keys};
 use flashsale::config::{DbArgs, RedisArgs};
-use flashsale::sale::{PendingOrder, Redis, Sales};
+use flashsale::domain::PendingOrder;
+use flashsale::sale::{Entry, Redis, Sales};
 use flashsale::store::{Db, NewProduct};
-use flashsale::worker::{Entry, WorkerConfig, Workers};
+use flashsale::worker::{WorkerConfig, Workers};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDrainArgs {

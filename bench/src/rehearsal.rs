@@ -552,7 +552,7 @@ fn new_product(tag: &str) -> ProductId {
 
 /// Creates and opens the sale through the admin API, window open now.
 async fn create_sale(args: &BenchArgs, t: &Target, product: &ProductId) -> anyhow::Result<()> {
-    let now = flashsale::store::now_ms();
+    let now = flashsale::domain::now_ms();
     let body = json!({
         "product_id": product.as_str(), "title": "flashsale-bench rehearse rehearsal", "price": "1.00",
         "available_qty": args.stock, "start_time": now - 1000, "end_time": now + 3_600_000,

@@ -11,15 +11,14 @@
 //! one after the other, so a sale taking orders right now can show a
 //! transient difference; audit a quiet sale, or run it again.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
-use redis::AsyncCommands;
 use serde::Serialize;
 
 use super::BooksError;
 use crate::domain::ProductId;
-use crate::sale::{SaleError, Sales};
-use crate::store::{CANCELLED, CONFIRMED, Db, PAID, Product};
+use crate::sale::{SaleSnapshot, Sales};
+use crate::store::{CANCELLED, CONFIRMED, Db, OrderRow, PAID, Product};
 
 /// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
@@ -80,8 +79,14 @@ pub async fn audit_sale(
     product: &Product,
 ) -> Result<SaleAudit, BooksError> {
     let id = ProductId::parse(&product.product_id)
-        .map_err(|e| crate::sale::SaleError::Corrupt(format!("product id in tb_product: {e}")))?;
+        .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
     let rows = db.orders_of_product(&id).await?;
+    let redis = sales.snapshot(&id).await?;
+    Ok(figures(product, &rows, &redis))
+}
+
+/// The audit's arithmetic, from what MySQL and Redis hold of one sale.
+pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> SaleAudit {
     let units = |status: &str| {
         rows.iter()
             .filter(|r| r.status == status)
@@ -95,72 +100,61 @@ pub async fn audit_sale(
         .map(|r| r.quantity)
         .sum();
     let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
-
-    let keys = sales.keys(&id);
-    let redis = sales.redis();
-    let mut conn = redis.shared().await?;
-    let redis_stock: Option<i64> = redis.bounded(conn.get(&keys.stock)).await?;
-    let accepted: BTreeMap<String, String> = redis.bounded(conn.hgetall(&keys.accepted)).await?;
-    let dead_reply: redis::Value = redis.bounded(conn.xrange_all(&keys.dead)).await?;
-    let dead_entries = crate::worker::Entry::decode_list(dead_reply)
-        .map_err(|e| SaleError::from(redis::RedisError::from(e)))?;
-    let field = |e: &crate::worker::Entry, name: &str| {
-        e.fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
-    let dead_ids: HashSet<String> = dead_entries
+    let dead_ids: HashSet<&str> = redis
+        .dead_letters
         .iter()
-        .filter_map(|e| field(e, "order_id"))
+        .filter_map(|d| d.order_id.as_deref())
         .collect();
-    let dead_letters: i64 = dead_entries
-        .iter()
-        .filter_map(|e| field(e, "quantity")?.parse::<i64>().ok())
-        .sum();
-    let pending: i64 = accepted
+    let dead_letters: i64 = redis.dead_letters.iter().map(|d| d.quantity).sum();
+    // Accepted, and neither in the books nor dead-lettered: still on its way.
+    let pending: i64 = redis
+        .accepted
         .iter()
         .filter(|(id, _)| !persisted.contains(id.as_str()) && !dead_ids.contains(id.as_str()))
-        .map(|(_, record)| record_quantity(record))
+        .map(|(_, units)| units)
         .sum();
 
     let initial = product.initial_qty;
-    let mut checks = Vec::new();
-    let in_redis =
-        redis_stock.map(|s| s + pending + confirmed + paid + dead_letters + cancelled_unreturned);
-    checks.push(Check {
-        name: "redis: initial == stock + pending + confirmed + paid + dead letters + cancelled not yet returned",
-        ok: in_redis == Some(initial),
-        detail: match in_redis {
-            Some(total) => format!("{initial} vs {total}"),
-            None => "the sale is missing in Redis (see `flashsale recover`)".into(),
+    let in_redis = redis
+        .stock
+        .map(|s| s + pending + confirmed + paid + dead_letters + cancelled_unreturned);
+    let checks = vec![
+        Check {
+            name: "redis: initial == stock + pending + confirmed + paid + dead letters + cancelled not yet returned",
+            ok: in_redis == Some(initial),
+            detail: match in_redis {
+                Some(total) => format!("{initial} vs {total}"),
+                None => "the sale is missing in Redis (see `flashsale recover`)".into(),
+            },
         },
-    });
-    checks.push(Check {
-        name: "mysql: available_qty == initial - confirmed - paid",
-        ok: product.available_qty == initial - confirmed - paid,
-        detail: format!(
-            "{} vs {}",
-            product.available_qty,
-            initial - confirmed - paid
-        ),
-    });
-    checks.push(Check {
-        name: "not oversold: confirmed + paid <= initial",
-        ok: confirmed + paid <= initial,
-        detail: format!("{} vs {initial}", confirmed + paid),
-    });
-    checks.push(Check {
-        name: "no dead letters (orders answered 202 that are not in the books)",
-        ok: dead_entries.is_empty(),
-        detail: format!("{} dead letters, {dead_letters} units", dead_entries.len()),
-    });
-    let repaired = sales.repairs(&id).await?;
-    Ok(SaleAudit {
+        Check {
+            name: "mysql: available_qty == initial - confirmed - paid",
+            ok: product.available_qty == initial - confirmed - paid,
+            detail: format!(
+                "{} vs {}",
+                product.available_qty,
+                initial - confirmed - paid
+            ),
+        },
+        Check {
+            name: "not oversold: confirmed + paid <= initial",
+            ok: confirmed + paid <= initial,
+            detail: format!("{} vs {initial}", confirmed + paid),
+        },
+        Check {
+            name: "no dead letters (orders answered 202 that are not in the books)",
+            ok: redis.dead_letters.is_empty(),
+            detail: format!(
+                "{} dead letters, {dead_letters} units",
+                redis.dead_letters.len()
+            ),
+        },
+    ];
+    SaleAudit {
         product_id: product.product_id.clone(),
-        repaired,
+        repaired: redis.repairs,
         initial,
-        redis_stock,
+        redis_stock: redis.stock,
         pending,
         confirmed,
         paid,
@@ -169,15 +163,7 @@ pub async fn audit_sale(
         dead_letters,
         available_qty: product.available_qty,
         checks,
-    })
-}
-
-/// The quantity in an `accepted` record (see `place_order.lua`).
-fn record_quantity(record: &str) -> i64 {
-    serde_json::from_str::<serde_json::Value>(record)
-        .ok()
-        .and_then(|v| v["quantity"].as_i64())
-        .unwrap_or(0)
+    }
 }
 
 /// The audit as a table.
@@ -224,4 +210,144 @@ pub fn render(audits: &[SaleAudit]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sale::DeadLetter;
+
+    fn product_of(initial: i64, available: i64) -> Product {
+        Product {
+            product_id: "sku-1".into(),
+            title: "Phone".into(),
+            price: rust_decimal::Decimal::ONE,
+            available_qty: available,
+            initial_qty: initial,
+            start_time: 0,
+            end_time: 1,
+            limit_per_user: 5,
+            created: 0,
+            updated: 0,
+            opened: Some(0),
+        }
+    }
+
+    fn row(id: &str, quantity: i64, status: &str, released: bool) -> OrderRow {
+        OrderRow {
+            order_id: id.into(),
+            user_id: 1,
+            product_id: "sku-1".into(),
+            quantity,
+            price: rust_decimal::Decimal::ONE,
+            status: status.into(),
+            created: 0,
+            updated: 0,
+            released,
+            idempotency_key: None,
+        }
+    }
+
+    /// Ten units: 2 confirmed, 1 paid, 1 cancelled and back, 1 cancelled not
+    /// yet back, 1 accepted on its way, 1 in dead letters, 4 in stock.
+    fn mid_sale() -> (Product, Vec<OrderRow>, SaleSnapshot) {
+        let rows = vec![
+            row("o1", 2, CONFIRMED, false),
+            row("o2", 1, PAID, false),
+            row("o3", 1, CANCELLED, true),
+            row("o4", 1, CANCELLED, false),
+        ];
+        let redis = SaleSnapshot {
+            stock: Some(4),
+            accepted: [("o1", 2), ("o2", 1), ("o5", 1), ("o6", 1)]
+                .into_iter()
+                .map(|(id, q)| (id.to_owned(), q))
+                .collect(),
+            dead_letters: vec![DeadLetter {
+                order_id: Some("o6".into()),
+                quantity: 1,
+            }],
+            repairs: Default::default(),
+        };
+        (product_of(10, 7), rows, redis)
+    }
+
+    /// The same sale once its dead letter was dealt with: the order dropped,
+    /// its unit back in stock.
+    fn settled(redis: &SaleSnapshot) -> SaleSnapshot {
+        let mut quiet = redis.clone();
+        quiet.accepted.remove("o6");
+        quiet.dead_letters.clear();
+        quiet.stock = Some(5);
+        quiet
+    }
+
+    fn failed(a: &SaleAudit) -> Vec<&'static str> {
+        a.checks.iter().filter(|c| !c.ok).map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn every_unit_is_counted_once_and_dead_letters_fail_the_audit() {
+        let (product, rows, redis) = mid_sale();
+        let a = figures(&product, &rows, &redis);
+        assert_eq!(
+            (
+                a.pending,
+                a.confirmed,
+                a.paid,
+                a.cancelled,
+                a.cancelled_unreturned,
+                a.dead_letters
+            ),
+            (1, 2, 1, 2, 1, 1)
+        );
+        assert_eq!(
+            failed(&a),
+            ["no dead letters (orders answered 202 that are not in the books)"]
+        );
+        assert!(figures(&product, &rows, &settled(&redis)).ok());
+    }
+
+    #[test]
+    fn a_unit_too_many_or_too_few_anywhere_is_a_mismatch() {
+        let (product, rows, redis) = mid_sale();
+        let redis = settled(&redis);
+        for stock in [4, 6] {
+            let a = figures(
+                &product,
+                &rows,
+                &SaleSnapshot {
+                    stock: Some(stock),
+                    ..redis.clone()
+                },
+            );
+            assert_eq!(failed(&a).len(), 1, "stock {stock}");
+            assert!(failed(&a)[0].starts_with("redis:"));
+        }
+        let a = figures(&product_of(10, 6), &rows, &redis);
+        assert_eq!(
+            failed(&a),
+            ["mysql: available_qty == initial - confirmed - paid"]
+        );
+        let missing = figures(
+            &product,
+            &rows,
+            &SaleSnapshot {
+                stock: None,
+                ..redis.clone()
+            },
+        );
+        assert!(missing.checks[0].detail.contains("flashsale recover"));
+    }
+
+    #[test]
+    fn more_sold_than_the_stock_is_an_oversell() {
+        let rows = vec![row("o1", 8, CONFIRMED, false), row("o2", 3, PAID, false)];
+        let redis = SaleSnapshot {
+            stock: Some(-1),
+            ..Default::default()
+        };
+        let a = figures(&product_of(10, -1), &rows, &redis);
+        assert_eq!(failed(&a), ["not oversold: confirmed + paid <= initial"]);
+    }
 }

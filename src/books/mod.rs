@@ -9,19 +9,23 @@
 //! leaves `cancelled` + `released = 0`, which the workers' sweeper finds and
 //! finishes; since the Redis half is idempotent, finishing it twice counts once.
 //!
-//! [`audit`] proves the books balance; [`reconcile`] restores in Redis what
-//! a failover lost of a sale; [`recover`] rebuilds a sale in Redis from
-//! MySQL after Redis lost it entirely.
+//! [`Sweeper`] is the workers' periodic pass (payment timeouts, unfinished
+//! cancels); [`audit`] proves the books balance; [`reconcile`] restores in
+//! Redis what a failover lost of a sale; [`recover`] rebuilds a sale in Redis
+//! from MySQL after Redis lost it entirely.
 
 pub mod audit;
 pub mod reconcile;
 pub mod recover;
+mod sweeper;
 
 use std::time::Duration;
 
-use crate::domain::{OrderId, ProductId};
-use crate::sale::{PendingOrder, SaleError, Sales};
-use crate::store::{Db, OrderRow, StoreError, Transition, now_ms};
+pub use sweeper::{Sweeper, Swept};
+
+use crate::domain::{OrderId, PendingOrder, ProductId, now_ms};
+use crate::sale::{SaleError, Sales};
+use crate::store::{Db, OrderRow, StoreError, Transition};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BooksError {
@@ -34,6 +38,9 @@ pub enum BooksError {
     /// An operation refused for a reason an operator can fix.
     #[error("{0}")]
     Refused(String),
+    /// MySQL holds what the service never writes (a bug, or a hand edit).
+    #[error("unexpected data in mysql: {0}")]
+    Corrupt(String),
     #[error(transparent)]
     Sale(#[from] SaleError),
     #[error(transparent)]
@@ -212,7 +219,7 @@ fn refusal(row: &OrderRow, user: u64) -> BooksError {
 /// The Redis view of a persisted order (what `release_stock.lua` needs).
 fn pending_of(row: &OrderRow) -> Result<PendingOrder, BooksError> {
     let (order_id, product_id) = OrderId::parse(&row.order_id)
-        .ok_or_else(|| SaleError::Corrupt(format!("order id {:?} in tb_order", row.order_id)))?;
+        .ok_or_else(|| BooksError::Corrupt(format!("order id {:?} in tb_order", row.order_id)))?;
     Ok(PendingOrder {
         order_id,
         user_id: row.user_id as u64,

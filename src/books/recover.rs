@@ -16,7 +16,6 @@
 
 use std::collections::HashSet;
 
-use redis::AsyncCommands;
 use serde::Serialize;
 
 use super::BooksError;
@@ -40,37 +39,11 @@ pub async fn recover(
 ) -> Result<Recovered, BooksError> {
     let product = db.product(product_id).await?.ok_or(BooksError::NotFound)?;
     let rows = db.orders_of_product(product_id).await?;
-    let keys = sales.keys(product_id);
-    let redis = sales.redis();
-    let mut conn = redis.shared().await?;
-
-    let has_sale: bool = redis.bounded(conn.exists(&keys.sale)).await?;
-    if has_sale && !force {
+    if sales.has_sale(product_id).await? && !force {
         return Err(BooksError::Refused("Redis still has this sale".into()));
     }
-    // Orders in the books, and orders voided (never to be persisted).
-    let voided: std::collections::HashMap<String, String> =
-        redis.bounded(conn.hgetall(&keys.void)).await?;
-    let persisted: HashSet<&str> = rows
-        .iter()
-        .map(|r| r.order_id.as_str())
-        .chain(
-            voided
-                .iter()
-                .filter(|(_, s)| *s == "void")
-                .map(|(id, _)| id.as_str()),
-        )
-        .collect();
-    let stream: redis::Value = redis.bounded(conn.xrange_all(&keys.orders)).await?;
-    let unpersisted = crate::worker::Entry::decode_list(stream)
-        .map_err(|e| SaleError::from(redis::RedisError::from(e)))?
-        .iter()
-        .filter(|e| {
-            e.fields
-                .iter()
-                .any(|(k, v)| k == "order_id" && !persisted.contains(v.as_str()))
-        })
-        .count();
+    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+    let unpersisted = sales.unpersisted_orders(product_id, &persisted).await?;
     if unpersisted > 0 && !force {
         return Err(BooksError::Refused(format!(
             "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"

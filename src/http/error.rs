@@ -237,6 +237,7 @@ impl From<crate::books::BooksError> for ApiError {
             B::Refused(why) => Self::InvalidTransition(why),
             B::Sale(e) => e.into(),
             B::Store(e) => e.into(),
+            e @ B::Corrupt(_) => Self::Internal(e.to_string()),
         }
     }
 }

@@ -13,8 +13,9 @@ use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, PathParam, QueryParams};
 use crate::books::Cancelled;
+use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
-use crate::sale::{PendingOrder, Progress};
+use crate::sale::Progress;
 use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
 #[derive(Deserialize, ToSchema)]

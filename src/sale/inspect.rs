@@ -1,13 +1,16 @@
-//! A sale's queue as operators see it: the facts `redis-cli` gives with
-//! `XLEN`, `XINFO GROUPS`, `XINFO CONSUMERS` and `XPENDING`, in one struct.
-//! Read-only; each command touches one key of one sale.
+//! A sale as operators see it, read-only: its queue (the facts `redis-cli`
+//! gives with `XLEN`, `XINFO GROUPS`, `XINFO CONSUMERS` and `XPENDING`, in
+//! one struct) and the audit's [`SaleSnapshot`]. Each command touches one key
+//! of one sale.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use redis::AsyncCommands;
 use redis::streams::{StreamInfoConsumersReply, StreamInfoGroupsReply, StreamPendingCountReply};
 use serde::Serialize;
 
 use super::keys::GROUP;
-use super::{SaleError, Sales};
+use super::{Entry, Repairs, SaleError, Sales};
 use crate::domain::ProductId;
 
 /// One sale's stream and consumer group.
@@ -124,5 +127,98 @@ impl Sales {
                 .collect();
         }
         Ok(report)
+    }
+}
+
+/// What the audit needs of a sale in Redis (each key read on its own: a
+/// sale taking orders may move between the reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaleSnapshot {
+    /// Units left; `None`: the sale is not in Redis.
+    pub stock: Option<i64>,
+    /// Orders the script accepted and Redis still holds: id → units.
+    pub accepted: BTreeMap<String, i64>,
+    /// The dead-letter stream's orders.
+    pub dead_letters: Vec<DeadLetter>,
+    /// What reconciliation restored after Redis lost writes.
+    pub repairs: Repairs,
+}
+
+/// An order in dead letters: answered 202, never persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// `None` when the entry was too broken to name its order.
+    pub order_id: Option<String>,
+    pub quantity: i64,
+}
+
+impl Sales {
+    /// A sale's stock, accepted records, dead letters and repairs.
+    pub async fn snapshot(&self, product: &ProductId) -> Result<SaleSnapshot, SaleError> {
+        let keys = self.keys(product);
+        let redis = &self.redis;
+        let mut conn = redis.shared().await?;
+        let stock: Option<i64> = redis.bounded(conn.get(&keys.stock)).await?;
+        let records: BTreeMap<String, String> = redis.bounded(conn.hgetall(&keys.accepted)).await?;
+        let dead: redis::Value = redis.bounded(conn.xrange_all(&keys.dead)).await?;
+        let dead_letters = Entry::decode_list(dead)
+            .map_err(redis::RedisError::from)?
+            .iter()
+            .map(|e| DeadLetter {
+                order_id: e.field("order_id").map(str::to_owned),
+                quantity: e
+                    .field("quantity")
+                    .and_then(|q| q.parse().ok())
+                    .unwrap_or(0),
+            })
+            .collect();
+        Ok(SaleSnapshot {
+            stock,
+            accepted: records
+                .into_iter()
+                .map(|(id, record)| (id, record_quantity(&record)))
+                .collect(),
+            dead_letters,
+            repairs: self.repairs(product).await?,
+        })
+    }
+}
+
+/// The quantity in an `accepted` record (see `place_order.lua`).
+fn record_quantity(record: &str) -> i64 {
+    serde_json::from_str::<serde_json::Value>(record)
+        .ok()
+        .and_then(|v| v["quantity"].as_i64())
+        .unwrap_or(0)
+}
+
+impl Sales {
+    /// Whether Redis has the sale (its hash, which lets orders in).
+    pub async fn has_sale(&self, product: &ProductId) -> Result<bool, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis.bounded(conn.exists(&keys.sale)).await
+    }
+
+    /// Orders in the sale's stream that are neither in `persisted` nor
+    /// voided (taken back, never to be persisted): the orders a rebuild of
+    /// the sale from MySQL would forget.
+    pub async fn unpersisted_orders(
+        &self,
+        product: &ProductId,
+        persisted: &HashSet<&str>,
+    ) -> Result<usize, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let voided: HashMap<String, String> = self.redis.bounded(conn.hgetall(&keys.void)).await?;
+        let stream: redis::Value = self.redis.bounded(conn.xrange_all(&keys.orders)).await?;
+        Ok(Entry::decode_list(stream)
+            .map_err(redis::RedisError::from)?
+            .iter()
+            .filter_map(|e| e.field("order_id"))
+            .filter(|id| {
+                !persisted.contains(id) && voided.get(*id).is_none_or(|state| state != "void")
+            })
+            .count())
     }
 }

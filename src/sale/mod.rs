@@ -8,6 +8,7 @@
 
 mod conn;
 pub mod durability;
+mod entry;
 pub mod inspect;
 pub mod keys;
 mod scripts;
@@ -22,11 +23,13 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
+pub use entry::Entry;
+pub use inspect::{DeadLetter, SaleSnapshot};
 pub use keys::SaleKeys;
 pub use scripts::{OrderCall, PlaceReply, place_order as place_order_on};
 pub use soldout::SoldOutMarks;
 
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, PendingOrder, ProductId};
 
 /// A failure to get an answer from Redis.
 #[derive(Debug, thiserror::Error)]
@@ -107,19 +110,6 @@ pub struct SaleSpec {
     pub end_ms: i64,
     pub limit_per_user: u64,
     pub price: Decimal,
-}
-
-/// An order the script accepted, as it sits in the stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingOrder {
-    pub order_id: OrderId,
-    pub user_id: u64,
-    pub product_id: ProductId,
-    pub quantity: u64,
-    pub price: Decimal,
-    pub created_ms: i64,
-    /// The Idempotency-Key it was placed with, if any.
-    pub idempotency_key: Option<String>,
 }
 
 /// How far an accepted order got, as far as Redis knows (`order_state.lua`).

@@ -8,7 +8,8 @@ use std::sync::LazyLock;
 use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value, aio::ConnectionLike};
 use rust_decimal::Decimal;
 
-use super::{PendingOrder, Progress, Rejection, SaleKeys, SaleSpec};
+use super::{Progress, Rejection, SaleKeys, SaleSpec};
+use crate::domain::PendingOrder;
 use crate::domain::{OrderId, ProductId};
 
 static OPEN_SALE: LazyLock<Script> =

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, QueryBuilder};
 
 use super::orders::ROW;
-use super::{CONFIRMED, Db, OrderRow, StoreError, now_ms};
+use super::{CONFIRMED, Db, OrderRow, StoreError};
+use crate::domain::now_ms;
 use crate::domain::{OrderId, ProductId};
 
 pub const PAID: &str = "paid";

@@ -253,10 +253,3 @@ pub fn migration_lock(database: &str) -> String {
     name.truncate(64);
     name
 }
-
-/// Milliseconds since the epoch, as the tables store time.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}

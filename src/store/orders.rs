@@ -5,9 +5,10 @@ use std::collections::HashSet;
 use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
-use super::{Db, StoreError, now_ms};
+use super::{Db, StoreError};
+use crate::domain::PendingOrder;
+use crate::domain::now_ms;
 use crate::domain::{OrderId, ProductId};
-use crate::sale::PendingOrder;
 
 /// An order row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]

@@ -3,8 +3,9 @@
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::{Db, StoreError, now_ms};
+use super::{Db, StoreError};
 use crate::domain::ProductId;
+use crate::domain::now_ms;
 
 /// A product row.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]

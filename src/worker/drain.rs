@@ -12,11 +12,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::entry::Entry;
 use super::{WorkerConfig, WorkerError, stream};
+use crate::domain::PendingOrder;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
-use crate::sale::{PendingOrder, SaleError, SaleKeys, Sales};
+use crate::sale::Entry;
+use crate::sale::{SaleError, SaleKeys, Sales};
 use crate::store::{Db, Persisted};
 
 /// Where the next read starts.
@@ -323,7 +324,7 @@ impl SaleWorker {
         commit.observe_duration();
         if persisted.inserted > 0 {
             // The batch's rows were new (a redelivered batch inserts none).
-            let now = crate::store::now_ms();
+            let now = crate::domain::now_ms();
             for (_, order) in &good {
                 let waited = (now - order.created_ms).max(0) as f64 / 1000.0;
                 metrics.accept_to_persist.observe(waited);

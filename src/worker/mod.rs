@@ -6,15 +6,13 @@
 //! one MySQL transaction, then `XACK`; `XAUTOCLAIM` for entries a crashed
 //! consumer left pending; dead letters for entries that can never be
 //! persisted; trimming of acked entries past their retention. Every command
-//! touches one sale's keys only. Beside them, the [`sweeper`] (payment
-//! timeouts, interrupted cancels) and the [`reconciler`] (what a failover
-//! lost in Redis, restored from the books).
+//! touches one sale's keys only. Beside them, a periodic pass of the books'
+//! [`Sweeper`] (payment timeouts, interrupted cancels) and the [`reconciler`]
+//! (what a failover lost in Redis, restored from the books).
 
 pub mod drain;
-mod entry;
 pub mod reconciler;
 mod stream;
-pub mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use drain::{Outcome, SaleWorker};
-pub use entry::Entry;
 
+use crate::books::{Books, Sweeper};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
 use crate::sale::{SaleError, Sales};
@@ -133,9 +131,14 @@ impl Workers {
     }
 
     /// The sweeper, for driving pass by pass.
-    pub fn sweeper(&self) -> sweeper::Sweeper {
-        let books = crate::books::Books::new(self.sales.clone(), self.db.clone());
-        sweeper::Sweeper::new(books, self.sales.clone(), &self.cfg)
+    pub fn sweeper(&self) -> Sweeper {
+        let books = Books::new(self.sales.clone(), self.db.clone());
+        Sweeper::new(
+            books,
+            self.sales.clone(),
+            self.cfg.payment_timeout,
+            self.cfg.release_grace,
+        )
     }
 
     /// A drain of one sale, for driving step by step.
@@ -163,7 +166,7 @@ impl Workers {
             }
         }
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
-        let sweeping = tokio::spawn(sweeper::run(
+        let sweeping = tokio::spawn(sweep(
             self.sweeper(),
             self.cfg.sweep_every,
             shutdown.clone(),
@@ -214,5 +217,18 @@ impl Workers {
         let _ = sweeping.await;
         let _ = reconciling.await;
         tracing::info!("stream workers stopped");
+    }
+}
+
+/// Runs a pass of `sweeper` every `every` until `shutdown`.
+async fn sweep(sweeper: Sweeper, every: Duration, shutdown: CancellationToken) {
+    loop {
+        if let Err(e) = sweeper.sweep().await {
+            tracing::warn!(error = %e, "sweep failed; next pass retries");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
     }
 }

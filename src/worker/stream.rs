@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, RedisResult, Script, aio::ConnectionLike};
 
-use super::entry::Entry;
+use crate::sale::Entry;
 use crate::sale::SaleKeys;
 use crate::sale::keys::GROUP;
 

@@ -133,7 +133,7 @@ impl World {
 
     /// Creates and opens a sale through the admin API.
     pub async fn open_sale(&self, product_id: &str, stock: u64, limit_per_user: u64) {
-        let now = flashsale::store::now_ms();
+        let now = flashsale::domain::now_ms();
         let body = json!({
             "product_id": product_id,
             "title": "Chaos phone",

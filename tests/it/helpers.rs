@@ -49,7 +49,7 @@ pub fn unique(tag: &str) -> String {
 }
 
 pub fn now_ms() -> i64 {
-    flashsale::store::now_ms()
+    flashsale::domain::now_ms()
 }
 
 fn init_logs() {

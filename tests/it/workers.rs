@@ -4,8 +4,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use flashsale::domain::ProductId;
+use flashsale::sale::Entry;
 use flashsale::sale::keys::GROUP;
-use flashsale::worker::{Entry, Workers};
+use flashsale::worker::Workers;
 use redis::AsyncCommands;
 use redis::streams::StreamReadOptions;
 use reqwest::StatusCode;

@@ -1,14 +1,11 @@
-//! The sweeper: the workers' periodic pass over the books. It cancels orders
-//! unpaid past the payment timeout (each by one process: `SKIP LOCKED`),
-//! finishes cancels interrupted between their MySQL and Redis halves, and
-//! applies cancels asked while an order was still pending.
+//! The sweeper: one pass over the books, which the workers run periodically.
+//! It cancels orders unpaid past the payment timeout (each by one process:
+//! `SKIP LOCKED`), finishes cancels interrupted between their MySQL and Redis
+//! halves, and applies cancels asked while an order was still pending.
 
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
-use super::WorkerConfig;
-use crate::books::{Books, BooksError};
+use super::{Books, BooksError};
 use crate::sale::Sales;
 
 /// What one pass did.
@@ -30,12 +27,19 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn new(books: Books, sales: Sales, cfg: &WorkerConfig) -> Self {
+    /// Orders unpaid for `payment_timeout` are cancelled; a cancel whose
+    /// Redis half is missing for `release_grace` is finished.
+    pub fn new(
+        books: Books,
+        sales: Sales,
+        payment_timeout: Duration,
+        release_grace: Duration,
+    ) -> Self {
         Self {
             books,
             sales,
-            payment_timeout: cfg.payment_timeout,
-            release_grace: cfg.release_grace,
+            payment_timeout,
+            release_grace,
         }
     }
 
@@ -58,18 +62,5 @@ impl Sweeper {
             repaired,
             requests_applied,
         })
-    }
-}
-
-/// Sweeps every `every` until `shutdown`.
-pub async fn run(sweeper: Sweeper, every: Duration, shutdown: CancellationToken) {
-    loop {
-        if let Err(e) = sweeper.sweep().await {
-            tracing::warn!(error = %e, "sweep failed; next pass retries");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(every) => {}
-        }
     }
 }

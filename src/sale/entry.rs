@@ -3,8 +3,8 @@
 
 use redis::{FromRedisValue, ParsingError, Value};
 
+use crate::domain::PendingOrder;
 use crate::domain::{OrderId, ProductId};
-use crate::sale::PendingOrder;
 
 /// One stream entry as read from Redis: its id and its field/value pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,12 +14,16 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn text(&self, name: &str) -> Result<&str, String> {
+    /// The value of field `name`, if the entry has it.
+    pub fn field(&self, name: &str) -> Option<&str> {
         self.fields
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
-            .ok_or(format!("missing field {name}"))
+    }
+
+    fn text(&self, name: &str) -> Result<&str, String> {
+        self.field(name).ok_or(format!("missing field {name}"))
     }
 
     fn number<T: std::str::FromStr>(&self, name: &str) -> Result<T, String> {
