@@ -1,12 +1,18 @@
 //! The one mapping from failures to HTTP answers. Every error body is
-//! `{"error": "<code>", "message": "<text for a human>"}`; dependency failures
-//! are logged here with their cause and shown to the client as a generic 503/500.
+//! `{"error": "<code>", "message": "<text for a human>"}`. A failure of a
+//! dependency or a bug keeps its cause (the error's `source` chain), which
+//! the client never sees: the answer carries the error in a response
+//! extension ([`Failure`]), and the request middleware logs it, once, with
+//! the whole chain (`limits::guard_request`).
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+
+/// The cause of a 5xx: any error, kept whole for the log.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 use crate::domain::Invalid;
 use crate::sale::{Rejection, SaleError};
@@ -58,7 +64,7 @@ pub enum ApiError {
     #[error(
         "the order was not confirmed by Redis replicas in time; retry with the same Idempotency-Key to learn its outcome (it was taken back, unless another request with the key answered it)"
     )]
-    NotReplicated,
+    NotReplicated(#[source] SaleError),
     /// Too many requests from this user or address: retry after this long.
     #[error("too many requests; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
@@ -66,11 +72,11 @@ pub enum ApiError {
     #[error("the service is at capacity; retry shortly")]
     Overloaded,
     /// A dependency is down or slow; the cause is logged, not shown.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("a dependency is unavailable; retry shortly")]
+    Unavailable(#[source] Cause),
     /// A bug or corrupt data; the cause is logged, not shown.
-    #[error("{0}")]
-    Internal(String),
+    #[error("internal error")]
+    Internal(#[source] Cause),
 }
 
 /// The `error` code of an answer, attached to the response for middleware.
@@ -138,7 +144,9 @@ impl ApiError {
             Self::InvalidTransition(_) => (S::CONFLICT, "invalid_transition"),
             Self::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Overloaded => (S::SERVICE_UNAVAILABLE, "overloaded"),
-            Self::Unavailable(_) | Self::NotReplicated => (S::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Unavailable(_) | Self::NotReplicated(_) => {
+                (S::SERVICE_UNAVAILABLE, "unavailable")
+            }
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -149,25 +157,33 @@ impl ApiError {
     }
 }
 
+/// A failed request's error, whole, for the one log line the request
+/// middleware writes about it (5xx answers only).
+#[derive(Debug, Clone)]
+pub struct Failure(pub std::sync::Arc<ApiError>);
+
+impl Failure {
+    /// The error and its causes, outermost first: `a: b: c`.
+    pub fn chain(&self) -> String {
+        let mut out = self.0.to_string();
+        let mut next = std::error::Error::source(&*self.0);
+        while let Some(cause) = next {
+            out.push_str(": ");
+            out.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        out
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = match &self {
-            Self::Unavailable(cause) => {
-                tracing::warn!(%cause, "dependency unavailable");
-                "a dependency is unavailable; retry shortly".to_owned()
-            }
-            Self::Internal(cause) => {
-                tracing::error!(%cause, "internal error");
-                "internal error".to_owned()
-            }
-            other => other.to_string(),
-        };
         let mut response = (
             status,
             Json(ErrorBody {
                 error: code,
-                message,
+                message: self.to_string(),
             }),
         )
             .into_response();
@@ -176,19 +192,36 @@ impl IntoResponse for ApiError {
             _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(HeaderValue::from_static("1")),
             _ => None,
         };
+        let headers = response.headers_mut();
         if let Some(value) = retry_after {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+            headers.insert(header::RETRY_AFTER, value);
         }
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         // For the metrics: the outcome without parsing the body again.
         response.extensions_mut().insert(ErrorCode(code));
+        // Shedding (`overloaded`) is by design and counted, not logged.
+        if matches!(
+            self,
+            Self::Unavailable(_) | Self::Internal(_) | Self::NotReplicated(_)
+        ) {
+            response
+                .extensions_mut()
+                .insert(Failure(std::sync::Arc::new(self)));
+        }
         response
     }
 }
+
+/// Which store failed, as the first link of a cause chain (`redis: ...`).
+#[derive(Debug, thiserror::Error)]
+#[error("redis")]
+struct Redis(#[source] SaleError);
+
+#[derive(Debug, thiserror::Error)]
+#[error("mysql")]
+struct Mysql(#[source] StoreError);
 
 impl From<Invalid> for ApiError {
     fn from(e: Invalid) -> Self {
@@ -207,12 +240,9 @@ impl From<SaleError> for ApiError {
                 Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
                 Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
             },
-            SaleError::NotReplicated { acked, wanted } => {
-                tracing::warn!(acked, wanted, "order not confirmed by enough replicas");
-                Self::NotReplicated
-            }
-            e if e.is_unavailable() => Self::Unavailable(format!("redis: {e}")),
-            e => Self::Internal(format!("redis: {e}")),
+            e @ SaleError::NotReplicated { .. } => Self::NotReplicated(e),
+            e if e.is_unavailable() => Self::Unavailable(Box::new(Redis(e))),
+            e => Self::Internal(Box::new(Redis(e))),
         }
     }
 }
@@ -221,8 +251,8 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::ProductExists => Self::ProductExists,
-            e if e.is_unavailable() => Self::Unavailable(format!("mysql: {e}")),
-            e => Self::Internal(format!("mysql: {e}")),
+            e if e.is_unavailable() => Self::Unavailable(Box::new(Mysql(e))),
+            e => Self::Internal(Box::new(Mysql(e))),
         }
     }
 }
@@ -234,10 +264,11 @@ impl From<crate::books::BooksError> for ApiError {
             B::NotFound => Self::OrderNotFound,
             B::Forbidden => Self::Forbidden("this order belongs to another user"),
             B::InvalidTransition(status) => Self::InvalidTransition(status),
-            B::Refused(why) => Self::InvalidTransition(why),
+
             B::Sale(e) => e.into(),
             B::Store(e) => e.into(),
-            e @ B::Corrupt(_) => Self::Internal(e.to_string()),
+            // Only operator commands are refused (`recover`); no route gets it.
+            e @ (B::Corrupt(_) | B::Refused(_)) => Self::Internal(Box::new(e)),
         }
     }
 }
@@ -291,13 +322,16 @@ mod tests {
             ApiError::LimitExceeded { allowance: 1 },
             ApiError::IdempotencyKeyReused,
             ApiError::InvalidTransition(String::new()),
-            ApiError::NotReplicated,
+            ApiError::NotReplicated(SaleError::NotReplicated {
+                acked: 0,
+                wanted: 1,
+            }),
             ApiError::RateLimited {
                 retry_after_secs: 1,
             },
             ApiError::Overloaded,
-            ApiError::Unavailable(String::new()),
-            ApiError::Internal(String::new()),
+            ApiError::Unavailable("".into()),
+            ApiError::Internal("".into()),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for e in &all {

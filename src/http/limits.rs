@@ -34,7 +34,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use tokio::sync::Semaphore;
 
-use super::error::ApiError;
+use super::error::{ApiError, Failure};
 use crate::metrics::Metrics;
 
 /// A token bucket: `per_second` sustained, `burst` at once.
@@ -302,10 +302,27 @@ pub async fn guard_request(
     if let Err(refused) = check_headers(req.headers(), limits) {
         return refused.into_response();
     }
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        return logged(deadline, req, next).await;
+    let response = if tracing::enabled!(tracing::Level::DEBUG) {
+        logged(deadline, req, next).await
+    } else {
+        bounded(deadline, req, next).await
+    };
+    log_failure(&response);
+    response
+}
+
+/// The one log line of a 5xx answer, with its error's whole cause chain: a
+/// warning for a dependency that failed (503), an error for a bug (500).
+fn log_failure(response: &Response) {
+    let Some(failure) = response.extensions().get::<Failure>() else {
+        return;
+    };
+    let code = failure.0.code();
+    if code != "internal" {
+        tracing::warn!(error = %failure.chain(), code, "request failed: a dependency");
+    } else {
+        tracing::error!(error = %failure.chain(), code, "request failed");
     }
-    bounded(deadline, req, next).await
 }
 
 /// 431 beyond the header limits.

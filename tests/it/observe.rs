@@ -211,6 +211,20 @@ impl Flashsale {
         Self { child, lines, db }
     }
 
+    /// The JSON log lines written within `window` from now.
+    async fn lines_within(&mut self, window: Duration) -> Vec<Value> {
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(window, async {
+            while let Ok(Some(line)) = self.lines.next_line().await {
+                if let Ok(json) = serde_json::from_str::<Value>(&line) {
+                    out.push(json);
+                }
+            }
+        })
+        .await;
+        out
+    }
+
     /// The first JSON log line that `wanted` accepts (within 30 s).
     async fn log_line(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
         let lines = &mut self.lines;
@@ -488,4 +502,63 @@ async fn a_worker_process_exports_its_metrics_on_metrics_addr() {
         ),
         0.0
     );
+}
+
+/// A dependency's failure reaches the client as a plain 503 and the log as
+/// one line with the whole cause: which store, and what it said.
+#[tokio::test]
+async fn a_503_is_logged_once_with_its_cause_chain() {
+    let (port, dead_redis) = (free_port(), free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let redis_url = format!("redis://127.0.0.1:{dead_redis}");
+    let mut serve = Flashsale::spawn(
+        "serve",
+        &[
+            ("LISTEN_ADDR", &listen),
+            ("REDIS_URL", &redis_url),
+            ("REDIS_TIMEOUT_MS", "300"),
+            ("ADMIN_ROUTES", "false"),
+            ("WORKERS", "false"),
+            ("AUTH", "none"),
+            ("RUST_LOG", "warn"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/api/orders");
+    let order = serde_json::json!({"user_id": 1, "product_id": "sku-1", "quantity": 1});
+    // Once it listens (it starts whatever Redis does).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        if let Ok(resp) = client.post(&url).json(&order).send().await {
+            break Some((resp.status(), resp.text().await.unwrap_or_default()));
+        }
+        assert!(tokio::time::Instant::now() < deadline, "serve answers");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, body) = answer.expect("answered");
+    assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!body.contains("redis"), "the cause is not shown: {body}");
+    // One request, one line, with the whole chain: no conversion on the
+    // way logged it too.
+    let lines = serve.lines_within(Duration::from_secs(1)).await;
+    let failures: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "request failed: a dependency")
+        .collect();
+    assert_eq!(failures.len(), 1, "{lines:?}");
+    let line = failures[0];
+    assert_eq!(line["level"], "WARN");
+    assert_eq!(line["fields"]["code"], "unavailable");
+    let chain = line["fields"]["error"].as_str().expect("an error field");
+    let cause = chain
+        .strip_prefix("a dependency is unavailable; retry shortly: redis: ")
+        .unwrap_or_else(|| panic!("the chain names the store: {chain}"));
+    // (The start-up probe of Redis reports its own failures, apart.)
+    let mentions = lines
+        .iter()
+        .filter(|l| l["target"] != "flashsale::sale::durability")
+        .filter(|l| l.to_string().contains(cause))
+        .count();
+    assert_eq!(mentions, 1, "the cause is logged once: {lines:?}");
+    serve.stop().await;
 }
