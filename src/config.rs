@@ -493,3 +493,25 @@ pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_tokens_must_be_long_random_secrets() {
+        assert_eq!(weak_admin_token(None), Some("ADMIN_TOKEN is not set"));
+        assert!(weak_admin_token(Some("short")).is_some_and(|w| w.contains("16")));
+        for placeholder in [
+            "changeme-changeme-changeme",
+            "Admin-0123456789abcdef",
+            "aaaaaaaaaaaaaaaaaaaa",
+        ] {
+            assert!(
+                weak_admin_token(Some(placeholder)).is_some_and(|w| w.contains("placeholder")),
+                "{placeholder}"
+            );
+        }
+        assert_eq!(weak_admin_token(Some("3f9a1c0b7e2d4a6f8b5c1e0d")), None);
+    }
+}

@@ -357,8 +357,9 @@ async fn bounded(deadline: tokio::time::Instant, req: Request, next: Next) -> Re
 
 /// At debug level: a `request` span (method, path) around the handling, which
 /// the handlers' logs carry, and one line per request with status and latency.
-/// (Here rather than in a layer of its own: an extra `from_fn` layer cost
-/// ~10% of the sold-out path's throughput, even with debug off.)
+/// (Here rather than in a layer of its own: an extra `from_fn` layer had a
+/// measurable cost on the sold-out path even with debug off; see
+/// BENCHMARKS.md, "The guards".)
 async fn logged(deadline: tokio::time::Instant, req: Request, next: Next) -> Response {
     use tracing::Instrument;
     let started = Instant::now();

@@ -30,7 +30,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// What every handler can reach. Cloned for every request (axum's `State`),
 /// so it is one `Arc`: cloning the parts (connection handles, pools, the key
-/// prefix) each time cost 10-13% of the sold-out path (BENCHMARKS.md).
+/// prefix) each time had a measurable cost on the sold-out path (BENCHMARKS.md).
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 

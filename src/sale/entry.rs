@@ -112,3 +112,87 @@ impl Entry {
         Ok(entries)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn entry(id: &str, fields: &[(&str, &str)]) -> Value {
+        let flat = fields
+            .iter()
+            .flat_map(|(k, v)| [bulk(k), bulk(v)])
+            .collect();
+        Value::Array(vec![bulk(id), Value::Array(flat)])
+    }
+
+    fn order_fields(order_id: &str) -> Vec<(&str, &str)> {
+        vec![
+            ("order_id", order_id),
+            ("user_id", "42"),
+            ("product_id", "sku-1"),
+            ("quantity", "2"),
+            ("price", "4999.5"),
+            ("created_ms", "1700000000000"),
+        ]
+    }
+
+    #[test]
+    fn an_entry_decodes_into_its_order_checked_against_its_stream() {
+        let sku = ProductId::parse("sku-1").unwrap();
+        let id = "sku-1:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47";
+        let list = Value::Array(vec![entry("1-0", &order_fields(id))]);
+        let entries = Entry::decode_list(list).unwrap();
+        assert_eq!(entries[0].id, "1-0");
+        assert_eq!(entries[0].field("quantity"), Some("2"));
+        let order = entries[0].order(&sku).unwrap();
+        assert_eq!((order.user_id, order.quantity), (42, 2));
+        assert_eq!(order.price.to_string(), "4999.5");
+        assert_eq!(order.idempotency_key, None);
+        // Found in another sale's stream: poison, not an order of that sale.
+        let other = ProductId::parse("sku-2").unwrap();
+        assert!(entries[0].order(&other).is_err());
+    }
+
+    #[test]
+    fn broken_entries_are_refused_with_the_reason() {
+        let sku = ProductId::parse("sku-1").unwrap();
+        let id = "sku-1:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47";
+        let decode = |fields: Vec<(&str, &str)>| {
+            Entry::decode_list(Value::Array(vec![entry("1-0", &fields)])).unwrap()[0].order(&sku)
+        };
+        let mut missing = order_fields(id);
+        missing.retain(|(k, _)| *k != "user_id");
+        assert_eq!(decode(missing).unwrap_err(), "missing field user_id");
+        let mut zero = order_fields(id);
+        zero[3] = ("quantity", "0");
+        assert!(decode(zero).unwrap_err().contains("zero or out-of-range"));
+        let mut bad_id = order_fields("sku-1:nothex");
+        bad_id[0] = ("order_id", "sku-1:nothex");
+        assert!(decode(bad_id).unwrap_err().contains("malformed"));
+        // A deleted entry (`[id, nil]`) has no fields; nil is no entries.
+        let deleted = Value::Array(vec![Value::Array(vec![bulk("2-0"), Value::Nil])]);
+        assert!(Entry::decode_list(deleted).unwrap()[0].fields.is_empty());
+        assert!(Entry::decode_list(Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_read_reply_decodes_in_resp2_and_resp3() {
+        let id = "sku-1:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47";
+        let entries = Value::Array(vec![entry("1-0", &order_fields(id))]);
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("fs:{sku-1}:orders"),
+            entries.clone(),
+        ])]);
+        let resp3 = Value::Map(vec![(bulk("fs:{sku-1}:orders"), entries)]);
+        for reply in [resp2, resp3] {
+            let read = Entry::decode_read(reply).unwrap();
+            assert_eq!(read.len(), 1);
+            assert_eq!(read[0].field("order_id"), Some(id));
+        }
+        assert!(Entry::decode_read(Value::Nil).unwrap().is_empty());
+    }
+}

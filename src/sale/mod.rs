@@ -1,10 +1,14 @@
 //! The Redis side of a flash sale: where stock is deducted.
 //!
 //! A sale lives in Redis under keys that share the product id as hash tag
-//! ([`keys`]). Three Lua scripts in `lua/` change it ([`scripts`]): opening a
-//! sale, placing an order (check, deduct and enqueue in one atomic step), and
-//! releasing an order's units. This module is the only code that writes a
-//! sale's keys; it never talks to MySQL.
+//! ([`keys`]). The Lua scripts in `lua/` change it ([`scripts`]): opening a
+//! sale, placing an order (check, deduct and enqueue in one atomic step),
+//! taking back an order its replicas did not confirm, claiming a batch for
+//! the books, releasing an order's units, dead-lettering an entry, restoring
+//! what the books hold; [`inspect`] reads it for operators and the audit.
+//! This module is the only code that writes a sale's keys (the stream
+//! workers' stream commands excepted, see `worker::stream`); it never talks
+//! to MySQL.
 
 mod conn;
 pub mod durability;
