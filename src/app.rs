@@ -8,12 +8,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Settings, weak_admin_token};
+use crate::config::{Settings, WorkerSettings, weak_admin_token};
 use crate::http::auth::Auth;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
-use crate::sale::{Redis, SaleError, Sales, durability};
+use crate::sale::{SaleError, Sales, durability};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
 
@@ -40,25 +40,6 @@ pub struct App {
     workers: Option<Workers>,
 }
 
-/// The handles to Redis and MySQL, made without connecting: neither needs to
-/// answer for the service to start (see [`Db::migrate_until_ready`]).
-fn connect(settings: &Settings) -> Result<(Sales, Db), StartupError> {
-    let redis = Redis::new(
-        &settings.redis,
-        settings.redis_timeout,
-        settings.redis_pool_size,
-    )?;
-    let db = Db::connect_lazy(
-        &settings.database_url,
-        settings.db_timeout,
-        settings.db_max_connections,
-    )?;
-    let sales = Sales::new(redis, settings.key_prefix.clone())
-        .with_sold_out_ttl(settings.sold_out_ttl)
-        .with_wait(settings.wait);
-    Ok((sales, db))
-}
-
 /// The background work both `serve` and `worker` start with, until `token`
 /// is cancelled: creating and migrating the database as soon as MySQL
 /// answers, and checking Redis's persistence as soon as Redis answers.
@@ -78,19 +59,21 @@ impl App {
     /// Builds everything and binds the listener, without waiting for Redis
     /// or MySQL. Port 0 in `listen_addr` picks a free port (tests use this).
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
-        if settings.admin_routes
-            && let Some(why) = weak_admin_token(settings.admin_token.as_deref())
+        let http = &settings.http;
+        if http.admin_routes
+            && let Some(why) = weak_admin_token(http.admin_token.as_deref())
         {
             return Err(StartupError::AdminToken(why));
         }
-        let auth = Auth::new(&settings.auth)?;
+        let auth = Auth::new(&http.auth)?;
         if auth.is_none() {
             tracing::warn!(
                 "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
             );
         }
-        let (sales, db) = connect(settings)?;
-        let listener = TcpListener::bind(settings.listen_addr).await?;
+        let sales = settings.redis.sales()?.with_sold_out_ttl(http.sold_out_ttl);
+        let db = settings.db.db()?;
+        let listener = TcpListener::bind(http.listen_addr).await?;
         let metrics = Arc::new(Metrics::new());
         let workers = settings
             .workers
@@ -100,10 +83,10 @@ impl App {
             books: crate::books::Books::new(sales.clone(), db.clone()),
             sales,
             db,
-            admin_token: settings.admin_token.clone(),
-            admin_routes: settings.admin_routes,
+            admin_token: http.admin_token.clone(),
+            admin_routes: http.admin_routes,
             auth,
-            guards: Arc::new(Guards::new(settings.limits.clone(), metrics.clone())),
+            guards: Arc::new(Guards::new(http.limits.clone(), metrics.clone())),
             metrics,
         });
         Ok(Self {
@@ -160,12 +143,11 @@ impl App {
 /// `flashsale worker`: only the stream workers, until `shutdown`; with
 /// `metrics_addr`, their metrics at `http://<metrics_addr>/metrics`.
 pub async fn run_workers(
-    settings: &Settings,
-    metrics_addr: Option<SocketAddr>,
+    settings: &WorkerSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
-    let (sales, db) = connect(settings)?;
-    let cfg = settings.workers.clone().unwrap_or_default();
+    let (sales, db) = (settings.redis.sales()?, settings.db.db()?);
+    let cfg = settings.worker.clone();
     let token = CancellationToken::new();
     start_dependencies(&sales, &db, &token);
     let stop = token.clone();
@@ -174,7 +156,7 @@ pub async fn run_workers(
         stop.cancel();
     });
     let metrics = Arc::new(Metrics::new());
-    if let Some(addr) = metrics_addr {
+    if let Some(addr) = settings.metrics_addr {
         let listener = TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
         let router = http::metrics::worker_router(metrics.clone(), sales.clone());

@@ -8,22 +8,36 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::books::{audit, recover};
-use crate::config::{AuditArgs, DbArgs, RecoverArgs, RedisArgs, StreamsArgs};
+use crate::config::{
+    AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, StreamsArgs,
+};
 use crate::domain::ProductId;
+use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
-use crate::sale::{Redis, Sales};
 use crate::store::Db;
 
+/// Redis for an operator command: one request at a time, patient.
+fn redis_of(args: &RedisArgs) -> anyhow::Result<Sales> {
+    let settings = RedisSettings::from(args);
+    let redis = RedisSettings {
+        timeout: settings.timeout.max(Duration::from_secs(5)),
+        pool_size: 2,
+        ..settings
+    };
+    Ok(redis.sales()?)
+}
+
+/// Redis and the books' database for an operator command.
 async fn connect(redis: &RedisArgs, db: &DbArgs) -> anyhow::Result<(Sales, Db)> {
-    let timeout = Duration::from_millis(redis.redis_timeout_ms.max(5000));
-    let sales = Sales::new(
-        Redis::new(&redis.target(), timeout, 2)?,
-        redis.key_prefix.clone(),
-    );
-    let db_timeout = Duration::from_millis(db.db_timeout_ms.max(10_000));
-    let store = Db::connect_lazy(&db.database_url, db_timeout, 2)?;
-    store.create_and_migrate().await?;
-    Ok((sales, store))
+    let settings = DbSettings::from(db);
+    let db = DbSettings {
+        timeout: settings.timeout.max(Duration::from_secs(10)),
+        max_connections: 2,
+        ..settings
+    }
+    .db()?;
+    db.create_and_migrate().await?;
+    Ok((redis_of(redis)?, db))
 }
 
 /// `flashsale audit`
@@ -61,11 +75,7 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
 /// `flashsale streams`: each open sale's stream, group, consumers, pending
 /// entries and dead letters (Redis only).
 pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
-    let timeout = Duration::from_millis(args.redis.redis_timeout_ms.max(5000));
-    let sales = Sales::new(
-        Redis::new(&args.redis.target(), timeout, 2)?,
-        args.redis.key_prefix.clone(),
-    );
+    let sales = redis_of(&args.redis)?;
     let products = match args.product.as_deref() {
         Some(p) => vec![ProductId::parse(p).context("--product")?],
         None => {

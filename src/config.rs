@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::http::auth::{AuthSettings, IpNet};
 use crate::http::limits::{Limits, Rate};
-use crate::sale::{RedisTarget, Wait};
+use crate::sale::{Redis, RedisTarget, SaleError, Sales, Wait};
+use crate::store::{Db, StoreError};
 use crate::worker::WorkerConfig;
 
 #[derive(Debug, Parser)]
@@ -169,18 +170,6 @@ pub struct AuthArgs {
     pub auth_token_cache_size: usize,
 }
 
-impl AuthArgs {
-    /// `AUTH=none` (a worker-only process serves no buyer).
-    fn none() -> Self {
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            auth: AuthArgs,
-        }
-        Only::parse_from(["flashsale", "--auth", "none"]).auth
-    }
-}
-
 impl From<AuthArgs> for AuthSettings {
     fn from(a: AuthArgs) -> Self {
         Self {
@@ -245,18 +234,6 @@ pub struct LimitArgs {
     /// (e.g. `X-Forwarded-For`). Only set it when a proxy you run sets it.
     #[arg(long, env = "CLIENT_IP_HEADER")]
     pub client_ip_header: Option<axum::http::HeaderName>,
-}
-
-impl LimitArgs {
-    /// The limits as the environment and the defaults give them.
-    fn defaults() -> Self {
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            limits: LimitArgs,
-        }
-        Only::parse_from(["flashsale"]).limits
-    }
 }
 
 impl From<LimitArgs> for Limits {
@@ -391,16 +368,71 @@ impl From<WorkerArgs> for WorkerConfig {
     }
 }
 
-/// Everything `serve` needs, validated.
+/// Where Redis is and how to use it, validated.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    pub redis: RedisTarget,
+pub struct RedisSettings {
+    pub target: RedisTarget,
+    /// First part of every key (`<prefix>:{<product_id>}:<name>`).
     pub key_prefix: String,
-    pub redis_timeout: Duration,
-    pub redis_pool_size: u32,
-    pub database_url: String,
-    pub db_timeout: Duration,
-    pub db_max_connections: u32,
+    /// Upper bound on any single call.
+    pub timeout: Duration,
+    /// Dedicated connections (blocking reads; orders with WAIT).
+    pub pool_size: u32,
+    /// Replicas that must confirm a write before it counts (`None`: no WAIT).
+    pub wait: Option<Wait>,
+}
+
+impl RedisSettings {
+    /// The sales over this Redis: handles made without connecting (Redis
+    /// need not answer yet).
+    pub fn sales(&self) -> Result<Sales, SaleError> {
+        let redis = Redis::new(&self.target, self.timeout, self.pool_size)?;
+        Ok(Sales::new(redis, self.key_prefix.clone()).with_wait(self.wait))
+    }
+}
+
+impl From<&RedisArgs> for RedisSettings {
+    fn from(a: &RedisArgs) -> Self {
+        Self {
+            target: a.target(),
+            key_prefix: a.key_prefix.clone(),
+            timeout: Duration::from_millis(a.redis_timeout_ms),
+            pool_size: a.redis_pool_size,
+            wait: a.wait(),
+        }
+    }
+}
+
+/// Where MySQL is and how to use it.
+#[derive(Debug, Clone)]
+pub struct DbSettings {
+    pub url: String,
+    /// Upper bound on any single call (and on waiting for a connection).
+    pub timeout: Duration,
+    pub max_connections: u32,
+}
+
+impl DbSettings {
+    /// The books' database: a pool made without connecting (MySQL need not
+    /// answer yet).
+    pub fn db(&self) -> Result<Db, StoreError> {
+        Db::connect_lazy(&self.url, self.timeout, self.max_connections)
+    }
+}
+
+impl From<&DbArgs> for DbSettings {
+    fn from(a: &DbArgs) -> Self {
+        Self {
+            url: a.database_url.clone(),
+            timeout: Duration::from_millis(a.db_timeout_ms),
+            max_connections: a.db_max_connections,
+        }
+    }
+}
+
+/// The HTTP API's settings.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
     pub listen_addr: SocketAddr,
     pub admin_token: Option<Arc<str>>,
     /// Serve `/api/admin/*` (then `admin_token` must be a strong one).
@@ -408,51 +440,55 @@ pub struct Settings {
     /// Who buyers are (`AuthSettings::off()`: `AUTH=none`).
     pub auth: AuthSettings,
     pub limits: Limits,
+    /// How long a sale's `sold_out` is answered from memory.
     pub sold_out_ttl: Duration,
-    /// Replicas that must confirm an order before its 202 (`None`: no WAIT).
-    pub wait: Option<Wait>,
+}
+
+/// Everything `serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub redis: RedisSettings,
+    pub db: DbSettings,
+    pub http: HttpSettings,
     /// `None`: this process runs no stream workers.
     pub workers: Option<WorkerConfig>,
 }
 
-impl From<WorkerCmdArgs> for Settings {
-    /// A worker-only process: no HTTP listener, workers always on.
-    fn from(a: WorkerCmdArgs) -> Self {
-        ServeArgs {
-            redis: a.redis,
-            db: a.db,
-            listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            admin_token: None,
-            admin_routes: false,
-            auth: AuthArgs::none(),
-            limits: LimitArgs::defaults(),
-            sold_out_cache_ms: 0,
-            workers: true,
-            worker: a.worker,
+impl From<ServeArgs> for Settings {
+    fn from(a: ServeArgs) -> Self {
+        Self {
+            redis: (&a.redis).into(),
+            db: (&a.db).into(),
+            http: HttpSettings {
+                listen_addr: a.listen_addr,
+                admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
+                admin_routes: a.admin_routes,
+                auth: a.auth.into(),
+                limits: a.limits.into(),
+                sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
+            },
+            workers: a.workers.then(|| a.worker.into()),
         }
-        .into()
     }
 }
 
-impl From<ServeArgs> for Settings {
-    fn from(a: ServeArgs) -> Self {
-        let wait = a.redis.wait();
+/// Everything `worker` needs: no HTTP API, only (optionally) its metrics.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub redis: RedisSettings,
+    pub db: DbSettings,
+    pub worker: WorkerConfig,
+    /// Serve `GET /metrics` here.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl From<WorkerCmdArgs> for WorkerSettings {
+    fn from(a: WorkerCmdArgs) -> Self {
         Self {
-            redis: a.redis.target(),
-            key_prefix: a.redis.key_prefix,
-            redis_timeout: Duration::from_millis(a.redis.redis_timeout_ms),
-            redis_pool_size: a.redis.redis_pool_size,
-            database_url: a.db.database_url,
-            db_timeout: Duration::from_millis(a.db.db_timeout_ms),
-            db_max_connections: a.db.db_max_connections,
-            listen_addr: a.listen_addr,
-            admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
-            admin_routes: a.admin_routes,
-            auth: a.auth.into(),
-            limits: a.limits.into(),
-            sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
-            wait,
-            workers: a.workers.then(|| a.worker.into()),
+            redis: (&a.redis).into(),
+            db: (&a.db).into(),
+            worker: a.worker.into(),
+            metrics_addr: a.metrics_addr,
         }
     }
 }

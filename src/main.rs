@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use flashsale::config::{Cli, Command, Settings};
+use flashsale::config::{Cli, Command, Settings, WorkerSettings};
 use tracing_subscriber::EnvFilter;
 
 #[global_allocator]
@@ -20,9 +20,8 @@ async fn main() -> anyhow::Result<()> {
             app.run(shutdown_signal()).await.context("serving")?;
         }
         Command::Worker(args) => {
-            let metrics_addr = args.metrics_addr;
-            let settings = Settings::from(args);
-            flashsale::app::run_workers(&settings, metrics_addr, shutdown_signal())
+            let settings = WorkerSettings::from(args);
+            flashsale::app::run_workers(&settings, shutdown_signal())
                 .await
                 .context("running flashsale worker")?;
         }

@@ -29,11 +29,11 @@ use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
 pub use flashsale::books::audit::Check;
-use flashsale::config::{DbArgs, RedisArgs, Settings};
+use flashsale::config::{DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettings, Settings};
 use flashsale::domain::ProductId;
 use flashsale::http::auth::AuthSettings;
 use flashsale::http::limits::Limits;
-use flashsale::sale::{Redis, SaleSpec, Sales};
+use flashsale::sale::{SaleSpec, Sales};
 use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
@@ -460,9 +460,20 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
-    let redis = Redis::new(&args.redis.target(), Duration::from_secs(5), 4)?;
-    let sales = Sales::new(redis, args.redis.key_prefix.clone());
-    let db = Db::connect_lazy(&args.db.database_url, Duration::from_secs(10), 4)?;
+    // The bench's own handles, beside the server's: patient, few connections.
+    let sales = RedisSettings {
+        timeout: Duration::from_secs(5),
+        pool_size: 4,
+        wait: None,
+        ..(&args.redis).into()
+    }
+    .sales()?;
+    let db = DbSettings {
+        timeout: Duration::from_secs(10),
+        max_connections: 4,
+        ..(&args.db).into()
+    }
+    .db()?;
     db.create_and_migrate().await?;
     let tokens = match (&args.tokens, &args.jwt_secret, &args.jwt_private_key) {
         (Some(tokens), _, _) => Some(tokens.clone()),
@@ -491,20 +502,16 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     }
     let token = uuid::Uuid::now_v7().simple().to_string();
     let settings = Settings {
-        redis: args.redis.target(),
-        key_prefix: args.redis.key_prefix.clone(),
-        redis_timeout: Duration::from_millis(args.redis.redis_timeout_ms),
-        redis_pool_size: args.redis.redis_pool_size,
-        database_url: args.db.database_url.clone(),
-        db_timeout: Duration::from_millis(args.db.db_timeout_ms),
-        db_max_connections: args.db.db_max_connections,
-        listen_addr: "127.0.0.1:0".parse()?,
-        admin_token: Some(token.as_str().into()),
-        admin_routes: true,
-        auth: local_auth(args)?,
-        limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
-        sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
-        wait: args.redis.wait(),
+        redis: (&args.redis).into(),
+        db: (&args.db).into(),
+        http: HttpSettings {
+            listen_addr: "127.0.0.1:0".parse()?,
+            admin_token: Some(token.as_str().into()),
+            admin_routes: true,
+            auth: local_auth(args)?,
+            limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
+            sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
+        },
         workers: Some(Default::default()),
     };
     let app = flashsale::app::App::build(&settings).await?;

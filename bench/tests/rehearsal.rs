@@ -117,7 +117,7 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
             redis_wait_timeout_ms: 100,
         },
         db: DbArgs {
-            database_url: app.settings.database_url.clone(),
+            database_url: app.settings.db.url.clone(),
             db_timeout_ms: 5000,
             db_max_connections: 4,
         },

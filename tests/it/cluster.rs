@@ -57,7 +57,7 @@ async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
 }
 
 fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
-    s.wait = Some(flashsale::sale::Wait {
+    s.redis.wait = Some(flashsale::sale::Wait {
         replicas: 1,
         timeout: std::time::Duration::from_millis(200),
     });
@@ -321,10 +321,10 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         // A healthy master's replica may lag behind on a busy machine (the
         // whole suite runs beside this test): give WAIT time, so that only
         // the failover shows as refusals.
-        if let Some(wait) = s.wait.as_mut() {
+        if let Some(wait) = s.redis.wait.as_mut() {
             wait.timeout = Duration::from_millis(1000);
         }
-        s.redis_timeout = Duration::from_millis(1000);
+        s.redis.timeout = Duration::from_millis(1000);
     })
     .await;
     // The first sale's master will die; at least one sale lives on another

@@ -128,7 +128,7 @@ const POST_ORDER: &str = "POST /api/orders HTTP/1.1\r\nContent-Type: application
 #[tokio::test]
 async fn refusals_before_the_body_is_read_keep_the_connection() {
     let app = spawn_app_with(|s| {
-        s.limits = Limits {
+        s.http.limits = Limits {
             ip_rate: Rate::new(1, 3),
             ..Limits::unlimited()
         };
@@ -186,8 +186,9 @@ async fn refusals_before_the_body_is_read_keep_the_connection() {
 async fn shed_orders_keep_the_connection() {
     let redis = Proxy::start("127.0.0.1:6379").await;
     let app = spawn_app_with(|s| {
-        s.redis = flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
-        s.limits = Limits {
+        s.redis.target =
+            flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
+        s.http.limits = Limits {
             max_in_flight: 1,
             ..Limits::unlimited()
         };
@@ -244,7 +245,7 @@ async fn a_body_too_large_closes_the_connection_and_says_so() {
 /// with `Connection: close` (the rest of it would never be read).
 #[tokio::test]
 async fn a_body_too_slow_gets_408_and_closes_the_connection() {
-    let app = spawn_app_with(|s| s.limits.request_timeout = Duration::from_millis(300)).await;
+    let app = spawn_app_with(|s| s.http.limits.request_timeout = Duration::from_millis(300)).await;
     let addr = app.base.trim_start_matches("http://").to_owned();
     let mut conn = BufReader::new(TcpStream::connect(&addr).await.expect("connects"));
     let head = format!("{POST_ORDER}\r\nHost: {addr}\r\nContent-Length: 50\r\n\r\n{{\"user_id\":");

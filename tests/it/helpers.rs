@@ -11,7 +11,7 @@ use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use flashsale::app::App;
-use flashsale::config::Settings;
+use flashsale::config::{DbSettings, HttpSettings, RedisSettings, Settings};
 use flashsale::http::limits::Limits;
 use flashsale::sale::{Conn, RedisTarget, Sales};
 use flashsale::store::Db;
@@ -210,24 +210,30 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
 /// The settings a test's service starts with: its own key prefix and database.
 pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
     Settings {
-        redis: backend.target(),
-        key_prefix: prefix.to_owned(),
-        redis_timeout: Duration::from_millis(2000),
-        redis_pool_size: 4,
-        database_url: format!("{MYSQL_SERVER}/{db_name}"),
-        db_timeout: Duration::from_secs(5),
-        db_max_connections: 4,
-        listen_addr: "127.0.0.1:0".parse().expect("literal address"),
-        admin_token: Some(ADMIN_TOKEN.into()),
-        admin_routes: true,
-        // Identity has tests of its own (identity.rs); the others use the
-        // body's user_id.
-        auth: flashsale::http::auth::AuthSettings::off(),
-        // Tests of other things send many orders from one user and address.
-        limits: Limits::unlimited(),
+        redis: RedisSettings {
+            target: backend.target(),
+            key_prefix: prefix.to_owned(),
+            timeout: Duration::from_millis(2000),
+            pool_size: 4,
+            wait: None,
+        },
+        db: DbSettings {
+            url: format!("{MYSQL_SERVER}/{db_name}"),
+            timeout: Duration::from_secs(5),
+            max_connections: 4,
+        },
+        http: HttpSettings {
+            listen_addr: "127.0.0.1:0".parse().expect("literal address"),
+            admin_token: Some(ADMIN_TOKEN.into()),
+            admin_routes: true,
+            // Identity has tests of its own (identity.rs); the others use the
+            // body's user_id.
+            auth: flashsale::http::auth::AuthSettings::off(),
+            // Tests of other things send many orders from one user and address.
+            limits: Limits::unlimited(),
+            sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
+        },
         workers: Some(fast_workers("w")),
-        sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
-        wait: None,
     }
 }
 
@@ -254,10 +260,8 @@ pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) 
         .await
         .expect("the service starts without waiting for its dependencies")
         .expect("app builds");
-    let settings = Settings {
-        listen_addr: app.local_addr().expect("bound"),
-        ..settings
-    };
+    let mut settings = settings;
+    settings.http.listen_addr = app.local_addr().expect("bound");
     let addr = app.local_addr().expect("bound");
     let sales = app.state().sales.clone();
     let db = app.state().db.clone();
@@ -300,10 +304,10 @@ impl TestApp {
     /// `tweak`, waiting for nothing but its port, as `flashsale serve` starts.
     pub async fn serve_beside(&self, tweak: impl FnOnce(&mut Settings)) -> Beside {
         let mut settings = Settings {
-            listen_addr: "127.0.0.1:0".parse().expect("literal address"),
             workers: None,
             ..self.settings.clone()
         };
+        settings.http.listen_addr = "127.0.0.1:0".parse().expect("literal address");
         tweak(&mut settings);
         let app = tokio::time::timeout(Duration::from_secs(2), App::build(&settings))
             .await

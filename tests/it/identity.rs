@@ -55,7 +55,7 @@ fn token(user: u64) -> String {
 }
 
 async fn spawn_with_secret() -> TestApp {
-    spawn_app_with(|s| s.auth = AuthSettings::hmac(SECRET)).await
+    spawn_app_with(|s| s.http.auth = AuthSettings::hmac(SECRET)).await
 }
 
 impl TestApp {
@@ -225,7 +225,7 @@ async fn idempotency_keys_belong_to_the_verified_buyer() {
 #[tokio::test]
 async fn tokens_that_do_not_verify_get_401_and_change_nothing() {
     let app = spawn_app_with(|s| {
-        s.auth = AuthSettings {
+        s.http.auth = AuthSettings {
             jwt_public_key_file: Some(fixture("ec-public.pem")),
             jwt_issuer: Some("https://login.example".into()),
             jwt_audience: Some("flashsale".into()),
@@ -336,7 +336,7 @@ async fn tokens_that_do_not_verify_get_401_and_change_nothing() {
 #[tokio::test]
 async fn a_jwks_file_verifies_rs256_and_es256_tokens_by_key_id() {
     let app = spawn_app_with(|s| {
-        s.auth = AuthSettings {
+        s.http.auth = AuthSettings {
             jwt_jwks_file: Some(fixture("jwks.json")),
             ..AuthSettings::default()
         };
@@ -388,7 +388,7 @@ async fn a_jwks_file_verifies_rs256_and_es256_tokens_by_key_id() {
 #[tokio::test]
 async fn a_cached_token_stops_working_when_it_expires() {
     let app = spawn_app_with(|s| {
-        s.auth = AuthSettings {
+        s.http.auth = AuthSettings {
             jwt_leeway: Duration::ZERO,
             ..AuthSettings::hmac(SECRET)
         }
@@ -429,7 +429,7 @@ async fn a_cached_token_stops_working_when_it_expires() {
 #[tokio::test]
 async fn a_gateway_header_is_honoured_only_from_trusted_addresses() {
     let app = spawn_app_with(|s| {
-        s.auth = AuthSettings {
+        s.http.auth = AuthSettings {
             user_header: Some("x-user-id".parse().unwrap()),
             trusted_proxies: flashsale::http::auth::parse_proxies("127.0.0.2").unwrap(),
             ..AuthSettings::default()
@@ -523,20 +523,20 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
     ];
     for (auth, says) in refused {
         let mut settings = base();
-        settings.auth = auth;
+        settings.http.auth = auth;
         let err = App::build(&settings).await.err().expect("refused");
         assert!(err.to_string().contains(says), "says {says:?}: {err}");
     }
     let mut settings = base();
-    settings.auth = AuthSettings::off();
+    settings.http.auth = AuthSettings::off();
     assert!(App::build(&settings).await.is_ok(), "AUTH=none starts");
 }
 
 #[tokio::test]
 async fn lookups_are_throttled_per_address() {
     let app = spawn_app_with(|s| {
-        s.auth = AuthSettings::hmac(SECRET);
-        s.limits.lookup_rate = flashsale::http::limits::Rate::new(1, 5);
+        s.http.auth = AuthSettings::hmac(SECRET);
+        s.http.limits.lookup_rate = flashsale::http::limits::Rate::new(1, 5);
     })
     .await;
     let sku = app.new_sale(10, 5).await;

@@ -34,8 +34,8 @@ async fn a_burst_of_twenty_times_the_in_flight_bound_is_all_answered_and_sheds_t
     let proxy = Proxy::start("127.0.0.1:6379").await;
     let bound = 4;
     let app = spawn_app_with(|s| {
-        s.redis = RedisTarget::Single(format!("redis://127.0.0.1:{}", proxy.port));
-        s.limits = Limits {
+        s.redis.target = RedisTarget::Single(format!("redis://127.0.0.1:{}", proxy.port));
+        s.http.limits = Limits {
             max_in_flight: bound,
             ..Limits::unlimited()
         };
@@ -91,7 +91,7 @@ async fn a_burst_of_twenty_times_the_in_flight_bound_is_all_answered_and_sheds_t
 #[tokio::test]
 async fn one_user_hammering_gets_429_while_others_are_served() {
     let app = spawn_app_with(|s| {
-        s.limits = Limits {
+        s.http.limits = Limits {
             user_rate: Rate::new(1, 3),
             ..Limits::unlimited()
         };
@@ -128,7 +128,7 @@ async fn one_user_hammering_gets_429_while_others_are_served() {
 #[tokio::test]
 async fn the_address_limit_applies_per_client_address() {
     let app = spawn_app_with(|s| {
-        s.limits = Limits {
+        s.http.limits = Limits {
             ip_rate: Rate::new(1, 2),
             client_ip_header: Some("x-forwarded-for".parse().unwrap()),
             ..Limits::unlimited()
@@ -161,7 +161,7 @@ async fn the_address_limit_applies_per_client_address() {
 #[tokio::test]
 async fn a_full_rate_limit_table_refuses_new_clients_until_idle_ones_are_evicted() {
     let app = spawn_app_with(|s| {
-        s.limits = Limits {
+        s.http.limits = Limits {
             user_rate: Rate::new(2, 2),
             max_keys: 3,
             ..Limits::unlimited()
@@ -189,8 +189,8 @@ async fn a_full_rate_limit_table_refuses_new_clients_until_idle_ones_are_evicted
 async fn a_stalled_redis_gives_503_within_the_timeout_and_recovery_follows() {
     let proxy = Proxy::start("127.0.0.1:6379").await;
     let app = spawn_app_with(|s| {
-        s.redis = RedisTarget::Single(format!("redis://127.0.0.1:{}", proxy.port));
-        s.redis_timeout = Duration::from_millis(300);
+        s.redis.target = RedisTarget::Single(format!("redis://127.0.0.1:{}", proxy.port));
+        s.redis.timeout = Duration::from_millis(300);
         s.workers = None;
     })
     .await;
@@ -223,13 +223,13 @@ async fn a_stalled_redis_gives_503_within_the_timeout_and_recovery_follows() {
 async fn a_stalled_mysql_gives_503_within_the_request_timeout_and_recovery_follows() {
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let app = spawn_app_with(|s| {
-        s.database_url = s
-            .database_url
-            .replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port));
+        s.db.url =
+            s.db.url
+                .replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port));
         // The request bound is far shorter than MySQL's (and than the
         // client's patience below): it is what answers here.
-        s.db_timeout = Duration::from_secs(60);
-        s.limits.request_timeout = Duration::from_millis(400);
+        s.db.timeout = Duration::from_secs(60);
+        s.http.limits.request_timeout = Duration::from_millis(400);
         s.workers = None;
     })
     .await;
@@ -266,7 +266,7 @@ async fn serve_refuses_to_start_with_admin_routes_and_no_or_a_weak_token() {
         Some("aaaaaaaaaaaaaaaaaaaaaaaa"),
     ] {
         let mut settings = settings_for(Backend::Single, &unique("t"), &unique("fs_test_"));
-        settings.admin_token = token.map(Into::into);
+        settings.http.admin_token = token.map(Into::into);
         let err = App::build(&settings).await.err().expect("refused");
         assert!(err.to_string().contains("ADMIN_TOKEN"), "says why: {err}");
     }
@@ -275,8 +275,8 @@ async fn serve_refuses_to_start_with_admin_routes_and_no_or_a_weak_token() {
 #[tokio::test]
 async fn without_admin_routes_there_is_nothing_to_guess() {
     let app = spawn_app_with(|s| {
-        s.admin_token = None;
-        s.admin_routes = false;
+        s.http.admin_token = None;
+        s.http.admin_routes = false;
     })
     .await;
     let sku = unique("sku-");

@@ -23,7 +23,7 @@ fn sample(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_after_a_small_sale_count_what_happened() {
     let app = spawn_app_with(|s| {
-        s.limits = flashsale::http::limits::Limits {
+        s.http.limits = flashsale::http::limits::Limits {
             user_rate: flashsale::http::limits::Rate::new(100, 100),
             ..flashsale::http::limits::Limits::default()
         };
@@ -460,7 +460,7 @@ async fn a_worker_process_exports_its_metrics_on_metrics_addr() {
         .arg("worker")
         .env("REDIS_URL", crate::helpers::REDIS_URL)
         .env("REDIS_KEY_PREFIX", &app.prefix)
-        .env("DATABASE_URL", &app.settings.database_url)
+        .env("DATABASE_URL", &app.settings.db.url)
         .env("CONSUMER_NAME", "external")
         .env("BLOCK_MS", "200")
         .env("METRICS_ADDR", format!("127.0.0.1:{port}"))

@@ -23,8 +23,8 @@ fn closed_port() -> u16 {
 async fn redis_unreachable_gives_503_not_a_hang() {
     let port = closed_port();
     let app = spawn_app_with(|s| {
-        s.redis = flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}"));
-        s.redis_timeout = Duration::from_millis(500);
+        s.redis.target = flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}"));
+        s.redis.timeout = Duration::from_millis(500);
     })
     .await;
     // A hang would fail the request at the client's timeout instead.
@@ -85,8 +85,8 @@ fn through(proxy: &Proxy, url: &str) -> String {
 /// reaching MySQL through `proxy` (started while it is out).
 async fn serve_beside(app: &TestApp, proxy: &Proxy) -> Beside {
     app.serve_beside(|s| {
-        s.database_url = through(proxy, &s.database_url);
-        s.db_timeout = Duration::from_millis(500);
+        s.db.url = through(proxy, &s.db.url);
+        s.db.timeout = Duration::from_millis(500);
         s.workers = Some(fast_workers("late"));
     })
     .await
@@ -187,7 +187,7 @@ async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
         .arg("worker")
         .env("REDIS_URL", format!("redis://127.0.0.1:{}", redis.port))
-        .env("DATABASE_URL", through(&mysql, &app.settings.database_url))
+        .env("DATABASE_URL", through(&mysql, &app.settings.db.url))
         .env("REDIS_KEY_PREFIX", &app.prefix)
         .env("CONSUMER_NAME", "started-in-the-dark")
         .env("BLOCK_MS", "200")
@@ -215,8 +215,8 @@ async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
 async fn an_order_is_answered_from_redis_while_mysql_is_down() {
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let app = spawn_app_with(|s| {
-        s.database_url = through(&proxy, &s.database_url);
-        s.db_timeout = Duration::from_millis(500);
+        s.db.url = through(&proxy, &s.db.url);
+        s.db.timeout = Duration::from_millis(500);
     })
     .await;
     let sku = app.new_sale(10, 1).await;

@@ -224,10 +224,10 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
 async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns(backend: Backend) {
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let app = spawn_app_on(backend, |s| {
-        s.database_url = s
-            .database_url
-            .replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port));
-        s.db_timeout = Duration::from_millis(500);
+        s.db.url =
+            s.db.url
+                .replace("127.0.0.1:3306", &format!("127.0.0.1:{}", proxy.port));
+        s.db.timeout = Duration::from_millis(500);
     })
     .await;
     let sku = app.new_sale(50, 1).await;
@@ -363,7 +363,7 @@ async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error(ba
 
 async fn more_open_sales_than_pooled_connections_are_all_drained(backend: Backend) {
     let app = spawn_app_on(backend, |s| {
-        s.redis_pool_size = 1;
+        s.redis.pool_size = 1;
         if let Some(w) = s.workers.as_mut() {
             w.block = Duration::from_secs(2);
         }
