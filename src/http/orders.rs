@@ -273,12 +273,19 @@ pub struct Owner {
     user_id: Option<u64>,
 }
 
-/// The user a pay or cancel acts as, and the refusal for someone else's
-/// order: with a verified buyer, a 404 (no hint that the order exists).
-fn owner(caller: Caller, body: Option<Owner>) -> Result<u64, ApiError> {
-    caller.acting_as(body.and_then(|b| b.user_id))
+/// What a pay or cancel acts on: the user it acts as, and the order.
+fn target(
+    caller: Caller,
+    body: Option<Owner>,
+    order_id: &str,
+) -> Result<(u64, OrderId, ProductId), ApiError> {
+    let user = caller.acting_as(body.and_then(|b| b.user_id))?;
+    let (id, product) = OrderId::parse(order_id).ok_or(ApiError::OrderNotFound)?;
+    Ok((user, id, product))
 }
 
+/// The refusal for someone else's order: with a verified buyer, a 404 (no
+/// hint that the order exists).
 fn hide_strangers(caller: Caller, e: crate::books::BooksError) -> ApiError {
     match (caller, e) {
         (Caller::Buyer(_), crate::books::BooksError::Forbidden) => ApiError::OrderNotFound,
@@ -310,8 +317,7 @@ pub async fn pay(
     PathParam(order_id): PathParam<String>,
     OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let user = owner(caller, body)?;
-    let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    let (user, id, product) = target(caller, body, &order_id)?;
     let row = state
         .books
         .pay(&id, &product, user)
@@ -346,8 +352,7 @@ pub async fn cancel(
     PathParam(order_id): PathParam<String>,
     OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Response, ApiError> {
-    let user = owner(caller, body)?;
-    let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    let (user, id, product) = target(caller, body, &order_id)?;
     let cancelled = state
         .books
         .cancel(&id, &product, Some(user))

@@ -312,6 +312,7 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
 
 #[tokio::test]
 async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once() {
+    use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
     // A cluster of this test's own: killing a master must not disturb the others.
     let base = 7100;
@@ -342,16 +343,19 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
         skus.push(sku);
     }
 
-    // Buyers keep coming for 14 s, each order under its own Idempotency-Key.
-    let end = Instant::now() + Duration::from_secs(14);
+    // Buyers keep coming, each order under its own Idempotency-Key, until
+    // 3 s after the failover is over (however long it takes: the cluster
+    // has 20 s to fail over), so the failed-over sale must take orders again.
+    let end = Arc::new(Mutex::new(Instant::now() + Duration::from_secs(120)));
     let mut set = JoinSet::new();
     for sku in &skus {
         let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+        let end = end.clone();
         set.spawn(async move {
             let mut acknowledged = Vec::new();
             let mut refused = Vec::new();
             let mut user = 0u64;
-            while Instant::now() < end {
+            while Instant::now() < *end.lock().unwrap() {
                 user += 1;
                 let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
                 let resp = client
@@ -384,6 +388,7 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     crate::nodes::await_failover(base, &victim, &app.key(&skus[0], "orders")).await;
     crate::nodes::restart_node(base, port);
     let recovered = Instant::now();
+    *end.lock().unwrap() = recovered + Duration::from_secs(3);
 
     let mut books = Vec::new();
     while let Some(done) = set.join_next().await {
