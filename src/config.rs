@@ -386,8 +386,13 @@ impl RedisSettings {
     /// The sales over this Redis: handles made without connecting (Redis
     /// need not answer yet).
     pub fn sales(&self) -> Result<Sales, SaleError> {
-        let redis = Redis::new(&self.target, self.timeout, self.pool_size)?;
-        Ok(Sales::new(redis, self.key_prefix.clone()).with_wait(self.wait))
+        Ok(Sales::new(self.redis()?, self.key_prefix.clone()).with_wait(self.wait))
+    }
+
+    /// A handle to this Redis itself, below the sales (for benchmarks of
+    /// Redis alone, and tests that look at its nodes).
+    pub fn redis(&self) -> Result<Redis, SaleError> {
+        Redis::new(&self.target, self.timeout, self.pool_size)
     }
 }
 

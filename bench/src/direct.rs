@@ -69,7 +69,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
         Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
         args.concurrency.min(512) as u32,
     )?;
-    let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
+    let sales = Sales::new(redis.clone(), super::bench_prefix(&args.redis.key_prefix));
     println!(
         "place_order.lua straight against {}: {} orders per mode (blocked: 10 per caller), concurrency {}",
         args.redis.redis_url, args.requests, args.concurrency
@@ -80,7 +80,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
     );
     let mut reports = Vec::new();
     for &mode in &args.modes {
-        let r = run_mode(&sales, mode, &args).await?;
+        let r = run_mode(&sales, &redis, mode, &args).await?;
         println!(
             "{:<12} {:>12.0} {:>10.3} {:>10.3}",
             format!("{:?}", r.mode).to_lowercase(),
@@ -105,6 +105,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
 /// Opens a fresh sale with enough stock, runs the orders, removes the sale's keys.
 pub async fn run_mode(
     sales: &Sales,
+    redis: &Redis,
     mode: ConnMode,
     args: &BenchRedisArgs,
 ) -> Result<ModeReport, SaleError> {
@@ -116,7 +117,7 @@ pub async fn run_mode(
     let product = super::open_bench_sale(sales, requests).await?;
     let keys = sales.keys(&product);
     let stop = Arc::new(tokio::sync::Notify::new());
-    let shared = sales.redis().shared().await?;
+    let shared = redis.shared().await?;
     let blocker = (mode == ConnMode::Blocked).then(|| {
         let mut conn = shared;
         let stop = stop.clone();
@@ -138,7 +139,8 @@ pub async fn run_mode(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
-        let (sales, product, next_user) = (sales.clone(), product.clone(), next_user.clone());
+        let (sales, redis, product) = (sales.clone(), redis.clone(), product.clone());
+        let next_user = next_user.clone();
         let total = requests;
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
@@ -149,7 +151,7 @@ pub async fn run_mode(
                 }
                 let t = Instant::now();
                 match mode {
-                    ConnMode::Pool => pooled_order(&sales, &product, user).await?,
+                    ConnMode::Pool => pooled_order(&sales, &redis, &product, user).await?,
                     _ => {
                         sales.place_order(&product, user, 1, None).await?;
                     }
@@ -189,8 +191,12 @@ pub async fn run_mode(
 }
 
 /// One order on a connection checked out of the bb8 pool for this call only.
-async fn pooled_order(sales: &Sales, product: &ProductId, user: u64) -> Result<(), SaleError> {
-    let redis = sales.redis();
+async fn pooled_order(
+    sales: &Sales,
+    redis: &Redis,
+    product: &ProductId,
+    user: u64,
+) -> Result<(), SaleError> {
     let mut conn = redis.pool().get().await?;
     let keys = sales.keys(product);
     let order_id = OrderId::generate(product);

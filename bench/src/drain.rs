@@ -11,7 +11,7 @@ use clap::Args;
 use super::{bench_product, fill, remove_sale_keys};
 use flashsale::config::{DbArgs, RedisArgs};
 use flashsale::domain::PendingOrder;
-use flashsale::sale::{Entry, Redis, Sales};
+use flashsale::sale::{Redis, Sales};
 use flashsale::store::{Db, NewProduct};
 use flashsale::worker::{WorkerConfig, Workers};
 
@@ -104,10 +104,9 @@ async fn stream_orders(
     sales: &Sales,
     product: &flashsale::domain::ProductId,
 ) -> anyhow::Result<Vec<PendingOrder>> {
-    let keys = sales.keys(product);
-    let mut conn = sales.redis().shared().await?;
-    let reply: redis::Value = redis::AsyncCommands::xrange_all(&mut conn, &keys.orders).await?;
-    Entry::decode_list(reply)?
+    sales
+        .stream_entries(product)
+        .await?
         .into_iter()
         .map(|e| e.order(product).map_err(anyhow::Error::msg))
         .collect()

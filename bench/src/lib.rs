@@ -26,8 +26,6 @@ pub mod tokens;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis::AsyncCommands;
-
 pub use self::auth::{BenchAuthArgs, run_auth_bench};
 pub use self::direct::{BenchRedisArgs, run_redis_bench};
 pub use self::drain::{BenchDrainArgs, run_drain_bench};
@@ -95,11 +93,5 @@ pub async fn fill(
 
 /// Deletes every key of a benchmark sale and its registry entry.
 pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), SaleError> {
-    let k = sales.keys(product);
-    let all = [
-        k.sale, k.stock, k.bought, k.idem, k.orders, k.accepted, k.released, k.dead,
-    ];
-    let mut conn = sales.redis().shared().await?;
-    sales.redis().bounded(conn.del::<_, ()>(&all)).await?;
-    sales.forget(product).await
+    sales.remove(product).await
 }

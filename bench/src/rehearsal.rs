@@ -33,7 +33,7 @@ use flashsale::config::{DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettin
 use flashsale::domain::ProductId;
 use flashsale::http::auth::AuthSettings;
 use flashsale::http::limits::Limits;
-use flashsale::sale::{SaleSpec, Sales};
+use flashsale::sale::{Redis, SaleSpec, Sales};
 use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
@@ -259,6 +259,8 @@ struct Target {
     authority: String,
     token: String,
     sales: Sales,
+    /// The Redis below `sales` (the floors and the direct runs use it).
+    redis: Redis,
     db: Db,
     /// The buyers' bearer tokens (a JWT key configured), else none.
     tokens: Option<Arc<Tokens>>,
@@ -431,7 +433,7 @@ async fn per_node(
 ) -> anyhow::Result<BTreeMap<String, f64>> {
     let mut node_of_sale = Vec::new();
     for p in products {
-        node_of_sale.push(t.sales.redis().node_of(&t.sales.keys(p).orders).await?);
+        node_of_sale.push(t.redis.node_of(&t.sales.keys(p).orders).await?);
     }
     let mut per_node: BTreeMap<String, f64> = BTreeMap::new();
     for p in plan.iter().take(run.answers.len()) {
@@ -461,13 +463,13 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     // The bench's own handles, beside the server's: patient, few connections.
-    let sales = RedisSettings {
+    let redis = RedisSettings {
         timeout: Duration::from_secs(5),
         pool_size: 4,
-        wait: None,
         ..(&args.redis).into()
     }
-    .sales()?;
+    .redis()?;
+    let sales = Sales::new(redis.clone(), args.redis.key_prefix.clone());
     let db = DbSettings {
         timeout: Duration::from_secs(10),
         max_connections: 4,
@@ -495,6 +497,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
             authority,
             token,
             sales,
+            redis,
             db,
             tokens,
             _server: None,
@@ -526,6 +529,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         authority,
         token,
         sales,
+        redis,
         db,
         tokens,
         _server: Some(tx),
@@ -645,7 +649,7 @@ async fn floor_runs(
     )
     .await?;
     let prefix = super::bench_prefix(&args.redis.key_prefix);
-    let sales = Sales::new(t.sales.redis().clone(), prefix.clone());
+    let sales = Sales::new(t.redis.clone(), prefix.clone());
     let products = open_bench_sales(args, &sales, "floor").await?;
     let kind = Kind::Script {
         redis: args.redis.target(),
@@ -705,11 +709,8 @@ async fn direct_run(
     t: &Target,
     plan: Arc<Vec<Planned>>,
 ) -> anyhow::Result<RunFigures> {
-    let sales = Sales::new(
-        t.sales.redis().clone(),
-        super::bench_prefix(&args.redis.key_prefix),
-    )
-    .with_sold_out_ttl(Duration::ZERO);
+    let sales = Sales::new(t.redis.clone(), super::bench_prefix(&args.redis.key_prefix))
+        .with_sold_out_ttl(Duration::ZERO);
     let products = open_bench_sales(args, &sales, "direct").await?;
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {

@@ -193,6 +193,14 @@ fn record_quantity(record: &str) -> i64 {
 }
 
 impl Sales {
+    /// Every entry in the sale's stream, acked or not (`XRANGE`; read-only).
+    pub async fn stream_entries(&self, product: &ProductId) -> Result<Vec<Entry>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let stream: redis::Value = self.redis.bounded(conn.xrange_all(&keys.orders)).await?;
+        Ok(Entry::decode_list(stream).map_err(redis::RedisError::from)?)
+    }
+
     /// Whether Redis has the sale (its hash, which lets orders in).
     pub async fn has_sale(&self, product: &ProductId) -> Result<bool, SaleError> {
         let keys = self.keys(product);
@@ -211,9 +219,9 @@ impl Sales {
         let keys = self.keys(product);
         let mut conn = self.redis.shared().await?;
         let voided: HashMap<String, String> = self.redis.bounded(conn.hgetall(&keys.void)).await?;
-        let stream: redis::Value = self.redis.bounded(conn.xrange_all(&keys.orders)).await?;
-        Ok(Entry::decode_list(stream)
-            .map_err(redis::RedisError::from)?
+        Ok(self
+            .stream_entries(product)
+            .await?
             .iter()
             .filter_map(|e| e.field("order_id"))
             .filter(|id| {

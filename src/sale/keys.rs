@@ -68,6 +68,25 @@ impl SaleKeys {
             repaired: key("repaired"),
         }
     }
+
+    /// Every key of the sale (for removing it).
+    pub fn all(&self) -> [&str; 13] {
+        [
+            &self.sale,
+            &self.stock,
+            &self.bought,
+            &self.idem,
+            &self.orders,
+            &self.accepted,
+            &self.released,
+            &self.dead,
+            &self.cancels,
+            &self.replicated,
+            &self.void,
+            &self.claimed,
+            &self.repaired,
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -79,21 +98,7 @@ mod tests {
         let product = ProductId::parse("sku-1").unwrap();
         let keys = SaleKeys::new("fs", &product);
         assert_eq!(keys.stock, "fs:{sku-1}:stock");
-        for key in [
-            &keys.sale,
-            &keys.stock,
-            &keys.bought,
-            &keys.idem,
-            &keys.orders,
-            &keys.accepted,
-            &keys.released,
-            &keys.dead,
-            &keys.cancels,
-            &keys.replicated,
-            &keys.void,
-            &keys.claimed,
-            &keys.repaired,
-        ] {
+        for key in keys.all() {
             let tag = key
                 .split_once('{')
                 .and_then(|(_, rest)| rest.split_once('}'));

@@ -5,10 +5,10 @@
 //! sale, placing an order (check, deduct and enqueue in one atomic step),
 //! taking back an order its replicas did not confirm, claiming a batch for
 //! the books, releasing an order's units, dead-lettering an entry, restoring
-//! what the books hold; [`inspect`] reads it for operators and the audit.
-//! This module is the only code that writes a sale's keys (the stream
-//! workers' stream commands excepted, see `worker::stream`); it never talks
-//! to MySQL.
+//! what the books hold; [`SaleStream`] is the consumer group's side of a
+//! sale's stream; [`inspect`] reads it for operators and the audit. This
+//! module is the only code that reads or writes a sale's keys (`Sales`
+//! keeps its Redis handle to itself); it never talks to MySQL.
 
 mod conn;
 pub mod durability;
@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod keys;
 mod scripts;
 mod soldout;
+mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,7 @@ pub use inspect::{DeadLetter, SaleSnapshot};
 pub use keys::SaleKeys;
 pub use scripts::{OrderCall, PlaceReply, place_order as place_order_on};
 pub use soldout::SoldOutMarks;
+pub use stream::{Claimed, SaleStream};
 
 use crate::domain::{OrderId, PendingOrder, ProductId};
 
@@ -291,7 +293,14 @@ impl Sales {
         self.script_calls.load(Ordering::Relaxed)
     }
 
-    pub fn redis(&self) -> &Redis {
+    /// One sale's stream, for consumer `consumer` of its group.
+    pub fn stream(&self, product: &ProductId, consumer: &str) -> SaleStream {
+        SaleStream::new(self.redis.clone(), self.keys(product), consumer)
+    }
+
+    /// The Redis below: for this module's parts and the service's own
+    /// health checks, never for reading or writing a sale's keys elsewhere.
+    pub(crate) fn redis(&self) -> &Redis {
         &self.redis
     }
 
@@ -320,6 +329,17 @@ impl Sales {
             .bounded(conn.sadd::<_, _, ()>(&registry, product.as_str()))
             .await?;
         Ok(opened)
+    }
+
+    /// Deletes every key of a sale and drops it from the registry: the sale
+    /// is gone from Redis (its orders must be in the books first).
+    pub async fn remove(&self, product: &ProductId) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(conn.del::<_, ()>(&keys.all()[..]))
+            .await?;
+        self.forget(product).await
     }
 
     /// Drops a sale from the registry (its keys stay).

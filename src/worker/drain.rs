@@ -12,12 +12,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{WorkerConfig, WorkerError, stream};
+use super::{WorkerConfig, WorkerError};
 use crate::domain::PendingOrder;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
 use crate::sale::Entry;
-use crate::sale::{SaleError, SaleKeys, Sales};
+use crate::sale::{SaleStream, Sales};
 use crate::store::{Db, Persisted};
 
 /// Where the next read starts.
@@ -48,7 +48,7 @@ pub struct Outcome {
 /// The drain of one sale's stream by one consumer.
 pub struct SaleWorker {
     product: ProductId,
-    keys: SaleKeys,
+    stream: SaleStream,
     sales: Sales,
     db: Db,
     cfg: Arc<WorkerConfig>,
@@ -76,7 +76,7 @@ impl SaleWorker {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            keys: sales.keys(&product),
+            stream: sales.stream(&product, &cfg.consumer),
             product,
             sales,
             db,
@@ -171,18 +171,9 @@ impl SaleWorker {
         let mut total = Outcome::default();
         let mut start = "0-0".to_owned();
         loop {
-            let mut conn = self.sales.redis().shared().await?;
             let claimed = self
-                .sales
-                .redis()
-                .bounded(stream::autoclaim(
-                    &mut conn,
-                    &self.keys,
-                    &self.cfg.consumer,
-                    self.cfg.claim_idle,
-                    &start,
-                    self.cfg.batch_size,
-                ))
+                .stream
+                .autoclaim(self.cfg.claim_idle, &start, self.cfg.batch_size)
                 .await?;
             if !claimed.deleted.is_empty() {
                 tracing::warn!(ids = ?claimed.deleted, "pending entries were deleted from the stream");
@@ -203,12 +194,7 @@ impl SaleWorker {
 
     /// Trims acked entries older than the retention.
     pub async fn trim(&self) -> Result<u64, WorkerError> {
-        let mut conn = self.sales.redis().shared().await?;
-        Ok(self
-            .sales
-            .redis()
-            .bounded(stream::trim(&mut conn, &self.keys, self.cfg.retention))
-            .await?)
+        Ok(self.stream.trim(self.cfg.retention).await?)
     }
 
     /// Reads a batch. Only a hot sale's wait for new entries blocks in Redis,
@@ -218,36 +204,17 @@ impl SaleWorker {
     /// connection per sale that is selling right now, however many sales the
     /// registry lists, and a full pool slows a drain down, never stops it.
     async fn read(&self, from: &str, block: Option<Duration>) -> Result<Vec<Entry>, WorkerError> {
-        let redis = self.sales.redis();
+        let count = self.cfg.batch_size;
         if let Some(block) = block
             && self.last_entries.elapsed() < HOT_FOR
-            && let Ok(Ok(mut conn)) = tokio::time::timeout(POOL_WAIT, redis.pool().get()).await
+            && let Some(entries) = self
+                .stream
+                .read_waiting(from, count, block, POOL_WAIT)
+                .await?
         {
-            let read = stream::read(
-                &mut *conn,
-                &self.keys,
-                &self.cfg.consumer,
-                from,
-                self.cfg.batch_size,
-                Some(block),
-            );
-            // The block time comes on top of the usual bound.
-            let bound = redis.timeout() + block;
-            return match tokio::time::timeout(bound, read).await {
-                Ok(r) => Ok(r.map_err(SaleError::from)?),
-                Err(_) => Err(SaleError::Timeout(bound).into()),
-            };
+            return Ok(entries);
         }
-        let mut conn = redis.shared().await?;
-        let read = stream::read(
-            &mut conn,
-            &self.keys,
-            &self.cfg.consumer,
-            from,
-            self.cfg.batch_size,
-            None,
-        );
-        let entries = redis.bounded(read).await?;
+        let entries = self.stream.read_now(from, count).await?;
         if entries.is_empty()
             && let Some(block) = block
         {
@@ -335,11 +302,7 @@ impl SaleWorker {
             .map(|(e, _)| e.id.as_str())
             .chain(void.iter().map(|(e, _)| e.id.as_str()))
             .collect();
-        let mut conn = self.sales.redis().shared().await?;
-        let redis = self.sales.redis();
-        redis
-            .bounded(stream::ack(&mut conn, &self.keys, &ids))
-            .await?;
+        self.stream.ack(&ids).await?;
         metrics.rows_persisted.inc_by(persisted.inserted);
 
         let mut outcome = Outcome {
@@ -363,19 +326,11 @@ impl SaleWorker {
         bad: Vec<(&Entry, String)>,
         check_deliveries: bool,
     ) -> Result<(usize, usize), WorkerError> {
-        let redis = self.sales.redis();
-        let mut conn = redis.shared().await?;
         let counts = if check_deliveries {
             let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
-            let call = stream::deliveries(
-                &mut conn,
-                &self.keys,
-                &self.cfg.consumer,
-                first,
-                last,
-                self.cfg.batch_size,
-            );
-            redis.bounded(call).await?
+            self.stream
+                .deliveries(first, last, self.cfg.batch_size)
+                .await?
         } else {
             Default::default()
         };
@@ -383,11 +338,7 @@ impl SaleWorker {
         for (entry, reason) in bad {
             let delivered = counts.get(&entry.id).copied().unwrap_or(1);
             if delivered > self.cfg.max_deliveries {
-                redis
-                    .bounded(stream::dead_letter(
-                        &mut conn, &self.keys, entry, &reason, delivered,
-                    ))
-                    .await?;
+                self.stream.dead_letter(entry, &reason, delivered).await?;
                 self.metrics.dead_letters.inc();
                 tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
                 dead += 1;

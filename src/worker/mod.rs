@@ -12,7 +12,6 @@
 
 pub mod drain;
 pub mod reconciler;
-mod stream;
 
 use std::collections::HashMap;
 use std::sync::Arc;

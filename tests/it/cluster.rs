@@ -19,7 +19,7 @@ async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
     while skus.len() < 6 || masters.len() < 3 {
         assert!(skus.len() < 60, "sales never spread over 3 masters");
         let sku = app.new_sale(40, 1).await;
-        masters.insert(master_of(app.sales.redis(), &app.key(&sku, "orders")).await);
+        masters.insert(master_of(&app.redis_below(), &app.key(&sku, "orders")).await);
         skus.push(sku);
     }
     let mut set = JoinSet::new();
@@ -108,7 +108,7 @@ async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_
     // A worker (here one without WAIT, so that it gets that far) acks the
     // voided entries without a row.
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let sales = flashsale::sale::Sales::new(app.sales.redis().clone(), app.prefix.clone());
+    let sales = flashsale::sale::Sales::new(app.redis_below(), app.prefix.clone());
     let workers = flashsale::worker::Workers::new(
         sales,
         app.db.clone(),
@@ -331,13 +331,13 @@ async fn a_master_dies_mid_sale_and_every_acknowledged_order_is_persisted_once()
     // The first sale's master will die; at least one sale lives on another
     // master (ids hash at random), whose buyers must not notice.
     let mut skus = vec![app.new_sale(5000, 1).await];
-    let victim = master_of(app.sales.redis(), &app.key(&skus[0], "orders")).await;
+    let victim = master_of(&app.redis_below(), &app.key(&skus[0], "orders")).await;
     let port = crate::nodes::port_of(&victim);
     let mut healthy = Vec::new();
     while skus.len() < 3 || healthy.is_empty() {
         assert!(skus.len() < 20, "no sale landed on another master");
         let sku = app.new_sale(5000, 1).await;
-        if master_of(app.sales.redis(), &app.key(&sku, "orders")).await != victim {
+        if master_of(&app.redis_below(), &app.key(&sku, "orders")).await != victim {
             healthy.push(sku.clone());
         }
         skus.push(sku);

@@ -108,7 +108,7 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     })
     .await;
     let sku = app.new_sale(STOCK, LIMIT).await;
-    let victim = master_of(app.sales.redis(), &app.key(&sku, "orders")).await;
+    let victim = master_of(&app.redis_below(), &app.key(&sku, "orders")).await;
     let port = port_of(&victim);
     let app = std::sync::Arc::new(app);
 

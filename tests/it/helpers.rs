@@ -406,6 +406,11 @@ pub fn product_body(product_id: &str, stock: u64, limit: u64) -> Value {
 }
 
 impl TestApp {
+    /// A handle to the service's Redis itself (its nodes, its slots).
+    pub fn redis_below(&self) -> flashsale::sale::Redis {
+        self.settings.redis.redis().expect("redis handle")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -40,7 +40,7 @@ pub async fn replica_of(port: u16) -> u16 {
 
 /// The pid of the replica of the master serving `sku`'s sale.
 pub async fn replica_pid(app: &crate::helpers::TestApp, sku: &str) -> i32 {
-    let master = master_of(app.sales.redis(), &app.key(sku, "orders")).await;
+    let master = master_of(&app.redis_below(), &app.key(sku, "orders")).await;
     server_pid(replica_of(port_of(&master)).await).await
 }
 

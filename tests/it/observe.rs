@@ -363,7 +363,7 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
     let app =
         crate::helpers::spawn_app_on(crate::helpers::Backend::Cluster, |s| s.workers = None).await;
     // The test cluster runs without AOF, like the local server.
-    let risks = flashsale::sale::durability::persistence_risks(app.sales.redis())
+    let risks = flashsale::sale::durability::persistence_risks(&app.redis_below())
         .await
         .expect("CONFIG GET answers on a cluster");
     assert!(

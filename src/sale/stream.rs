@@ -1,5 +1,6 @@
-//! The consumer-group commands the workers send, each on one sale's keys
-//! only (one cluster slot per command).
+//! A sale's stream as the workers' consumer group uses it ([`SaleStream`]):
+//! the consumer-group commands, each on one sale's keys only (one cluster
+//! slot per command), each bounded by the Redis timeout.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,13 +13,125 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, RedisResult, Script, aio::ConnectionLike};
 
-use crate::sale::Entry;
-use crate::sale::SaleKeys;
-use crate::sale::keys::GROUP;
+use super::keys::GROUP;
+use super::{Entry, Redis, SaleError, SaleKeys};
+
+/// One sale's stream, for one consumer of its group.
+#[derive(Clone)]
+pub struct SaleStream {
+    redis: Redis,
+    keys: SaleKeys,
+    consumer: String,
+}
+
+impl SaleStream {
+    pub(super) fn new(redis: Redis, keys: SaleKeys, consumer: &str) -> Self {
+        Self {
+            redis,
+            keys,
+            consumer: consumer.to_owned(),
+        }
+    }
+
+    /// Up to `count` entries from `from` (`>`: new ones; an id: this
+    /// consumer's own pending ones), without waiting.
+    pub async fn read_now(&self, from: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        let read = read(&mut conn, &self.keys, &self.consumer, from, count, None);
+        self.redis.bounded(read).await
+    }
+
+    /// Up to `count` entries, waiting up to `block` for new ones on a pooled
+    /// connection of its own; `None` when no pooled connection was free
+    /// within `pool_wait` (then nothing was read).
+    pub async fn read_waiting(
+        &self,
+        from: &str,
+        count: usize,
+        block: Duration,
+        pool_wait: Duration,
+    ) -> Result<Option<Vec<Entry>>, SaleError> {
+        let Ok(Ok(mut conn)) = tokio::time::timeout(pool_wait, self.redis.pool().get()).await
+        else {
+            return Ok(None);
+        };
+        let read = read(
+            &mut *conn,
+            &self.keys,
+            &self.consumer,
+            from,
+            count,
+            Some(block),
+        );
+        // The block time comes on top of the usual bound.
+        let bound = self.redis.timeout() + block;
+        match tokio::time::timeout(bound, read).await {
+            Ok(r) => Ok(Some(r.map_err(SaleError::from)?)),
+            Err(_) => Err(SaleError::Timeout(bound)),
+        }
+    }
+
+    /// `XACK`s `ids`.
+    pub async fn ack(&self, ids: &[&str]) -> Result<u64, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        self.redis.bounded(ack(&mut conn, &self.keys, ids)).await
+    }
+
+    /// Takes over entries idle for at least `min_idle`, from `start`.
+    pub async fn autoclaim(
+        &self,
+        min_idle: Duration,
+        start: &str,
+        count: usize,
+    ) -> Result<Claimed, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        let call = autoclaim(
+            &mut conn,
+            &self.keys,
+            &self.consumer,
+            min_idle,
+            start,
+            count,
+        );
+        self.redis.bounded(call).await
+    }
+
+    /// Delivery counts of this consumer's pending entries between two ids.
+    pub async fn deliveries(
+        &self,
+        first: &str,
+        last: &str,
+        count: usize,
+    ) -> Result<HashMap<String, u64>, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        let call = deliveries(&mut conn, &self.keys, &self.consumer, first, last, count);
+        self.redis.bounded(call).await
+    }
+
+    /// Moves `entry` to dead letters and acks it, in one script.
+    pub async fn dead_letter(
+        &self,
+        entry: &Entry,
+        reason: &str,
+        delivered: u64,
+    ) -> Result<(), SaleError> {
+        let mut conn = self.redis.shared().await?;
+        let call = dead_letter(&mut conn, &self.keys, entry, reason, delivered);
+        self.redis.bounded(call).await
+    }
+
+    /// Trims acked entries older than `retention` (see [`trim`]).
+    pub async fn trim(&self, retention: Duration) -> Result<u64, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(trim(&mut conn, &self.keys, retention))
+            .await
+    }
+}
 
 /// `XREADGROUP GROUP persist <consumer> COUNT n [BLOCK ms] STREAMS <orders> <from>`:
 /// `from` is `>` for new entries or an id to re-read this consumer's own pending ones.
-pub async fn read(
+async fn read(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     consumer: &str,
@@ -38,7 +151,7 @@ pub async fn read(
     Ok(Entry::decode_read(reply)?)
 }
 
-pub async fn ack(
+async fn ack(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     ids: &[&str],
@@ -59,7 +172,7 @@ pub struct Claimed {
 }
 
 /// `XAUTOCLAIM`: takes over entries idle for at least `min_idle`, from `start`.
-pub async fn autoclaim(
+async fn autoclaim(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     consumer: &str,
@@ -85,7 +198,7 @@ pub async fn autoclaim(
 }
 
 /// Delivery counts of `consumer`'s pending entries between two ids.
-pub async fn deliveries(
+async fn deliveries(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     consumer: &str,
@@ -108,7 +221,7 @@ static DEAD_LETTER: LazyLock<Script> =
 
 /// Moves an entry to the sale's dead-letter stream and acks it, in one
 /// script: the copy is written before the original is released.
-pub async fn dead_letter(
+async fn dead_letter(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     entry: &Entry,
@@ -153,7 +266,7 @@ fn trim_bound(
 
 /// Trims entries that are acknowledged AND older than `retention`; never an
 /// entry that is pending or not yet delivered. Returns the entries removed.
-pub async fn trim(
+async fn trim(
     conn: &mut (impl ConnectionLike + Send + Sync),
     keys: &SaleKeys,
     retention: Duration,
