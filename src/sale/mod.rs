@@ -397,40 +397,7 @@ impl Sales {
                     .bounded(scripts::place_order(&mut conn, &keys, &call))
                     .await?
             }
-            Some(wait) => {
-                // The script and its WAIT need a connection to themselves
-                // (WAIT blocks it, and counts that connection's own writes);
-                // the pooled connection stays ours until this returns.
-                let mut pooled = self.redis.exclusive().get().await?;
-                let (reply, acked) = self
-                    .redis
-                    .bounded(scripts::place_order_and_wait(
-                        &mut pooled,
-                        &keys,
-                        &call,
-                        wait,
-                    ))
-                    .await?;
-                // A 202, first answer or replay, only once the replicas have
-                // the order: a failover must not lose an acknowledged one.
-                match (&reply, wait.confirmed(acked)) {
-                    (scripts::PlaceReply::Rejected(_), _) | (_, Ok(())) => {}
-                    (scripts::PlaceReply::Replayed { .. }, Err(e)) => return Err(e),
-                    // A 503 for a new order: take it back, so that it never
-                    // reaches the books unless a later answer is a 202.
-                    // (Unless a worker claimed it meanwhile, after its own
-                    // WAIT: then the replicas have it after all.)
-                    (scripts::PlaceReply::Accepted { .. }, Err(e)) => {
-                        let voided = self
-                            .void(&mut pooled, &keys, &order_id, idem.as_deref(), product)
-                            .await;
-                        if voided != Some(scripts::Voided::Claimed) {
-                            return Err(e);
-                        }
-                    }
-                }
-                reply
-            }
+            Some(wait) => self.place_and_wait(&keys, &call, wait).await?,
         };
         match reply {
             scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
@@ -454,6 +421,46 @@ impl Sales {
                     self.sold_out.mark(product);
                 }
                 Err(SaleError::Rejected(r))
+            }
+        }
+    }
+
+    /// The order script and its WAIT on a connection to themselves (WAIT
+    /// blocks it, and counts that connection's own writes). A 202, first
+    /// answer or replay, only once the replicas have the order: a failover
+    /// must not lose an acknowledged one.
+    async fn place_and_wait(
+        &self,
+        keys: &SaleKeys,
+        call: &scripts::OrderCall<'_>,
+        wait: Wait,
+    ) -> Result<scripts::PlaceReply, SaleError> {
+        let mut pooled = self.redis.exclusive().get().await?;
+        let (reply, acked) = self
+            .redis
+            .bounded(scripts::place_order_and_wait(&mut pooled, keys, call, wait))
+            .await?;
+        match (&reply, wait.confirmed(acked)) {
+            (scripts::PlaceReply::Rejected(_), _) | (_, Ok(())) => Ok(reply),
+            (scripts::PlaceReply::Replayed { .. }, Err(e)) => Err(e),
+            // A 503 for a new order: take it back, so that it never reaches
+            // the books unless a later answer is a 202. (Unless a worker
+            // claimed it meanwhile, after its own WAIT: then the replicas
+            // have it after all.)
+            (scripts::PlaceReply::Accepted { .. }, Err(e)) => {
+                let voided = self
+                    .void(
+                        &mut pooled,
+                        keys,
+                        call.order_id,
+                        call.idempotency_field,
+                        call.product,
+                    )
+                    .await;
+                match voided {
+                    Some(scripts::Voided::Claimed) => Ok(reply),
+                    _ => Err(e),
+                }
             }
         }
     }

@@ -60,6 +60,9 @@ pub struct SaleWorker {
     last_entries: Instant,
 }
 
+/// Entries of a batch with the orders they carry.
+type Batch<'a> = Vec<(&'a Entry, PendingOrder)>;
+
 /// How long a sale counts as selling after its last new entry.
 const HOT_FOR: Duration = Duration::from_secs(10);
 /// How often an idle sale's stream is polled.
@@ -223,26 +226,60 @@ impl SaleWorker {
         Ok(entries)
     }
 
-    /// Persists what parses in one transaction, acks it, and deals with the rest.
+    /// Persists what parses in one transaction, acks it, and deals with the
+    /// rest: parse, claim (after the replicas have the batch), persist, ack,
+    /// then the poison entries.
     async fn settle(
         &self,
         entries: Vec<Entry>,
         check_deliveries: bool,
     ) -> Result<Outcome, WorkerError> {
-        let mut good: Vec<(&Entry, PendingOrder)> = Vec::with_capacity(entries.len());
-        let mut bad: Vec<(&Entry, String)> = Vec::new();
-        for e in &entries {
+        self.metrics.batch_size.observe(entries.len() as f64);
+        let (good, mut bad) = self.parse(&entries);
+        let (good, void) = self.claim(&entries, good).await?;
+        let (persisted, good) = self.persist(good, &mut bad).await?;
+        let ids: Vec<&str> = good
+            .iter()
+            .chain(&void)
+            .map(|(e, _)| e.id.as_str())
+            .collect();
+        self.stream.ack(&ids).await?;
+        self.metrics.rows_persisted.inc_by(persisted.inserted);
+        let mut outcome = Outcome {
+            read: entries.len(),
+            acked: ids.len(),
+            persisted,
+            ..Outcome::default()
+        };
+        if !bad.is_empty() {
+            (outcome.dead, outcome.kept) = self.poison(bad, check_deliveries).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// The batch's orders, and the entries that do not parse (with why).
+    fn parse<'a>(&self, entries: &'a [Entry]) -> (Batch<'a>, Vec<(&'a Entry, String)>) {
+        let (mut good, mut bad) = (Vec::with_capacity(entries.len()), Vec::new());
+        for e in entries {
             match e.order(&self.product) {
                 Ok(o) => good.push((e, o)),
                 Err(reason) => bad.push((e, reason)),
             }
         }
-        // Not a row before the replicas have the entries (with WAIT on):
-        // otherwise the batch stays pending and is tried again.
+        (good, bad)
+    }
+
+    /// Claims the batch for the books, once the replicas have it (with WAIT
+    /// on; otherwise the batch stays pending and is tried again): returns the
+    /// orders to persist, and those the API voided (their WAIT failed, the
+    /// buyer was answered 503), which are acked without a row. A claimed
+    /// order can no longer be voided.
+    async fn claim<'a>(
+        &self,
+        entries: &[Entry],
+        good: Batch<'a>,
+    ) -> Result<(Batch<'a>, Batch<'a>), WorkerError> {
         self.sales.confirm_replicated(&self.product).await?;
-        // Then claim the batch: orders the API voided (their WAIT failed, the
-        // buyer was answered 503) are acked without a row; the rest can no
-        // longer be voided.
         let last = entries
             .iter()
             .map(|e| e.id.as_str())
@@ -253,39 +290,28 @@ impl SaleWorker {
         let (void, kept): (Vec<_>, Vec<_>) = good
             .into_iter()
             .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
-        good = kept;
         if !void.is_empty() {
             tracing::info!(count = void.len(), "voided orders acked without a row");
         }
-        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
+        Ok((kept, void))
+    }
+
+    /// Writes the batch's rows in one transaction (timed). A batch MySQL
+    /// refuses is written row by row, and the rows it refuses join `bad`.
+    async fn persist<'a>(
+        &self,
+        good: Batch<'a>,
+        bad: &mut Vec<(&'a Entry, String)>,
+    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
         let metrics = &self.metrics;
-        metrics.batch_size.observe(entries.len() as f64);
+        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let commit = metrics.commit_latency.start_timer();
-        let persisted = match self.db.persist_orders(&self.product, &orders).await {
-            Ok(p) => p,
+        let (persisted, good) = match self.db.persist_orders(&self.product, &orders).await {
+            Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
-            // Something in the batch MySQL will not take: find it row by row.
             Err(e) => {
                 tracing::warn!(error = %e, "batch refused; persisting its rows one by one");
-                let mut total = Persisted::default();
-                let mut ok = Vec::with_capacity(good.len());
-                for (entry, order) in good {
-                    match self
-                        .db
-                        .persist_orders(&self.product, std::slice::from_ref(&order))
-                        .await
-                    {
-                        Ok(p) => {
-                            total.inserted += p.inserted;
-                            total.units += p.units;
-                            ok.push((entry, order));
-                        }
-                        Err(e) if e.is_unavailable() => return Err(e.into()),
-                        Err(e) => bad.push((entry, format!("mysql refused the row: {e}"))),
-                    }
-                }
-                good = ok;
-                total
+                self.persist_row_by_row(good, bad).await?
             }
         };
         commit.observe_duration();
@@ -297,26 +323,33 @@ impl SaleWorker {
                 metrics.accept_to_persist.observe(waited);
             }
         }
-        let ids: Vec<&str> = good
-            .iter()
-            .map(|(e, _)| e.id.as_str())
-            .chain(void.iter().map(|(e, _)| e.id.as_str()))
-            .collect();
-        self.stream.ack(&ids).await?;
-        metrics.rows_persisted.inc_by(persisted.inserted);
+        Ok((persisted, good))
+    }
 
-        let mut outcome = Outcome {
-            read: entries.len(),
-            acked: ids.len(),
-            persisted,
-            ..Outcome::default()
-        };
-        if !bad.is_empty() {
-            let (dead, kept) = self.poison(bad, check_deliveries).await?;
-            outcome.dead = dead;
-            outcome.kept = kept;
+    /// Something in the batch MySQL will not take: find it, row by row.
+    async fn persist_row_by_row<'a>(
+        &self,
+        good: Batch<'a>,
+        bad: &mut Vec<(&'a Entry, String)>,
+    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
+        let mut total = Persisted::default();
+        let mut ok = Vec::with_capacity(good.len());
+        for (entry, order) in good {
+            match self
+                .db
+                .persist_orders(&self.product, std::slice::from_ref(&order))
+                .await
+            {
+                Ok(p) => {
+                    total.inserted += p.inserted;
+                    total.units += p.units;
+                    ok.push((entry, order));
+                }
+                Err(e) if e.is_unavailable() => return Err(e.into()),
+                Err(e) => bad.push((entry, format!("mysql refused the row: {e}"))),
+            }
         }
-        Ok(outcome)
+        Ok((total, ok))
     }
 
     /// Entries that cannot be persisted: dead letters once delivered more than
