@@ -30,7 +30,7 @@ pub enum Command {
     /// Run the HTTP API (and, unless `--workers false`, the stream workers).
     Serve(Box<ServeArgs>),
     /// Run only the stream workers (Redis Stream -> MySQL).
-    Worker(WorkerCmdArgs),
+    Worker(WorkerArgs),
     /// Check that every opened sale's books balance (Redis and MySQL).
     Audit(AuditArgs),
     /// Rebuild a sale in Redis from MySQL after Redis lost it.
@@ -123,7 +123,7 @@ pub struct ServeArgs {
     #[arg(long, env = "WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub workers: bool,
     #[command(flatten)]
-    pub worker: WorkerArgs,
+    pub worker: DrainArgs,
 }
 
 /// Who the buyer is (see `http::auth`): bearer JWTs, a trusted gateway's
@@ -265,7 +265,7 @@ impl From<LimitArgs> for Limits {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct WorkerCmdArgs {
+pub struct WorkerArgs {
     /// Serve `GET /metrics` (Prometheus) on this address; off by default
     /// (the API serves its own on its port).
     #[arg(long, env = "METRICS_ADDR")]
@@ -275,7 +275,7 @@ pub struct WorkerCmdArgs {
     #[command(flatten)]
     pub db: DbArgs,
     #[command(flatten)]
-    pub worker: WorkerArgs,
+    pub worker: DrainArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -323,7 +323,7 @@ pub struct StreamsArgs {
 
 /// How the stream workers drain the sales' streams.
 #[derive(Debug, Clone, Args)]
-pub struct WorkerArgs {
+pub struct DrainArgs {
     /// Consumer name in the sales' consumer groups [default: <hostname>-<pid>].
     /// Give each worker process a stable, unique name to have it resume its own
     /// pending entries right after a restart.
@@ -349,8 +349,8 @@ pub struct WorkerArgs {
     pub payment_timeout_secs: u64,
 }
 
-impl From<WorkerArgs> for WorkerConfig {
-    fn from(a: WorkerArgs) -> Self {
+impl From<DrainArgs> for WorkerConfig {
+    fn from(a: DrainArgs) -> Self {
         let default = WorkerConfig::default();
         Self {
             consumer: a
@@ -487,8 +487,8 @@ pub struct WorkerSettings {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-impl From<WorkerCmdArgs> for WorkerSettings {
-    fn from(a: WorkerCmdArgs) -> Self {
+impl From<WorkerArgs> for WorkerSettings {
+    fn from(a: WorkerArgs) -> Self {
         Self {
             redis: (&a.redis).into(),
             db: (&a.db).into(),

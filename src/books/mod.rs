@@ -24,8 +24,8 @@ use std::time::Duration;
 pub use sweeper::{Sweeper, Swept};
 
 use crate::domain::{OrderId, PendingOrder, ProductId, now_ms};
-use crate::sale::{SaleError, Sales};
-use crate::store::{Db, OrderRow, StoreError, Transition};
+use crate::sale::{SaleError, SaleSpec, Sales};
+use crate::store::{Db, OrderRow, Product, StoreError, Transition};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BooksError {
@@ -45,6 +45,17 @@ pub enum BooksError {
     Sale(#[from] SaleError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The settings a product's sale is opened with in Redis, with `stock` units.
+pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
+    SaleSpec {
+        stock,
+        start_ms: product.start_time,
+        end_ms: product.end_time,
+        limit_per_user: product.limit_per_user.max(1) as u64,
+        price: product.price,
+    }
 }
 
 /// What a cancel did.

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::BooksError;
 use crate::domain::ProductId;
-use crate::sale::{BookedState, SaleError, SaleSpec, Sales};
+use crate::sale::{BookedState, SaleError, Sales};
 use crate::store::Db;
 
 #[derive(Debug, Clone, Serialize)]
@@ -58,14 +58,9 @@ pub async fn recover(
     let booked = super::reconcile::booked(&rows)?;
     let restored = sales.restore_booked(product_id, &booked, false).await?;
     let stock = restored.stock.max(0);
-    let spec = SaleSpec {
-        stock: stock as u64,
-        start_ms: product.start_time,
-        end_ms: product.end_time,
-        limit_per_user: product.limit_per_user.max(1) as u64,
-        price: product.price,
-    };
-    let (opened, _) = sales.open(product_id, &spec).await?;
+    let (opened, _) = sales
+        .open(product_id, &super::sale_spec(&product, stock as u64))
+        .await?;
     if !opened {
         return Err(
             SaleError::Corrupt("the sale reappeared while it was being recovered".into()).into(),

@@ -34,7 +34,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use tokio::sync::Semaphore;
 
-use super::error::{ApiError, Failure};
+use super::error::ApiError;
 use crate::metrics::Metrics;
 
 /// A token bucket: `per_second` sustained, `burst` at once.
@@ -303,26 +303,13 @@ pub async fn guard_request(
         return refused.into_response();
     }
     let response = if tracing::enabled!(tracing::Level::DEBUG) {
-        logged(deadline, req, next).await
+        let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+        super::logs::traced(&method, &path, bounded(deadline, req, next)).await
     } else {
         bounded(deadline, req, next).await
     };
-    log_failure(&response);
+    super::logs::failure(&response);
     response
-}
-
-/// The one log line of a 5xx answer, with its error's whole cause chain: a
-/// warning for a dependency that failed (503), an error for a bug (500).
-fn log_failure(response: &Response) {
-    let Some(failure) = response.extensions().get::<Failure>() else {
-        return;
-    };
-    let code = failure.0.code();
-    if code != "internal" {
-        tracing::warn!(error = %failure.chain(), code, "request failed: a dependency");
-    } else {
-        tracing::error!(error = %failure.chain(), code, "request failed");
-    }
 }
 
 /// 431 beyond the header limits.
@@ -353,26 +340,6 @@ async fn bounded(deadline: tokio::time::Instant, req: Request, next: Next) -> Re
         Err(_) => ApiError::Unavailable("request not handled within REQUEST_TIMEOUT_MS".into())
             .into_response(),
     }
-}
-
-/// At debug level: a `request` span (method, path) around the handling, which
-/// the handlers' logs carry, and one line per request with status and latency.
-/// (Here rather than in a layer of its own: an extra `from_fn` layer had a
-/// measurable cost on the sold-out path even with debug off; see
-/// BENCHMARKS.md, "The guards".)
-async fn logged(deadline: tokio::time::Instant, req: Request, next: Next) -> Response {
-    use tracing::Instrument;
-    let started = Instant::now();
-    let span = tracing::debug_span!("request", method = %req.method(), path = %req.uri().path());
-    let response = bounded(deadline, req, next).instrument(span.clone()).await;
-    span.in_scope(|| {
-        tracing::debug!(
-            status = response.status().as_u16(),
-            latency_us = started.elapsed().as_micros() as u64,
-            "request"
-        )
-    });
-    response
 }
 
 /// `POST /api/orders`: the address's bucket, then a slot or 503

@@ -7,6 +7,7 @@ pub mod error;
 mod extract;
 mod health;
 pub mod limits;
+mod logs;
 pub mod metrics;
 pub mod openapi;
 mod orders;

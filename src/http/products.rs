@@ -12,7 +12,6 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
 use crate::domain::{self, Invalid, MAX_STOCK, ProductId};
-use crate::sale::SaleSpec;
 use crate::store::{NewProduct, Product};
 
 /// Longest title (the `tb_product.title` column).
@@ -157,13 +156,7 @@ pub async fn open(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<Opened>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
-    let spec = SaleSpec {
-        stock: product.available_qty.max(0) as u64,
-        start_ms: product.start_time,
-        end_ms: product.end_time,
-        limit_per_user: product.limit_per_user.max(1) as u64,
-        price: product.price,
-    };
+    let spec = crate::books::sale_spec(&product, product.available_qty.max(0) as u64);
     let (opened, stock) = state.sales.open(&id, &spec).await?;
     state.db.mark_opened(&id).await?;
     if opened {

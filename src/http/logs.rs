@@ -1,0 +1,49 @@
+//! The HTTP layer's log lines: one per failed request (5xx, with its error's
+//! cause chain), and at debug level a span and a line per request. Called by
+//! the request guard (`limits::guard_request`), which wraps every route:
+//! here rather than in a layer of its own, since an extra `from_fn` layer had
+//! a measurable cost on the sold-out path even with debug off (BENCHMARKS.md,
+//! "The guards").
+
+use std::time::Instant;
+
+use axum::http::Method;
+use axum::response::Response;
+
+use super::error::Failure;
+
+/// The one log line of a failed request, with its error's whole cause chain:
+/// a warning for a dependency that failed (503), an error for a bug (500).
+pub(super) fn failure(response: &Response) {
+    let Some(failure) = response.extensions().get::<Failure>() else {
+        return;
+    };
+    let code = failure.0.code();
+    if code != "internal" {
+        tracing::warn!(error = %failure.chain(), code, "request failed: a dependency");
+    } else {
+        tracing::error!(error = %failure.chain(), code, "request failed");
+    }
+}
+
+/// At debug level: a `request` span (method, path) around the handling,
+/// which the handlers' logs carry, and one line per request with status and
+/// latency.
+pub(super) async fn traced(
+    method: &Method,
+    path: &str,
+    handling: impl Future<Output = Response>,
+) -> Response {
+    use tracing::Instrument;
+    let started = Instant::now();
+    let span = tracing::debug_span!("request", method = %method, path = %path);
+    let response = handling.instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::debug!(
+            status = response.status().as_u16(),
+            latency_us = started.elapsed().as_micros() as u64,
+            "request"
+        )
+    });
+    response
+}
