@@ -52,38 +52,32 @@ impl Metrics {
         let registry = Registry::new_custom(Some("flashsale".into()), None)
             .unwrap_or_else(|_| unreachable!("a valid prefix"));
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels)
-                .unwrap_or_else(|_| unreachable!("valid metric {name}"));
-            let _ = registry.register(Box::new(c.clone()));
-            c
+            register(&registry, IntCounterVec::new(Opts::new(name, help), labels))
         };
-        let counter = |name: &str, help: &str| {
-            let c = IntCounter::new(name, help).unwrap_or_else(|_| unreachable!("valid {name}"));
-            let _ = registry.register(Box::new(c.clone()));
-            c
-        };
+        let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let histogram = |name: &str, help: &str, b: Vec<f64>| {
-            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(b))
-                .unwrap_or_else(|_| unreachable!("valid {name}"));
-            let _ = registry.register(Box::new(h.clone()));
-            h
+            register(
+                &registry,
+                Histogram::with_opts(HistogramOpts::new(name, help).buckets(b)),
+            )
         };
         let gauge = |name: &str, help: &str| {
-            let g = IntGaugeVec::new(Opts::new(name, help), &["product_id"])
-                .unwrap_or_else(|_| unreachable!("valid {name}"));
-            let _ = registry.register(Box::new(g.clone()));
-            g
-        };
-        let order_latency = HistogramVec::new(
-            HistogramOpts::new(
-                "order_latency_seconds",
-                "Time to answer POST /api/orders, by outcome class",
+            register(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), &["product_id"]),
             )
-            .buckets(buckets(0.0001, 2.0, 16)),
-            &["class"],
-        )
-        .unwrap_or_else(|_| unreachable!("valid order_latency_seconds"));
-        let _ = registry.register(Box::new(order_latency.clone()));
+        };
+        let order_latency = register(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "order_latency_seconds",
+                    "Time to answer POST /api/orders, by outcome class",
+                )
+                .buckets(buckets(0.0001, 2.0, 16)),
+                &["class"],
+            ),
+        );
         Self {
             order_requests: counter_vec(
                 "order_requests_total",
@@ -129,21 +123,17 @@ impl Metrics {
                 "sale_dead_letters",
                 "Entries in the sale's dead-letter stream",
             ),
-            orders_in_flight: {
-                let g = IntGauge::new("orders_in_flight", "Orders being decided now")
-                    .unwrap_or_else(|_| unreachable!("valid orders_in_flight"));
-                let _ = registry.register(Box::new(g.clone()));
-                g
-            },
-            rate_limit_keys: {
-                let g = IntGaugeVec::new(
+            orders_in_flight: register(
+                &registry,
+                IntGauge::new("orders_in_flight", "Orders being decided now"),
+            ),
+            rate_limit_keys: register(
+                &registry,
+                IntGaugeVec::new(
                     Opts::new("rate_limit_keys", "Clients tracked by each rate limit"),
                     &["limit"],
-                )
-                .unwrap_or_else(|_| unreachable!("valid rate_limit_keys"));
-                let _ = registry.register(Box::new(g.clone()));
-                g
-            },
+                ),
+            ),
             registry,
         }
     }
@@ -160,4 +150,14 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Registers `metric` (its name and help are literals: they are valid).
+fn register<M>(registry: &Registry, metric: prometheus::Result<M>) -> M
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = metric.unwrap_or_else(|e| unreachable!("a metric defined here is valid: {e}"));
+    let _ = registry.register(Box::new(metric.clone()));
+    metric
 }

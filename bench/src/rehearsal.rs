@@ -283,17 +283,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let expected: Vec<u64> = (0..n)
         .map(|k| expected_units(&plan, k, args.stock, args.limit_per_user))
         .collect();
-    if let Some(tokens) = &target.tokens {
-        let t = Instant::now();
-        let minted = tokens.mint_all(plan.iter().map(|p| p.user)).await?;
-        if !args.quiet && minted > 0 {
-            eprintln!(
-                "minted {minted} {:?} tokens in {:.1} s (before the burst, untimed)",
-                tokens.algorithm(),
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
+    mint_tokens(&target, &plan, args.quiet).await?;
 
     let direct = if args.no_direct {
         None
@@ -336,44 +326,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let (paced, paced_rate) = match args.then_at {
         Some(f) => {
             let rate = f * http.per_second();
-            let paced_products = Arc::new(new_sales(&args, &target, "paced").await?);
-            let run = http_run(
-                &args,
-                &target,
-                &paced_products,
-                plan.clone(),
+            (
+                Some(paced_run(&args, &target, plan.clone(), rate).await?),
                 Some(rate),
-                "paced",
             )
-            .await?;
-            let accepted = run.outcomes().get("accepted").copied().unwrap_or(0);
-            let persisted = watch_persisted(target.db.clone(), paced_products.clone());
-            wait_drained(persisted, accepted as i64, args.drain_timeout_secs).await;
-            for p in paced_products.iter() {
-                cleanup(&target, p).await?;
-            }
-            (Some(RunFigures::from(&run)), Some(rate))
         }
         None => (None, None),
     };
 
-    let mut checks = Vec::new();
-    for (k, product) in products.iter().enumerate() {
-        let (plan_k, answers_k): (Vec<Planned>, Vec<Answer>) = plan
-            .iter()
-            .zip(&http.answers)
-            .filter(|(p, _)| p.sale == k)
-            .map(|(p, a)| (p.clone(), a.clone()))
-            .unzip();
-        let mut sale_checks =
-            verify(&args, &target, product, &plan_k, &answers_k, expected[k]).await?;
-        if n > 1 {
-            for c in &mut sale_checks {
-                c.detail = format!("{product}: {}", c.detail);
-            }
-        }
-        checks.extend(sale_checks);
-    }
+    let checks = check_sales(&args, &target, &products, &plan, &http, &expected).await?;
     let http_figures = RunFigures::from(&http);
     let report = Report {
         product_ids: products.iter().map(|p| p.to_string()).collect(),
@@ -411,6 +372,70 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         }
     }
     Ok(report)
+}
+
+/// Mints every planned buyer's token before the burst (signing is not timed).
+async fn mint_tokens(target: &Target, plan: &[Planned], quiet: bool) -> anyhow::Result<()> {
+    let Some(tokens) = &target.tokens else {
+        return Ok(());
+    };
+    let t = Instant::now();
+    let minted = tokens.mint_all(plan.iter().map(|p| p.user)).await?;
+    if !quiet && minted > 0 {
+        eprintln!(
+            "minted {minted} {:?} tokens in {:.1} s (before the burst, untimed)",
+            tokens.algorithm(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The same plan on fresh sales at `rate` requests/s, drained and removed.
+async fn paced_run(
+    args: &BenchArgs,
+    target: &Target,
+    plan: Arc<Vec<Planned>>,
+    rate: f64,
+) -> anyhow::Result<RunFigures> {
+    let products = Arc::new(new_sales(args, target, "paced").await?);
+    let run = http_run(args, target, &products, plan, Some(rate), "paced").await?;
+    let accepted = run.outcomes().get("accepted").copied().unwrap_or(0);
+    let persisted = watch_persisted(target.db.clone(), products.clone());
+    wait_drained(persisted, accepted as i64, args.drain_timeout_secs).await;
+    for p in products.iter() {
+        cleanup(target, p).await?;
+    }
+    Ok(RunFigures::from(&run))
+}
+
+/// Each sale's books against what its buyers were told.
+async fn check_sales(
+    args: &BenchArgs,
+    target: &Target,
+    products: &[ProductId],
+    plan: &[Planned],
+    http: &LoadRun,
+    expected: &[u64],
+) -> anyhow::Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    for (k, product) in products.iter().enumerate() {
+        let (plan_k, answers_k): (Vec<Planned>, Vec<Answer>) = plan
+            .iter()
+            .zip(&http.answers)
+            .filter(|(p, _)| p.sale == k)
+            .map(|(p, a)| (p.clone(), a.clone()))
+            .unzip();
+        let mut sale_checks =
+            verify(args, target, product, &plan_k, &answers_k, expected[k]).await?;
+        if products.len() > 1 {
+            for c in &mut sale_checks {
+                c.detail = format!("{product}: {}", c.detail);
+            }
+        }
+        checks.extend(sale_checks);
+    }
+    Ok(checks)
 }
 
 /// Creates and opens `--sales` sales.
