@@ -63,7 +63,7 @@ impl ModeReport {
     }
 }
 
-pub async fn run_redis_bench(args: BenchRedisArgs) -> Result<(), SaleError> {
+pub async fn run_redis_bench(args: BenchRedisArgs) -> anyhow::Result<()> {
     let redis = Redis::new(
         &args.redis.target(),
         Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
@@ -108,7 +108,7 @@ pub async fn run_mode(
     redis: &Redis,
     mode: ConnMode,
     args: &BenchRedisArgs,
-) -> Result<ModeReport, SaleError> {
+) -> anyhow::Result<ModeReport> {
     // Blocked orders crawl (a block per round of callers): ten rounds show it.
     let requests = match mode {
         ConnMode::Blocked => args.requests.min(args.concurrency * 10),
@@ -162,9 +162,7 @@ pub async fn run_mode(
     }
     let mut latencies = Vec::with_capacity(requests as usize);
     for t in tasks {
-        let part = t
-            .await
-            .map_err(|e| SaleError::Corrupt(format!("bench task: {e}")))??;
+        let part = t.await??;
         latencies.extend(part);
     }
     let elapsed = started.elapsed();

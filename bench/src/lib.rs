@@ -69,7 +69,7 @@ pub async fn fill(
     product: &ProductId,
     n: u64,
     concurrency: u64,
-) -> Result<(), SaleError> {
+) -> anyhow::Result<()> {
     let next = Arc::new(AtomicU64::new(1));
     let mut tasks = Vec::new();
     for _ in 0..concurrency.max(1) {
@@ -85,8 +85,7 @@ pub async fn fill(
         }));
     }
     for t in tasks {
-        t.await
-            .map_err(|e| SaleError::Corrupt(format!("bench task: {e}")))??;
+        t.await??;
     }
     Ok(())
 }

@@ -41,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Rehearse(args) => flashsale_bench::rehearsal::run_cli(args).await,
-        Command::Redis(args) => Ok(flashsale_bench::run_redis_bench(args).await?),
+        Command::Redis(args) => flashsale_bench::run_redis_bench(args).await,
         Command::Drain(args) => flashsale_bench::run_drain_bench(args).await,
         Command::Guards(args) => flashsale_bench::run_guards_bench(args).await,
         Command::Auth(args) => flashsale_bench::run_auth_bench(args).await,
