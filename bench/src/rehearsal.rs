@@ -813,6 +813,7 @@ async fn wait_drained(
     }
 }
 
+/// One sale's checks: what its buyers were told, then its books.
 async fn verify(
     args: &BenchArgs,
     t: &Target,
@@ -821,41 +822,92 @@ async fn verify(
     answers: &[Answer],
     expected: u64,
 ) -> anyhow::Result<Vec<Check>> {
-    let mut checks = Vec::new();
-    let mut check = |name, ok, detail: String| checks.push(Check { name, ok, detail });
+    let mut checks = answer_checks(plan, answers, expected);
+    let sold = accepted_ids(answers).len() as u64; // quantity 1 each
+    checks.extend(books_checks(args, t, product, sold).await?);
+    Ok(checks)
+}
 
-    let accepted: std::collections::HashSet<&str> = answers
+/// The order ids the buyers were told (202).
+fn accepted_ids(answers: &[Answer]) -> std::collections::HashSet<&str> {
+    answers
         .iter()
         .filter_map(|a| match a {
             Answer::Accepted(id) => Some(id.as_str()),
             Answer::Refused(_) => None,
         })
-        .collect();
-    let sold = accepted.len() as u64; // quantity 1 each
+        .collect()
+}
+
+/// What the answers alone must show: the units the plan can buy were sold,
+/// every request was answered, and a retry under a key got its first order.
+fn answer_checks(plan: &[Planned], answers: &[Answer], expected: u64) -> Vec<Check> {
+    let sold = accepted_ids(answers).len() as u64;
     // Requests shed or rate-limited were never decided: fewer units may sell.
     let undecided = answers
         .iter()
         .filter(|a| matches!(a, Answer::Refused(c) if c == "overloaded" || c == "rate_limited"))
         .count();
-    check(
-        "units accepted == min(stock, demand within the per-user limit), <= if requests were shed",
-        if undecided == 0 {
-            sold == expected
-        } else {
-            sold <= expected
-        },
-        format!("{sold} accepted, {expected} expected, {undecided} shed or rate-limited"),
-    );
     let failures = answers
         .iter()
         .filter(|a| matches!(a, Answer::Refused(c) if c == "transport" || c == "unavailable" || c.starts_with("http_5")))
         .count();
-    check(
-        "every request answered",
-        failures == 0,
-        format!("{failures} without an answer or with a 5xx"),
-    );
+    let mut by_key: HashMap<usize, Vec<&Answer>> = HashMap::new();
+    for (p, a) in plan.iter().zip(answers) {
+        if let Some(k) = p.key {
+            by_key.entry(k).or_default().push(a);
+        }
+    }
+    let split = by_key
+        .values()
+        .filter(|answers| {
+            let ids: std::collections::HashSet<&str> = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Answer::Accepted(id) => Some(id.as_str()),
+                    Answer::Refused(_) => None,
+                })
+                .collect();
+            ids.len() > 1
+        })
+        .count();
+    vec![
+        Check {
+            name: "units accepted == min(stock, demand within the per-user limit), <= if requests were shed",
+            ok: if undecided == 0 {
+                sold == expected
+            } else {
+                sold <= expected
+            },
+            detail: format!(
+                "{sold} accepted, {expected} expected, {undecided} shed or rate-limited"
+            ),
+        },
+        Check {
+            name: "every request answered",
+            ok: failures == 0,
+            detail: format!("{failures} without an answer or with a 5xx"),
+        },
+        Check {
+            name: "idempotent retries got one order per key",
+            ok: split == 0,
+            detail: format!(
+                "{split} keys with more than one order, {} keys",
+                by_key.len()
+            ),
+        },
+    ]
+}
 
+/// What MySQL and Redis must hold after `sold` one-unit orders.
+async fn books_checks(
+    args: &BenchArgs,
+    t: &Target,
+    product: &ProductId,
+    sold: u64,
+) -> anyhow::Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let mut check = |name, ok, detail: String| checks.push(Check { name, ok, detail });
     let (rows, distinct, units): (i64, i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), COUNT(DISTINCT order_id), CAST(COALESCE(SUM(quantity), 0) AS SIGNED) \
          FROM tb_order WHERE product_id = ?",
@@ -886,7 +938,6 @@ async fn verify(
         over == 0,
         format!("{over} users over {}", args.limit_per_user),
     );
-
     let stock = t.sales.stock(product).await?.unwrap_or(0);
     check(
         "redis stock + units sold == stock",
@@ -902,35 +953,6 @@ async fn verify(
         "tb_product.available_qty == stock - sold",
         available == args.stock as i64 - sold as i64,
         format!("{available} vs {}", args.stock as i64 - sold as i64),
-    );
-
-    // A retry under a key answers like the request it repeats.
-    let mut by_key: HashMap<usize, Vec<&Answer>> = HashMap::new();
-    for (p, a) in plan.iter().zip(answers) {
-        if let Some(k) = p.key {
-            by_key.entry(k).or_default().push(a);
-        }
-    }
-    let split = by_key
-        .values()
-        .filter(|answers| {
-            let ids: std::collections::HashSet<&str> = answers
-                .iter()
-                .filter_map(|a| match a {
-                    Answer::Accepted(id) => Some(id.as_str()),
-                    Answer::Refused(_) => None,
-                })
-                .collect();
-            ids.len() > 1
-        })
-        .count();
-    check(
-        "idempotent retries got one order per key",
-        split == 0,
-        format!(
-            "{split} keys with more than one order, {} keys",
-            by_key.len()
-        ),
     );
     Ok(checks)
 }
@@ -1031,5 +1053,56 @@ fn print_report(r: &Report) {
             c.name,
             c.detail
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(user: u64, key: Option<usize>) -> Planned {
+        Planned {
+            sale: 0,
+            user,
+            key,
+            retry_of: None,
+        }
+    }
+
+    fn failed(checks: &[Check]) -> Vec<&'static str> {
+        checks.iter().filter(|c| !c.ok).map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn the_answers_show_what_sold_what_failed_and_a_split_key() {
+        let plan = [planned(1, Some(0)), planned(2, None), planned(1, Some(0))];
+        let ok = [
+            Answer::Accepted("a".into()),
+            Answer::Refused("sold_out".into()),
+            Answer::Accepted("a".into()),
+        ];
+        assert!(failed(&answer_checks(&plan, &ok, 1)).is_empty());
+        // A retry under the first one's key that got another order; a 5xx.
+        let bad = [
+            Answer::Accepted("a".into()),
+            Answer::Refused("http_500".into()),
+            Answer::Accepted("b".into()),
+        ];
+        assert_eq!(
+            failed(&answer_checks(&plan, &bad, 2)),
+            [
+                "every request answered",
+                "idempotent retries got one order per key"
+            ]
+        );
+        // Fewer units than the plan can buy, with nothing shed: an undersell.
+        assert_eq!(failed(&answer_checks(&plan, &ok, 2)).len(), 1);
+        // Shed requests excuse selling fewer, never more.
+        let shed = [
+            Answer::Accepted("a".into()),
+            Answer::Refused("overloaded".into()),
+            Answer::Accepted("a".into()),
+        ];
+        assert!(failed(&answer_checks(&plan, &shed, 2)).is_empty());
     }
 }

@@ -67,7 +67,9 @@ fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
 async fn with_wait_an_order_is_answered_once_a_replica_has_it() {
     let app = spawn_app_on(Backend::Cluster, wait_for_one_replica).await;
     let sku = app.new_sale(10, 2).await;
-    app.accept_orders(&sku, 1..=5).await;
+    for user in 1..=5 {
+        app.order_until_accepted(user, &sku).await;
+    }
     assert_eq!(app.stock(&sku).await, Some(5));
 }
 
@@ -267,16 +269,7 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
     let sku = app.new_sale(10, 2).await;
     // A cluster just started may not have its replica in sync yet (then
     // 503 "not replicated"): retried with its key, as clients do.
-    let mut order = serde_json::Value::Null;
-    for _ in 0..50 {
-        let body = serde_json::json!({"user_id": 1, "product_id": sku, "quantity": 1});
-        let resp = app.post_order(&body, Some("the-order")).await;
-        if resp.status() == StatusCode::ACCEPTED {
-            order = resp.json().await.unwrap();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let order = app.order_until_accepted(1, &sku).await;
     let id = order["order_id"].as_str().expect("accepted").to_owned();
     app.drained(&sku, 1).await;
     let released = || async {

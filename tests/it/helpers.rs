@@ -10,8 +10,9 @@
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
+use clap::Parser;
 use flashsale::app::App;
-use flashsale::config::{DbSettings, HttpSettings, RedisSettings, Settings};
+use flashsale::config::{Cli, Command, Settings};
 use flashsale::http::limits::Limits;
 use flashsale::sale::{Conn, RedisTarget, Sales};
 use flashsale::store::Db;
@@ -207,34 +208,38 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     spawn_app_on(Backend::Single, tweak).await
 }
 
-/// The settings a test's service starts with: its own key prefix and database.
+/// The settings a test's service starts with: `flashsale serve`'s own, as its
+/// command line makes them (`AUTH=none`: identity has tests of its own, the
+/// others use the body's user_id), with the test's key prefix and database,
+/// no limits (tests of other things send many orders from one user and
+/// address) and quick workers.
 pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
-    Settings {
-        redis: RedisSettings {
-            target: backend.target(),
-            key_prefix: prefix.to_owned(),
-            timeout: Duration::from_millis(2000),
-            pool_size: 4,
-            wait: None,
-        },
-        db: DbSettings {
-            url: format!("{MYSQL_SERVER}/{db_name}"),
-            timeout: Duration::from_secs(5),
-            max_connections: 4,
-        },
-        http: HttpSettings {
-            listen_addr: "127.0.0.1:0".parse().expect("literal address"),
-            admin_token: Some(ADMIN_TOKEN.into()),
-            admin_routes: true,
-            // Identity has tests of its own (identity.rs); the others use the
-            // body's user_id.
-            auth: flashsale::http::auth::AuthSettings::off(),
-            // Tests of other things send many orders from one user and address.
-            limits: Limits::unlimited(),
-            sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
-        },
-        workers: Some(fast_workers("w")),
-    }
+    let redis = match backend {
+        Backend::Single => format!("--redis-url={REDIS_URL}"),
+        Backend::Cluster => format!("--redis-cluster-nodes={}", cluster_nodes()),
+        Backend::OwnCluster(base) => format!("--redis-cluster-nodes={}", masters(base)),
+    };
+    let cli = Cli::parse_from([
+        "flashsale".to_owned(),
+        "serve".to_owned(),
+        redis,
+        format!("--key-prefix={prefix}"),
+        "--redis-timeout-ms=2000".to_owned(),
+        "--redis-pool-size=4".to_owned(),
+        format!("--database-url={MYSQL_SERVER}/{db_name}"),
+        "--db-timeout-ms=5000".to_owned(),
+        "--db-max-connections=4".to_owned(),
+        "--listen-addr=127.0.0.1:0".to_owned(),
+        format!("--admin-token={ADMIN_TOKEN}"),
+        "--auth=none".to_owned(),
+    ]);
+    let Command::Serve(args) = cli.command else {
+        unreachable!("parsed as serve")
+    };
+    let mut settings = Settings::from(*args);
+    settings.http.limits = Limits::unlimited();
+    settings.workers = Some(fast_workers("w"));
+    settings
 }
 
 /// Spawns the service on `backend` after `tweak` adjusted its settings, and
@@ -475,6 +480,25 @@ impl TestApp {
                 StatusCode::ACCEPTED
             );
         }
+    }
+
+    /// One unit for `user_id`, under an Idempotency-Key, retried while the
+    /// answer is a 503 (as clients do: with WAIT on, a busy replica may not
+    /// confirm in time); panics unless it ends in a 202. The order's JSON.
+    pub async fn order_until_accepted(&self, user_id: u64, product_id: &str) -> Value {
+        let body = json!({"user_id": user_id, "product_id": product_id, "quantity": 1});
+        let key = format!("until-accepted-{user_id}");
+        for _ in 0..50 {
+            let resp = self.post_order(&body, Some(&key)).await;
+            match resp.status() {
+                StatusCode::ACCEPTED => return resp.json().await.expect("an order"),
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                other => panic!("order of user {user_id} answered {other}"),
+            }
+        }
+        panic!("order of user {user_id} never accepted")
     }
 
     /// `POST /api/orders/{order_id}/cancel` as `user_id`.
