@@ -106,14 +106,11 @@ fn random_96() -> [u8; 12] {
 
 impl OrderId {
     pub fn generate(product: &ProductId) -> Self {
-        use std::fmt::Write;
         let ms = now_ms() as u64 & 0xFFFF_FFFF_FFFF;
-        let mut id = String::with_capacity(product.as_str().len() + 37);
-        let _ = write!(id, "{product}:{ms:012x}");
-        for b in random_96() {
-            let _ = write!(id, "{b:02x}");
-        }
-        Self(id)
+        let mut random = [0; 16];
+        random[4..].copy_from_slice(&random_96());
+        let random = u128::from_be_bytes(random);
+        Self(format!("{product}:{ms:012x}{random:024x}"))
     }
 
     /// Parses an id that this service could have issued (36 hex digits, or

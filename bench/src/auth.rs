@@ -253,11 +253,7 @@ pub async fn run_auth_bench(args: BenchAuthArgs) -> anyhow::Result<()> {
         micro,
         books_ok,
     };
-    if args.bench.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print(&report);
-    }
+    super::show(args.bench.json, &report, print)?;
     anyhow::ensure!(report.books_ok, "a rehearsal's books did not balance");
     Ok(())
 }

@@ -116,11 +116,7 @@ pub async fn run_guards_bench(args: BenchGuardsArgs) -> anyhow::Result<()> {
         overload_clients: clients,
         books_ok,
     };
-    if args.bench.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print(&report);
-    }
+    super::show(args.bench.json, &report, print)?;
     anyhow::ensure!(report.books_ok, "a rehearsal's books did not balance");
     Ok(())
 }

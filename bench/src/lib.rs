@@ -90,6 +90,16 @@ pub async fn fill(
     Ok(())
 }
 
+/// Shows a benchmark's report: one JSON object with `--json`, else `table`.
+pub fn show<R: serde::Serialize>(json: bool, report: &R, table: fn(&R)) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        table(report);
+    }
+    Ok(())
+}
+
 /// Deletes every key of a benchmark sale and its registry entry.
 pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), SaleError> {
     sales.remove(product).await

@@ -474,11 +474,7 @@ async fn per_node(
 pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     let json = args.json;
     let report = run(args).await?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print_report(&report);
-    }
+    super::show(json, &report, print_report)?;
     anyhow::ensure!(
         report.ok(),
         "the books do not balance: see the failed checks"
@@ -508,7 +504,9 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         (None, None, Some(pem)) => Some(Arc::new(Tokens::from_pem(pem, args.jwt_algorithm)?)),
         (None, None, None) => None,
     };
-    if !args.local {
+    let (authority, token, server) = if args.local {
+        serve_locally(args).await?
+    } else {
         let url = url::Url::parse(&args.url)?;
         let authority = format!(
             "{}:{}",
@@ -518,16 +516,24 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         let token = args.admin_token.clone().ok_or_else(|| {
             anyhow::anyhow!("ADMIN_TOKEN (or --admin-token) is needed to create the sale")
         })?;
-        return Ok(Target {
-            authority,
-            token,
-            sales,
-            redis,
-            db,
-            tokens,
-            _server: None,
-        });
-    }
+        (authority, token, None)
+    };
+    Ok(Target {
+        authority,
+        token,
+        sales,
+        redis,
+        db,
+        tokens,
+        _server: server,
+    })
+}
+
+/// `--local`: a `serve` (with workers) in this process; its address, its
+/// admin token, and what keeps it running.
+async fn serve_locally(
+    args: &BenchArgs,
+) -> anyhow::Result<(String, String, Option<oneshot::Sender<()>>)> {
     let token = uuid::Uuid::now_v7().simple().to_string();
     let settings = Settings {
         redis: (&args.redis).into(),
@@ -550,15 +556,7 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         let _ = rx.await;
     }));
     app_db.wait_ready().await;
-    Ok(Target {
-        authority,
-        token,
-        sales,
-        redis,
-        db,
-        tokens,
-        _server: Some(tx),
-    })
+    Ok((authority, token, Some(tx)))
 }
 
 /// How the `--local` server identifies buyers: with the bench's JWT key
