@@ -20,14 +20,19 @@
 -- ARGV[6]  the Idempotency-Key alone, or "" (kept with the order, for MySQL)
 --
 -- Returns one of
---   {"ok", order_id, price, created_ms}           accepted, stock deducted
+--   {"ok", order_id, price, created_ms, allowance_left}
+--                                                 accepted, stock deducted; the
+--                                                 buyer may buy allowance_left more
 --   {"repeat", order_id, record}                  the idempotency key was seen:
 --                                                 the first order, nothing deducted
 --                                                 (the key's record is rewritten,
 --                                                 unchanged, for a WAIT to follow,
 --                                                 and the order is marked replayed:
 --                                                 see void_order.lua)
---   {"no_sale"} {"not_started"} {"ended"} {"sold_out"}
+--   {"not_started", start_ms, end_ms, now_ms}   outside the window by Redis's
+--   {"ended", start_ms, end_ms, now_ms}         clock (now_ms): instances remember
+--                                                 the window and the clock reading
+--   {"no_sale"} {"sold_out"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price')
@@ -50,10 +55,10 @@ end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now_ms < tonumber(sale[1]) then
-  return {'not_started'}
+  return {'not_started', tonumber(sale[1]), tonumber(sale[2]), now_ms}
 end
 if now_ms >= tonumber(sale[2]) then
-  return {'ended'}
+  return {'ended', tonumber(sale[1]), tonumber(sale[2]), now_ms}
 end
 
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -88,4 +93,4 @@ redis.call('HSET', KEYS[6], ARGV[1],
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[1])
 end
-return {'ok', ARGV[1], sale[4], now_ms}
+return {'ok', ARGV[1], sale[4], now_ms, allowance - qty}

@@ -71,7 +71,7 @@ impl App {
                 "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
             );
         }
-        let sales = settings.redis.sales()?.with_sold_out_ttl(http.sold_out_ttl);
+        let sales = settings.redis.sales()?.with_memory(http.memory.clone());
         let db = settings.db.db()?;
         let listener = TcpListener::bind(http.listen_addr).await?;
         let metrics = Arc::new(Metrics::new());

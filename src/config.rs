@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::http::auth::{AuthSettings, IpNet};
 use crate::http::limits::{Limits, Rate};
-use crate::sale::{Redis, RedisTarget, SaleError, Sales, Wait};
+use crate::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales, Wait};
 use crate::store::{Db, StoreError};
 use crate::worker::WorkerConfig;
 
@@ -114,16 +114,57 @@ pub struct ServeArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
-    /// How long a sale's sold-out answer is trusted in memory before Redis is
-    /// asked again (0 disables the marker): the bound on claiming "sold out"
-    /// after stock came back through another instance.
-    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = 1000)]
-    pub sold_out_cache_ms: u64,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Run the stream workers inside this process.
     #[arg(long, env = "WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub workers: bool,
     #[command(flatten)]
     pub worker: DrainArgs,
+}
+
+/// The orders answered from memory, without Redis (see `sale::memory`).
+#[derive(Debug, Clone, Args)]
+pub struct MemoryArgs {
+    /// How long a sale's sold-out answer is trusted in memory before Redis is
+    /// asked again (0 disables the marker): the bound on claiming "sold out"
+    /// after stock came back through another instance.
+    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = 1000)]
+    pub sold_out_cache_ms: u64,
+    /// How long a buyer's remaining allowance is trusted (0: never): the
+    /// bound on refusing `limit_exceeded` after a cancel through another instance.
+    #[arg(long, env = "LIMIT_CACHE_MS", default_value_t = 2000)]
+    pub limit_cache_ms: u64,
+    /// Buyers whose allowance is remembered, per sale.
+    #[arg(long, env = "LIMIT_CACHE_ENTRIES", default_value_t = 100_000)]
+    pub limit_cache_entries: usize,
+    /// How long a read of the registry of open sales is trusted to answer
+    /// `product_not_found` (0: ask Redis): the bound on finding a sale
+    /// opened through another instance.
+    #[arg(long, env = "UNKNOWN_PRODUCT_CACHE_MS", default_value_t = 1000)]
+    pub unknown_product_cache_ms: u64,
+    /// Answer `sale_not_started` / `sale_ended` from memory while Redis's
+    /// clock is certainly outside the window.
+    #[arg(long, env = "WINDOW_FROM_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub window_from_memory: bool,
+    /// ... by at least this much: requests nearer a boundary go to Redis.
+    #[arg(long, env = "WINDOW_MARGIN_MS", default_value_t = 50)]
+    pub window_margin_ms: u64,
+}
+
+impl From<MemoryArgs> for MemorySettings {
+    fn from(a: MemoryArgs) -> Self {
+        Self {
+            sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
+            limit_ttl: Duration::from_millis(a.limit_cache_ms),
+            limit_entries: a.limit_cache_entries,
+            unknown_ttl: Duration::from_millis(a.unknown_product_cache_ms),
+            window_margin: a
+                .window_from_memory
+                .then(|| Duration::from_millis(a.window_margin_ms)),
+            clock_skew_ms: 0,
+        }
+    }
 }
 
 /// Who the buyer is (see `http::auth`): bearer JWTs, a trusted gateway's
@@ -445,8 +486,8 @@ pub struct HttpSettings {
     /// Who buyers are (`AuthSettings::off()`: `AUTH=none`).
     pub auth: AuthSettings,
     pub limits: Limits,
-    /// How long a sale's `sold_out` is answered from memory.
-    pub sold_out_ttl: Duration,
+    /// Which orders are answered from memory, and for how long.
+    pub memory: MemorySettings,
 }
 
 /// Everything `serve` needs, validated.
@@ -470,7 +511,7 @@ impl From<ServeArgs> for Settings {
                 admin_routes: a.admin_routes,
                 auth: a.auth.into(),
                 limits: a.limits.into(),
-                sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
+                memory: a.memory.into(),
             },
             workers: a.workers.then(|| a.worker.into()),
         }

@@ -14,8 +14,13 @@ use prometheus::{
 
 pub struct Metrics {
     registry: Registry,
-    /// `POST /api/orders` answers, by outcome (`accepted`, `replayed` or the error code).
+    /// `POST /api/orders` answers, by outcome (`accepted`, `replayed` or the
+    /// error code) and by who answered (`memory`, `redis`, or `service` for
+    /// answers that never reached the sale: bad input, auth, limits, shedding).
     pub order_requests: IntCounterVec,
+    /// Redis calls of the order path: `place_order` (the order script) and
+    /// `memory_read` (background reads that keep the memory fresh).
+    pub order_path_calls: IntCounterVec,
     /// Time to answer `POST /api/orders`, by outcome class (`accepted`, `refused`, `shed`).
     pub order_latency: HistogramVec,
     /// Orders inserted into `tb_order` (redeliveries not counted twice).
@@ -81,8 +86,13 @@ impl Metrics {
         Self {
             order_requests: counter_vec(
                 "order_requests_total",
-                "POST /api/orders answers by outcome",
-                &["outcome"],
+                "POST /api/orders answers by outcome and by who answered",
+                &["outcome", "answered_by"],
+            ),
+            order_path_calls: counter_vec(
+                "order_path_redis_calls_total",
+                "Redis calls of the order path: the order script, and background reads for the memory",
+                &["call"],
             ),
             order_latency,
             rows_persisted: counter("rows_persisted_total", "Orders inserted into tb_order"),

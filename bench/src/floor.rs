@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 
 use flashsale::domain::ProductId;
 use flashsale::http::error::ApiError;
-use flashsale::sale::{Redis, RedisTarget, SaleError, Sales};
+use flashsale::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales};
 
 /// The body `serve` answers a sold-out order with.
 const SOLD_OUT: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;
@@ -97,7 +97,7 @@ async fn serve(listener: std::net::TcpListener, kind: Kind, mut stopped: oneshot
         Kind::Constant => None,
         Kind::Script { redis, prefix } => match Redis::new(&redis, Duration::from_secs(5), 4) {
             Ok(redis) => Some(Arc::new(
-                Sales::new(redis, prefix).with_sold_out_ttl(Duration::ZERO),
+                Sales::new(redis, prefix).with_memory(MemorySettings::off()),
             )),
             Err(e) => {
                 tracing::error!(error = %e, "the floor cannot reach Redis");

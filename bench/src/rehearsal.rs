@@ -544,7 +544,7 @@ async fn serve_locally(
             admin_routes: true,
             auth: local_auth(args)?,
             limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
-            sold_out_ttl: flashsale::sale::DEFAULT_SOLD_OUT_TTL,
+            memory: flashsale::sale::MemorySettings::default(),
         },
         workers: Some(Default::default()),
     };
@@ -733,7 +733,7 @@ async fn direct_run(
     plan: Arc<Vec<Planned>>,
 ) -> anyhow::Result<RunFigures> {
     let sales = Sales::new(t.redis.clone(), super::bench_prefix(&args.redis.key_prefix))
-        .with_sold_out_ttl(Duration::ZERO);
+        .with_memory(flashsale::sale::MemorySettings::off());
     let products = open_bench_sales(args, &sales, "direct").await?;
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {

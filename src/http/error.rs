@@ -46,8 +46,9 @@ pub enum ApiError {
     OrderNotFound,
     #[error("a product with this id exists")]
     ProductExists,
-    #[error("the sale has not started")]
-    SaleNotStarted,
+    /// Opens at `starts_at` (epoch ms); `Retry-After` says how long until then.
+    #[error("the sale has not started; it opens at {starts_at} (epoch ms)")]
+    SaleNotStarted { starts_at: i64, in_ms: u64 },
     #[error("the sale has ended")]
     SaleEnded,
     #[error("sold out")]
@@ -90,6 +91,10 @@ pub struct ErrorBody {
     error: &'static str,
     /// For a human; may change.
     message: String,
+    /// `sale_not_started` only: when the sale opens (epoch ms, by the
+    /// server's clock); the `Retry-After` header says the seconds until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    starts_at: Option<i64>,
 }
 
 /// Every `error` code the API answers, with its HTTP status.
@@ -135,7 +140,7 @@ impl ApiError {
             Self::ProductNotFound(_) => (S::NOT_FOUND, "product_not_found"),
             Self::OrderNotFound => (S::NOT_FOUND, "order_not_found"),
             Self::ProductExists => (S::CONFLICT, "product_exists"),
-            Self::SaleNotStarted => (S::CONFLICT, "sale_not_started"),
+            Self::SaleNotStarted { .. } => (S::CONFLICT, "sale_not_started"),
             Self::SaleEnded => (S::CONFLICT, "sale_ended"),
             Self::SoldOut => (S::CONFLICT, "sold_out"),
             Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
@@ -179,16 +184,25 @@ impl Failure {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let starts_at = match &self {
+            Self::SaleNotStarted { starts_at, .. } => Some(*starts_at),
+            _ => None,
+        };
         let mut response = (
             status,
             Json(ErrorBody {
                 error: code,
                 message: self.to_string(),
+                starts_at,
             }),
         )
             .into_response();
         let retry_after = match &self {
             Self::RateLimited { retry_after_secs } => Some(HeaderValue::from(*retry_after_secs)),
+            // Rounded up: a client that waits this long finds the sale open.
+            Self::SaleNotStarted { in_ms, .. } => {
+                Some(HeaderValue::from(in_ms.div_ceil(1000).max(1)))
+            }
             _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(HeaderValue::from_static("1")),
             _ => None,
         };
@@ -232,9 +246,15 @@ impl From<Invalid> for ApiError {
 impl From<SaleError> for ApiError {
     fn from(e: SaleError) -> Self {
         match e {
-            SaleError::Rejected(r) => match r {
+            SaleError::Rejected(r) | SaleError::Remembered(r) => match r {
                 Rejection::NoSale => Self::ProductNotFound("this product is not on sale".into()),
-                Rejection::NotStarted => Self::SaleNotStarted,
+                Rejection::NotStarted {
+                    starts_at_ms,
+                    in_ms,
+                } => Self::SaleNotStarted {
+                    starts_at: starts_at_ms,
+                    in_ms,
+                },
                 Rejection::Ended => Self::SaleEnded,
                 Rejection::SoldOut => Self::SoldOut,
                 Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
@@ -315,7 +335,10 @@ mod tests {
             ApiError::ProductNotFound(String::new()),
             ApiError::OrderNotFound,
             ApiError::ProductExists,
-            ApiError::SaleNotStarted,
+            ApiError::SaleNotStarted {
+                starts_at: 0,
+                in_ms: 0,
+            },
             ApiError::SaleEnded,
             ApiError::SoldOut,
             ApiError::InsufficientStock { left: 1 },

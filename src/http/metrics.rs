@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::ErrorCode;
-use super::orders::IDEMPOTENT_REPLAYED;
+use super::orders::{AnsweredBy, IDEMPOTENT_REPLAYED};
 use crate::metrics::Metrics;
 use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
@@ -34,7 +34,15 @@ pub fn count_order(metrics: &Metrics, response: &Response, started: Instant) {
         "overloaded" | "rate_limited" => "shed",
         _ => "refused",
     };
-    metrics.order_requests.with_label_values(&[outcome]).inc();
+    // Answers that never reached the sales (bad input, auth, limits, shedding).
+    let answered_by = response
+        .extensions()
+        .get::<AnsweredBy>()
+        .map_or("service", |a| a.label());
+    metrics
+        .order_requests
+        .with_label_values(&[outcome, answered_by])
+        .inc();
     metrics
         .order_latency
         .with_label_values(&[class])
@@ -68,6 +76,14 @@ pub fn worker_router(metrics: Arc<Metrics>, sales: Sales) -> Router {
 
 /// Refreshes the per-sale gauges from Redis and renders everything.
 async fn scrape(m: &Metrics, sales: &Sales) -> Response {
+    // The sales count their own calls; the counters catch up at each scrape.
+    for (call, now) in [
+        ("place_order", sales.script_calls()),
+        ("memory_read", sales.memory_reads()),
+    ] {
+        let counter = m.order_path_calls.with_label_values(&[call]);
+        counter.inc_by(now.saturating_sub(counter.get()));
+    }
     for gauge in [
         &m.sale_stock,
         &m.stream_length,

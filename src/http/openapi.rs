@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::link::{Link, LinkBuilder};
 use utoipa::openapi::path::{HttpMethod, Operation};
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
@@ -112,6 +112,15 @@ impl Modify for CommonAnswers {
                             .description(Some("For a human; may change")),
                     )
                     .required("message")
+                    .property(
+                        "starts_at",
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                            .description(Some(
+                                "`sale_not_started` only: when the sale opens (epoch ms, by the server's clock); the `Retry-After` header says the seconds until then",
+                            )),
+                    )
                     .build(),
             )),
         );

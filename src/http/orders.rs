@@ -15,7 +15,7 @@ use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, PathParam, Quer
 use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
-use crate::sale::Progress;
+use crate::sale::{Placed, Progress, SaleError};
 use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
 #[derive(Deserialize, ToSchema)]
@@ -123,7 +123,8 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 202, description = "Accepted; persisted shortly", body = OrderView),
         (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer", body = ErrorBody),
         (status = 404, description = "`product_not_found`: no sale for this product", body = ErrorBody),
-        (status = 409, description = "`sale_not_started`, `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody),
+        (status = 409, description = "`sale_not_started` (with `starts_at`, epoch ms, and a `Retry-After` header: the seconds until the start), `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "`sale_not_started` only: seconds until the sale opens"))),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
@@ -138,12 +139,26 @@ pub async fn place(
     let product = ProductId::parse(&body.product_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
-    let placed = state
+    let decided = state
         .sales
         .place_order(&product, user_id, quantity, idempotency_key.as_deref())
-        .await?;
+        .await;
+    let answered = match decided {
+        Err(SaleError::Remembered(_)) => AnsweredBy::Memory,
+        _ => AnsweredBy::Redis,
+    };
+    let mut response = match decided {
+        Ok(placed) => placed_response(placed, quantity),
+        Err(e) => ApiError::from(e).into_response(),
+    };
+    response.extensions_mut().insert(answered);
+    Ok(response)
+}
+
+/// 202 with the order, or a replay's answer.
+fn placed_response(placed: Placed, quantity: u64) -> Response {
     if placed.replayed && placed.order.quantity != quantity {
-        return Err(ApiError::IdempotencyKeyReused);
+        return ApiError::IdempotencyKeyReused.into_response();
     }
     let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(placed.order))).into_response();
     if placed.replayed {
@@ -151,7 +166,24 @@ pub async fn place(
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
-    Ok(response)
+    response
+}
+
+/// Who decided an order's answer (a response extension, for the metrics):
+/// this process's memory of Redis's answers, or Redis itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    Memory,
+    Redis,
+}
+
+impl AnsweredBy {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+        }
+    }
 }
 
 /// `GET /api/orders/{order_id}`.

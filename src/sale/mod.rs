@@ -15,13 +15,13 @@ pub mod durability;
 mod entry;
 pub mod inspect;
 pub mod keys;
+pub mod memory;
 mod scripts;
-mod soldout;
 mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use rust_decimal::Decimal;
@@ -31,8 +31,8 @@ pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
 pub use entry::Entry;
 pub use inspect::{DeadLetter, SaleSnapshot};
 pub use keys::SaleKeys;
+pub use memory::{Memory, MemorySettings};
 pub use scripts::{OrderCall, PlaceReply, place_order as place_order_on};
-pub use soldout::SoldOutMarks;
 pub use stream::{Claimed, SaleStream};
 
 use crate::domain::{OrderId, PendingOrder, ProductId};
@@ -43,6 +43,10 @@ pub enum SaleError {
     /// The order was refused by the sale's rules; nothing changed.
     #[error("order refused: {0:?}")]
     Rejected(Rejection),
+    /// The order was refused from this process's memory of Redis's answers
+    /// (see [`memory`]), without asking Redis; nothing changed.
+    #[error("order refused from memory: {0:?}")]
+    Remembered(Rejection),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("redis did not answer within {0:?}")]
@@ -85,7 +89,7 @@ impl SaleError {
                 ),
                 _ => e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout(),
             },
-            Self::Rejected(_) | Self::Corrupt(_) => false,
+            Self::Rejected(_) | Self::Remembered(_) | Self::Corrupt(_) => false,
         }
     }
 }
@@ -95,7 +99,11 @@ impl SaleError {
 pub enum Rejection {
     /// The sale is not open in Redis (unknown product, or created but not opened).
     NoSale,
-    NotStarted,
+    /// The sale opens at `starts_at_ms` (epoch ms), in about `in_ms` by Redis's clock.
+    NotStarted {
+        starts_at_ms: i64,
+        in_ms: u64,
+    },
     Ended,
     SoldOut,
     /// Some stock is left, but less than the order asks for.
@@ -256,29 +264,35 @@ impl AcceptedRecord {
 pub struct Sales {
     redis: Redis,
     prefix: String,
-    sold_out: Arc<SoldOutMarks>,
-    /// `place_order.lua` calls sent by this process (the marker's savings show here).
-    script_calls: Arc<AtomicU64>,
+    memory: Arc<Memory>,
+    calls: Arc<Calls>,
     wait: Option<Wait>,
 }
 
-/// How long a sold-out answer is trusted without asking Redis again.
-pub const DEFAULT_SOLD_OUT_TTL: Duration = Duration::from_secs(1);
+/// The Redis calls the order path made (the savings of [`memory`] show here).
+#[derive(Debug, Default)]
+struct Calls {
+    /// `place_order.lua`.
+    orders: AtomicU64,
+    /// `sale_clock.lua` and registry reads, in the background.
+    memory_reads: AtomicU64,
+}
 
 impl Sales {
     pub fn new(redis: Redis, prefix: impl Into<String>) -> Self {
         Self {
             redis,
             prefix: prefix.into(),
-            sold_out: Arc::new(SoldOutMarks::new(DEFAULT_SOLD_OUT_TTL)),
-            script_calls: Arc::default(),
+            memory: Arc::new(Memory::new(MemorySettings::default())),
+            calls: Arc::default(),
             wait: None,
         }
     }
 
-    /// Trust a sold-out answer for `ttl` (zero: always ask Redis).
-    pub fn with_sold_out_ttl(mut self, ttl: Duration) -> Self {
-        self.sold_out = Arc::new(SoldOutMarks::new(ttl));
+    /// Answer orders from memory as `settings` say ([`MemorySettings::off`]:
+    /// every order goes to Redis).
+    pub fn with_memory(mut self, settings: MemorySettings) -> Self {
+        self.memory = Arc::new(Memory::new(settings));
         self
     }
 
@@ -290,7 +304,13 @@ impl Sales {
 
     /// `place_order.lua` calls this process has sent.
     pub fn script_calls(&self) -> u64 {
-        self.script_calls.load(Ordering::Relaxed)
+        self.calls.orders.load(Ordering::Relaxed)
+    }
+
+    /// Background reads that keep the memory fresh (a sale's window and
+    /// clock, the registry), sent by this process.
+    pub fn memory_reads(&self) -> u64 {
+        self.calls.memory_reads.load(Ordering::Relaxed)
     }
 
     /// One sale's stream, for consumer `consumer` of its group.
@@ -328,6 +348,11 @@ impl Sales {
         self.redis
             .bounded(conn.sadd::<_, _, ()>(&registry, product.as_str()))
             .await?;
+        if opened.0 {
+            // Whatever was remembered of an earlier sale of this id is void.
+            self.memory.forget(product);
+        }
+        self.memory.opened(product);
         Ok(opened)
     }
 
@@ -348,7 +373,9 @@ impl Sales {
         let registry = keys::registry(&self.prefix);
         self.redis
             .bounded(conn.srem::<_, _, ()>(&registry, product.as_str()))
-            .await
+            .await?;
+        self.memory.removed(product);
+        Ok(())
     }
 
     /// The sales listed in the registry.
@@ -373,10 +400,17 @@ impl Sales {
         quantity: u64,
         idempotency_key: Option<&str>,
     ) -> Result<Placed, SaleError> {
-        // A retry under an Idempotency-Key may be for an order accepted before
-        // the sell-out: only Redis knows, so keyed requests skip the marker.
-        if idempotency_key.is_none() && self.sold_out.is_marked(product) {
-            return Err(SaleError::Rejected(Rejection::SoldOut));
+        let recall = self
+            .memory
+            .recall(product, user_id, quantity, idempotency_key.is_some());
+        if recall.refresh_known {
+            self.refresh_known_sales();
+        }
+        if recall.refresh_sale {
+            self.refresh_sale_clock(product);
+        }
+        if let Some(answer) = recall.answer {
+            return Err(SaleError::Remembered(answer));
         }
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
@@ -389,7 +423,8 @@ impl Sales {
             idempotency_field: idem.as_deref(),
             idempotency_key,
         };
-        self.script_calls.fetch_add(1, Ordering::Relaxed);
+        self.calls.orders.fetch_add(1, Ordering::Relaxed);
+        let sent = self.memory.now();
         let reply = match self.wait {
             None => {
                 let mut conn = self.redis.shared().await?;
@@ -399,30 +434,115 @@ impl Sales {
             }
             Some(wait) => self.place_and_wait(&keys, &call, wait).await?,
         };
+        let received = self.memory.now();
+        let learn = |heard| {
+            self.memory.learn(product, user_id, heard, sent, received);
+        };
         match reply {
-            scripts::PlaceReply::Accepted { price, created_ms } => Ok(Placed {
-                order: PendingOrder {
-                    order_id,
-                    user_id,
-                    product_id: product.clone(),
-                    quantity,
-                    price,
-                    created_ms,
-                    idempotency_key: idempotency_key.map(str::to_owned),
-                },
-                replayed: false,
-            }),
-            scripts::PlaceReply::Replayed { order_id, record } => Ok(Placed {
-                order: AcceptedRecord::parse(&record, order_id, product.clone())?,
-                replayed: true,
-            }),
+            scripts::PlaceReply::Accepted {
+                price,
+                created_ms,
+                allowance_left,
+            } => {
+                learn(memory::Heard::Accepted {
+                    now_ms: created_ms,
+                    allowance_left,
+                });
+                Ok(Placed {
+                    order: PendingOrder {
+                        order_id,
+                        user_id,
+                        product_id: product.clone(),
+                        quantity,
+                        price,
+                        created_ms,
+                        idempotency_key: idempotency_key.map(str::to_owned),
+                    },
+                    replayed: false,
+                })
+            }
+            scripts::PlaceReply::Replayed { order_id, record } => {
+                learn(memory::Heard::Other);
+                Ok(Placed {
+                    order: AcceptedRecord::parse(&record, order_id, product.clone())?,
+                    replayed: true,
+                })
+            }
+            scripts::PlaceReply::OutsideWindow {
+                start_ms,
+                end_ms,
+                now_ms,
+            } => {
+                learn(memory::Heard::OutsideWindow {
+                    start_ms,
+                    end_ms,
+                    now_ms,
+                });
+                Err(SaleError::Rejected(if now_ms < start_ms {
+                    Rejection::NotStarted {
+                        starts_at_ms: start_ms,
+                        in_ms: (start_ms - now_ms) as u64,
+                    }
+                } else {
+                    Rejection::Ended
+                }))
+            }
             scripts::PlaceReply::Rejected(r) => {
-                if r == Rejection::SoldOut {
-                    self.sold_out.mark(product);
-                }
+                learn(match r {
+                    Rejection::NoSale => memory::Heard::NoSale,
+                    Rejection::SoldOut => memory::Heard::SoldOut,
+                    Rejection::LimitExceeded { allowance } => memory::Heard::Limit { allowance },
+                    _ => memory::Heard::Other,
+                });
                 Err(SaleError::Rejected(r))
             }
         }
+    }
+
+    /// Reads the registry in the background, for [`memory`] to know which
+    /// sales exist.
+    fn refresh_known_sales(&self) {
+        let sales = self.clone();
+        tokio::spawn(async move {
+            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+            let sent = Instant::now();
+            match sales.open_sales().await {
+                Ok(ids) => sales.memory.known().replace(ids, sent),
+                Err(e) => {
+                    tracing::debug!(error = %e, "registry read for memory failed");
+                    sales.memory.known().refresh_failed();
+                }
+            }
+        });
+    }
+
+    /// Reads a sale's window and its Redis node's clock in the background.
+    fn refresh_sale_clock(&self, product: &ProductId) {
+        let (sales, product) = (self.clone(), product.clone());
+        tokio::spawn(async move {
+            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+            let keys = sales.keys(&product);
+            let sent = sales.memory.now();
+            let read = async {
+                let mut conn = sales.redis.shared().await?;
+                sales
+                    .redis
+                    .bounded(scripts::sale_clock(&mut conn, &keys))
+                    .await
+            };
+            match read.await {
+                Ok((redis_ms, window)) => {
+                    let received = sales.memory.now();
+                    sales
+                        .memory
+                        .refreshed(&product, window, redis_ms, sent, received);
+                }
+                Err(e) => {
+                    tracing::debug!(product_id = %product, error = %e, "sale clock read failed");
+                    sales.memory.refresh_failed(&product);
+                }
+            }
+        });
     }
 
     /// The order script and its WAIT on a connection to themselves (WAIT
@@ -441,7 +561,8 @@ impl Sales {
             .bounded(scripts::place_order_and_wait(&mut pooled, keys, call, wait))
             .await?;
         match (&reply, wait.confirmed(acked)) {
-            (scripts::PlaceReply::Rejected(_), _) | (_, Ok(())) => Ok(reply),
+            (scripts::PlaceReply::Rejected(_) | scripts::PlaceReply::OutsideWindow { .. }, _)
+            | (_, Ok(())) => Ok(reply),
             (scripts::PlaceReply::Replayed { .. }, Err(e)) => Err(e),
             // A 503 for a new order: take it back, so that it never reaches
             // the books unless a later answer is a 202. (Unless a worker
@@ -455,6 +576,7 @@ impl Sales {
                         call.order_id,
                         call.idempotency_field,
                         call.product,
+                        call.user_id,
                     )
                     .await;
                 match voided {
@@ -475,6 +597,7 @@ impl Sales {
         order_id: &OrderId,
         idempotency_field: Option<&str>,
         product: &ProductId,
+        user_id: u64,
     ) -> Option<scripts::Voided> {
         let voided = self
             .redis
@@ -482,7 +605,7 @@ impl Sales {
             .await;
         match voided {
             Ok(scripts::Voided::Void) => {
-                self.sold_out.clear(product);
+                self.memory.released(product, Some(user_id));
                 tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
             }
             Ok(scripts::Voided::Claimed) => {}
@@ -570,7 +693,7 @@ impl Sales {
             total = total.add(done);
         }
         if !total.is_empty() {
-            self.sold_out.clear(product);
+            self.memory.released(product, None);
         }
         Ok(total)
     }
@@ -595,7 +718,11 @@ impl Sales {
             .ignore()
             .set(&keys.stock, initial)
             .ignore();
-        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
+        self.redis
+            .bounded(pipe.query_async::<()>(&mut conn))
+            .await?;
+        self.memory.forget(product);
+        Ok(())
     }
 
     /// For each sale: an id of the Redis master serving it, which changes
@@ -736,7 +863,7 @@ impl Sales {
             }
         };
         // The units are back on the master either way.
-        self.sold_out.clear(&order.product_id);
+        self.memory.released(&order.product_id, Some(order.user_id));
         replicated?;
         Ok(released)
     }

@@ -26,6 +26,21 @@ static RESTORE_BOOKED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/restore_booked.lua")));
 static ORDER_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/order_state.lua")));
+static SALE_CLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/sale_clock.lua")));
+
+/// `sale_clock.lua`: the Redis node's time (ms) and the sale's window, if open.
+pub async fn sale_clock(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+) -> RedisResult<(i64, Option<(i64, i64)>)> {
+    let reply: Vec<i64> = SALE_CLOCK.key(&keys.sale).invoke_async(conn).await?;
+    match reply[..] {
+        [secs, micros] => Ok((secs * 1000 + micros / 1000, None)),
+        [secs, micros, start, end] => Ok((secs * 1000 + micros / 1000, Some((start, end)))),
+        _ => Err(ParsingError::from(format!("unexpected sale_clock reply {reply:?}")).into()),
+    }
+}
 
 /// `order_state.lua`: the order's record and progress, `None` when unknown.
 pub async fn order_state(
@@ -206,8 +221,22 @@ fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInv
 /// The decoded reply of `place_order.lua`.
 #[derive(Debug)]
 pub enum PlaceReply {
-    Accepted { price: Decimal, created_ms: i64 },
-    Replayed { order_id: OrderId, record: String },
+    Accepted {
+        price: Decimal,
+        created_ms: i64,
+        /// Units the buyer may still buy.
+        allowance_left: u64,
+    },
+    Replayed {
+        order_id: OrderId,
+        record: String,
+    },
+    /// Not started (`now_ms < start_ms`) or ended, by Redis's clock.
+    OutsideWindow {
+        start_ms: i64,
+        end_ms: i64,
+        now_ms: i64,
+    },
     Rejected(Rejection),
 }
 
@@ -316,15 +345,23 @@ impl FromRedisValue for PlaceReply {
                     .parse()
                     .map_err(|e| format!("price {price:?} in sale: {e}"))?;
                 let created_ms = i64::from_redis_value(next()?)?;
-                Self::Accepted { price, created_ms }
+                let allowance_left = u64::from_redis_value(next()?)?;
+                Self::Accepted {
+                    price,
+                    created_ms,
+                    allowance_left,
+                }
             }
             "repeat" => Self::Replayed {
                 order_id: OrderId::from_trusted(String::from_redis_value(next()?)?),
                 record: String::from_redis_value(next()?)?,
             },
             "no_sale" => Self::Rejected(Rejection::NoSale),
-            "not_started" => Self::Rejected(Rejection::NotStarted),
-            "ended" => Self::Rejected(Rejection::Ended),
+            "not_started" | "ended" => Self::OutsideWindow {
+                start_ms: i64::from_redis_value(next()?)?,
+                end_ms: i64::from_redis_value(next()?)?,
+                now_ms: i64::from_redis_value(next()?)?,
+            },
             "sold_out" => Self::Rejected(Rejection::SoldOut),
             "insufficient" => Self::Rejected(Rejection::InsufficientStock {
                 left: u64::from_redis_value(next()?)?,

@@ -301,6 +301,8 @@ pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) 
 pub struct Beside {
     pub base: String,
     pub db: Db,
+    /// Its own view of the sales (its own memory, its own call counts).
+    pub sales: Sales,
     _stop: oneshot::Sender<()>,
 }
 
@@ -320,6 +322,7 @@ impl TestApp {
             .expect("builds");
         let base = format!("http://{}", app.local_addr().expect("bound"));
         let db = app.state().db.clone();
+        let sales = app.state().sales.clone();
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(app.run(async {
             let _ = rx.await;
@@ -327,6 +330,7 @@ impl TestApp {
         Beside {
             base,
             db,
+            sales,
             _stop: tx,
         }
     }

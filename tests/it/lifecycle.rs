@@ -207,7 +207,10 @@ async fn cancels_racing_the_payment_timeout_release_once(backend: Backend) {
 }
 
 async fn cancelled_units_of_a_sold_out_sale_sell_again_to_others(backend: Backend) {
-    let app = spawn_app_on(backend, |s| s.http.sold_out_ttl = Duration::from_secs(60)).await;
+    let app = spawn_app_on(backend, |s| {
+        s.http.memory.sold_out_ttl = Duration::from_secs(60)
+    })
+    .await;
     let sku = app.new_sale(6, 1).await;
     let mut ids = Vec::new();
     for user in 1..=6 {

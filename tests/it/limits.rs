@@ -431,6 +431,13 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
     let order = &doc["paths"]["/api/orders"]["post"]["responses"];
     assert!(order["429"]["headers"]["Retry-After"].is_object());
     assert!(order["503"]["headers"]["Retry-After"].is_object());
+    // `sale_not_started` says when: `starts_at` in the body, Retry-After.
+    assert!(order["409"]["headers"]["Retry-After"].is_object());
+    assert!(
+        doc["components"]["schemas"]["ErrorBody"]["properties"]["starts_at"]["type"]
+            .to_string()
+            .contains("integer")
+    );
     let codes: Vec<&str> = doc["components"]["schemas"]["ErrorBody"]["properties"]["error"]["enum"]
         .as_array()
         .unwrap()

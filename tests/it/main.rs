@@ -27,6 +27,7 @@ mod helpers;
 mod identity;
 mod lifecycle;
 mod limits;
+mod memory;
 mod nodes;
 mod observe;
 mod orders;

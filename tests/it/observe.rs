@@ -67,15 +67,22 @@ async fn metrics_after_a_small_sale_count_what_happened() {
             .starts_with("text/plain")
     );
     let text = resp.text().await.unwrap();
-    let outcome = |o: &str| {
+    let outcome = |o: &str, by: &str| {
         sample(
             &text,
-            &format!("flashsale_order_requests_total{{outcome=\"{o}\"}}"),
+            &format!("flashsale_order_requests_total{{answered_by=\"{by}\",outcome=\"{o}\"}}"),
         )
     };
-    assert_eq!(outcome("accepted"), 3.0);
-    assert_eq!(outcome("sold_out"), 1.0);
-    assert_eq!(outcome("invalid_request"), 1.0);
+    assert_eq!(outcome("accepted", "redis"), 3.0);
+    assert_eq!(outcome("sold_out", "redis"), 1.0);
+    assert_eq!(outcome("invalid_request", "service"), 1.0);
+    assert_eq!(
+        sample(
+            &text,
+            "flashsale_order_path_redis_calls_total{call=\"place_order\"}"
+        ),
+        4.0
+    );
     assert_eq!(
         sample(
             &text,

@@ -23,7 +23,10 @@ async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
 }
 
 async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backend) {
-    let app = spawn_app_on(backend, |s| s.http.sold_out_ttl = Duration::from_secs(60)).await;
+    let app = spawn_app_on(backend, |s| {
+        s.http.memory.sold_out_ttl = Duration::from_secs(60)
+    })
+    .await;
     let (sku, _) = sell_out(&app, 3).await;
     let calls = app.sales.script_calls();
     for user in 100..150 {
@@ -48,7 +51,7 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
 
 async fn stock_released_elsewhere_sells_again_once_the_mark_expires(backend: Backend) {
     let ttl = Duration::from_millis(300);
-    let app = spawn_app_on(backend, |s| s.http.sold_out_ttl = ttl).await;
+    let app = spawn_app_on(backend, |s| s.http.memory.sold_out_ttl = ttl).await;
     let (sku, ids) = sell_out(&app, 2).await;
     // Another instance (its own Sales) returns one order's units.
     let other = Sales::new(
@@ -68,7 +71,10 @@ async fn stock_released_elsewhere_sells_again_once_the_mark_expires(backend: Bac
 }
 
 async fn stock_released_by_this_instance_sells_again_at_once(backend: Backend) {
-    let app = spawn_app_on(backend, |s| s.http.sold_out_ttl = Duration::from_secs(60)).await;
+    let app = spawn_app_on(backend, |s| {
+        s.http.memory.sold_out_ttl = Duration::from_secs(60)
+    })
+    .await;
     let (sku, ids) = sell_out(&app, 2).await;
     let (id, product) = OrderId::parse(&ids[1]).unwrap();
     let order = app.sales.find_order(&id, &product).await.unwrap().unwrap();
