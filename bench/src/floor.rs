@@ -156,7 +156,7 @@ async fn answer(
                 let body = format!(r#"{{"order_id":"{}"}}"#, placed.order.order_id);
                 json(StatusCode::ACCEPTED, Bytes::from(body))
             }
-            Err(e @ SaleError::Rejected(_)) => {
+            Err(e @ (SaleError::Rejected(_) | SaleError::Remembered(_))) => {
                 refusal(StatusCode::CONFLICT, ApiError::from(e).code())
             }
             Err(_) => refusal(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

@@ -2,7 +2,8 @@
 //! compared variants side by side in one run, since the machine is shared.
 //!
 //! - [`rehearsal`]: `flashsale-bench rehearse`, a whole sale over HTTP with the books
-//!   checked afterwards ([`plan`] decides the request mix, [`load`] sends it).
+//!   checked afterwards ([`plan`] decides the request mix, [`load`] sends it,
+//!   [`crowd`] adds the storm before the start and counts Redis calls).
 //! - [`redis`]: `flashsale-bench redis`, the order script straight against
 //!   Redis, per connection strategy.
 //! - [`guards`]: `flashsale-bench guards`, the order path with its limits
@@ -14,6 +15,7 @@
 
 pub mod auth;
 pub mod cpu;
+pub mod crowd;
 pub mod direct;
 pub mod drain;
 pub mod floor;

@@ -100,6 +100,18 @@ pub async fn drive<C: Caller>(
     rate: Option<f64>,
     label: Option<&str>,
 ) -> LoadRun {
+    drive_until(plan, callers, rate, None, label).await
+}
+
+/// [`drive`], sending no request after `until` (the run's answers are then
+/// those of the requests sent: a prefix of the plan).
+pub async fn drive_until<C: Caller>(
+    plan: Arc<Vec<Planned>>,
+    callers: Vec<C>,
+    rate: Option<f64>,
+    until: Option<Instant>,
+    label: Option<&str>,
+) -> LoadRun {
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let progress = label
@@ -112,6 +124,9 @@ pub async fn drive<C: Caller>(
             let mut latency = new_histogram();
             let mut answers = Vec::new();
             loop {
+                if until.is_some_and(|u| Instant::now() >= u) {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(p) = plan.get(i) else { break };
                 if let Some(rate) = rate {
@@ -141,6 +156,9 @@ pub async fn drive<C: Caller>(
         }
     }
     let elapsed = started.elapsed();
+    let sent = next.load(Ordering::Relaxed).min(plan.len());
+    answers.truncate(sent);
+    latencies_us.truncate(sent);
     if let Some(progress) = progress {
         progress.abort();
         if std::io::stderr().is_terminal() {
@@ -254,8 +272,17 @@ pub struct HttpCaller {
     pub tokens: Option<Arc<Tokens>>,
 }
 
+/// The product id a planned request names: its sale's, or a made-up one.
+fn product_of(products: &[ProductId], i: usize, p: &Planned) -> String {
+    if p.unknown {
+        format!("nosuch-{i}")
+    } else {
+        products[p.sale].to_string()
+    }
+}
+
 impl Caller for HttpCaller {
-    async fn call(&mut self, _: usize, p: &Planned) -> Answer {
+    async fn call(&mut self, i: usize, p: &Planned) -> Answer {
         if self.conn.is_none() {
             self.conn = Conn::open(&self.authority).await.ok();
         }
@@ -264,7 +291,8 @@ impl Caller for HttpCaller {
         };
         let body = format!(
             r#"{{"user_id":{},"product_id":"{}","quantity":1}}"#,
-            p.user, self.products[p.sale]
+            p.user,
+            product_of(&self.products, i, p)
         );
         let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
         // Minted before the burst (`Tokens::mint_all`): a lookup here.
@@ -315,15 +343,20 @@ pub struct DirectCaller {
 }
 
 impl Caller for DirectCaller {
-    async fn call(&mut self, _: usize, p: &Planned) -> Answer {
+    async fn call(&mut self, i: usize, p: &Planned) -> Answer {
         let key = p.key.map(|k| format!("{}{k}", self.key_prefix));
+        let Ok(product) = ProductId::parse(&product_of(&self.products, i, p)) else {
+            return Answer::Refused("invalid_request".into());
+        };
         match self
             .sales
-            .place_order(&self.products[p.sale], p.user, 1, key.as_deref())
+            .place_order(&product, p.user, 1, key.as_deref())
             .await
         {
             Ok(placed) => Answer::Accepted(placed.order.order_id.to_string()),
-            Err(e @ SaleError::Rejected(_)) => Answer::Refused(ApiError::from(e).code().into()),
+            Err(e @ (SaleError::Rejected(_) | SaleError::Remembered(_))) => {
+                Answer::Refused(ApiError::from(e).code().into())
+            }
             Err(_) => Answer::Refused("unavailable".into()),
         }
     }

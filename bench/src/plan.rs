@@ -1,6 +1,7 @@
 //! The request mix of a rehearsal, decided before the first request is sent
-//! (so the expected outcome is known exactly): new buyers, repeat buyers, and
-//! idempotent retries of earlier requests.
+//! (so the expected outcome is known exactly): new buyers, repeat buyers,
+//! buyers who keep asking after they bought their limit, idempotent retries
+//! of earlier requests, and requests for made-up product ids.
 
 /// One planned request: quantity 1 for `user`, with an Idempotency-Key when
 /// it is retried later or is itself a retry.
@@ -13,6 +14,8 @@ pub struct Planned {
     pub key: Option<usize>,
     /// Set on a retry: the request it repeats.
     pub retry_of: Option<usize>,
+    /// For a made-up product id (`nosuch-<index>`), not the sale's.
+    pub unknown: bool,
 }
 
 /// The mix's knobs.
@@ -25,6 +28,13 @@ pub struct Mix {
     pub seed: u64,
     /// Sales the requests are spread over, round robin.
     pub sales: usize,
+    /// Share of requests from a buyer who (most likely) bought already: one
+    /// of the first `stock` new buyers of the sale.
+    pub limit_share: f64,
+    /// Share of requests for a made-up product id.
+    pub unknown_share: f64,
+    /// Units per sale (who counts as an early buyer).
+    pub stock: u64,
 }
 
 /// xorshift64*: enough randomness for a request mix, no dependency.
@@ -53,33 +63,58 @@ pub fn plan(mix: Mix) -> Vec<Planned> {
     let mut rng = Rng(mix.seed.max(1));
     let mut plan: Vec<Planned> = Vec::with_capacity(mix.requests as usize);
     let mut new_users = 0u64;
+    let sales = mix.sales.max(1);
+    // Per sale: its first `stock` new buyers, the ones who got the units.
+    let mut early: Vec<Vec<u64>> = vec![Vec::new(); sales];
+    let bounds = [
+        mix.retry_share,
+        mix.unknown_share,
+        mix.limit_share,
+        mix.repeat_share,
+    ];
+    let [retry, unknown, limit, repeat] = {
+        let mut acc = 0.0;
+        bounds.map(|share| {
+            acc += share;
+            acc
+        })
+    };
     for i in 0..mix.requests as usize {
         let roll = rng.unit();
-        let p = if i > 0 && roll < mix.retry_share {
+        let sale = i % sales;
+        let simple = |user| Planned {
+            sale,
+            user,
+            key: None,
+            retry_of: None,
+            unknown: false,
+        };
+        let p = if i > 0 && roll < retry {
             let j = rng.below(i);
             let j = plan[j].retry_of.unwrap_or(j); // retry the original, not a retry
             plan[j].key = Some(j);
             Planned {
-                sale: plan[j].sale,
-                user: plan[j].user,
                 key: Some(j),
                 retry_of: Some(j),
+                ..plan[j].clone()
             }
-        } else if i > 0 && roll < mix.retry_share + mix.repeat_share {
+        } else if roll < unknown {
             Planned {
-                sale: i % mix.sales.max(1),
-                user: plan[rng.below(i)].user,
-                key: None,
-                retry_of: None,
+                unknown: true,
+                ..simple(rng.next() % mix.users.max(1) + 1)
             }
+        } else if roll < limit && !early[sale].is_empty() {
+            let buyers = &early[sale];
+            simple(buyers[rng.below(buyers.len())])
+        } else if i > 0 && roll < repeat {
+            simple(plan[rng.below(i)].user)
         } else {
             new_users += 1;
-            Planned {
-                sale: i % mix.sales.max(1),
-                user: (new_users - 1) % mix.users.max(1) + 1,
-                key: None,
-                retry_of: None,
+            let user = (new_users - 1) % mix.users.max(1) + 1;
+            if (early[sale].len() as u64) < mix.stock {
+                early[sale].push(user);
             }
+            simple(user)
         };
         plan.push(p);
     }
@@ -93,7 +128,7 @@ pub fn expected_units(plan: &[Planned], sale: usize, stock: u64, limit: u64) -> 
     let mut asked: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     for p in plan
         .iter()
-        .filter(|p| p.retry_of.is_none() && p.sale == sale)
+        .filter(|p| p.retry_of.is_none() && !p.unknown && p.sale == sale)
     {
         *asked.entry(p.user).or_default() += 1;
     }
@@ -113,6 +148,9 @@ mod tests {
             retry_share: 0.1,
             seed: 7,
             sales: 3,
+            limit_share: 0.2,
+            unknown_share: 0.05,
+            stock: 50,
         }
     }
 
@@ -137,6 +175,7 @@ mod tests {
             user,
             key,
             retry_of,
+            unknown: false,
         };
         let p = vec![
             at(0, 1, None, None),
@@ -149,5 +188,38 @@ mod tests {
         assert_eq!(expected_units(&p, 0, 100, 5), 3);
         assert_eq!(expected_units(&p, 0, 1, 5), 1);
         assert_eq!(expected_units(&p, 1, 100, 5), 1);
+        let mut q = p.clone();
+        q.push(Planned {
+            unknown: true,
+            ..at(0, 3, None, None)
+        });
+        assert_eq!(
+            expected_units(&q, 0, 100, 1),
+            2,
+            "a made-up id buys nothing"
+        );
+    }
+
+    #[test]
+    fn the_mix_has_its_shares_and_limit_buyers_are_early_buyers() {
+        let p = plan(mix(20_000, 5_000));
+        let share = |f: &dyn Fn(&Planned) -> bool| {
+            p.iter().filter(|r| f(r)).count() as f64 / p.len() as f64
+        };
+        let unknown = share(&|r| r.unknown && r.retry_of.is_none());
+        assert!((0.04..0.06).contains(&unknown), "unknown {unknown}");
+        // The first 50 new buyers of each sale, asked for again and again.
+        let mut early: Vec<Vec<u64>> = vec![Vec::new(); 3];
+        let mut seen = std::collections::HashSet::new();
+        let mut from_early = 0;
+        for r in p.iter().filter(|r| r.retry_of.is_none() && !r.unknown) {
+            if seen.insert(r.user) && early[r.sale].len() < 50 {
+                early[r.sale].push(r.user);
+            } else if early[r.sale].contains(&r.user) {
+                from_early += 1;
+            }
+        }
+        let limit = from_early as f64 / p.len() as f64;
+        assert!(limit > 0.19, "limit buyers {limit}");
     }
 }

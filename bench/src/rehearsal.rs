@@ -24,8 +24,9 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
 
+use super::crowd::{self, RedisCalls};
 use super::floor::{Floor, Kind};
-use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive};
+use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive, drive_until};
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
 pub use flashsale::books::audit::Check;
@@ -33,7 +34,7 @@ use flashsale::config::{DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettin
 use flashsale::domain::ProductId;
 use flashsale::http::auth::AuthSettings;
 use flashsale::http::limits::Limits;
-use flashsale::sale::{Redis, SaleSpec, Sales};
+use flashsale::sale::{MemorySettings, Redis, SaleSpec, Sales};
 use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
@@ -44,12 +45,41 @@ pub struct BenchArgs {
     /// MySQL of the service under test (read to verify the books).
     #[command(flatten)]
     pub db: DbArgs,
-    /// Base URL of a running `flashsale serve`.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// Base URL of a running `flashsale serve`; several (comma-separated or
+    /// repeated) for several instances: the connections are spread over them.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
+    pub url: Vec<String>,
     /// Start a `serve` (with workers) in this process on a free port instead.
     #[arg(long)]
     pub local: bool,
+    /// With `--local`: this many independent `serve` instances (each with
+    /// its own memory; the first runs the workers), connections spread over them.
+    #[arg(long, default_value_t = 1)]
+    pub instances: usize,
+    /// With `--local`: what the instances answer from memory: `all` (the
+    /// service's default), `sold-out` (only the sold-out marker, as before
+    /// issue 17), `none` (every order asks Redis).
+    #[arg(long, value_enum, default_value_t = MemoryMode::All)]
+    pub memory: MemoryMode,
+    /// Send traffic for this many seconds before the sale opens (all of it
+    /// must be answered `sale_not_started`), and as long again once the
+    /// burst sold the sale out (all `sold_out`), to compare the two.
+    #[arg(long, default_value_t = 0)]
+    pub pre_start_secs: u64,
+    /// Share of requests from buyers who already bought (the sale's first
+    /// `--stock` buyers), asking again and again.
+    #[arg(long, default_value_t = 0.0)]
+    pub limit_share: f64,
+    /// Share of requests for made-up product ids (all must be answered
+    /// `product_not_found`).
+    #[arg(long, default_value_t = 0.0)]
+    pub unknown_share: f64,
+    /// Halfway through the burst, once its orders are persisted, cancel this
+    /// many of them through the last instance: their units come back
+    /// mid-sale, and must be sold again (the plan must ask for more units
+    /// than the stock plus these).
+    #[arg(long, default_value_t = 0)]
+    pub cancel_mid_sale: u64,
     /// The service's admin token (to create and open the rehearsal sale).
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -141,6 +171,27 @@ pub struct BenchArgs {
     /// No progress display.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// What `--local` instances answer from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemoryMode {
+    All,
+    SoldOut,
+    None,
+}
+
+impl MemoryMode {
+    fn settings(self) -> MemorySettings {
+        match self {
+            Self::All => MemorySettings::default(),
+            Self::SoldOut => MemorySettings {
+                sold_out_ttl: MemorySettings::default().sold_out_ttl,
+                ..MemorySettings::off()
+            },
+            Self::None => MemorySettings::off(),
+        }
+    }
 }
 
 impl BenchArgs {
@@ -245,6 +296,24 @@ pub struct Report {
     /// Accepted orders ÷ time from the first persisted to the last (the
     /// workers persist while the burst runs).
     pub drain_orders_per_s: Option<f64>,
+    /// `serve` instances the requests were spread over.
+    pub instances: usize,
+    /// The storm before the start (`--pre-start-secs`).
+    pub pre_start: Option<RunFigures>,
+    /// The crowd once sold out, for as long (`--pre-start-secs`).
+    pub sold_out_phase: Option<RunFigures>,
+    /// Pre-start answers/s ÷ sold-out answers/s (both from memory).
+    pub pre_start_over_sold_out: Option<f64>,
+    /// CPU time of this whole process (servers and load generator) per
+    /// request of the pre-start storm, in µs (`--local`: the servers' share
+    /// included; Linux only).
+    pub pre_start_cpu_us_per_request: Option<f64>,
+    /// ... of the sold-out phase.
+    pub sold_out_cpu_us_per_request: Option<f64>,
+    /// Orders cancelled mid-sale (`--cancel-mid-sale`).
+    pub cancelled_mid_sale: u64,
+    /// What the crowd cost Redis (`None`: an instance's `/metrics` did not answer).
+    pub redis_calls: Option<RedisCalls>,
     pub checks: Vec<Check>,
 }
 
@@ -256,7 +325,8 @@ impl Report {
 
 /// The service under test, and how to reach its stores.
 struct Target {
-    authority: String,
+    /// The instances, as `host:port`.
+    authorities: Vec<String>,
     token: String,
     sales: Sales,
     /// The Redis below `sales` (the floors and the direct runs use it).
@@ -264,8 +334,8 @@ struct Target {
     db: Db,
     /// The buyers' bearer tokens (a JWT key configured), else none.
     tokens: Option<Arc<Tokens>>,
-    /// Keeps an in-process server alive (`--local`).
-    _server: Option<oneshot::Sender<()>>,
+    /// Keeps the in-process servers alive (`--local`).
+    _servers: Vec<oneshot::Sender<()>>,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
@@ -277,6 +347,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         retry_share: args.retry_share,
         seed: args.seed,
         sales: args.sales.max(1),
+        limit_share: args.limit_share,
+        unknown_share: args.unknown_share,
+        stock: args.stock,
     };
     let plan = Arc::new(plan(mix));
     let n = args.sales.max(1);
@@ -297,15 +370,73 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         (None, None)
     };
 
-    let products = Arc::new(new_sales(&args, &target, "rehearsal").await?);
+    // With a pre-start storm, the sale opens once the storm is over.
+    let pre_start_ms = args.pre_start_secs as i64 * 1000;
+    let start_ms = if pre_start_ms > 0 {
+        flashsale::domain::now_ms() + SETUP_MS + pre_start_ms
+    } else {
+        flashsale::domain::now_ms() - 1000
+    };
+    let products = Arc::new(new_sales(&args, &target, "rehearsal", start_ms).await?);
+    if target.authorities.len() > 1 {
+        // The other instances find the sale within their registry read's
+        // lifetime (UNKNOWN_PRODUCT_CACHE_MS): open sales before their start.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+    }
+    let reading_start = crowd::scrape(&target.authorities).await;
+    let pre_plan = Arc::new(crowd::side_plan(
+        mix,
+        args.seed ^ 0x5eed,
+        args.pre_start_secs,
+    ));
+    let pre_start = if pre_start_ms > 0 {
+        // Stops sending 100 ms before the start: every answer is certainly "not started".
+        let until = crowd::instant_at_ms(start_ms - 100);
+        let run = timed_run(
+            &args,
+            &target,
+            &products,
+            pre_plan.clone(),
+            until,
+            "pre-start",
+        )
+        .await?;
+        crowd::sleep_until_ms(start_ms).await;
+        Some(run)
+    } else {
+        None
+    };
+    let reading_burst = crowd::scrape(&target.authorities).await;
     let started = Instant::now();
     let persisted = watch_persisted(target.db.clone(), products.clone());
     let cpu_before = super::cpu::process();
-    let http = http_run(&args, &target, &products, plan.clone(), args.rate, "http").await?;
+    let (http, cancelled) = burst(&args, &target, &products, &plan, &persisted).await?;
     let burst_end = Instant::now();
     let http_cpu = cpu_before
         .zip(super::cpu::process())
         .map(|(before, after)| after.saturating_sub(before));
+    let reading_burst_end = crowd::scrape(&target.authorities).await;
+    let mut sold_out = true;
+    for p in products.iter() {
+        sold_out &= target.sales.stock(p).await? == Some(0);
+    }
+    let sold_out_phase = if pre_start_ms > 0 && sold_out {
+        let until = Instant::now() + Duration::from_millis(pre_start_ms as u64);
+        let plan = Arc::new(crowd::side_plan(
+            mix,
+            args.seed ^ 0x0ff,
+            args.pre_start_secs,
+        ));
+        let run = timed_run(&args, &target, &products, plan.clone(), until, "sold-out").await?;
+        Some((plan, run))
+    } else {
+        None
+    };
+    let reading_end = crowd::scrape(&target.authorities).await;
+    let (pre_start, pre_start_cpu) = pre_start.unzip();
+    let (sold_out_phase, sold_out_cpu) = sold_out_phase
+        .map(|(plan, (run, cpu))| ((plan, run), cpu))
+        .unzip();
     let orders: std::collections::HashSet<&str> = http
         .answers
         .iter()
@@ -334,7 +465,64 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         None => (None, None),
     };
 
-    let checks = check_sales(&args, &target, &products, &plan, &http, &expected).await?;
+    let mut checks = check_sales(
+        &args, &target, &products, &plan, &http, &expected, &cancelled,
+    )
+    .await?;
+    checks.push(crowd::phase_check(
+        "made-up product ids answered product_not_found",
+        &plan
+            .iter()
+            .filter(|p| p.unknown)
+            .cloned()
+            .collect::<Vec<_>>(),
+        &plan
+            .iter()
+            .zip(&http.answers)
+            .filter(|(p, _)| p.unknown)
+            .map(|(_, a)| a.clone())
+            .collect::<Vec<_>>(),
+        &["product_not_found"],
+    ));
+    if let Some(run) = &pre_start {
+        checks.push(crowd::phase_check(
+            "before the start: every order answered sale_not_started",
+            &pre_plan,
+            &run.answers,
+            &["sale_not_started"],
+        ));
+    }
+    if let Some((plan, run)) = &sold_out_phase {
+        // A buyer at the limit may hear that instead (from memory, once the
+        // sold-out mark expired): both are true; Redis says sold_out first.
+        checks.push(crowd::phase_check(
+            "once sold out: every order answered sold_out (or limit_exceeded to a buyer at the limit)",
+            plan,
+            &run.answers,
+            &["sold_out", "limit_exceeded"],
+        ));
+    }
+    let pre_requests = pre_start.as_ref().map_or(0, |r| r.answers.len() as u64);
+    let redis_calls = match (reading_start, reading_burst, reading_burst_end, reading_end) {
+        (Some(start), Some(burst), Some(burst_end), Some(end)) => Some(RedisCalls::new(
+            crowd::Readings {
+                start,
+                burst,
+                burst_end,
+                end,
+            },
+            pre_start.is_some(),
+            sold_out_phase.is_some(),
+            pre_requests + http.answers.len() as u64,
+            orders.len() as u64,
+            plan.iter()
+                .filter(|p| p.key.is_some() && !p.unknown)
+                .count() as u64,
+        )),
+        _ => None,
+    };
+    let pre_start = pre_start.as_ref().map(RunFigures::from);
+    let sold_out_phase = sold_out_phase.map(|(_, run)| RunFigures::from(&run));
     let http_figures = RunFigures::from(&http);
     let report = Report {
         product_ids: products.iter().map(|p| p.to_string()).collect(),
@@ -364,6 +552,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
             .map(|d| d.as_secs_f64() * 1e6 / http.answers.len().max(1) as f64),
         persisted_after_burst_ms: persisted_after.map(|d| d.as_millis() as u64),
         drain_orders_per_s: drain_rate,
+        instances: target.authorities.len(),
+        pre_start_over_sold_out: ratio(pre_start.as_ref(), sold_out_phase.as_ref()),
+        pre_start_cpu_us_per_request: pre_start_cpu.flatten(),
+        sold_out_cpu_us_per_request: sold_out_cpu.flatten(),
+        pre_start,
+        sold_out_phase,
+        cancelled_mid_sale: cancelled.len() as u64,
+        redis_calls,
         checks,
     };
     if report.ok() && !args.keep {
@@ -398,7 +594,8 @@ async fn paced_run(
     plan: Arc<Vec<Planned>>,
     rate: f64,
 ) -> anyhow::Result<RunFigures> {
-    let products = Arc::new(new_sales(args, target, "paced").await?);
+    let now = flashsale::domain::now_ms();
+    let products = Arc::new(new_sales(args, target, "paced", now - 1000).await?);
     let run = http_run(args, target, &products, plan, Some(rate), "paced").await?;
     let accepted = run.outcomes().get("accepted").copied().unwrap_or(0);
     let persisted = watch_persisted(target.db.clone(), products.clone());
@@ -417,17 +614,31 @@ async fn check_sales(
     plan: &[Planned],
     http: &LoadRun,
     expected: &[u64],
+    cancelled: &[String],
 ) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     for (k, product) in products.iter().enumerate() {
         let (plan_k, answers_k): (Vec<Planned>, Vec<Answer>) = plan
             .iter()
             .zip(&http.answers)
-            .filter(|(p, _)| p.sale == k)
+            .filter(|(p, _)| p.sale == k && !p.unknown)
             .map(|(p, a)| (p.clone(), a.clone()))
             .unzip();
-        let mut sale_checks =
-            verify(args, target, product, &plan_k, &answers_k, expected[k]).await?;
+        let prefix = format!("{product}:");
+        let cancelled_k = cancelled
+            .iter()
+            .filter(|id| id.starts_with(&prefix))
+            .count() as u64;
+        let mut sale_checks = verify(
+            args,
+            target,
+            product,
+            &plan_k,
+            &answers_k,
+            expected[k],
+            cancelled_k,
+        )
+        .await?;
         if products.len() > 1 {
             for c in &mut sale_checks {
                 c.detail = format!("{product}: {}", c.detail);
@@ -438,15 +649,106 @@ async fn check_sales(
     Ok(checks)
 }
 
-/// Creates and opens `--sales` sales.
-async fn new_sales(args: &BenchArgs, t: &Target, tag: &str) -> anyhow::Result<Vec<ProductId>> {
+/// Creates and opens `--sales` sales, starting at `start_ms`.
+async fn new_sales(
+    args: &BenchArgs,
+    t: &Target,
+    tag: &str,
+    start_ms: i64,
+) -> anyhow::Result<Vec<ProductId>> {
     let mut products = Vec::new();
     for _ in 0..args.sales.max(1) {
         let p = new_product(tag);
-        create_sale(args, t, &p).await?;
+        create_sale(args, t, &p, start_ms).await?;
         products.push(p);
     }
     Ok(products)
+}
+
+/// From creating the sales to the pre-start storm (the other instances
+/// learn of the sale meanwhile).
+const SETUP_MS: i64 = 1_500;
+
+/// The burst; with `--cancel-mid-sale`, in two halves with cancellations
+/// through the last instance between them. The run, and the ids cancelled.
+async fn burst(
+    args: &BenchArgs,
+    t: &Target,
+    products: &Arc<Vec<ProductId>>,
+    plan: &Arc<Vec<Planned>>,
+    persisted: &watch::Receiver<Persisted>,
+) -> anyhow::Result<(LoadRun, Vec<String>)> {
+    if args.cancel_mid_sale == 0 {
+        let run = http_run(args, t, products, plan.clone(), args.rate, "http").await?;
+        return Ok((run, Vec::new()));
+    }
+    let half = plan.len() / 2;
+    let first = Arc::new(plan[..half].to_vec());
+    let mut run = http_run(args, t, products, first, args.rate, "http 1/2").await?;
+    // Persisted first, so that each cancel gives its units back at once.
+    let accepted: Vec<(&str, u64)> = {
+        let mut seen = std::collections::HashSet::new();
+        plan.iter()
+            .zip(&run.answers)
+            .filter_map(|(p, a)| match a {
+                Answer::Accepted(id) if seen.insert(id.as_str()) => Some((id.as_str(), p.user)),
+                _ => None,
+            })
+            .collect()
+    };
+    let drained = wait_drained(
+        persisted.clone(),
+        accepted.len() as i64,
+        args.drain_timeout_secs,
+    )
+    .await;
+    anyhow::ensure!(
+        drained.is_some(),
+        "the first half was not persisted in time"
+    );
+    let last = t.authorities.last().map_or("", String::as_str);
+    let mut conn = Conn::open(last).await?;
+    let mut cancelled = Vec::new();
+    for (id, user) in accepted.iter().take(args.cancel_mid_sale as usize) {
+        let bearer = t.tokens.as_ref().map(|tk| tk.bearer(*user)).transpose()?;
+        let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", &**b)).collect();
+        let path = format!("/api/orders/{id}/cancel");
+        let body = json!({ "user_id": user }).to_string();
+        let (status, reply) = conn.send(Method::POST, &path, &headers, Some(body)).await?;
+        anyhow::ensure!(
+            status == StatusCode::OK,
+            "cancelling {id}: {status} {reply:?}"
+        );
+        cancelled.push((*id).to_owned());
+    }
+    let second = Arc::new(plan[half..].to_vec());
+    let rest = http_run(args, t, products, second, args.rate, "http 2/2").await?;
+    run.elapsed += rest.elapsed;
+    let _ = run.latency.add(&rest.latency);
+    run.answers.extend(rest.answers);
+    run.latencies_us.extend(rest.latencies_us);
+    Ok((run, cancelled))
+}
+
+/// `plan` over HTTP until `until`; the run, and this process's CPU time per
+/// request (µs).
+async fn timed_run(
+    args: &BenchArgs,
+    t: &Target,
+    products: &Arc<Vec<ProductId>>,
+    plan: Arc<Vec<Planned>>,
+    until: Instant,
+    label: &str,
+) -> anyhow::Result<(LoadRun, Option<f64>)> {
+    let callers = http_callers(args, &t.authorities, products, &t.tokens).await?;
+    let before = super::cpu::process();
+    let label = (!args.quiet).then_some(label);
+    let run = drive_until(plan, callers, None, Some(until), label).await;
+    let per_request = |spent: Duration| spent.as_secs_f64() * 1e6 / run.answers.len().max(1) as f64;
+    let cpu = before
+        .zip(super::cpu::process())
+        .map(|(b, a)| per_request(a.saturating_sub(b)));
+    Ok((run, cpu))
 }
 
 /// HTTP requests per second, by the Redis server holding each request's sale.
@@ -461,7 +763,7 @@ async fn per_node(
         node_of_sale.push(t.redis.node_of(&t.sales.keys(p).orders).await?);
     }
     let mut per_node: BTreeMap<String, f64> = BTreeMap::new();
-    for p in plan.iter().take(run.answers.len()) {
+    for p in plan.iter().take(run.answers.len()).filter(|p| !p.unknown) {
         *per_node.entry(node_of_sale[p.sale].clone()).or_default() += 1.0;
     }
     for v in per_node.values_mut() {
@@ -504,59 +806,67 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         (None, None, Some(pem)) => Some(Arc::new(Tokens::from_pem(pem, args.jwt_algorithm)?)),
         (None, None, None) => None,
     };
-    let (authority, token, server) = if args.local {
+    let (authorities, token, servers) = if args.local {
         serve_locally(args).await?
     } else {
-        let url = url::Url::parse(&args.url)?;
-        let authority = format!(
-            "{}:{}",
-            url.host_str().unwrap_or("127.0.0.1"),
-            url.port_or_known_default().unwrap_or(80)
-        );
+        let mut authorities = Vec::new();
+        for url in &args.url {
+            let url = url::Url::parse(url)?;
+            authorities.push(format!(
+                "{}:{}",
+                url.host_str().unwrap_or("127.0.0.1"),
+                url.port_or_known_default().unwrap_or(80)
+            ));
+        }
+        anyhow::ensure!(!authorities.is_empty(), "--url: no instance to rehearse");
         let token = args.admin_token.clone().ok_or_else(|| {
             anyhow::anyhow!("ADMIN_TOKEN (or --admin-token) is needed to create the sale")
         })?;
-        (authority, token, None)
+        (authorities, token, Vec::new())
     };
     Ok(Target {
-        authority,
+        authorities,
         token,
         sales,
         redis,
         db,
         tokens,
-        _server: server,
+        _servers: servers,
     })
 }
 
-/// `--local`: a `serve` (with workers) in this process; its address, its
-/// admin token, and what keeps it running.
+/// `--local`: `--instances` independent `serve`s in this process (the first
+/// with workers); their addresses, their admin token, and what keeps them running.
 async fn serve_locally(
     args: &BenchArgs,
-) -> anyhow::Result<(String, String, Option<oneshot::Sender<()>>)> {
+) -> anyhow::Result<(Vec<String>, String, Vec<oneshot::Sender<()>>)> {
     let token = uuid::Uuid::now_v7().simple().to_string();
-    let settings = Settings {
-        redis: (&args.redis).into(),
-        db: (&args.db).into(),
-        http: HttpSettings {
-            listen_addr: "127.0.0.1:0".parse()?,
-            admin_token: Some(token.as_str().into()),
-            admin_routes: true,
-            auth: local_auth(args)?,
-            limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
-            memory: flashsale::sale::MemorySettings::default(),
-        },
-        workers: Some(Default::default()),
-    };
-    let app = flashsale::app::App::build(&settings).await?;
-    let authority = app.local_addr()?.to_string();
-    let app_db = app.state().db.clone();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(app.run(async {
-        let _ = rx.await;
-    }));
-    app_db.wait_ready().await;
-    Ok((authority, token, Some(tx)))
+    let (mut authorities, mut servers) = (Vec::new(), Vec::new());
+    for i in 0..args.instances.max(1) {
+        let settings = Settings {
+            redis: (&args.redis).into(),
+            db: (&args.db).into(),
+            http: HttpSettings {
+                listen_addr: "127.0.0.1:0".parse()?,
+                admin_token: Some(token.as_str().into()),
+                admin_routes: true,
+                auth: local_auth(args)?,
+                limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
+                memory: args.memory.settings(),
+            },
+            workers: (i == 0).then(Default::default),
+        };
+        let app = flashsale::app::App::build(&settings).await?;
+        authorities.push(app.local_addr()?.to_string());
+        let app_db = app.state().db.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(app.run(async {
+            let _ = rx.await;
+        }));
+        app_db.wait_ready().await;
+        servers.push(tx);
+    }
+    Ok((authorities, token, servers))
 }
 
 /// How the `--local` server identifies buyers: with the bench's JWT key
@@ -584,15 +894,20 @@ fn new_product(tag: &str) -> ProductId {
     ProductId::parse(&id).unwrap_or_else(|_| unreachable!("generated ids are valid"))
 }
 
-/// Creates and opens the sale through the admin API, window open now.
-async fn create_sale(args: &BenchArgs, t: &Target, product: &ProductId) -> anyhow::Result<()> {
-    let now = flashsale::domain::now_ms();
+/// Creates and opens the sale through the admin API (of the first
+/// instance), its window opening at `start_ms` for an hour.
+async fn create_sale(
+    args: &BenchArgs,
+    t: &Target,
+    product: &ProductId,
+    start_ms: i64,
+) -> anyhow::Result<()> {
     let body = json!({
         "product_id": product.as_str(), "title": "flashsale-bench rehearse rehearsal", "price": "1.00",
-        "available_qty": args.stock, "start_time": now - 1000, "end_time": now + 3_600_000,
+        "available_qty": args.stock, "start_time": start_ms, "end_time": start_ms + 3_600_000,
         "limit_per_user": args.limit_per_user,
     });
-    let mut conn = Conn::open(&t.authority).await?;
+    let mut conn = Conn::open(&t.authorities[0]).await?;
     let auth = format!("Bearer {}", t.token);
     let headers = [("authorization", auth.as_str())];
     let (status, body) = conn
@@ -624,19 +939,20 @@ async fn http_run(
     rate: Option<f64>,
     label: &str,
 ) -> anyhow::Result<LoadRun> {
-    let callers = http_callers(args, &t.authority, products, &t.tokens).await?;
+    let callers = http_callers(args, &t.authorities, products, &t.tokens).await?;
     Ok(drive(plan, callers, rate, (!args.quiet).then_some(label)).await)
 }
 
-/// One keep-alive connection to `authority` per unit of `--concurrency`.
+/// One keep-alive connection per unit of `--concurrency`, spread over `authorities`.
 async fn http_callers(
     args: &BenchArgs,
-    authority: &str,
+    authorities: &[String],
     products: &Arc<Vec<ProductId>>,
     tokens: &Option<Arc<Tokens>>,
 ) -> anyhow::Result<Vec<HttpCaller>> {
     let mut callers = Vec::new();
-    for _ in 0..args.concurrency.max(1) {
+    for c in 0..args.concurrency.max(1) as usize {
+        let authority = &authorities[c % authorities.len().max(1)];
         callers.push(HttpCaller {
             authority: authority.to_owned(),
             products: products.clone(),
@@ -695,7 +1011,7 @@ async fn floor_run(
 ) -> anyhow::Result<RunFigures> {
     let floor = Floor::start(kind)?;
     // The same requests, tokens included (the floors ignore them).
-    let callers = http_callers(args, floor.authority(), &products, &t.tokens).await?;
+    let callers = http_callers(args, &[floor.authority().to_owned()], &products, &t.tokens).await?;
     let run = drive(plan, callers, args.rate, (!args.quiet).then_some(label)).await;
     // Stopping joins its thread: not on this runtime's worker.
     tokio::task::spawn_blocking(move || drop(floor)).await?;
@@ -733,7 +1049,7 @@ async fn direct_run(
     plan: Arc<Vec<Planned>>,
 ) -> anyhow::Result<RunFigures> {
     let sales = Sales::new(t.redis.clone(), super::bench_prefix(&args.redis.key_prefix))
-        .with_memory(flashsale::sale::MemorySettings::off());
+        .with_memory(MemorySettings::off());
     let products = open_bench_sales(args, &sales, "direct").await?;
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {
@@ -819,10 +1135,11 @@ async fn verify(
     plan: &[Planned],
     answers: &[Answer],
     expected: u64,
+    cancelled: u64,
 ) -> anyhow::Result<Vec<Check>> {
-    let mut checks = answer_checks(plan, answers, expected);
-    let sold = accepted_ids(answers).len() as u64; // quantity 1 each
-    checks.extend(books_checks(args, t, product, sold).await?);
+    let mut checks = answer_checks(plan, answers, expected, cancelled);
+    let accepted = accepted_ids(answers).len() as u64; // quantity 1 each
+    checks.extend(books_checks(args, t, product, accepted, cancelled).await?);
     Ok(checks)
 }
 
@@ -837,10 +1154,16 @@ fn accepted_ids(answers: &[Answer]) -> std::collections::HashSet<&str> {
         .collect()
 }
 
-/// What the answers alone must show: the units the plan can buy were sold,
-/// every request was answered, and a retry under a key got its first order.
-fn answer_checks(plan: &[Planned], answers: &[Answer], expected: u64) -> Vec<Check> {
-    let sold = accepted_ids(answers).len() as u64;
+/// What the answers alone must show: the units the plan can buy were sold
+/// (`cancelled` of them came back and were sold again), every request was
+/// answered, and a retry under a key got its first order.
+fn answer_checks(
+    plan: &[Planned],
+    answers: &[Answer],
+    expected: u64,
+    cancelled: u64,
+) -> Vec<Check> {
+    let sold = (accepted_ids(answers).len() as u64).saturating_sub(cancelled);
     // Requests shed or rate-limited were never decided: fewer units may sell.
     let undecided = answers
         .iter()
@@ -878,7 +1201,7 @@ fn answer_checks(plan: &[Planned], answers: &[Answer], expected: u64) -> Vec<Che
                 sold <= expected
             },
             detail: format!(
-                "{sold} accepted, {expected} expected, {undecided} shed or rate-limited"
+                "{sold} accepted and kept ({cancelled} more cancelled), {expected} expected, {undecided} shed or rate-limited"
             ),
         },
         Check {
@@ -897,17 +1220,21 @@ fn answer_checks(plan: &[Planned], answers: &[Answer], expected: u64) -> Vec<Che
     ]
 }
 
-/// What MySQL and Redis must hold after `sold` one-unit orders.
+/// What MySQL and Redis must hold after `accepted` one-unit orders, of
+/// which `cancelled` were cancelled.
 async fn books_checks(
     args: &BenchArgs,
     t: &Target,
     product: &ProductId,
-    sold: u64,
+    accepted: u64,
+    cancelled: u64,
 ) -> anyhow::Result<Vec<Check>> {
+    let sold = accepted - cancelled.min(accepted);
     let mut checks = Vec::new();
     let mut check = |name, ok, detail: String| checks.push(Check { name, ok, detail });
     let (rows, distinct, units): (i64, i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), COUNT(DISTINCT order_id), CAST(COALESCE(SUM(quantity), 0) AS SIGNED) \
+        "SELECT COUNT(*), COUNT(DISTINCT order_id), \
+         CAST(COALESCE(SUM(CASE WHEN status = 'cancelled' THEN 0 ELSE quantity END), 0) AS SIGNED) \
          FROM tb_order WHERE product_id = ?",
     )
     .bind(product.as_str())
@@ -915,8 +1242,10 @@ async fn books_checks(
     .await?;
     check(
         "tb_order rows == accepted orders",
-        rows as u64 == sold && units as u64 == sold,
-        format!("{rows} rows ({units} units) for {sold} accepted orders"),
+        rows as u64 == accepted && units as u64 == sold,
+        format!(
+            "{rows} rows ({units} units not cancelled) for {accepted} accepted orders, {cancelled} cancelled"
+        ),
     );
     check(
         "no duplicate order ids",
@@ -925,7 +1254,7 @@ async fn books_checks(
     );
     let over: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM (SELECT user_id FROM tb_order WHERE product_id = ? \
-         GROUP BY user_id HAVING SUM(quantity) > ?) o",
+         AND status <> 'cancelled' GROUP BY user_id HAVING SUM(quantity) > ?) o",
     )
     .bind(product.as_str())
     .bind(args.limit_per_user as i64)
@@ -996,7 +1325,52 @@ fn print_report(r: &Report) {
         r.concurrency,
         r.limit_per_user
     );
+    if r.instances > 1 {
+        println!("over {} instances", r.instances);
+    }
+    if let Some(pre) = &r.pre_start {
+        run("pre", pre);
+    }
     run("http", &r.http);
+    if let Some(after) = &r.sold_out_phase {
+        run("soldout", after);
+    }
+    if let Some(ratio) = r.pre_start_over_sold_out {
+        println!("pre-start answers/s ÷ sold-out answers/s: {ratio:.2}");
+    }
+    if let (Some(pre), Some(after)) = (
+        r.pre_start_cpu_us_per_request,
+        r.sold_out_cpu_us_per_request,
+    ) {
+        println!(
+            "CPU per request (this whole process): pre-start {pre:.1} µs, sold-out {after:.1} µs"
+        );
+    }
+    if r.cancelled_mid_sale > 0 {
+        println!(
+            "{} orders cancelled mid-sale through the last instance",
+            r.cancelled_mid_sale
+        );
+    }
+    if let Some(c) = &r.redis_calls {
+        let phase = |name: &str, p: &crowd::Counts| {
+            println!(
+                "{name:<8} redis: {} order scripts, {} memory reads; answered {} from memory, {} by redis",
+                p.scripts, p.memory_reads, p.by_memory, p.by_redis
+            );
+        };
+        if let Some(p) = &c.pre_start {
+            phase("pre", p);
+        }
+        phase("http", &c.burst);
+        if let Some(p) = &c.sold_out {
+            phase("soldout", p);
+        }
+        println!(
+            "redis calls of the order path: {:.4} per request, {:.2} per accepted order (pre-start and burst); {:.4} per request without an Idempotency-Key ({} keyed requests, which always reach Redis)",
+            c.per_request, c.per_accepted_order, c.per_unkeyed_request, c.keyed_requests
+        );
+    }
     if let (Some(ms), Some(us)) = (r.http_cpu_ms, r.http_cpu_us_per_request) {
         println!(
             "{:<8} CPU {ms:.0} ms during the burst, {us:.1} µs per request (this whole process)",
@@ -1064,6 +1438,7 @@ mod tests {
             user,
             key,
             retry_of: None,
+            unknown: false,
         }
     }
 
@@ -1079,7 +1454,7 @@ mod tests {
             Answer::Refused("sold_out".into()),
             Answer::Accepted("a".into()),
         ];
-        assert!(failed(&answer_checks(&plan, &ok, 1)).is_empty());
+        assert!(failed(&answer_checks(&plan, &ok, 1, 0)).is_empty());
         // A retry under the first one's key that got another order; a 5xx.
         let bad = [
             Answer::Accepted("a".into()),
@@ -1087,20 +1462,20 @@ mod tests {
             Answer::Accepted("b".into()),
         ];
         assert_eq!(
-            failed(&answer_checks(&plan, &bad, 2)),
+            failed(&answer_checks(&plan, &bad, 2, 0)),
             [
                 "every request answered",
                 "idempotent retries got one order per key"
             ]
         );
         // Fewer units than the plan can buy, with nothing shed: an undersell.
-        assert_eq!(failed(&answer_checks(&plan, &ok, 2)).len(), 1);
+        assert_eq!(failed(&answer_checks(&plan, &ok, 2, 0)).len(), 1);
         // Shed requests excuse selling fewer, never more.
         let shed = [
             Answer::Accepted("a".into()),
             Answer::Refused("overloaded".into()),
             Answer::Accepted("a".into()),
         ];
-        assert!(failed(&answer_checks(&plan, &shed, 2)).is_empty());
+        assert!(failed(&answer_checks(&plan, &shed, 2, 0)).is_empty());
     }
 }

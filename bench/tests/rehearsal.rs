@@ -121,8 +121,14 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
             db_timeout_ms: 5000,
             db_max_connections: 4,
         },
-        url: app.base.clone(),
+        url: vec![app.base.clone()],
         local: false,
+        instances: 1,
+        memory: flashsale_bench::rehearsal::MemoryMode::All,
+        pre_start_secs: 0,
+        limit_share: 0.0,
+        unknown_share: 0.0,
+        cancel_mid_sale: 0,
         admin_token: Some(ADMIN_TOKEN.into()),
         stock: 200,
         sales: 1,
@@ -239,5 +245,65 @@ async fn a_local_rehearsal_with_bearer_tokens_balances_the_books() {
         BTreeMap::from([("unauthorized".to_owned(), 400)])
     );
     assert!(!report.ok(), "nothing sold: the books' checks fail");
+    app.remove().await;
+}
+
+#[tokio::test]
+async fn a_rehearsal_with_its_crowd_over_instances_answers_it_from_memory_and_balances() {
+    let app = spawn_app().await;
+    // Three instances of the bench's own: a storm before the start, buyers
+    // past their limit, made-up ids, and units cancelled mid-sale through
+    // the last instance (sold again through the others).
+    let args = BenchArgs {
+        local: true,
+        instances: 3,
+        admin_token: None,
+        stock: 100,
+        users: 2_000,
+        requests: 4_000,
+        limit_per_user: 1,
+        pre_start_secs: 2,
+        limit_share: 0.2,
+        unknown_share: 0.05,
+        cancel_mid_sale: 10,
+        no_direct: true,
+        floor: false,
+        keep: false,
+        ..small_rehearsal(&app)
+    };
+    let report = flashsale_bench::rehearsal::run(args)
+        .await
+        .expect("bench runs");
+    for c in &report.checks {
+        assert!(c.ok, "{}: {}", c.name, c.detail);
+    }
+    assert_eq!(report.instances, 3);
+    assert_eq!(report.cancelled_mid_sale, 10);
+    assert_eq!(report.units_accepted, 110, "the cancelled units sold again");
+    let pre = report.pre_start.as_ref().expect("a pre-start storm");
+    assert!(
+        pre.requests > 100,
+        "{} requests before the start",
+        pre.requests
+    );
+    assert!(report.sold_out_phase.is_some());
+    let calls = report
+        .redis_calls
+        .as_ref()
+        .expect("every instance's metrics");
+    let pre_calls = calls.pre_start.expect("counted");
+    // Each instance asks Redis until its first answer comes back: at most
+    // one request per connection, once.
+    assert!(
+        pre_calls.scripts <= 16 + 3,
+        "{} script calls for {} requests before the start",
+        pre_calls.scripts,
+        pre.requests
+    );
+    assert!(
+        calls.per_request < 0.2,
+        "{} Redis calls per request",
+        calls.per_request
+    );
     app.remove().await;
 }

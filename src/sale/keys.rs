@@ -44,7 +44,8 @@ pub struct SaleKeys {
 pub const GROUP: &str = "persist";
 
 /// The registry of open sales (a set of product ids). The one key that is not
-/// a sale's: read by the workers every few seconds, never on the order path.
+/// a sale's: read by the workers every few seconds and by the API instances
+/// in the background (to answer unknown ids), never by an order itself.
 pub fn registry(prefix: &str) -> String {
     format!("{prefix}:sales")
 }

@@ -6,7 +6,10 @@
 //! taking back an order its replicas did not confirm, claiming a batch for
 //! the books, releasing an order's units, dead-lettering an entry, restoring
 //! what the books hold; [`SaleStream`] is the consumer group's side of a
-//! sale's stream; [`inspect`] reads it for operators and the audit. This
+//! sale's stream; [`inspect`] reads it for operators and the audit;
+//! [`memory`] answers the orders that cannot change the books (outside the
+//! window, sold out, at the limit, unknown product) from Redis's earlier
+//! answers, without a round trip. This
 //! module is the only code that reads or writes a sale's keys (`Sales`
 //! keeps its Redis handle to itself); it never talks to MySQL.
 
@@ -409,6 +412,9 @@ impl Sales {
         if recall.refresh_sale {
             self.refresh_sale_clock(product);
         }
+        if recall.renew_sold_out {
+            self.renew_sold_out(product);
+        }
         if let Some(answer) = recall.answer {
             return Err(SaleError::Remembered(answer));
         }
@@ -513,6 +519,31 @@ impl Sales {
                     sales.memory.known().refresh_failed();
                 }
             }
+        });
+    }
+
+    /// Reads a sale's stock in the background, to renew its sold-out mark.
+    fn renew_sold_out(&self, product: &ProductId) {
+        let (sales, product) = (self.clone(), product.clone());
+        tokio::spawn(async move {
+            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+            let keys = sales.keys(&product);
+            let sent = Instant::now();
+            let read = async {
+                let mut conn = sales.redis.shared().await?;
+                sales
+                    .redis
+                    .bounded(conn.get::<_, Option<i64>>(&keys.stock))
+                    .await
+            };
+            let stock = match read.await {
+                Ok(stock) => Some(stock),
+                Err(e) => {
+                    tracing::debug!(product_id = %product, error = %e, "stock read for the sold-out mark failed");
+                    None
+                }
+            };
+            sales.memory.stock_read(&product, sent, stock);
         });
     }
 

@@ -24,13 +24,13 @@ mod soldout;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 pub use buyers::BuyerMarks;
 pub use clock::{LocalClock, Reading, Sample};
 pub use known::{Known, KnownSales};
-pub use soldout::SoldOutMarks;
+pub use soldout::{Marked, SoldOutMarks};
 
 use super::Rejection;
 use crate::domain::ProductId;
@@ -92,7 +92,7 @@ struct SaleMemory {
     /// `[start_ms, end_ms)` by Redis's clock, once learned (it never changes
     /// while the sale exists).
     window: RwLock<Option<(i64, i64)>>,
-    clock: Mutex<Option<Sample>>,
+    clock: RwLock<Option<Sample>>,
     /// A background read of the window and clock is under way.
     refreshing: AtomicBool,
     buyers: BuyerMarks,
@@ -107,6 +107,8 @@ pub struct Recall {
     pub refresh_known: bool,
     /// Read the sale's window and Redis's clock (in the background).
     pub refresh_sale: bool,
+    /// Read the sale's stock to renew its sold-out mark (in the background).
+    pub renew_sold_out: bool,
 }
 
 /// What `place_order.lua` answered, for memory to learn from.
@@ -178,7 +180,7 @@ impl Memory {
         let sale = sales.entry(product.clone()).or_insert_with(|| {
             Arc::new(SaleMemory {
                 window: RwLock::new(None),
-                clock: Mutex::new(None),
+                clock: RwLock::new(None),
                 refreshing: AtomicBool::new(false),
                 buyers: BuyerMarks::new(self.settings.limit_ttl, self.settings.limit_entries),
             })
@@ -211,8 +213,9 @@ impl Memory {
             recall.answer = Some(r);
         } else if keyed {
             // Only Redis knows the key's order.
-        } else if self.sold_out.is_marked(product) {
+        } else if let Marked::Yes { renew } = self.sold_out.check(product) {
             recall.answer = Some(Rejection::SoldOut);
+            recall.renew_sold_out = renew;
         } else if let Some(allowance) = sale.buyers.allowance(user)
             && quantity > allowance
         {
@@ -226,7 +229,7 @@ impl Memory {
     fn outside_window(&self, sale: &SaleMemory, now: Reading, keyed: bool) -> Option<Rejection> {
         let margin = self.settings.window_margin?.as_millis() as i64;
         let (start, end) = (*sale.window.read().unwrap_or_else(|e| e.into_inner()))?;
-        let sample = (*sale.clock.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let sample = (*sale.clock.read().unwrap_or_else(|e| e.into_inner()))?;
         let (earliest, latest) = sample.bounds(now)?;
         if latest + margin < start {
             let estimate = (earliest + latest) / 2;
@@ -275,7 +278,7 @@ impl Memory {
                 }
             }
             Heard::SoldOut => {
-                self.sold_out.mark(product);
+                self.sold_out.mark_since(product, sent.at);
                 // Known to exist: its window and clock are read in the background.
                 self.sale_or_new(product);
             }
@@ -306,6 +309,17 @@ impl Memory {
             None => self.forget(product),
         }
         sale.refreshing.store(false, Ordering::Release);
+    }
+
+    /// A background read of the stock, sent at `sent`, for a sold-out mark
+    /// (`None`: the read failed).
+    pub fn stock_read(&self, product: &ProductId, sent: Instant, stock: Option<Option<i64>>) {
+        match stock {
+            Some(stock) => self
+                .sold_out
+                .renewed(product, sent, stock.is_some_and(|s| s <= 0)),
+            None => self.sold_out.renewal_failed(product),
+        }
     }
 
     /// A background read failed: the next order may try again.
@@ -353,7 +367,7 @@ impl SaleMemory {
         {
             return true;
         }
-        let clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let clock = self.clock.read().unwrap_or_else(|e| e.into_inner());
         clock.is_none_or(|s| s.age(now) >= SAMPLE_EVERY || s.bounds(now).is_none())
     }
 
@@ -363,7 +377,7 @@ impl SaleMemory {
 
     /// Keeps whichever sample says more about Redis's time now.
     fn learn_clock(&self, sample: Sample, now: Reading) {
-        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clock = self.clock.write().unwrap_or_else(|e| e.into_inner());
         let keep_old = clock
             .as_ref()
             .is_some_and(|old| old.age(now) < SAMPLE_EVERY && old.is_tighter(&sample, now));
@@ -376,7 +390,6 @@ impl SaleMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     fn sku(n: usize) -> ProductId {
         ProductId::parse(&format!("mem-{n}")).unwrap()

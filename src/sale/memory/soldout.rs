@@ -3,10 +3,14 @@
 //! Redis round trip each (see BENCHMARKS.md).
 //!
 //! It must not undersell: stock can come back (a cancellation, another
-//! instance's release), so a mark expires after `ttl` and the next order goes
-//! to Redis again, which either renews it or sells the returned units. A
-//! release through this process clears the mark at once; in the worst case an
-//! instance claims "sold out" for `ttl` after stock returned elsewhere.
+//! instance's release), so a mark expires after `ttl` and is then no longer
+//! believed. While orders keep coming, a mark past half its life is renewed
+//! in the background by a read of the stock (one `GET` per sale per instance
+//! per `ttl / 2`, instead of every order in flight at the expiry asking the
+//! script): renewed, counted from when the read was *sent*, if the stock is
+//! still 0, dropped otherwise. A release through this process clears the
+//! mark at once; in the worst case an instance claims "sold out" for `ttl`
+//! after stock returned elsewhere.
 //!
 //! Memory is bounded by the sales that sold out (a mark is only set on the
 //! script's `sold_out`, which needs a real, open sale); expired marks are
@@ -14,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::domain::ProductId;
@@ -24,7 +29,26 @@ const PRUNE_AT: usize = 1024;
 pub struct SoldOutMarks {
     ttl: Duration,
     // A std RwLock: held for a hash lookup only, never across an await.
-    marks: RwLock<HashMap<ProductId, Instant>>,
+    marks: RwLock<HashMap<ProductId, Mark>>,
+}
+
+#[derive(Debug)]
+struct Mark {
+    /// When the answer it stands on was asked for.
+    since: Instant,
+    /// A background read of the stock is under way.
+    renewing: AtomicBool,
+}
+
+/// What the marker says about a sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    No,
+    /// Sold out; `renew`: the caller should read the stock in the
+    /// background and report with [`SoldOutMarks::renewed`].
+    Yes {
+        renew: bool,
+    },
 }
 
 impl SoldOutMarks {
@@ -42,26 +66,66 @@ impl SoldOutMarks {
 
     /// True while a fresh mark says the sale is sold out.
     pub fn is_marked(&self, product: &ProductId) -> bool {
-        if self.ttl.is_zero() {
-            return false;
-        }
-        let marks = self.marks.read().unwrap_or_else(|e| e.into_inner());
-        marks
-            .get(product)
-            .is_some_and(|until| Instant::now() < *until)
+        matches!(self.check(product), Marked::Yes { .. })
     }
 
-    /// Redis said sold out: remember it for `ttl`.
-    pub fn mark(&self, product: &ProductId) {
+    /// Whether a fresh mark says the sale is sold out, and whether it is due
+    /// for renewal (claimed by this caller: one read at a time).
+    pub fn check(&self, product: &ProductId) -> Marked {
+        if self.ttl.is_zero() {
+            return Marked::No;
+        }
+        let marks = self.marks.read().unwrap_or_else(|e| e.into_inner());
+        let Some(mark) = marks.get(product) else {
+            return Marked::No;
+        };
+        let age = mark.since.elapsed();
+        if age >= self.ttl {
+            return Marked::No;
+        }
+        let renew = age >= self.ttl / 2 && !mark.renewing.swap(true, Ordering::AcqRel);
+        Marked::Yes { renew }
+    }
+
+    /// Redis said sold out to a call sent at `since`: remember it for `ttl` from then.
+    pub fn mark_since(&self, product: &ProductId, since: Instant) {
         if self.ttl.is_zero() {
             return;
         }
-        let now = Instant::now();
         let mut marks = self.marks.write().unwrap_or_else(|e| e.into_inner());
         if marks.len() >= PRUNE_AT {
-            marks.retain(|_, until| now < *until);
+            marks.retain(|_, m| m.since.elapsed() < self.ttl);
         }
-        marks.insert(product.clone(), now + self.ttl);
+        marks.insert(
+            product.clone(),
+            Mark {
+                since,
+                renewing: AtomicBool::new(false),
+            },
+        );
+    }
+
+    /// Redis said sold out just now.
+    pub fn mark(&self, product: &ProductId) {
+        self.mark_since(product, Instant::now());
+    }
+
+    /// A background read of the stock, sent at `sent`, found `sold_out`
+    /// (true) or units left (false).
+    pub fn renewed(&self, product: &ProductId, sent: Instant, sold_out: bool) {
+        if sold_out {
+            self.mark_since(product, sent);
+        } else {
+            self.clear(product);
+        }
+    }
+
+    /// A background read failed: the mark stays until it expires.
+    pub fn renewal_failed(&self, product: &ProductId) {
+        let marks = self.marks.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(mark) = marks.get(product) {
+            mark.renewing.store(false, Ordering::Release);
+        }
     }
 
     /// Stock came back through this process.
@@ -88,6 +152,32 @@ mod tests {
         assert!(!marks.is_marked(&sku(2)));
         std::thread::sleep(Duration::from_millis(40));
         assert!(!marks.is_marked(&sku(1)));
+    }
+
+    #[test]
+    fn past_half_its_life_a_mark_asks_for_one_renewal_which_extends_or_drops_it() {
+        let marks = SoldOutMarks::new(Duration::from_millis(60));
+        marks.mark(&sku(1));
+        assert_eq!(marks.check(&sku(1)), Marked::Yes { renew: false });
+        std::thread::sleep(Duration::from_millis(35));
+        assert_eq!(marks.check(&sku(1)), Marked::Yes { renew: true });
+        assert_eq!(
+            marks.check(&sku(1)),
+            Marked::Yes { renew: false },
+            "one renewal at a time"
+        );
+        // Still sold out, read just now: good for another ttl.
+        marks.renewed(&sku(1), Instant::now(), true);
+        std::thread::sleep(Duration::from_millis(35));
+        assert!(marks.is_marked(&sku(1)), "renewed");
+        // Units found: the mark goes.
+        marks.renewed(&sku(1), Instant::now(), false);
+        assert!(!marks.is_marked(&sku(1)));
+        // A failed read lets the next order try again.
+        marks.mark_since(&sku(2), Instant::now() - Duration::from_millis(40));
+        assert_eq!(marks.check(&sku(2)), Marked::Yes { renew: true });
+        marks.renewal_failed(&sku(2));
+        assert_eq!(marks.check(&sku(2)), Marked::Yes { renew: true });
     }
 
     #[test]
