@@ -49,6 +49,47 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
     assert_eq!(app.sales.script_calls(), calls + 1);
 }
 
+async fn while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts(backend: Backend) {
+    let ttl = Duration::from_millis(300);
+    let app = spawn_app_on(backend, |s| s.http.memory.sold_out_ttl = ttl).await;
+    let (sku, ids) = sell_out(&app, 2).await;
+    // Orders for six times the mark's life: each renewal is one stock read
+    // in the background, no order waits for Redis.
+    let calls = app.sales.script_calls();
+    let reads = app.sales.memory_reads();
+    let until = std::time::Instant::now() + 6 * ttl;
+    let mut user = 1_000;
+    while std::time::Instant::now() < until {
+        user += 1;
+        let (_, code) = status_code(app.place_order(user, &sku, 1).await).await;
+        assert_eq!(code, "sold_out");
+    }
+    assert_eq!(
+        app.sales.script_calls(),
+        calls,
+        "no script after the sell-out"
+    );
+    assert!(app.sales.memory_reads() > reads, "renewed by reads");
+    // Units back through another instance: the next renewal finds them, so
+    // the sale sells again within the mark's life.
+    let other = Sales::new(
+        Redis::new(&app.settings.redis.target, Duration::from_secs(2), 2).unwrap(),
+        app.prefix.clone(),
+    );
+    let (id, product) = OrderId::parse(&ids[0]).unwrap();
+    let order = other.find_order(&id, &product).await.unwrap().unwrap();
+    assert_eq!(other.release(&order).await.unwrap(), (true, 1));
+    let released = std::time::Instant::now();
+    loop {
+        user += 1;
+        if app.place_order(user, &sku, 1).await.status() == StatusCode::ACCEPTED {
+            break;
+        }
+        assert!(released.elapsed() < ttl + Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn stock_released_elsewhere_sells_again_once_the_mark_expires(backend: Backend) {
     let ttl = Duration::from_millis(300);
     let app = spawn_app_on(backend, |s| s.http.memory.sold_out_ttl = ttl).await;
@@ -87,6 +128,7 @@ async fn stock_released_by_this_instance_sells_again_at_once(backend: Backend) {
 
 crate::on_both_backends!(
     after_a_sell_out_orders_are_refused_without_asking_redis,
+    while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts,
     stock_released_elsewhere_sells_again_once_the_mark_expires,
     stock_released_by_this_instance_sells_again_at_once,
 );
