@@ -4,24 +4,16 @@
 
 use std::time::Duration;
 
-/// Clock ticks per second of `/proc/<pid>/stat` (the kernel's `USER_HZ`, 100
-/// on every Linux architecture this runs on; `sysconf(_SC_CLK_TCK)` would say
-/// so, without the `libc` crate).
-const TICKS_PER_SECOND: u64 = 100;
-
 /// User + system time of this process so far, every thread included (exited
-/// ones too): `utime` + `stime` of `/proc/self/stat` (fields 14 and 15), in
-/// steps of 10 ms.
+/// ones too), in steps of 10 ms.
 pub fn process() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace().skip(11); // field 3 is the first
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis(
-        (utime + stime) * 1000 / TICKS_PER_SECOND,
-    ))
+    of("self")
+}
+
+/// User + system time of process `pid` so far (Linux; `None` when it is not
+/// readable).
+pub fn of(pid: &str) -> Option<Duration> {
+    flashsale::metrics::ProcessStats::of(pid).map(|p| p.cpu)
 }
 
 /// Time the calling thread has spent on a CPU, to the nanosecond: the first
@@ -50,5 +42,74 @@ mod tests {
         assert!(t1 - t0 >= Duration::from_millis(30), "{:?}", t1 - t0);
         assert!(p1 >= p0);
         assert!(p1 - p0 <= Duration::from_secs(5));
+    }
+}
+
+/// Threads whose CPU time is summed: a runtime's, registered as each starts
+/// (`on_thread_start`), so that a server in this process can be measured
+/// apart from the load generator beside it. A thread that exits takes its
+/// time with it (tokio's blocking threads do after 10 s idle), so measure
+/// spans shorter than that or keep the threads busy.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadGroup {
+    tids: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl ThreadGroup {
+    /// Adds the calling thread.
+    pub fn register_current(&self) {
+        let tid = std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|p| p.file_name()?.to_str()?.parse().ok());
+        if let Some(tid) = tid {
+            self.tids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(tid);
+        }
+    }
+
+    /// Time the group's living threads have spent on a CPU (`None`: not Linux).
+    pub fn cpu(&self) -> Option<Duration> {
+        let tids = self.tids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if tids.is_empty() {
+            return None;
+        }
+        let ns: u64 = tids
+            .iter()
+            .filter_map(|tid| {
+                let stat =
+                    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+                stat.split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .sum();
+        Some(Duration::from_nanos(ns))
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn a_group_counts_its_threads_and_not_the_others() {
+        let group = ThreadGroup::default();
+        let g = group.clone();
+        let busy = std::thread::spawn(move || {
+            g.register_current();
+            let started = std::time::Instant::now();
+            let mut x = 0u64;
+            while started.elapsed() < Duration::from_millis(80) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        let Some(spent) = group.cpu() else {
+            return; // not Linux
+        };
+        assert!(spent >= Duration::from_millis(40), "{spent:?}");
+        assert!(spent < Duration::from_millis(150), "{spent:?}");
+        let _ = busy.join();
     }
 }

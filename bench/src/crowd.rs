@@ -23,6 +23,8 @@ pub struct Counts {
     pub by_memory: u64,
     /// Order answers given by Redis.
     pub by_redis: u64,
+    /// The instances' `process_cpu_seconds_total`, summed.
+    pub cpu_seconds: f64,
 }
 
 impl Counts {
@@ -32,6 +34,7 @@ impl Counts {
             memory_reads: self.memory_reads.saturating_sub(before.memory_reads),
             by_memory: self.by_memory.saturating_sub(before.by_memory),
             by_redis: self.by_redis.saturating_sub(before.by_redis),
+            cpu_seconds: (self.cpu_seconds - before.cpu_seconds).max(0.0),
         }
     }
 
@@ -49,6 +52,10 @@ impl Counts {
             let Ok(value) = value.parse::<f64>() else {
                 continue;
             };
+            if series == "process_cpu_seconds_total" {
+                self.cpu_seconds += value;
+                continue;
+            }
             let value = value as u64;
             if series == r#"flashsale_order_path_redis_calls_total{call="place_order"}"# {
                 self.scripts += value;
@@ -209,6 +216,7 @@ flashsale_order_requests_total{answered_by=\"memory\",outcome=\"sale_not_started
 flashsale_order_requests_total{answered_by=\"memory\",outcome=\"sold_out\"} 20
 flashsale_order_requests_total{answered_by=\"redis\",outcome=\"accepted\"} 1000
 flashsale_order_requests_total{answered_by=\"service\",outcome=\"invalid_request\"} 7
+process_cpu_seconds_total 1.5
 ";
         let mut c = Counts::default();
         c.add_metrics(page);
@@ -217,6 +225,7 @@ flashsale_order_requests_total{answered_by=\"service\",outcome=\"invalid_request
             (c.scripts, c.memory_reads, c.by_memory, c.by_redis),
             (2008, 6, 10_040, 2000)
         );
+        assert!((c.cpu_seconds - 3.0).abs() < 1e-9);
     }
 
     #[test]

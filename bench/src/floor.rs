@@ -28,6 +28,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use super::cpu::ThreadGroup;
 use flashsale::domain::ProductId;
 use flashsale::http::error::ApiError;
 use flashsale::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales};
@@ -48,6 +49,8 @@ pub struct Floor {
     authority: String,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Its threads, for its CPU time apart from the load generator's.
+    threads: ThreadGroup,
 }
 
 impl Floor {
@@ -56,19 +59,33 @@ impl Floor {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let authority = listener.local_addr()?.to_string();
+        let threads = ThreadGroup::default();
+        let on_start = threads.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("http-floor")
+            .thread_keep_alive(Duration::from_secs(3600))
+            .on_thread_start(move || on_start.register_current())
             .build()?;
         let (stop, stopped) = oneshot::channel();
+        let group = threads.clone();
         let thread = std::thread::Builder::new()
             .name("http-floor".into())
-            .spawn(move || runtime.block_on(serve(listener, kind, stopped)))?;
+            .spawn(move || {
+                group.register_current();
+                runtime.block_on(serve(listener, kind, stopped))
+            })?;
         Ok(Self {
             authority,
             stop: Some(stop),
             thread: Some(thread),
+            threads,
         })
+    }
+
+    /// CPU time its threads have spent so far (`None`: not Linux).
+    pub fn cpu(&self) -> Option<Duration> {
+        self.threads.cpu()
     }
 
     /// `host:port` to send requests to.

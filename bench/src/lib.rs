@@ -14,6 +14,7 @@
 //!   (none, HMAC, ES256, RS256; the token cache on and off).
 
 pub mod auth;
+pub mod cost;
 pub mod cpu;
 pub mod crowd;
 pub mod direct;

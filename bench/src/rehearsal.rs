@@ -24,13 +24,17 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
 
+use super::cost::{self, CpuPerRequest};
+use super::cpu::ThreadGroup;
 use super::crowd::{self, RedisCalls};
 use super::floor::{Floor, Kind};
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive, drive_until};
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
 pub use flashsale::books::audit::Check;
-use flashsale::config::{DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettings, Settings};
+use flashsale::config::{
+    DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettings, Settings, WorkerSettings,
+};
 use flashsale::domain::ProductId;
 use flashsale::http::auth::AuthSettings;
 use flashsale::http::limits::Limits;
@@ -225,6 +229,9 @@ pub struct RunFigures {
     pub latency_ms: BTreeMap<String, f64>,
     /// p50 and p99 latency (ms) of the answers with each outcome.
     pub latency_by_outcome_ms: BTreeMap<String, [f64; 2]>,
+    /// CPU time of the server per request, in µs, where it is measured
+    /// apart (the floors; the service's is in [`Report::cpu`]).
+    pub server_cpu_us_per_request: Option<f64>,
 }
 
 impl From<&LoadRun> for RunFigures {
@@ -247,6 +254,7 @@ impl From<&LoadRun> for RunFigures {
                 .into_iter()
                 .map(|(k, q)| (k, [q[0], q[1]]))
                 .collect(),
+            server_cpu_us_per_request: None,
         }
     }
 }
@@ -314,6 +322,9 @@ pub struct Report {
     pub cancelled_mid_sale: u64,
     /// What the crowd cost Redis (`None`: an instance's `/metrics` did not answer).
     pub redis_calls: Option<RedisCalls>,
+    /// CPU time per request (and per persisted order) of each part of the
+    /// system during the burst.
+    pub cpu: CpuPerRequest,
     pub checks: Vec<Check>,
 }
 
@@ -334,6 +345,8 @@ struct Target {
     db: Db,
     /// The buyers' bearer tokens (a JWT key configured), else none.
     tokens: Option<Arc<Tokens>>,
+    /// Where the CPU time of each part is read.
+    meters: cost::Meters,
     /// Keeps the in-process servers alive (`--local`).
     _servers: Vec<oneshot::Sender<()>>,
 }
@@ -407,6 +420,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         None
     };
     let reading_burst = crowd::scrape(&target.authorities).await;
+    let remote_cpu = |c: Option<crowd::Counts>| c.map(|c| c.cpu_seconds).filter(|_| !args.local);
+    let cost_start = target.meters.read(remote_cpu(reading_burst)).await;
     let started = Instant::now();
     let persisted = watch_persisted(target.db.clone(), products.clone());
     let cpu_before = super::cpu::process();
@@ -416,6 +431,27 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         .zip(super::cpu::process())
         .map(|(before, after)| after.saturating_sub(before));
     let reading_burst_end = crowd::scrape(&target.authorities).await;
+    let cost_burst_end = target.meters.read(remote_cpu(reading_burst_end)).await;
+    let orders: std::collections::HashSet<&str> = http
+        .answers
+        .iter()
+        .filter_map(|a| match a {
+            Answer::Accepted(id) => Some(id.as_str()),
+            Answer::Refused(_) => None,
+        })
+        .collect();
+    let drained = wait_drained(persisted, orders.len() as i64, args.drain_timeout_secs).await;
+    let cost_drained = match drained {
+        Some(_) => Some(target.meters.read(None).await),
+        None => None,
+    };
+    let cpu = CpuPerRequest::new(
+        cost_start,
+        cost_burst_end,
+        cost_drained,
+        http.answers.len() as u64,
+        orders.len() as u64,
+    );
     let mut sold_out = true;
     for p in products.iter() {
         sold_out &= target.sales.stock(p).await? == Some(0);
@@ -437,15 +473,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let (sold_out_phase, sold_out_cpu) = sold_out_phase
         .map(|(plan, (run, cpu))| ((plan, run), cpu))
         .unzip();
-    let orders: std::collections::HashSet<&str> = http
-        .answers
-        .iter()
-        .filter_map(|a| match a {
-            Answer::Accepted(id) => Some(id.as_str()),
-            Answer::Refused(_) => None,
-        })
-        .collect();
-    let drained = wait_drained(persisted, orders.len() as i64, args.drain_timeout_secs).await;
     let persisted_after = drained.map(|p| p.last.saturating_duration_since(burst_end));
     // Rows per second from the first persisted row to the last (25 ms resolution).
     let drain_rate = drained.map(|p| {
@@ -560,6 +587,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         sold_out_phase,
         cancelled_mid_sale: cancelled.len() as u64,
         redis_calls,
+        cpu,
         checks,
     };
     if report.ok() && !args.keep {
@@ -806,8 +834,20 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         (None, None, Some(pem)) => Some(Arc::new(Tokens::from_pem(pem, args.jwt_algorithm)?)),
         (None, None, None) => None,
     };
+    let mut meters = cost::Meters {
+        redis: args
+            .redis
+            .redis_cluster_nodes
+            .is_none()
+            .then(|| redis.clone()),
+        mysql_pid: cost::local_mysql_pid(&args.db.database_url),
+        ..cost::Meters::default()
+    };
     let (authorities, token, servers) = if args.local {
-        serve_locally(args).await?
+        let local = serve_locally(args).await?;
+        meters.api = Some(local.api);
+        meters.workers = Some(local.workers);
+        (local.authorities, local.token, local.stops)
     } else {
         let mut authorities = Vec::new();
         for url in &args.url {
@@ -831,18 +871,29 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         redis,
         db,
         tokens,
+        meters,
         _servers: servers,
     })
 }
 
-/// `--local`: `--instances` independent `serve`s in this process (the first
-/// with workers); their addresses, their admin token, and what keeps them running.
-async fn serve_locally(
-    args: &BenchArgs,
-) -> anyhow::Result<(Vec<String>, String, Vec<oneshot::Sender<()>>)> {
+/// The `--local` servers: their addresses, their admin token, what keeps
+/// them running, and their threads (for their CPU time).
+struct LocalServers {
+    authorities: Vec<String>,
+    token: String,
+    stops: Vec<oneshot::Sender<()>>,
+    api: ThreadGroup,
+    workers: ThreadGroup,
+}
+
+/// `--local`: `--instances` independent `serve`s (`WORKERS=false`) and the
+/// stream workers, in this process, each on a runtime of its own so that
+/// their CPU time is measured apart from the load generator's.
+async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
     let token = uuid::Uuid::now_v7().simple().to_string();
-    let (mut authorities, mut servers) = (Vec::new(), Vec::new());
-    for i in 0..args.instances.max(1) {
+    let (api, workers) = (ThreadGroup::default(), ThreadGroup::default());
+    let (mut authorities, mut stops) = (Vec::new(), Vec::new());
+    for _ in 0..args.instances.max(1) {
         let settings = Settings {
             redis: (&args.redis).into(),
             db: (&args.db).into(),
@@ -854,19 +905,74 @@ async fn serve_locally(
                 limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
                 memory: args.memory.settings(),
             },
-            workers: (i == 0).then(Default::default),
+            workers: None,
         };
-        let app = flashsale::app::App::build(&settings).await?;
-        authorities.push(app.local_addr()?.to_string());
-        let app_db = app.state().db.clone();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(app.run(async {
-            let _ = rx.await;
-        }));
-        app_db.wait_ready().await;
-        servers.push(tx);
+        let (ready, bound) = oneshot::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        on_own_runtime(api.clone(), async move {
+            let app = match flashsale::app::App::build(&settings).await {
+                Ok(app) => app,
+                Err(e) => {
+                    let _ = ready.send(Err(anyhow::Error::from(e)));
+                    return;
+                }
+            };
+            let authority = app.local_addr().map(|a| a.to_string());
+            let db = app.state().db.clone();
+            let served = tokio::spawn(app.run(async {
+                let _ = stopped.await;
+            }));
+            db.wait_ready().await;
+            let _ = ready.send(authority.map_err(anyhow::Error::from));
+            let _ = served.await;
+        })?;
+        authorities.push(bound.await??);
+        stops.push(stop);
     }
-    Ok((authorities, token, servers))
+    let settings = WorkerSettings {
+        redis: (&args.redis).into(),
+        db: (&args.db).into(),
+        worker: Default::default(),
+        metrics_addr: None,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    on_own_runtime(workers.clone(), async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = flashsale::app::run_workers(&settings, shutdown).await {
+            eprintln!("the bench's workers stopped: {e}");
+        }
+    })?;
+    stops.push(stop);
+    Ok(LocalServers {
+        authorities,
+        token,
+        stops,
+        api,
+        workers,
+    })
+}
+
+/// Runs `work` on a runtime of its own, on a thread of its own, every thread
+/// of which joins `group` (kept alive: an exited thread's time is lost).
+fn on_own_runtime(
+    group: ThreadGroup,
+    work: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let on_start = group.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(Duration::from_secs(3600))
+        .on_thread_start(move || on_start.register_current())
+        .build()?;
+    std::thread::Builder::new()
+        .name("bench-server".into())
+        .spawn(move || {
+            group.register_current();
+            runtime.block_on(work);
+        })?;
+    Ok(())
 }
 
 /// How the `--local` server identifies buyers: with the bench's JWT key
@@ -1012,10 +1118,15 @@ async fn floor_run(
     let floor = Floor::start(kind)?;
     // The same requests, tokens included (the floors ignore them).
     let callers = http_callers(args, &[floor.authority().to_owned()], &products, &t.tokens).await?;
+    let before = floor.cpu();
     let run = drive(plan, callers, args.rate, (!args.quiet).then_some(label)).await;
+    let spent = before.zip(floor.cpu()).map(|(b, a)| a.saturating_sub(b));
     // Stopping joins its thread: not on this runtime's worker.
     tokio::task::spawn_blocking(move || drop(floor)).await?;
-    Ok(RunFigures::from(&run))
+    let mut figures = RunFigures::from(&run);
+    figures.server_cpu_us_per_request =
+        spent.map(|d| d.as_secs_f64() * 1e6 / run.answers.len().max(1) as f64);
+    Ok(figures)
 }
 
 /// Opens `--sales` sales straight in Redis (no product row), always in
@@ -1371,6 +1482,15 @@ fn print_report(r: &Report) {
             c.per_request, c.per_accepted_order, c.per_unkeyed_request, c.keyed_requests
         );
     }
+    let us = |v: Option<f64>| v.map_or("not measured".to_owned(), |v| format!("{v:.1} µs"));
+    println!(
+        "CPU per request of the burst: API {}, Redis {}, load generator {}; per persisted order: workers {}, MySQL {}",
+        us(r.cpu.api_us_per_request),
+        us(r.cpu.redis_us_per_request),
+        us(r.cpu.generator_us_per_request),
+        us(r.cpu.workers_us_per_order),
+        us(r.cpu.mysql_us_per_order),
+    );
     if let (Some(ms), Some(us)) = (r.http_cpu_ms, r.http_cpu_us_per_request) {
         println!(
             "{:<8} CPU {ms:.0} ms during the burst, {us:.1} µs per request (this whole process)",
@@ -1392,6 +1512,16 @@ fn print_report(r: &Report) {
     if let (Some(f), Some(s)) = (&r.floor, &r.floor_script) {
         run("floor", f);
         run("script", s);
+        let cpu = |f: &RunFigures| f.server_cpu_us_per_request;
+        if let (Some(api), Some(constant), Some(script)) =
+            (r.cpu.api_us_per_request, cpu(f), cpu(s))
+        {
+            println!(
+                "server CPU per request: service {api:.1} µs, constant floor {constant:.1} µs, script floor {script:.1} µs; service / floor {:.2}, service / script floor {:.2}",
+                api / constant,
+                api / script
+            );
+        }
         let ratios = [
             ("http / floor", r.http_over_floor),
             ("http / script", r.http_over_floor_script),

@@ -195,6 +195,18 @@ async fn a_small_rehearsal_balances_the_books() {
         assert!(r.is_some_and(|r| r > 0.0));
     }
     assert!(report.persisted_after_burst_ms.is_some());
+    // CPU per request: the floors' threads measured apart, the service's
+    // from its /metrics; a bare refusal costs less than the service.
+    let constant = floor.server_cpu_us_per_request.expect("measured");
+    let service = report
+        .cpu
+        .api_us_per_request
+        .expect("process_cpu_seconds_total");
+    assert!(constant > 0.0 && script.server_cpu_us_per_request.is_some_and(|us| us > 0.0));
+    assert!(
+        constant < service,
+        "floor {constant} µs, service {service} µs"
+    );
     app.remove().await;
 }
 
@@ -305,5 +317,17 @@ async fn a_rehearsal_with_its_crowd_over_instances_answers_it_from_memory_and_ba
         "{} Redis calls per request",
         calls.per_request
     );
+    // Each part's CPU time was measured apart (the servers on runtimes of
+    // their own, Redis by INFO, the local MariaDB by its process).
+    let cpu = report.cpu;
+    for (part, v) in [
+        ("api", cpu.api_us_per_request),
+        ("redis", cpu.redis_us_per_request),
+        ("generator", cpu.generator_us_per_request),
+        ("workers", cpu.workers_us_per_order),
+        ("mysql", cpu.mysql_us_per_order),
+    ] {
+        assert!(v.is_some_and(|us| us > 0.0), "{part}: {v:?}");
+    }
     app.remove().await;
 }
