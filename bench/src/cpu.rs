@@ -69,12 +69,13 @@ impl ThreadGroup {
         }
     }
 
-    /// Time the group's living threads have spent on a CPU (`None`: not Linux).
+    /// Time the group's living threads have spent on a CPU (`None`: not
+    /// Linux). Zero while no thread has registered yet (a runtime just started).
     pub fn cpu(&self) -> Option<Duration> {
-        let tids = self.tids.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if tids.is_empty() {
+        if !std::path::Path::new("/proc/thread-self").exists() {
             return None;
         }
+        let tids = self.tids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let ns: u64 = tids
             .iter()
             .filter_map(|tid| {
