@@ -312,12 +312,11 @@ pub struct Report {
     pub sold_out_phase: Option<RunFigures>,
     /// Pre-start answers/s ÷ sold-out answers/s (both from memory).
     pub pre_start_over_sold_out: Option<f64>,
-    /// CPU time of this whole process (servers and load generator) per
-    /// request of the pre-start storm, in µs (`--local`: the servers' share
-    /// included; Linux only).
-    pub pre_start_cpu_us_per_request: Option<f64>,
+    /// CPU time of the API instances per request of the pre-start storm,
+    /// in µs (`--local` only: their runtimes' threads; Linux only).
+    pub pre_start_api_cpu_us_per_request: Option<f64>,
     /// ... of the sold-out phase.
-    pub sold_out_cpu_us_per_request: Option<f64>,
+    pub sold_out_api_cpu_us_per_request: Option<f64>,
     /// Orders cancelled mid-sale (`--cancel-mid-sale`).
     pub cancelled_mid_sale: u64,
     /// What the crowd cost Redis (`None`: an instance's `/metrics` did not answer).
@@ -581,8 +580,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         drain_orders_per_s: drain_rate,
         instances: target.authorities.len(),
         pre_start_over_sold_out: ratio(pre_start.as_ref(), sold_out_phase.as_ref()),
-        pre_start_cpu_us_per_request: pre_start_cpu.flatten(),
-        sold_out_cpu_us_per_request: sold_out_cpu.flatten(),
+        pre_start_api_cpu_us_per_request: pre_start_cpu.flatten(),
+        sold_out_api_cpu_us_per_request: sold_out_cpu.flatten(),
         pre_start,
         sold_out_phase,
         cancelled_mid_sale: cancelled.len() as u64,
@@ -758,8 +757,8 @@ async fn burst(
     Ok((run, cancelled))
 }
 
-/// `plan` over HTTP until `until`; the run, and this process's CPU time per
-/// request (µs).
+/// `plan` over HTTP until `until`; the run, and the API instances' CPU time
+/// per request (µs; `--local` only).
 async fn timed_run(
     args: &BenchArgs,
     t: &Target,
@@ -769,13 +768,14 @@ async fn timed_run(
     label: &str,
 ) -> anyhow::Result<(LoadRun, Option<f64>)> {
     let callers = http_callers(args, &t.authorities, products, &t.tokens).await?;
-    let before = super::cpu::process();
+    let before = t.meters.read(None).await.api;
     let label = (!args.quiet).then_some(label);
     let run = drive_until(plan, callers, None, Some(until), label).await;
     let per_request = |spent: Duration| spent.as_secs_f64() * 1e6 / run.answers.len().max(1) as f64;
+    let after = t.meters.read(None).await.api;
     let cpu = before
-        .zip(super::cpu::process())
-        .map(|(b, a)| per_request(a.saturating_sub(b)));
+        .zip(after)
+        .map(|(b, a)| per_request(Duration::from_secs_f64((a - b).max(0.0))));
     Ok((run, cpu))
 }
 
@@ -1450,12 +1450,15 @@ fn print_report(r: &Report) {
         println!("pre-start answers/s ÷ sold-out answers/s: {ratio:.2}");
     }
     if let (Some(pre), Some(after)) = (
-        r.pre_start_cpu_us_per_request,
-        r.sold_out_cpu_us_per_request,
+        r.pre_start_api_cpu_us_per_request,
+        r.sold_out_api_cpu_us_per_request,
     ) {
-        println!(
-            "CPU per request (this whole process): pre-start {pre:.1} µs, sold-out {after:.1} µs"
-        );
+        let floor = r
+            .floor
+            .as_ref()
+            .and_then(|f| f.server_cpu_us_per_request)
+            .map_or(String::new(), |f| format!("; constant floor {f:.1} µs"));
+        println!("API CPU per request: pre-start {pre:.1} µs, sold-out {after:.1} µs{floor}");
     }
     if r.cancelled_mid_sale > 0 {
         println!(

@@ -329,5 +329,11 @@ async fn a_rehearsal_with_its_crowd_over_instances_answers_it_from_memory_and_ba
     ] {
         assert!(v.is_some_and(|us| us > 0.0), "{part}: {v:?}");
     }
+    for v in [
+        report.pre_start_api_cpu_us_per_request,
+        report.sold_out_api_cpu_us_per_request,
+    ] {
+        assert!(v.is_some_and(|us| us > 0.0), "{v:?}");
+    }
     app.remove().await;
 }
