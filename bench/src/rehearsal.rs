@@ -57,7 +57,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub local: bool,
     /// With `--local`: this many independent `serve` instances (each with
-    /// its own memory; the first runs the workers), connections spread over them.
+    /// its own memory, `WORKERS=false`; the workers run beside them),
+    /// connections spread over them.
     #[arg(long, default_value_t = 1)]
     pub instances: usize,
     /// With `--local`: what the instances answer from memory: `all` (the
