@@ -505,12 +505,19 @@ impl Sales {
         }
     }
 
-    /// Reads the registry in the background, for [`memory`] to know which
-    /// sales exist.
+    /// Runs `read`, a read that keeps [`memory`] fresh, in the background
+    /// (no order waits for it), counted in [`Sales::memory_reads`].
+    fn read_in_background<F>(&self, read: impl FnOnce(Sales) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(read(self.clone()));
+    }
+
+    /// Reads the registry, for [`memory`] to know which sales exist.
     fn refresh_known_sales(&self) {
-        let sales = self.clone();
-        tokio::spawn(async move {
-            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+        self.read_in_background(|sales| async move {
             let sent = Instant::now();
             match sales.open_sales().await {
                 Ok(ids) => sales.memory.known().replace(ids, sent),
@@ -522,11 +529,10 @@ impl Sales {
         });
     }
 
-    /// Reads a sale's stock in the background, to renew its sold-out mark.
+    /// Reads a sale's stock, to renew its sold-out mark.
     fn renew_sold_out(&self, product: &ProductId) {
-        let (sales, product) = (self.clone(), product.clone());
-        tokio::spawn(async move {
-            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+        let product = product.clone();
+        self.read_in_background(|sales| async move {
             let keys = sales.keys(&product);
             let sent = Instant::now();
             let read = async {
@@ -547,11 +553,10 @@ impl Sales {
         });
     }
 
-    /// Reads a sale's window and its Redis node's clock in the background.
+    /// Reads a sale's window and its Redis node's clock.
     fn refresh_sale_clock(&self, product: &ProductId) {
-        let (sales, product) = (self.clone(), product.clone());
-        tokio::spawn(async move {
-            sales.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
+        let product = product.clone();
+        self.read_in_background(|sales| async move {
             let keys = sales.keys(&product);
             let sent = sales.memory.now();
             let read = async {

@@ -22,6 +22,17 @@ async fn sell_out(app: &TestApp, stock: u64) -> (String, Vec<String>) {
     (sku, ids)
 }
 
+/// Another instance (its own Sales) returns one order's units.
+async fn release_elsewhere(app: &TestApp, order_id: &str) {
+    let other = Sales::new(
+        Redis::new(&app.settings.redis.target, Duration::from_secs(2), 2).unwrap(),
+        app.prefix.clone(),
+    );
+    let (id, product) = OrderId::parse(order_id).unwrap();
+    let order = other.find_order(&id, &product).await.unwrap().unwrap();
+    assert_eq!(other.release(&order).await.unwrap(), (true, 1));
+}
+
 async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backend) {
     let app = spawn_app_on(backend, |s| {
         s.http.memory.sold_out_ttl = Duration::from_secs(60)
@@ -72,13 +83,7 @@ async fn while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts(ba
     assert!(app.sales.memory_reads() > reads, "renewed by reads");
     // Units back through another instance: the next renewal finds them, so
     // the sale sells again within the mark's life.
-    let other = Sales::new(
-        Redis::new(&app.settings.redis.target, Duration::from_secs(2), 2).unwrap(),
-        app.prefix.clone(),
-    );
-    let (id, product) = OrderId::parse(&ids[0]).unwrap();
-    let order = other.find_order(&id, &product).await.unwrap().unwrap();
-    assert_eq!(other.release(&order).await.unwrap(), (true, 1));
+    release_elsewhere(&app, &ids[0]).await;
     let released = std::time::Instant::now();
     loop {
         user += 1;
@@ -94,14 +99,7 @@ async fn stock_released_elsewhere_sells_again_once_the_mark_expires(backend: Bac
     let ttl = Duration::from_millis(300);
     let app = spawn_app_on(backend, |s| s.http.memory.sold_out_ttl = ttl).await;
     let (sku, ids) = sell_out(&app, 2).await;
-    // Another instance (its own Sales) returns one order's units.
-    let other = Sales::new(
-        Redis::new(&app.settings.redis.target, Duration::from_secs(2), 2).unwrap(),
-        app.prefix.clone(),
-    );
-    let (id, product) = OrderId::parse(&ids[0]).unwrap();
-    let order = other.find_order(&id, &product).await.unwrap().unwrap();
-    assert_eq!(other.release(&order).await.unwrap(), (true, 1));
+    release_elsewhere(&app, &ids[0]).await;
     // This instance may still say sold out, but for at most the mark's ttl.
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
     assert_eq!(

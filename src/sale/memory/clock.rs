@@ -86,6 +86,7 @@ impl Sample {
     }
 
     /// How far Redis's clock is ahead of the local one (ms; negative: behind).
+    #[cfg(test)]
     pub fn offset_ms(&self) -> i64 {
         self.offset_ms
     }

@@ -56,10 +56,6 @@ impl KnownSales {
         }
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     pub fn lookup(&self, product: &ProductId) -> Known {
         if self.ttl.is_zero() {
             return Known::CannotSay;

@@ -89,13 +89,35 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// One sale, as remembered.
 #[derive(Debug)]
 struct SaleMemory {
-    /// `[start_ms, end_ms)` by Redis's clock, once learned (it never changes
-    /// while the sale exists).
-    window: RwLock<Option<(i64, i64)>>,
-    clock: RwLock<Option<Sample>>,
+    /// The window and the reading of Redis's clock it is judged by.
+    window: RwLock<Window>,
     /// A background read of the window and clock is under way.
     refreshing: AtomicBool,
     buyers: BuyerMarks,
+}
+
+/// A sale's window, and Redis's clock, as learned.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    /// `[start_ms, end_ms)` by Redis's clock (it never changes while the
+    /// sale exists).
+    bounds: Option<(i64, i64)>,
+    sample: Option<Sample>,
+}
+
+impl Window {
+    /// Redis's time at `now` as `(earliest, latest)`, when a usable sample says.
+    fn redis_time(&self, now: Reading) -> Option<(i64, i64)> {
+        self.sample?.bounds(now)
+    }
+
+    /// Due for a background read: nothing known yet, or the sample is old
+    /// or no longer usable (`redis_time` is its bounds now).
+    fn due(&self, now: Reading, redis_time: Option<(i64, i64)>) -> bool {
+        self.bounds.is_none()
+            || redis_time.is_none()
+            || self.sample.is_none_or(|s| s.age(now) >= SAMPLE_EVERY)
+    }
 }
 
 /// What memory says about one order.
@@ -152,10 +174,6 @@ impl Memory {
         }
     }
 
-    pub fn settings(&self) -> &MemorySettings {
-        &self.settings
-    }
-
     pub fn now(&self) -> Reading {
         self.clock.now()
     }
@@ -179,8 +197,7 @@ impl Memory {
         }
         let sale = sales.entry(product.clone()).or_insert_with(|| {
             Arc::new(SaleMemory {
-                window: RwLock::new(None),
-                clock: RwLock::new(None),
+                window: RwLock::default(),
                 refreshing: AtomicBool::new(false),
                 buyers: BuyerMarks::new(self.settings.limit_ttl, self.settings.limit_entries),
             })
@@ -206,10 +223,12 @@ impl Memory {
             return recall;
         };
         let now = self.clock.now();
+        let window = *sale.window.read().unwrap_or_else(|e| e.into_inner());
+        let redis_time = window.redis_time(now);
         recall.refresh_sale = self.settings.window_margin.is_some()
-            && sale.due_for_refresh(now)
+            && window.due(now, redis_time)
             && !sale.refreshing.swap(true, Ordering::AcqRel);
-        if let Some(r) = self.outside_window(&sale, now, keyed) {
+        if let Some(r) = self.outside_window(window.bounds, redis_time, keyed) {
             recall.answer = Some(r);
         } else if keyed {
             // Only Redis knows the key's order.
@@ -226,11 +245,14 @@ impl Memory {
 
     /// `sale_not_started` while Redis's time is certainly before the start,
     /// `sale_ended` (unkeyed orders only) while certainly after the end.
-    fn outside_window(&self, sale: &SaleMemory, now: Reading, keyed: bool) -> Option<Rejection> {
+    fn outside_window(
+        &self,
+        window: Option<(i64, i64)>,
+        redis_time: Option<(i64, i64)>,
+        keyed: bool,
+    ) -> Option<Rejection> {
         let margin = self.settings.window_margin?.as_millis() as i64;
-        let (start, end) = (*sale.window.read().unwrap_or_else(|e| e.into_inner()))?;
-        let sample = (*sale.clock.read().unwrap_or_else(|e| e.into_inner()))?;
-        let (earliest, latest) = sample.bounds(now)?;
+        let ((start, end), (earliest, latest)) = (window?, redis_time?);
         if latest + margin < start {
             let estimate = (earliest + latest) / 2;
             return Some(Rejection::NotStarted {
@@ -358,31 +380,21 @@ impl Memory {
 }
 
 impl SaleMemory {
-    fn due_for_refresh(&self, now: Reading) -> bool {
-        if self
-            .window
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
-        {
-            return true;
-        }
-        let clock = self.clock.read().unwrap_or_else(|e| e.into_inner());
-        clock.is_none_or(|s| s.age(now) >= SAMPLE_EVERY || s.bounds(now).is_none())
-    }
-
     fn learn_window(&self, start_ms: i64, end_ms: i64) {
-        *self.window.write().unwrap_or_else(|e| e.into_inner()) = Some((start_ms, end_ms));
+        self.window
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .bounds = Some((start_ms, end_ms));
     }
 
     /// Keeps whichever sample says more about Redis's time now.
     fn learn_clock(&self, sample: Sample, now: Reading) {
-        let mut clock = self.clock.write().unwrap_or_else(|e| e.into_inner());
-        let keep_old = clock
-            .as_ref()
+        let mut window = self.window.write().unwrap_or_else(|e| e.into_inner());
+        let keep_old = window
+            .sample
             .is_some_and(|old| old.age(now) < SAMPLE_EVERY && old.is_tighter(&sample, now));
         if !keep_old {
-            *clock = Some(sample);
+            window.sample = Some(sample);
         }
     }
 }

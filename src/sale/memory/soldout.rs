@@ -60,11 +60,8 @@ impl SoldOutMarks {
         }
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// True while a fresh mark says the sale is sold out.
+    #[cfg(test)]
     pub fn is_marked(&self, product: &ProductId) -> bool {
         matches!(self.check(product), Marked::Yes { .. })
     }
@@ -106,6 +103,7 @@ impl SoldOutMarks {
     }
 
     /// Redis said sold out just now.
+    #[cfg(test)]
     pub fn mark(&self, product: &ProductId) {
         self.mark_since(product, Instant::now());
     }
