@@ -86,7 +86,7 @@ impl App {
             admin_token: http.admin_token.clone(),
             admin_routes: http.admin_routes,
             auth,
-            guards: Arc::new(Guards::new(http.limits.clone(), metrics.clone())),
+            guards: Arc::new(Guards::new(http.limits.clone())),
             metrics,
         });
         Ok(Self {

@@ -34,6 +34,17 @@ pub struct ProductId(String);
 
 impl ProductId {
     pub fn parse(s: &str) -> Result<Self, Invalid> {
+        Self::check(s)?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// [`Self::parse`], keeping `s`'s allocation.
+    pub fn parse_owned(s: String) -> Result<Self, Invalid> {
+        Self::check(&s)?;
+        Ok(Self(s))
+    }
+
+    fn check(s: &str) -> Result<(), Invalid> {
         if s.is_empty() {
             return Err(invalid("product_id must not be empty"));
         }
@@ -50,7 +61,7 @@ impl ProductId {
                 "product_id may only contain letters, digits, '.', '_' and '-'",
             ));
         }
-        Ok(Self(s.to_owned()))
+        Ok(())
     }
 
     pub fn as_str(&self) -> &str {

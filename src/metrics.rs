@@ -7,6 +7,8 @@
 //! gauges (stock, stream length, lag, pending, dead letters) are read from
 //! Redis when `/metrics` is scraped (see `http::metrics`).
 
+use std::sync::OnceLock;
+
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -45,6 +47,34 @@ pub struct Metrics {
     pub orders_in_flight: IntGauge,
     /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
     pub rate_limit_keys: IntGaugeVec,
+    /// `order_requests` and `order_latency` series, resolved once each.
+    order_series: OrderSeries,
+}
+
+/// The outcomes a sale's crowd gets by the thousand, and who gives them.
+const HOT_OUTCOMES: [&str; 10] = [
+    "accepted",
+    "replayed",
+    "sold_out",
+    "limit_exceeded",
+    "sale_not_started",
+    "sale_ended",
+    "product_not_found",
+    "insufficient_stock",
+    "rate_limited",
+    "overloaded",
+];
+const ANSWERED_BY: [&str; 3] = ["memory", "redis", "service"];
+const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
+
+/// The order path's series, each resolved on first use and kept: a label
+/// lookup hashes the values under a lock, a measurable part of an answer
+/// from memory (BENCHMARKS.md, "CPU per request"). Created lazily, so a
+/// series appears on `/metrics` only once it counted something, as before.
+#[derive(Default)]
+struct OrderSeries {
+    requests: [OnceLock<IntCounter>; HOT_OUTCOMES.len() * ANSWERED_BY.len()],
+    latency: [OnceLock<Histogram>; CLASSES.len()],
 }
 
 fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -53,6 +83,33 @@ fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
 }
 
 impl Metrics {
+    /// Counts an answer to `POST /api/orders` (`outcome`: `accepted`,
+    /// `replayed` or the error code) and times it by class.
+    pub fn count_order(&self, outcome: &'static str, answered_by: &'static str, seconds: f64) {
+        let class = match outcome {
+            "accepted" | "replayed" => 0,
+            "rate_limited" | "overloaded" => 2,
+            _ => 1,
+        };
+        let hot = HOT_OUTCOMES.iter().position(|o| *o == outcome);
+        let by = ANSWERED_BY.iter().position(|b| *b == answered_by);
+        match hot.zip(by) {
+            Some((o, b)) => self.order_series.requests[o * ANSWERED_BY.len() + b]
+                .get_or_init(|| {
+                    self.order_requests
+                        .with_label_values(&[outcome, answered_by])
+                })
+                .inc(),
+            None => self
+                .order_requests
+                .with_label_values(&[outcome, answered_by])
+                .inc(),
+        }
+        self.order_series.latency[class]
+            .get_or_init(|| self.order_latency.with_label_values(&[CLASSES[class]]))
+            .observe(seconds);
+    }
+
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some("flashsale".into()), None)
             .unwrap_or_else(|_| unreachable!("a valid prefix"));
@@ -144,6 +201,7 @@ impl Metrics {
                     &["limit"],
                 ),
             ),
+            order_series: OrderSeries::default(),
             registry,
         }
     }

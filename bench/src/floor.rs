@@ -44,6 +44,25 @@ pub enum Kind {
     Script { redis: RedisTarget, prefix: String },
 }
 
+/// `flashsale-bench floor`: the constant floor, alone.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FloorArgs {
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub secs: u64,
+}
+
+/// Serves the constant floor for `secs` seconds, printing its address.
+pub async fn serve_alone(args: FloorArgs) -> anyhow::Result<()> {
+    let floor = Floor::start(Kind::Constant)?;
+    println!("http://{}", floor.authority());
+    tokio::time::sleep(Duration::from_secs(args.secs)).await;
+    if let Some(cpu) = floor.cpu() {
+        println!("CPU {} ms", cpu.as_millis());
+    }
+    Ok(())
+}
+
 /// A running floor server; stopped when dropped.
 pub struct Floor {
     authority: String,

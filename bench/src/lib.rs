@@ -10,10 +10,13 @@
 //!   off and on, a concurrency sweep, and an overload.
 //! - [`drain`]: `flashsale-bench drain`, the stream workers' drain rate next
 //!   to a raw multi-row INSERT of the same rows.
+//! - [`cost`] measures what each part of the system spent in CPU per request,
+//!   and [`capacity`] turns it into the sizing of a sale.
 //! - [`auth`]: `flashsale-bench auth`, what verifying buyers' tokens costs
 //!   (none, HMAC, ES256, RS256; the token cache on and off).
 
 pub mod auth;
+pub mod capacity;
 pub mod cost;
 pub mod cpu;
 pub mod crowd;

@@ -30,6 +30,9 @@ enum Command {
     /// Measure what verifying buyers' tokens costs: none, HMAC, ES256, RS256,
     /// with the token cache on and off.
     Auth(flashsale_bench::BenchAuthArgs),
+    /// Serve the constant HTTP floor alone, for a profiler (`valgrind
+    /// --tool=callgrind`) to compare with `flashsale serve`.
+    Floor(flashsale_bench::floor::FloorArgs),
 }
 
 #[tokio::main]
@@ -45,5 +48,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Drain(args) => flashsale_bench::run_drain_bench(args).await,
         Command::Guards(args) => flashsale_bench::run_guards_bench(args).await,
         Command::Auth(args) => flashsale_bench::run_auth_bench(args).await,
+        Command::Floor(args) => flashsale_bench::floor::serve_alone(args).await,
     }
 }

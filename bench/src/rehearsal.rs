@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{oneshot, watch};
 
+use super::capacity::{Capacity, Demand};
 use super::cost::{self, CpuPerRequest};
 use super::cpu::ThreadGroup;
 use super::crowd::{self, RedisCalls};
@@ -176,6 +177,47 @@ pub struct BenchArgs {
     /// No progress display.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// What the printed capacity plan sizes for (with `--stock` per sale).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlanArgs {
+    /// Requests per second of this mix to size the sale for.
+    #[arg(long, default_value_t = PlanArgs::RATE)]
+    pub plan_rate: f64,
+    /// Orders per second the workers and MySQL should persist.
+    #[arg(long, default_value_t = PlanArgs::DRAIN)]
+    pub plan_drain: f64,
+    /// Share of each core to keep busy (0.7: 30% headroom).
+    #[arg(long, default_value_t = PlanArgs::BUSY)]
+    pub plan_busy: f64,
+}
+
+impl PlanArgs {
+    const RATE: f64 = 100_000.0;
+    const DRAIN: f64 = 2_000.0;
+    const BUSY: f64 = 0.7;
+
+    fn demand(&self, stock: u64) -> Demand {
+        Demand {
+            requests_per_s: self.plan_rate,
+            stock,
+            drain_orders_per_s: self.plan_drain,
+            busy: self.plan_busy,
+        }
+    }
+}
+
+impl Default for PlanArgs {
+    fn default() -> Self {
+        Self {
+            plan_rate: Self::RATE,
+            plan_drain: Self::DRAIN,
+            plan_busy: Self::BUSY,
+        }
+    }
 }
 
 /// What `--local` instances answer from memory.
@@ -325,6 +367,8 @@ pub struct Report {
     /// CPU time per request (and per persisted order) of each part of the
     /// system during the burst.
     pub cpu: CpuPerRequest,
+    /// The sizing of a sale of this mix, from `cpu` (`--plan-*`).
+    pub capacity: Capacity,
     pub checks: Vec<Check>,
 }
 
@@ -587,6 +631,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         sold_out_phase,
         cancelled_mid_sale: cancelled.len() as u64,
         redis_calls,
+        capacity: Capacity::plan(&cpu, args.plan.demand(args.stock)),
         cpu,
         checks,
     };
@@ -1541,6 +1586,9 @@ fn print_report(r: &Report) {
     if let (Some(p), Some(rate)) = (&r.paced, r.paced_rate) {
         println!("paced at {rate:.0} req/s:");
         run("paced", p);
+    }
+    for line in r.capacity.lines(&r.cpu) {
+        println!("{line}");
     }
     match (r.persisted_after_burst_ms, r.drain_orders_per_s) {
         (Some(ms), Some(rate)) => println!(

@@ -154,6 +154,7 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
         jwt_public_key: None,
         token_cache: 100_000,
         tokens: None,
+        plan: Default::default(),
     }
 }
 
@@ -328,6 +329,16 @@ async fn a_rehearsal_with_its_crowd_over_instances_answers_it_from_memory_and_ba
         ("mysql", cpu.mysql_us_per_order),
     ] {
         assert!(v.is_some_and(|us| us > 0.0), "{part}: {v:?}");
+    }
+    // The capacity plan is sized from them, every part of it.
+    let plan = report.capacity;
+    for (part, cores) in [
+        ("api", plan.api_cores),
+        ("redis", plan.redis_cores),
+        ("workers", plan.workers_cores),
+        ("mysql", plan.mysql_cores),
+    ] {
+        assert!(cores.is_some_and(|c| c > 0.0), "{part}: {cores:?}");
     }
     for v in [
         report.pre_start_api_cpu_us_per_request,

@@ -269,14 +269,26 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// Who sent the request with head `parts` from `peer` (a gateway's
+    /// header is believed only from its trusted addresses).
+    pub fn of(state: &AppState, parts: &Parts, peer: Option<SocketAddr>) -> Result<Self, ApiError> {
+        match &state.auth {
+            None => Ok(Self::Anyone),
+            Some(auth) => auth.identify(parts, peer).map(Self::Buyer),
+        }
+    }
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        match &state.auth {
-            None => Ok(Self::Anyone),
-            Some(auth) => auth.identify(parts).map(Self::Buyer),
-        }
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer);
+        Self::of(state, parts, peer)
     }
 }
 
@@ -315,13 +327,10 @@ impl Auth {
     }
 
     /// The buyer a request comes from, or why it is refused (401).
-    fn identify(&self, parts: &Parts) -> Result<u64, ApiError> {
+    fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<u64, ApiError> {
         if let Some((name, proxies)) = &self.header
             && let Some(value) = parts.headers.get(name)
-            && parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .is_some_and(|ConnectInfo(peer)| proxies.iter().any(|p| p.contains(peer.ip())))
+            && peer.is_some_and(|peer| proxies.iter().any(|p| p.contains(peer.ip())))
         {
             return value
                 .to_str()

@@ -14,28 +14,34 @@
 //! which every client honours. BENCHMARKS.md, "Refusals that keep the
 //! connection", compares this with closing after every refusal.
 
-use axum::body::Body;
-use axum::extract::Request;
+use axum::BoxError;
+use axum::body::{Bytes, HttpBody};
+use axum::http::request::{Parts, Request};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::LengthLimitError;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::time::Instant;
 
 use super::error::ApiError;
 
-/// `req` with its body read into memory (at most `limit` bytes, by
-/// `deadline`), or the answer that closes the connection.
-pub async fn read_whole(
-    req: Request,
+/// `req`'s head and its body read into memory (at most `limit` bytes, by
+/// `deadline`), or the answer that closes the connection. Any body type:
+/// the order path reads hyper's own, the router's routes axum's.
+pub async fn read_whole<B>(
+    req: Request<B>,
     limit: usize,
     deadline: Instant,
-) -> Result<Request, Response> {
-    use axum::body::HttpBody;
-    if req.body().is_end_stream() {
-        return Ok(req);
+) -> Result<(Parts, Bytes), Response>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    if body.is_end_stream() {
+        return Ok((parts, Bytes::new()));
     }
-    let declared = req
-        .headers()
+    let declared = parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
@@ -43,12 +49,9 @@ pub async fn read_whole(
         // Reading it just to throw it away would cost more than a new connection.
         return Err(closing(ApiError::PayloadTooLarge));
     }
-    let (parts, body) = req.into_parts();
-    match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
-        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|e| e.is::<LengthLimitError>()) => {
-            Err(closing(ApiError::PayloadTooLarge))
-        }
+    match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok((parts, collected.to_bytes())),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(closing(ApiError::PayloadTooLarge)),
         Ok(Err(_)) => Err(closing(ApiError::InvalidRequest(
             "the request body could not be read".into(),
         ))),

@@ -2,10 +2,11 @@
 //! `{"error": "<code>", "message": "<text for a human>"}`. A failure of a
 //! dependency or a bug keeps its cause (the error's `source` chain), which
 //! the client never sees: the answer carries the error in a response
-//! extension ([`Failure`]), and the request middleware logs it, once, with
-//! the whole chain (`limits::guard_request`).
+//! extension ([`Failure`]), and the request guard logs it, once, with
+//! the whole chain (`limits::guarded`).
 
 use axum::Json;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -79,10 +80,6 @@ pub enum ApiError {
     #[error("internal error")]
     Internal(#[source] Cause),
 }
-
-/// The `error` code of an answer, attached to the response for middleware.
-#[derive(Debug, Clone, Copy)]
-pub struct ErrorCode(pub &'static str);
 
 /// The body of every error answer.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -181,6 +178,22 @@ impl Failure {
     }
 }
 
+impl ApiError {
+    /// The body of the refusals a sale's crowd gets by the thousand, whose
+    /// text never changes: written once, not serialized per answer. A test
+    /// checks each against the serialized body.
+    fn constant_body(&self) -> Option<&'static [u8]> {
+        Some(match self {
+            Self::SoldOut => br#"{"error":"sold_out","message":"sold out"}"#,
+            Self::SaleEnded => br#"{"error":"sale_ended","message":"the sale has ended"}"#,
+            Self::Overloaded => {
+                br#"{"error":"overloaded","message":"the service is at capacity; retry shortly"}"#
+            }
+            _ => return None,
+        })
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
@@ -188,15 +201,26 @@ impl IntoResponse for ApiError {
             Self::SaleNotStarted { starts_at, .. } => Some(*starts_at),
             _ => None,
         };
-        let mut response = (
-            status,
-            Json(ErrorBody {
-                error: code,
-                message: self.to_string(),
-                starts_at,
-            }),
-        )
-            .into_response();
+        let mut response = match self.constant_body() {
+            Some(body) => {
+                let mut response = Response::new(Body::from(Bytes::from_static(body)));
+                *response.status_mut() = status;
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            None => (
+                status,
+                Json(ErrorBody {
+                    error: code,
+                    message: self.to_string(),
+                    starts_at,
+                }),
+            )
+                .into_response(),
+        };
         let retry_after = match &self {
             Self::RateLimited { retry_after_secs } => Some(HeaderValue::from(*retry_after_secs)),
             // Rounded up: a client that waits this long finds the sale open.
@@ -213,8 +237,6 @@ impl IntoResponse for ApiError {
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        // For the metrics: the outcome without parsing the body again.
-        response.extensions_mut().insert(ErrorCode(code));
         // Shedding (`overloaded`) is by design and counted, not logged.
         if matches!(
             self,
@@ -366,5 +388,33 @@ mod tests {
             seen.insert(code);
         }
         assert_eq!(seen.len(), CODES.len(), "CODES lists a code no error has");
+    }
+
+    /// The bodies written once are the bodies serde would write.
+    #[test]
+    fn constant_bodies_are_the_serialized_ones() {
+        let mut constant = 0;
+        for e in [
+            ApiError::SoldOut,
+            ApiError::SaleEnded,
+            ApiError::Overloaded,
+            ApiError::OrderNotFound,
+        ] {
+            let Some(body) = e.constant_body() else {
+                continue;
+            };
+            constant += 1;
+            let serialized = serde_json::to_vec(&ErrorBody {
+                error: e.code(),
+                message: e.to_string(),
+                starts_at: None,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(body),
+                String::from_utf8_lossy(&serialized)
+            );
+        }
+        assert_eq!(constant, 3, "sold_out, sale_ended and overloaded");
     }
 }

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{header, request::Parts};
+use axum::http::{HeaderMap, header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
@@ -21,7 +21,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = is_json(&req);
+        let is_json = is_json(req.headers());
         let bytes = Bytes::from_request(req, state).await?;
         parse(is_json, &bytes).map(Self)
     }
@@ -39,7 +39,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = is_json(&req);
+        let is_json = is_json(req.headers());
         let bytes = Bytes::from_request(req, state).await?;
         if bytes.is_empty() {
             return Ok(Self(None));
@@ -52,14 +52,23 @@ where
     }
 }
 
-fn is_json(req: &Request) -> bool {
-    req.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            let mime = ct.split(';').next().unwrap_or("").trim();
-            mime.eq_ignore_ascii_case("application/json")
-        })
+/// A body read already, checked as [`JsonBody`] checks it.
+pub fn json<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> Result<T, ApiError> {
+    parse(is_json(headers), bytes)
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    // What nearly every client sends, compared first.
+    if value.as_bytes() == b"application/json" {
+        return true;
+    }
+    value.to_str().is_ok_and(|ct| {
+        let mime = ct.split(';').next().unwrap_or("").trim();
+        mime.eq_ignore_ascii_case("application/json")
+    })
 }
 
 fn parse<T: DeserializeOwned>(is_json: bool, bytes: &[u8]) -> Result<T, ApiError> {

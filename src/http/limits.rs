@@ -1,10 +1,10 @@
 //! Holding the line under a spike: every guard the HTTP layer puts in front
 //! of Redis, cheapest first.
 //!
-//! - On every request ([`guard_request`]): header limits (431) and an upper
-//!   bound on handling time (503 `unavailable`), so no request hangs whatever
-//!   a dependency does.
-//! - On `POST /api/orders` ([`guard_order`]): the client address's token
+//! - On every request ([`guarded`]; the router's routes through
+//!   [`guard_request`]): header limits (431) and an upper bound on handling
+//!   time (503 `unavailable`), so no request hangs whatever a dependency does.
+//! - On `POST /api/orders` ([`gate_order`]): the client address's token
 //!   bucket (429 `rate_limited`), then a slot among `max_in_flight` orders
 //!   being decided. No free slot means 503 `overloaded` at once: the service
 //!   sheds the excess instead of queueing it, so latency and memory stay flat
@@ -26,16 +26,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 use super::error::ApiError;
-use crate::metrics::Metrics;
+use super::orders::{Answer, AnsweredBy};
 
 /// A token bucket: `per_second` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,8 +204,6 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
 /// The guards' state, shared by all requests.
 pub struct Guards {
     limits: Limits,
-    /// Where `guard_order` counts and times every order answer.
-    metrics: Arc<Metrics>,
     in_flight: Option<Semaphore>,
     users: Option<Buckets<u64>>,
     ips: Option<Buckets<IpAddr>>,
@@ -209,9 +211,8 @@ pub struct Guards {
 }
 
 impl Guards {
-    pub fn new(limits: Limits, metrics: Arc<Metrics>) -> Self {
+    pub fn new(limits: Limits) -> Self {
         Self {
-            metrics,
             in_flight: (limits.max_in_flight > 0).then(|| Semaphore::new(limits.max_in_flight)),
             users: limits.user_rate.map(|r| Buckets::new(r, limits.max_keys)),
             ips: limits.ip_rate.map(|r| Buckets::new(r, limits.max_keys)),
@@ -257,10 +258,9 @@ impl Guards {
     }
 
     /// The client's address: the configured header's last entry, else the peer.
-    fn client_ip(&self, req: &Request) -> Option<IpAddr> {
+    fn client_ip(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
         if let Some(name) = &self.limits.client_ip_header
-            && let Some(ip) = req
-                .headers()
+            && let Some(ip) = headers
                 .get_all(name)
                 .iter()
                 .next_back()
@@ -270,10 +270,15 @@ impl Guards {
         {
             return Some(ip);
         }
-        req.extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| addr.ip())
+        peer.map(|addr| addr.ip())
     }
+}
+
+/// The peer address `serve` puts on the router's requests.
+fn peer(req: &Request) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr)
 }
 
 fn rate_limited(wait: Duration) -> ApiError {
@@ -285,31 +290,57 @@ fn rate_limited(wait: Duration) -> ApiError {
 }
 
 /// Every request: its body read in full (so that any early answer keeps the
-/// connection, see [`super::body`]), header limits, then the handling-time
-/// bound (and, at debug level, the request's span and log line). One
-/// deadline bounds it all.
+/// connection, see [`super::body`]), header limits, then `handle` within the
+/// handling-time bound (and, at debug level, the request's span and log
+/// line). One deadline bounds it all.
+pub(super) async fn guarded<B, Handled>(
+    guards: &Guards,
+    req: Request<B>,
+    handle: impl FnOnce(Parts, Bytes) -> Handled,
+) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+    Handled: Future<Output = Response>,
+{
+    let limits = &guards.limits;
+    let deadline = tokio::time::Instant::now() + limits.request_timeout;
+    let (parts, body) = match super::body::read_whole(req, super::MAX_BODY_BYTES, deadline).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    if let Err(refused) = check_headers(&parts.headers, limits) {
+        return refused.into_response();
+    }
+    // Disabled (and free) unless the debug level is on. The handling is
+    // awaited at one place, never passed to another async fn: a future
+    // passed as an argument is laid out twice in the callee's.
+    let span = super::logs::request_span(&parts);
+    let started = (!span.is_disabled()).then(Instant::now);
+    let handled = tokio::time::timeout_at(deadline, handle(parts, body))
+        .instrument(span.clone())
+        .await;
+    let response = match handled {
+        Ok(response) => response,
+        Err(_) => ApiError::Unavailable("request not handled within REQUEST_TIMEOUT_MS".into())
+            .into_response(),
+    };
+    super::logs::handled(&span, &response, started);
+    super::logs::failure(&response);
+    response
+}
+
+/// [`guarded`] as the router's middleware, for every route but the order
+/// path (which `serve` hands to [`super::orders::endpoint`] directly).
 pub async fn guard_request(
     State(guards): State<Arc<Guards>>,
     req: Request,
     next: Next,
 ) -> Response {
-    let limits = &guards.limits;
-    let deadline = tokio::time::Instant::now() + limits.request_timeout;
-    let req = match super::body::read_whole(req, super::MAX_BODY_BYTES, deadline).await {
-        Ok(req) => req,
-        Err(refused) => return refused,
-    };
-    if let Err(refused) = check_headers(req.headers(), limits) {
-        return refused.into_response();
-    }
-    let response = if tracing::enabled!(tracing::Level::DEBUG) {
-        let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-        super::logs::traced(&method, &path, bounded(deadline, req, next)).await
-    } else {
-        bounded(deadline, req, next).await
-    };
-    super::logs::failure(&response);
-    response
+    guarded(&guards, req, |parts, body| {
+        next.run(Request::from_parts(parts, Body::from(body)))
+    })
+    .await
 }
 
 /// 431 beyond the header limits.
@@ -333,47 +364,34 @@ fn check_headers(headers: &HeaderMap, limits: &Limits) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Handles `req` by `deadline`, else answers 503 `unavailable`.
-async fn bounded(deadline: tokio::time::Instant, req: Request, next: Next) -> Response {
-    match tokio::time::timeout_at(deadline, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Unavailable("request not handled within REQUEST_TIMEOUT_MS".into())
-            .into_response(),
-    }
-}
-
-/// `POST /api/orders`: the address's bucket, then a slot or 503
-/// `overloaded`; every answer is counted and timed in the metrics (here
-/// rather than in a layer of its own, which would cost a boxed service call
-/// per order).
-pub async fn guard_order(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let response = gate_order(&guards, req, next).await;
-    crate::http::metrics::count_order(&guards.metrics, &response, started);
-    response
-}
-
-async fn gate_order(guards: &Guards, req: Request, next: Next) -> Response {
+/// `POST /api/orders`: the address's bucket, then a slot among
+/// `max_in_flight` held while `decide` runs, or 503 `overloaded`.
+pub(super) async fn gate_order<Decided: Future<Output = Answer>>(
+    guards: &Guards,
+    parts: Parts,
+    peer: Option<SocketAddr>,
+    decide: impl FnOnce(Parts) -> Decided,
+) -> Answer {
     // The address is only looked up when its limit is on.
     if let Some(ips) = &guards.ips
-        && let Some(ip) = guards.client_ip(&req)
+        && let Some(ip) = guards.client_ip(&parts.headers, peer)
         && let Err(wait) = ips.check(&ip)
     {
-        return rate_limited(wait).into_response();
+        return Answer::refused(rate_limited(wait), AnsweredBy::Service);
     }
-    let Some(in_flight) = &guards.in_flight else {
-        return next.run(req).await;
+    // One await of `decide` (two would lay its future out twice in this one).
+    let _slot = match guards.in_flight.as_ref().map(Semaphore::try_acquire) {
+        None => None,
+        Some(Ok(slot)) => Some(slot),
+        Some(Err(_)) => return Answer::refused(ApiError::Overloaded, AnsweredBy::Service),
     };
-    match in_flight.try_acquire() {
-        Ok(_slot) => next.run(req).await,
-        Err(_) => ApiError::Overloaded.into_response(),
-    }
+    decide(parts).await
 }
 
 /// Routes that take an order or user id: the address's lookup bucket.
 pub async fn guard_lookup(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
     if let Some(lookups) = &guards.lookups
-        && let Some(ip) = guards.client_ip(&req)
+        && let Some(ip) = guards.client_ip(req.headers(), peer(&req))
         && let Err(wait) = lookups.check(&ip)
     {
         return rate_limited(wait).into_response();

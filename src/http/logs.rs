@@ -1,14 +1,15 @@
 //! The HTTP layer's log lines: one per failed request (5xx, with its error's
 //! cause chain), and at debug level a span and a line per request. Called by
-//! the request guard (`limits::guard_request`), which wraps every route:
+//! the request guard (`limits::guarded`), which every request goes through:
 //! here rather than in a layer of its own, since an extra `from_fn` layer had
 //! a measurable cost on the sold-out path even with debug off (BENCHMARKS.md,
 //! "The guards").
 
 use std::time::Instant;
 
-use axum::http::Method;
+use axum::http::request::Parts;
 use axum::response::Response;
+use tracing::Span;
 
 use super::error::Failure;
 
@@ -26,18 +27,17 @@ pub(super) fn failure(response: &Response) {
     }
 }
 
-/// At debug level: a `request` span (method, path) around the handling,
-/// which the handlers' logs carry, and one line per request with status and
-/// latency.
-pub(super) async fn traced(
-    method: &Method,
-    path: &str,
-    handling: impl Future<Output = Response>,
-) -> Response {
-    use tracing::Instrument;
-    let started = Instant::now();
-    let span = tracing::debug_span!("request", method = %method, path = %path);
-    let response = handling.instrument(span.clone()).await;
+/// At debug level: a `request` span (method, path) for the handling, which
+/// the handlers' logs carry; disabled otherwise.
+pub(super) fn request_span(parts: &Parts) -> Span {
+    tracing::debug_span!("request", method = %parts.method, path = %parts.uri.path())
+}
+
+/// At debug level: one line per request, in its span, with status and latency.
+pub(super) fn handled(span: &Span, response: &Response, started: Option<Instant>) {
+    let Some(started) = started else {
+        return;
+    };
     span.in_scope(|| {
         tracing::debug!(
             status = response.status().as_u16(),
@@ -45,5 +45,4 @@ pub(super) async fn traced(
             "request"
         )
     });
-    response
 }

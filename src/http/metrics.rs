@@ -1,5 +1,5 @@
 //! `GET /metrics` (Prometheus text format), and the counting and timing of
-//! every `POST /api/orders` answer (called by `limits::guard_order`).
+//! every `POST /api/orders` answer (called by `orders::endpoint`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,12 +8,11 @@ use axum::Router;
 use axum::routing::get;
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::ErrorCode;
-use super::orders::{AnsweredBy, IDEMPOTENT_REPLAYED};
+use super::orders::Answer;
 use crate::metrics::Metrics;
 use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
@@ -22,31 +21,12 @@ use crate::sale::inspect::StreamReport;
 const MAX_SALES_SCRAPED: usize = 500;
 
 /// Counts an answer to `POST /api/orders` by outcome and times it by class.
-pub fn count_order(metrics: &Metrics, response: &Response, started: Instant) {
-    let outcome = match response.extensions().get::<ErrorCode>() {
-        Some(ErrorCode(code)) => code,
-        None if response.headers().contains_key(IDEMPOTENT_REPLAYED) => "replayed",
-        None if response.status() == StatusCode::ACCEPTED => "accepted",
-        None => "other",
-    };
-    let class = match outcome {
-        "accepted" | "replayed" => "accepted",
-        "overloaded" | "rate_limited" => "shed",
-        _ => "refused",
-    };
-    // Answers that never reached the sales (bad input, auth, limits, shedding).
-    let answered_by = response
-        .extensions()
-        .get::<AnsweredBy>()
-        .map_or("service", |a| a.label());
-    metrics
-        .order_requests
-        .with_label_values(&[outcome, answered_by])
-        .inc();
-    metrics
-        .order_latency
-        .with_label_values(&[class])
-        .observe(started.elapsed().as_secs_f64());
+pub fn count_order(metrics: &Metrics, answer: &Answer, started: Instant) {
+    metrics.count_order(
+        answer.outcome,
+        answer.answered_by.label(),
+        started.elapsed().as_secs_f64(),
+    );
 }
 
 /// `GET /metrics`: the counters, and each open sale's gauges read from Redis

@@ -12,6 +12,9 @@ pub mod metrics;
 pub mod openapi;
 mod orders;
 mod products;
+mod server;
+
+pub use server::serve;
 
 use std::sync::Arc;
 
@@ -19,7 +22,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
-use tokio::net::TcpListener;
 
 use crate::books::Books;
 use crate::sale::Sales;
@@ -71,10 +73,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/api/products/{product_id}", get(products::get))
-        .route(
-            "/api/orders",
-            post(orders::place).layer(from_fn_with_state(guards.clone(), limits::guard_order)),
-        )
+        .route("/api/orders", post(orders::place_route))
         .merge(
             // Everything that takes an order or user id: throttled per
             // address, so ids cannot be tried by the thousand.
@@ -102,18 +101,4 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(from_fn_with_state(guards, limits::guard_request))
         .with_state(state)
-}
-
-/// Serves the API on `listener` until `shutdown` completes, then lets requests
-/// in flight finish.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    // With the peer's address, for the per-address rate limit.
-    let service = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -1,9 +1,14 @@
 //! Orders: placed by one script call in Redis, looked up in Redis or MySQL.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::body::{Bytes, HttpBody};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Json};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -11,7 +16,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
-use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, PathParam, QueryParams};
+use super::extract::{self, IdempotencyKey, OptionalJsonBody, PathParam, QueryParams};
+use super::limits;
 use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
@@ -128,53 +134,121 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
-#[tracing::instrument(level = "debug", skip_all, fields(product_id = %body.product_id))]
 pub async fn place(
-    State(state): State<AppState>,
-    caller: Caller,
-    IdempotencyKey(idempotency_key): IdempotencyKey,
-    JsonBody(body): JsonBody<PlaceOrder>,
-) -> Result<Response, ApiError> {
+    state: &AppState,
+    mut parts: Parts,
+    peer: Option<SocketAddr>,
+    body: Bytes,
+) -> Answer {
+    match decide(state, &mut parts, peer, &body).await {
+        Ok(answer) => answer,
+        Err(refused) => Answer::refused(refused, AnsweredBy::Service),
+    }
+}
+
+/// The order path, whole: every guard of [`limits`](super::limits), the
+/// order decided, the answer counted and timed in the metrics. `serve`
+/// calls it straight from the connection for `POST /api/orders`, the
+/// busiest route by far (no router, no middleware stack: BENCHMARKS.md,
+/// "CPU per request"); the router's route calls it too.
+pub async fn endpoint<B>(state: &AppState, peer: Option<SocketAddr>, req: Request<B>) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    limits::guarded(&state.guards, req, |parts, body| async move {
+        let started = Instant::now();
+        let answer = limits::gate_order(&state.guards, parts, peer, |parts| {
+            place(state, parts, peer, body)
+        })
+        .await;
+        super::metrics::count_order(&state.metrics, &answer, started);
+        answer.response
+    })
+    .await
+}
+
+/// The router's `POST /api/orders` (`serve` answers it before the router;
+/// this keeps the route, and its 405 for other methods, in one table).
+pub async fn place_route(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr);
+    endpoint(&state, peer, req).await
+}
+
+async fn decide(
+    state: &AppState,
+    parts: &mut Parts,
+    peer: Option<SocketAddr>,
+    body: &[u8],
+) -> Result<Answer, ApiError> {
+    let caller = Caller::of(state, parts, peer)?;
+    let IdempotencyKey(idempotency_key) = IdempotencyKey::from_request_parts(parts, state).await?;
+    let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;
-    let product = ProductId::parse(&body.product_id)?;
+    let product = ProductId::parse_owned(body.product_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
     let decided = state
         .sales
         .place_order(&product, user_id, quantity, idempotency_key.as_deref())
         .await;
-    let answered = match decided {
-        Err(SaleError::Remembered(_)) => AnsweredBy::Memory,
-        _ => AnsweredBy::Redis,
-    };
-    let mut response = match decided {
-        Ok(placed) => placed_response(placed, quantity),
-        Err(e) => ApiError::from(e).into_response(),
-    };
-    response.extensions_mut().insert(answered);
-    Ok(response)
+    Ok(match decided {
+        Ok(placed) => placed_answer(placed, quantity),
+        Err(e @ SaleError::Remembered(_)) => Answer::refused(e.into(), AnsweredBy::Memory),
+        Err(e) => Answer::refused(e.into(), AnsweredBy::Redis),
+    })
 }
 
 /// 202 with the order, or a replay's answer.
-fn placed_response(placed: Placed, quantity: u64) -> Response {
+fn placed_answer(placed: Placed, quantity: u64) -> Answer {
     if placed.replayed && placed.order.quantity != quantity {
-        return ApiError::IdempotencyKeyReused.into_response();
+        return Answer::refused(ApiError::IdempotencyKeyReused, AnsweredBy::Redis);
     }
     let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(placed.order))).into_response();
-    if placed.replayed {
+    let outcome = if placed.replayed {
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        "replayed"
+    } else {
+        "accepted"
+    };
+    Answer {
+        response,
+        outcome,
+        answered_by: AnsweredBy::Redis,
     }
-    response
 }
 
-/// Who decided an order's answer (a response extension, for the metrics):
-/// this process's memory of Redis's answers, or Redis itself.
+/// An answer to `POST /api/orders`, with what the metrics count it as.
+pub struct Answer {
+    pub response: Response,
+    /// `accepted`, `replayed`, or the error code.
+    pub outcome: &'static str,
+    pub answered_by: AnsweredBy,
+}
+
+impl Answer {
+    pub fn refused(error: ApiError, answered_by: AnsweredBy) -> Self {
+        Self {
+            outcome: error.code(),
+            response: error.into_response(),
+            answered_by,
+        }
+    }
+}
+
+/// Who decided an order's answer: this process's memory of Redis's
+/// answers, Redis itself, or the service before asking the sale (bad
+/// input, identity, limits, shedding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnsweredBy {
     Memory,
     Redis,
+    Service,
 }
 
 impl AnsweredBy {
@@ -182,6 +256,7 @@ impl AnsweredBy {
         match self {
             Self::Memory => "memory",
             Self::Redis => "redis",
+            Self::Service => "service",
         }
     }
 }
@@ -398,4 +473,24 @@ pub async fn cancel(
             (StatusCode::ACCEPTED, Json(view)).into_response()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, without calling it.
+    fn future_size<A, B, C, Fut, F: Fn(A, B, C) -> Fut>(_: &F) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every answer's future is boxed and moved, so its size is CPU on
+    /// every request: once it was 28 KB (the Redis call's future laid out
+    /// at each level, futures passed to async fns laid out twice), copied
+    /// per order answered from memory (BENCHMARKS.md, "CPU per request").
+    #[test]
+    fn the_order_paths_future_stays_small() {
+        let size = future_size(&endpoint::<hyper::body::Incoming>);
+        assert!(size <= 4096, "the order path's future is {size} bytes");
+    }
 }

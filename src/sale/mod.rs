@@ -418,6 +418,19 @@ impl Sales {
         if let Some(answer) = recall.answer {
             return Err(SaleError::Remembered(answer));
         }
+        // Boxed: the Redis call's future is most of this one's size (5 KB),
+        // which every caller's future would otherwise carry and copy, for
+        // the answers from memory above too (BENCHMARKS.md, "CPU per request").
+        Box::pin(self.place_in_redis(product, user_id, quantity, idempotency_key)).await
+    }
+
+    async fn place_in_redis(
+        &self,
+        product: &ProductId,
+        user_id: u64,
+        quantity: u64,
+        idempotency_key: Option<&str>,
+    ) -> Result<Placed, SaleError> {
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
         let idem = idempotency_key.map(|k| format!("{user_id}:{k}"));

@@ -13,7 +13,6 @@
 //! no scan per order); if it is still full, new buyers are not remembered
 //! (they are asked about in Redis, as without the table).
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ pub struct BuyerMarks {
 
 #[derive(Debug, Default)]
 struct Table {
-    marks: HashMap<u64, Mark>,
+    marks: super::Map<u64, Mark>,
     pruned: Option<Instant>,
 }
 

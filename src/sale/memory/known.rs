@@ -9,7 +9,6 @@
 //! through this process is added at once. A stale snapshot says nothing
 //! (the order goes to Redis), and so does a registry larger than `cap`.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,10 +26,10 @@ pub struct KnownSales {
 #[derive(Debug, Default)]
 struct State {
     /// The registry, and when its read was sent.
-    snapshot: Option<(HashSet<ProductId>, Instant)>,
+    snapshot: Option<(super::Set<ProductId>, Instant)>,
     /// Sales opened through this process, and when: kept over a snapshot
     /// whose read was sent before them.
-    opened_here: HashMap<ProductId, Instant>,
+    opened_here: super::Map<ProductId, Instant>,
     /// The registry was over the cap at the last read (logged once).
     over_cap: bool,
 }

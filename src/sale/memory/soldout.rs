@@ -16,7 +16,6 @@
 //! script's `sold_out`, which needs a real, open sale); expired marks are
 //! dropped whenever the map grows past `PRUNE_AT`.
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -29,7 +28,7 @@ const PRUNE_AT: usize = 1024;
 pub struct SoldOutMarks {
     ttl: Duration,
     // A std RwLock: held for a hash lookup only, never across an await.
-    marks: RwLock<HashMap<ProductId, Mark>>,
+    marks: RwLock<super::Map<ProductId, Mark>>,
 }
 
 #[derive(Debug)]

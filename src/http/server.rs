@@ -1,0 +1,110 @@
+//! The HTTP/1.1 server: accepts connections, answers `POST /api/orders`
+//! straight from the connection ([`orders::endpoint`]) and everything else
+//! through the router.
+//!
+//! The order path is nearly all the traffic of a sale, and most of it is
+//! answered from memory in a few microseconds, so what the HTTP stack costs
+//! around it is most of its cost: axum's router and a middleware stack cost
+//! the sold-out answer about twice the CPU of a bare hyper server
+//! (BENCHMARKS.md, "CPU per request"). The order path keeps every guard
+//! (`limits::guarded`, `limits::gate_order`) without the layers.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::{Method, Request};
+use axum::response::Response;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tower_service::Service as _;
+
+use super::{AppState, orders, router};
+
+/// Serves the API on `listener` until `shutdown` completes, then lets the
+/// requests in flight finish (idle connections are closed at once).
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = router(state.clone());
+    let connections = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Answers are written whole: do not hold the last segment back.
+        let _ = stream.set_nodelay(true);
+        let front = Front {
+            state: state.clone(),
+            router: router.clone(),
+            peer,
+        };
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), front);
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::trace!(error = %e, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// A refused or failed accept: the peer's own failures are skipped; any
+/// other (out of file descriptors) is logged and waited out, as axum does.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accepting a connection failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// One connection's service: the order path, or the router.
+struct Front {
+    state: AppState,
+    router: Router,
+    peer: SocketAddr,
+}
+
+type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Front {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answering;
+
+    fn call(&self, mut req: Request<Incoming>) -> Answering {
+        if req.method() == Method::POST && req.uri().path() == "/api/orders" {
+            let (state, peer) = (self.state.clone(), self.peer);
+            return Box::pin(async move { Ok(orders::endpoint(&state, Some(peer), req).await) });
+        }
+        // The router's routes read the peer's address here (the
+        // per-address limits, trusted proxies).
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let mut router = self.router.clone();
+        Box::pin(async move { router.call(req).await })
+    }
+}
