@@ -370,7 +370,7 @@ pub struct DrainArgs {
     /// pending entries right after a restart.
     #[arg(long, env = "CONSUMER_NAME")]
     pub consumer_name: Option<String>,
-    /// Entries per read and rows per MySQL transaction.
+    /// Entries per read and rows per MySQL transaction (1-5000).
     #[arg(long, env = "BATCH_SIZE", default_value_t = 500)]
     pub batch_size: usize,
     /// How long a read waits for new entries (also bounds shutdown time).
@@ -398,7 +398,7 @@ impl From<DrainArgs> for WorkerConfig {
                 .consumer_name
                 .filter(|n| !n.is_empty())
                 .unwrap_or(default.consumer),
-            batch_size: a.batch_size.clamp(1, 10_000),
+            batch_size: a.batch_size.clamp(1, crate::worker::MAX_BATCH_SIZE),
             block: Duration::from_millis(a.block_ms.max(1)),
             claim_idle: Duration::from_millis(a.claim_idle_ms),
             max_deliveries: a.max_deliveries.max(1),

@@ -35,20 +35,78 @@ pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
     db.create_and_migrate().await?;
+    let mysql = super::cost::local_mysql_pid(url);
     println!("{} orders per batch size, MySQL at {url}", args.orders);
     println!(
-        "{:>6} {:>14} {:>14} {:>7}",
-        "batch", "raw rows/s", "drain rows/s", "ratio"
+        "{:>6} {:>14} {:>14} {:>7}   CPU µs per row: {:>9} {:>9} {:>11} {:>11}",
+        "batch",
+        "raw rows/s",
+        "drain rows/s",
+        "ratio",
+        "raw:mysql",
+        "raw:bench",
+        "drain:mysql",
+        "drain:worker"
     );
     for &batch in &args.batch_sizes {
-        let (raw, drain) = one_size(&sales, &db, args.orders, batch.max(1)).await?;
-        println!("{batch:>6} {raw:>14.0} {drain:>14.0} {:>7.2}", drain / raw);
+        let (raw, drain) =
+            one_size(&sales, &db, mysql.as_deref(), args.orders, batch.max(1)).await?;
+        let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        println!(
+            "{batch:>6} {:>14.0} {:>14.0} {:>7.2}   {:>25} {:>9} {:>11} {:>11}",
+            raw.rate,
+            drain.rate,
+            drain.rate / raw.rate,
+            us(raw.mysql_us),
+            us(raw.process_us),
+            us(drain.mysql_us),
+            us(drain.process_us)
+        );
     }
     Ok(())
 }
 
-/// Returns (raw rows/s, drain rows/s) for one batch size.
-async fn one_size(sales: &Sales, db: &Db, n: u64, batch: usize) -> anyhow::Result<(f64, f64)> {
+/// One way of moving the rows: its rate, and the CPU it cost per row.
+struct Moved {
+    rate: f64,
+    /// The local MySQL's CPU per row (`None`: not on this machine).
+    mysql_us: Option<f64>,
+    /// This process's CPU per row: the worker's step, or the raw insert's client.
+    process_us: Option<f64>,
+}
+
+/// CPU clocks of this process and of MySQL (seconds).
+fn clocks(mysql: Option<&str>) -> (Option<f64>, Option<f64>) {
+    let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
+    (
+        secs(super::cpu::process()),
+        secs(mysql.and_then(super::cpu::of)),
+    )
+}
+
+/// `Moved` from the clocks before and after `rows` rows in `secs` seconds.
+fn moved(
+    rows: usize,
+    secs: f64,
+    before: (Option<f64>, Option<f64>),
+    after: (Option<f64>, Option<f64>),
+) -> Moved {
+    let per_row = |a: Option<f64>, b: Option<f64>| Some((b? - a?) * 1e6 / rows.max(1) as f64);
+    Moved {
+        rate: rows as f64 / secs,
+        process_us: per_row(before.0, after.0),
+        mysql_us: per_row(before.1, after.1),
+    }
+}
+
+/// Returns (raw, drain) for one batch size.
+async fn one_size(
+    sales: &Sales,
+    db: &Db,
+    mysql: Option<&str>,
+    n: u64,
+    batch: usize,
+) -> anyhow::Result<(Moved, Moved)> {
     let product = bench_product("drain");
     let spec = super::bench_spec(n);
     db.create_product(&NewProduct {
@@ -68,7 +126,7 @@ async fn one_size(sales: &Sales, db: &Db, n: u64, batch: usize) -> anyhow::Resul
     // Raw: the same rows, one multi-row INSERT per batch, into a twin of
     // tb_order (so neither run pays for the other's rows), before and after
     // the drain; the mean is reported, to even out drift on a shared machine.
-    let raw_before = raw_insert(db, &orders, batch).await?;
+    let raw_before = raw_insert(db, mysql, &orders, batch).await?;
     // Drain: the worker's own step, until every entry is acked.
     let cfg = WorkerConfig {
         consumer: "bench".into(),
@@ -77,13 +135,24 @@ async fn one_size(sales: &Sales, db: &Db, n: u64, batch: usize) -> anyhow::Resul
         ..WorkerConfig::default()
     };
     let mut worker = Workers::new(sales.clone(), db.clone(), cfg).sale_worker(product.clone());
-    let started = Instant::now();
+    let (started, before) = (Instant::now(), clocks(mysql));
     let mut acked = 0;
     while acked < orders.len() {
         acked += worker.step().await?.acked;
     }
-    let drain = n as f64 / started.elapsed().as_secs_f64();
-    let raw = (raw_before + raw_insert(db, &orders, batch).await?) / 2.0;
+    let drain = moved(
+        orders.len(),
+        started.elapsed().as_secs_f64(),
+        before,
+        clocks(mysql),
+    );
+    let raw_after = raw_insert(db, mysql, &orders, batch).await?;
+    let mean = |a: Option<f64>, b: Option<f64>| Some((a? + b?) / 2.0);
+    let raw = Moved {
+        rate: (raw_before.rate + raw_after.rate) / 2.0,
+        mysql_us: mean(raw_before.mysql_us, raw_after.mysql_us),
+        process_us: mean(raw_before.process_us, raw_after.process_us),
+    };
 
     let left: i64 = sqlx::query_scalar("SELECT available_qty FROM tb_product WHERE product_id = ?")
         .bind(product.as_str())
@@ -112,23 +181,33 @@ async fn stream_orders(
         .collect()
 }
 
-/// Inserts `orders` into a fresh twin of tb_order, `batch` rows per statement; rows/s.
-async fn raw_insert(db: &Db, orders: &[PendingOrder], batch: usize) -> anyhow::Result<f64> {
+/// Inserts `orders` into a fresh twin of tb_order, `batch` rows per statement.
+async fn raw_insert(
+    db: &Db,
+    mysql: Option<&str>,
+    orders: &[PendingOrder],
+    batch: usize,
+) -> anyhow::Result<Moved> {
     sqlx::query("DROP TABLE IF EXISTS bench_raw_order")
         .execute(db.pool())
         .await?;
     sqlx::query("CREATE TABLE bench_raw_order LIKE tb_order")
         .execute(db.pool())
         .await?;
-    let started = Instant::now();
+    let (started, before) = (Instant::now(), clocks(mysql));
     for chunk in orders.chunks(batch) {
         db.insert_orders_raw("bench_raw_order", chunk).await?;
     }
-    let rate = orders.len() as f64 / started.elapsed().as_secs_f64();
+    let raw = moved(
+        orders.len(),
+        started.elapsed().as_secs_f64(),
+        before,
+        clocks(mysql),
+    );
     sqlx::query("DROP TABLE bench_raw_order")
         .execute(db.pool())
         .await?;
-    Ok(rate)
+    Ok(raw)
 }
 
 async fn delete_rows(db: &Db, product: &flashsale::domain::ProductId) -> anyhow::Result<()> {

@@ -135,8 +135,10 @@ impl Db {
     ) -> Result<Vec<OrderRow>, StoreError> {
         self.bounded(async {
             let mut tx = self.pool().begin().await?;
+            // `released = 0` holds for every confirmed order; it is here
+            // for the index (status, released, created).
             let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE status = ? AND created < ? \
+                "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND created < ? \
                  ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED"
             ))
             .bind(CONFIRMED)

@@ -28,6 +28,10 @@ use crate::metrics::Metrics;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 
+/// The largest `BATCH_SIZE`: a batch is one multi-row INSERT of 9 values
+/// a row, and MySQL takes at most 65,535 placeholders in one statement.
+pub const MAX_BATCH_SIZE: usize = 5_000;
+
 /// How the workers behave.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {

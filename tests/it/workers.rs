@@ -393,3 +393,29 @@ crate::on_both_backends!(
     a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error,
     more_open_sales_than_pooled_connections_are_all_drained,
 );
+
+/// The largest batch the workers may read is persisted by one statement:
+/// BATCH_SIZE was once allowed up to 10,000 rows, past MySQL's 65,535
+/// placeholders (9 a row), and such a batch could never be persisted.
+#[tokio::test]
+async fn the_largest_batch_is_persisted_in_one_call() {
+    use flashsale::domain::{OrderId, PendingOrder, now_ms};
+    use flashsale::worker::MAX_BATCH_SIZE;
+    let app = spawn_app_on(Backend::Single, |s| s.workers = None).await;
+    let sku = app.new_sale(MAX_BATCH_SIZE as u64, 1).await;
+    let product = pid(&sku);
+    let orders: Vec<PendingOrder> = (1..=MAX_BATCH_SIZE as u64)
+        .map(|user_id| PendingOrder {
+            order_id: OrderId::generate(&product),
+            user_id,
+            product_id: product.clone(),
+            quantity: 1,
+            price: "4999.00".parse().unwrap(),
+            created_ms: now_ms(),
+            idempotency_key: Some(format!("key-{user_id}")),
+        })
+        .collect();
+    let persisted = app.db.persist_orders(&product, &orders).await.unwrap();
+    assert_eq!(persisted.inserted, MAX_BATCH_SIZE as u64);
+    assert_eq!(app.available_qty(&sku).await, 0);
+}
