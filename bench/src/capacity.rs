@@ -103,12 +103,13 @@ impl Capacity {
             us(cpu.redis_us_per_request)
         ));
         lines.push(format!(
-            "  workers  {} per persisted order rate{}",
+            "  workers  {} to persist {:.0} orders/s{}",
             cores(self.workers_cores),
+            self.drain_orders_per_s,
             us(cpu.workers_us_per_order)
         ));
         lines.push(format!(
-            "  MySQL    {}{}; all {} units in MySQL within {:.1} s of the sell-out",
+            "  MySQL    {} at that rate{}; all {} units in MySQL within {:.1} s of the sell-out",
             cores(self.mysql_cores),
             us(cpu.mysql_us_per_order),
             self.stock,

@@ -42,7 +42,7 @@ pub enum ApiError {
     #[error("method not allowed on this route")]
     MethodNotAllowed,
     #[error("{0}")]
-    ProductNotFound(String),
+    ProductNotFound(&'static str),
     #[error("no order with this id")]
     OrderNotFound,
     #[error("a product with this id exists")]
@@ -178,6 +178,9 @@ impl Failure {
     }
 }
 
+/// The answer to an order for a product with no sale.
+const NOT_ON_SALE: &str = "this product is not on sale";
+
 impl ApiError {
     /// The body of the refusals a sale's crowd gets by the thousand, whose
     /// text never changes: written once, not serialized per answer. A test
@@ -186,6 +189,9 @@ impl ApiError {
         Some(match self {
             Self::SoldOut => br#"{"error":"sold_out","message":"sold out"}"#,
             Self::SaleEnded => br#"{"error":"sale_ended","message":"the sale has ended"}"#,
+            Self::ProductNotFound(NOT_ON_SALE) => {
+                br#"{"error":"product_not_found","message":"this product is not on sale"}"#
+            }
             Self::Overloaded => {
                 br#"{"error":"overloaded","message":"the service is at capacity; retry shortly"}"#
             }
@@ -269,7 +275,7 @@ impl From<SaleError> for ApiError {
     fn from(e: SaleError) -> Self {
         match e {
             SaleError::Rejected(r) | SaleError::Remembered(r) => match r {
-                Rejection::NoSale => Self::ProductNotFound("this product is not on sale".into()),
+                Rejection::NoSale => Self::ProductNotFound(NOT_ON_SALE),
                 Rejection::NotStarted {
                     starts_at_ms,
                     in_ms,
@@ -354,7 +360,7 @@ mod tests {
             ApiError::Forbidden(""),
             ApiError::RouteNotFound,
             ApiError::MethodNotAllowed,
-            ApiError::ProductNotFound(String::new()),
+            ApiError::ProductNotFound(""),
             ApiError::OrderNotFound,
             ApiError::ProductExists,
             ApiError::SaleNotStarted {
@@ -398,6 +404,8 @@ mod tests {
             ApiError::SoldOut,
             ApiError::SaleEnded,
             ApiError::Overloaded,
+            ApiError::ProductNotFound(NOT_ON_SALE),
+            ApiError::ProductNotFound("no product with this id"),
             ApiError::OrderNotFound,
         ] {
             let Some(body) = e.constant_body() else {
@@ -415,6 +423,6 @@ mod tests {
                 String::from_utf8_lossy(&serialized)
             );
         }
-        assert_eq!(constant, 3, "sold_out, sale_ended and overloaded");
+        assert_eq!(constant, 4, "sold_out, sale_ended, overloaded, not on sale");
     }
 }

@@ -192,7 +192,7 @@ pub async fn get(
 }
 
 async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product), ApiError> {
-    let not_found = || ApiError::ProductNotFound("no product with this id".into());
+    let not_found = || ApiError::ProductNotFound("no product with this id");
     // An id we could never have created is simply not found.
     let id = ProductId::parse(product_id).map_err(|_| not_found())?;
     let product = state.db.product(&id).await?.ok_or_else(not_found)?;
