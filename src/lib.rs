@@ -2,8 +2,9 @@
 //!
 //! A flash-sale order service. The data flows top-down through the layout:
 //!
-//! - [`http`]: the JSON API (router, who is asking ([`http::auth`]), one
-//!   module per resource, one error mapping).
+//! - [`http`]: the JSON API (the server, which answers orders without the
+//!   router; the router, who is asking ([`http::auth`]), one module per
+//!   resource, one error mapping).
 //! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
 //!   appends the order to the sale's stream, atomically. Where stock is deducted.
 //! - [`worker`]: the stream workers: consumer-group reads, one MySQL

@@ -160,7 +160,7 @@ impl ApiError {
 }
 
 /// A failed request's error, whole, for the one log line the request
-/// middleware writes about it (5xx answers only).
+/// guard writes about it (5xx answers only).
 #[derive(Debug, Clone)]
 pub struct Failure(pub std::sync::Arc<ApiError>);
 

@@ -1,5 +1,6 @@
-//! The HTTP API: the router, one module per resource, and the single
-//! error-to-response mapping ([`error`]).
+//! The HTTP API: the server ([`serve`]: `POST /api/orders` straight from the
+//! connection, everything else through the router), one module per
+//! resource, and the single error-to-response mapping ([`error`]).
 
 pub mod auth;
 mod body;

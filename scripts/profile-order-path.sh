@@ -1,0 +1,73 @@
+#!/bin/bash
+# Instructions per sold-out order, by valgrind's callgrind (repeatable on a
+# busy machine), for `flashsale serve` or the bench's constant floor:
+#
+#   scripts/profile-order-path.sh serve [out]   # target/release/flashsale serve
+#   scripts/profile-order-path.sh floor [out]   # target/release/flashsale-bench floor
+#
+# Starts the server under valgrind with instrumentation off, opens a 1-unit
+# sale and sells it (serve), sends 600 warm-up orders, then N (default
+# 10,000) sold-out orders over 16 keep-alive connections with
+# instrumentation on, and prints the instructions per order. Inspect the
+# output with `callgrind_annotate --inclusive=yes <out>`. Needs valgrind,
+# python3, curl, and a release build; local Redis and MySQL for `serve`.
+# Traffic goes to 127.0.0.1 only, N orders.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:?serve or floor}
+out=${2:-callgrind.$what.out}
+n=${N:-10000}
+port=18080
+log=$(mktemp)
+case $what in
+serve)
+    export ADMIN_TOKEN=profile-order-path-0123456789 AUTH=none RATE_LIMITS=false WORKERS=false \
+        RUST_LOG=warn LISTEN_ADDR=127.0.0.1:$port REDIS_KEY_PREFIX=profile
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+        target/release/flashsale serve >"$log" 2>&1 &
+    ;;
+floor)
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+        target/release/flashsale-bench floor --secs 120 >"$log" 2>&1 &
+    ;;
+*) echo "serve or floor" >&2; exit 2 ;;
+esac
+vg=$!
+trap 'kill $vg 2>/dev/null || true; rm -f "$log"' EXIT
+product=profile-$(date +%s%N)
+if [ "$what" = floor ]; then
+    for _ in $(seq 1 120); do grep -q '^http://' "$log" && break; sleep 0.5; done
+    port=$(grep '^http://' "$log" | head -1 | sed 's/.*://')
+else
+    for _ in $(seq 1 120); do curl -sf -o /dev/null "127.0.0.1:$port/readyz" && break; sleep 0.5; done
+    now=$(($(date +%s%N) / 1000000))
+    curl -sf -o /dev/null -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \
+        "127.0.0.1:$port/api/admin/products" \
+        -d "{\"product_id\":\"$product\",\"title\":\"t\",\"price\":\"1.00\",\"available_qty\":1,\"start_time\":$((now - 1000)),\"end_time\":$((now + 3600000))}"
+    curl -sf -o /dev/null -X POST -H "authorization: Bearer $ADMIN_TOKEN" "127.0.0.1:$port/api/admin/products/$product/open"
+    sleep 1.2 # the memory's first clock sample
+fi
+blast() { # orders, connections
+    python3 - "$port" "$1" "$2" "$product" <<'PY'
+import http.client, json, sys, threading
+port, n, c, product = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+body = json.dumps({"user_id": 7, "product_id": product, "quantity": 1})
+answers, lock = {}, threading.Lock()
+def run(k):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for _ in range(k):
+        conn.request("POST", "/api/orders", body, {"content-type": "application/json"})
+        r = conn.getresponse(); r.read()
+        with lock: answers[r.status] = answers.get(r.status, 0) + 1
+threads = [threading.Thread(target=run, args=(n // c,)) for _ in range(c)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print("answers by status:", answers, file=sys.stderr)
+PY
+}
+blast 600 8
+callgrind_control -i on $vg >/dev/null
+blast "$n" 16
+callgrind_control -i off $vg >/dev/null
+kill -INT $vg; wait $vg || true
+total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+echo "$what: $total instructions for $n orders, $((total / n)) per order ($out)"
