@@ -23,7 +23,7 @@ impl Entry {
     }
 
     fn text(&self, name: &str) -> Result<&str, String> {
-        self.field(name).ok_or(format!("missing field {name}"))
+        self.field(name).ok_or_else(|| format!("missing field {name}"))
     }
 
     fn number<T: std::str::FromStr>(&self, name: &str) -> Result<T, String> {
@@ -36,7 +36,7 @@ impl Entry {
     pub fn order(&self, product: &ProductId) -> Result<PendingOrder, String> {
         let raw_id = self.text("order_id")?;
         let (order_id, of) =
-            OrderId::parse(raw_id).ok_or(format!("order_id {raw_id:?} is malformed"))?;
+            OrderId::parse(raw_id).ok_or_else(|| format!("order_id {raw_id:?} is malformed"))?;
         let product_id = self.text("product_id")?;
         if of != *product || product_id != product.as_str() {
             return Err(format!(
