@@ -69,8 +69,9 @@ const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
 
 /// The order path's series, each resolved on first use and kept: a label
 /// lookup hashes the values under a lock, a measurable part of an answer
-/// from memory (BENCHMARKS.md, "CPU per request"). Created lazily, so a
-/// series appears on `/metrics` only once it counted something, as before.
+/// from memory (BENCHMARKS.md, "The order path against the floor").
+/// Created lazily, so a series appears on `/metrics` only once it counted
+/// something, as before.
 #[derive(Default)]
 struct OrderSeries {
     requests: [OnceLock<IntCounter>; HOT_OUTCOMES.len() * ANSWERED_BY.len()],

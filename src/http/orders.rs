@@ -150,7 +150,7 @@ pub async fn place(
 /// order decided, the answer counted and timed in the metrics. `serve`
 /// calls it straight from the connection for `POST /api/orders`, the
 /// busiest route by far (no router, no middleware stack: BENCHMARKS.md,
-/// "CPU per request"); the router's route calls it too.
+/// "The order path against the floor"); the router's route calls it too.
 pub async fn endpoint<B>(state: &AppState, peer: Option<SocketAddr>, req: Request<B>) -> Response
 where
     B: HttpBody<Data = Bytes>,
@@ -487,7 +487,8 @@ mod tests {
     /// Every answer's future is boxed and moved, so its size is CPU on
     /// every request: once it was 28 KB (the Redis call's future laid out
     /// at each level, futures passed to async fns laid out twice), copied
-    /// per order answered from memory (BENCHMARKS.md, "CPU per request").
+    /// per order answered from memory (BENCHMARKS.md, "The order path
+    /// against the floor").
     #[test]
     fn the_order_paths_future_stays_small() {
         let size = future_size(&endpoint::<hyper::body::Incoming>);

@@ -23,7 +23,8 @@ impl Entry {
     }
 
     fn text(&self, name: &str) -> Result<&str, String> {
-        self.field(name).ok_or_else(|| format!("missing field {name}"))
+        self.field(name)
+            .ok_or_else(|| format!("missing field {name}"))
     }
 
     fn number<T: std::str::FromStr>(&self, name: &str) -> Result<T, String> {

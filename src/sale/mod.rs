@@ -420,7 +420,8 @@ impl Sales {
         }
         // Boxed: the Redis call's future is most of this one's size (5 KB),
         // which every caller's future would otherwise carry and copy, for
-        // the answers from memory above too (BENCHMARKS.md, "CPU per request").
+        // the answers from memory above too (BENCHMARKS.md, "The order
+        // path against the floor").
         Box::pin(self.place_in_redis(product, user_id, quantity, idempotency_key)).await
     }
 
