@@ -4,7 +4,7 @@
 //! - On every request ([`guarded`]; the router's routes through
 //!   [`guard_request`]): header limits (431) and an upper bound on handling
 //!   time (503 `unavailable`), so no request hangs whatever a dependency does.
-//! - On `POST /api/orders` ([`gate_order`]): the client address's token
+//! - On `POST /api/orders` ([`admit_order`]): the client address's token
 //!   bucket (429 `rate_limited`), then a slot among `max_in_flight` orders
 //!   being decided. No free slot means 503 `overloaded` at once: the service
 //!   sheds the excess instead of queueing it, so latency and memory stay flat
@@ -35,11 +35,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::error::ApiError;
-use super::orders::{Answer, AnsweredBy};
 
 /// A token bucket: `per_second` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,28 +363,26 @@ fn check_headers(headers: &HeaderMap, limits: &Limits) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `POST /api/orders`: the address's bucket, then a slot among
-/// `max_in_flight` held while `decide` runs, or 503 `overloaded`.
-pub(super) async fn gate_order<Decided: Future<Output = Answer>>(
-    guards: &Guards,
-    parts: Parts,
+/// `POST /api/orders`: the address's bucket (429 `rate_limited`), then a
+/// slot among `max_in_flight` (503 `overloaded`), to hold while the order
+/// is decided (`None`: shedding is off).
+pub(super) fn admit_order<'g>(
+    guards: &'g Guards,
+    headers: &HeaderMap,
     peer: Option<SocketAddr>,
-    decide: impl FnOnce(Parts) -> Decided,
-) -> Answer {
+) -> Result<Option<SemaphorePermit<'g>>, ApiError> {
     // The address is only looked up when its limit is on.
     if let Some(ips) = &guards.ips
-        && let Some(ip) = guards.client_ip(&parts.headers, peer)
+        && let Some(ip) = guards.client_ip(headers, peer)
         && let Err(wait) = ips.check(&ip)
     {
-        return Answer::refused(rate_limited(wait), AnsweredBy::Service);
+        return Err(rate_limited(wait));
     }
-    // One await of `decide` (two would lay its future out twice in this one).
-    let _slot = match guards.in_flight.as_ref().map(Semaphore::try_acquire) {
-        None => None,
-        Some(Ok(slot)) => Some(slot),
-        Some(Err(_)) => return Answer::refused(ApiError::Overloaded, AnsweredBy::Service),
-    };
-    decide(parts).await
+    match guards.in_flight.as_ref().map(Semaphore::try_acquire) {
+        None => Ok(None),
+        Some(Ok(slot)) => Ok(Some(slot)),
+        Some(Err(_)) => Err(ApiError::Overloaded),
+    }
 }
 
 /// Routes that take an order or user id: the address's lookup bucket.

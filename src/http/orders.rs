@@ -158,10 +158,11 @@ where
 {
     limits::guarded(&state.guards, req, |parts, body| async move {
         let started = Instant::now();
-        let answer = limits::gate_order(&state.guards, parts, peer, |parts| {
-            place(state, parts, peer, body)
-        })
-        .await;
+        let answer = match limits::admit_order(&state.guards, &parts.headers, peer) {
+            Err(refused) => Answer::refused(refused, AnsweredBy::Service),
+            // The slot is held while the order is decided.
+            Ok(_slot) => place(state, parts, peer, body).await,
+        };
         super::metrics::count_order(&state.metrics, &answer, started);
         answer.response
     })

@@ -8,7 +8,7 @@
 //! stack, a sold-out answer took 2.9 times the instructions of a bare hyper
 //! server's and 1.3-2.2 times its CPU (BENCHMARKS.md, "The order path
 //! against the floor"). The order path keeps every guard
-//! (`limits::guarded`, `limits::gate_order`) without the layers.
+//! (`limits::guarded`, `limits::admit_order`) without the layers.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
