@@ -569,3 +569,71 @@ async fn a_503_is_logged_once_with_its_cause_chain() {
     assert_eq!(mentions, 1, "the cause is logged once: {lines:?}");
     serve.stop().await;
 }
+
+/// The metric names in `text`: `flashsale_*` and `process_*` words.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = ["flashsale_", "process_"]
+        .iter()
+        .flat_map(|prefix| text.match_indices(prefix))
+        .filter(|(at, _)| {
+            // A word's start, not the middle of one.
+            !text[..*at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .map(|(at, _)| {
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(rest.len());
+            rest[..end].to_owned()
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Every metric the shipped alert rules and Grafana dashboard use is one
+/// the service exports (`deploy/`; promtool tests the rules' logic).
+#[tokio::test]
+async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports() {
+    let read = |path: &str| {
+        std::fs::read_to_string(format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let rules = metric_names(&read("prometheus/alerts.yml"));
+    let dashboard = metric_names(&read("grafana/flashsale.json"));
+    assert!(rules.len() >= 5, "the rules name {rules:?}");
+    assert!(dashboard.len() >= 10, "the dashboard names {dashboard:?}");
+    let mut names = rules;
+    names.extend(dashboard);
+
+    // A sale that sold and persisted, so that every family has a series.
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(2, 1).await;
+    for user in 1..=3 {
+        app.place_order(user, &sku, 1).await;
+    }
+    eventually("2 orders persisted", Duration::from_secs(10), || async {
+        app.persisted(&sku).await.0 == 2
+    })
+    .await;
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in &names {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "deploy/ uses {name}, which /metrics does not export:\n{text}"
+        );
+    }
+}
