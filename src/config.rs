@@ -388,6 +388,10 @@ pub struct DrainArgs {
     /// Orders confirmed and not paid within this many seconds are cancelled.
     #[arg(long, env = "PAYMENT_TIMEOUT_SECS", default_value_t = 900)]
     pub payment_timeout_secs: u64,
+    /// Every open sale's books are checked this often (0: never); the
+    /// verdict is `flashsale_sale_books_balanced`.
+    #[arg(long, env = "BOOKS_CHECK_MS", default_value_t = 5000)]
+    pub books_check_ms: u64,
 }
 
 impl From<DrainArgs> for WorkerConfig {
@@ -404,6 +408,7 @@ impl From<DrainArgs> for WorkerConfig {
             max_deliveries: a.max_deliveries.max(1),
             retention: Duration::from_secs(a.stream_retention_secs),
             payment_timeout: Duration::from_secs(a.payment_timeout_secs),
+            books_every: Duration::from_millis(a.books_check_ms),
             ..default
         }
     }

@@ -43,6 +43,11 @@ pub struct Metrics {
     pub group_lag: IntGaugeVec,
     pub group_pending: IntGaugeVec,
     pub sale_dead_letters: IntGaugeVec,
+    /// Per open sale, from the workers' live check of the books
+    /// (`books::live`): 1 balanced, 0 not; absent until first judged.
+    pub sale_books_balanced: IntGaugeVec,
+    /// Per open sale: the units by which its books were last found off.
+    pub sale_books_difference: IntGaugeVec,
     /// Orders being decided now (of `MAX_IN_FLIGHT`), refreshed at each scrape.
     pub orders_in_flight: IntGauge,
     /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
@@ -109,6 +114,24 @@ impl Metrics {
         self.order_series.latency[class]
             .get_or_init(|| self.order_latency.with_label_values(&[CLASSES[class]]))
             .observe(seconds);
+    }
+
+    /// A sale's books verdict (`books::live`).
+    pub fn books(&self, product_id: &str, balanced: bool, difference: i64) {
+        self.sale_books_balanced
+            .with_label_values(&[product_id])
+            .set(i64::from(balanced));
+        self.sale_books_difference
+            .with_label_values(&[product_id])
+            .set(difference);
+    }
+
+    /// A sale no longer open: its books series go.
+    pub fn forget_books(&self, product_id: &str) {
+        let _ = self.sale_books_balanced.remove_label_values(&[product_id]);
+        let _ = self
+            .sale_books_difference
+            .remove_label_values(&[product_id]);
     }
 
     pub fn new() -> Self {
@@ -190,6 +213,14 @@ impl Metrics {
             sale_dead_letters: gauge(
                 "sale_dead_letters",
                 "Entries in the sale's dead-letter stream",
+            ),
+            sale_books_balanced: gauge(
+                "sale_books_balanced",
+                "1 when the sale's books balance, 0 when a quiet sale's do not (the workers' live check)",
+            ),
+            sale_books_difference: gauge(
+                "sale_books_difference",
+                "Units by which the sale's books were last found off (available_qty - stock - dead letters - unreturned)",
             ),
             orders_in_flight: register(
                 &registry,

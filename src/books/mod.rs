@@ -15,6 +15,7 @@
 //! from MySQL after Redis lost it entirely.
 
 pub mod audit;
+pub mod live;
 pub mod reconcile;
 pub mod recover;
 mod sweeper;

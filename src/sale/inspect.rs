@@ -153,15 +153,12 @@ pub struct DeadLetter {
 }
 
 impl Sales {
-    /// A sale's stock, accepted records, dead letters and repairs.
-    pub async fn snapshot(&self, product: &ProductId) -> Result<SaleSnapshot, SaleError> {
+    /// The orders in a sale's dead letters.
+    pub async fn dead_letters(&self, product: &ProductId) -> Result<Vec<DeadLetter>, SaleError> {
         let keys = self.keys(product);
-        let redis = &self.redis;
-        let mut conn = redis.shared().await?;
-        let stock: Option<i64> = redis.bounded(conn.get(&keys.stock)).await?;
-        let records: BTreeMap<String, String> = redis.bounded(conn.hgetall(&keys.accepted)).await?;
-        let dead: redis::Value = redis.bounded(conn.xrange_all(&keys.dead)).await?;
-        let dead_letters = Entry::decode_list(dead)
+        let mut conn = self.redis.shared().await?;
+        let dead: redis::Value = self.redis.bounded(conn.xrange_all(&keys.dead)).await?;
+        Ok(Entry::decode_list(dead)
             .map_err(redis::RedisError::from)?
             .iter()
             .map(|e| DeadLetter {
@@ -171,7 +168,17 @@ impl Sales {
                     .and_then(|q| q.parse().ok())
                     .unwrap_or(0),
             })
-            .collect();
+            .collect())
+    }
+
+    /// A sale's stock, accepted records, dead letters and repairs.
+    pub async fn snapshot(&self, product: &ProductId) -> Result<SaleSnapshot, SaleError> {
+        let keys = self.keys(product);
+        let redis = &self.redis;
+        let mut conn = redis.shared().await?;
+        let stock: Option<i64> = redis.bounded(conn.get(&keys.stock)).await?;
+        let records: BTreeMap<String, String> = redis.bounded(conn.hgetall(&keys.accepted)).await?;
+        let dead_letters = self.dead_letters(product).await?;
         Ok(SaleSnapshot {
             stock,
             accepted: records

@@ -186,6 +186,26 @@ impl Db {
         .await
     }
 
+    /// Units of a product's cancelled orders whose Redis half has not
+    /// happened yet, and when the newest of them was cancelled (epoch ms;
+    /// 0 when there is none). Reads the few cancelled, unreleased rows
+    /// through the index `(status, released, created)`.
+    pub async fn unreturned_units(&self, product: &ProductId) -> Result<(i64, i64), StoreError> {
+        self.bounded(async {
+            let (units, newest): (Option<rust_decimal::Decimal>, Option<i64>) = sqlx::query_as(
+                "SELECT SUM(quantity), MAX(updated) FROM tb_order \
+                 WHERE status = ? AND released = 0 AND product_id = ?",
+            )
+            .bind(CANCELLED)
+            .bind(product.as_str())
+            .fetch_one(self.pool())
+            .await?;
+            let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
+            Ok((units, newest.unwrap_or(0)))
+        })
+        .await
+    }
+
     /// Every order of a product (for the audit and for recovery).
     pub async fn orders_of_product(
         &self,

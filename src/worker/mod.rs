@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use drain::{Outcome, SaleWorker};
 
-use crate::books::{Books, Sweeper};
+use crate::books::{self, Books, Sweeper};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
 use crate::sale::{SaleError, Sales};
@@ -61,6 +61,9 @@ pub struct WorkerConfig {
     pub reconcile_every: Duration,
     /// A cancel's Redis half missing for this long counts as interrupted.
     pub release_grace: Duration,
+    /// How often every open sale's books are checked (`books::live`);
+    /// zero: never.
+    pub books_every: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -80,6 +83,7 @@ impl Default for WorkerConfig {
             sweep_every: Duration::from_secs(5),
             reconcile_every: Duration::from_secs(1),
             release_grace: Duration::from_secs(10),
+            books_every: Duration::from_secs(5),
         }
     }
 }
@@ -179,6 +183,7 @@ impl Workers {
             self.cfg.reconcile_every,
             shutdown.clone(),
         ));
+        let watching = tokio::spawn(self.clone().watch_books(shutdown.clone()));
         let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
@@ -219,7 +224,53 @@ impl Workers {
         }
         let _ = sweeping.await;
         let _ = reconciling.await;
+        let _ = watching.await;
         tracing::info!("stream workers stopped");
+    }
+
+    /// Checks every open sale's books every `books_every` until `shutdown`,
+    /// and exports the verdicts (`flashsale_sale_books_balanced`,
+    /// `flashsale_sale_books_difference`); a sale that leaves the registry
+    /// leaves the gauges.
+    async fn watch_books(self, shutdown: CancellationToken) {
+        if self.cfg.books_every.is_zero() {
+            return;
+        }
+        let mut verdicts = books::live::Verdicts::default();
+        loop {
+            match self.sales.open_sales().await {
+                Ok(open) => {
+                    for product in &open {
+                        let checked = books::live::check(
+                            &self.sales,
+                            &self.db,
+                            product,
+                            self.cfg.release_grace,
+                            &mut verdicts,
+                        )
+                        .await;
+                        match checked {
+                            Ok(Some(v)) => {
+                                self.metrics
+                                    .books(product.as_str(), v.balanced, v.difference)
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!(%product, error = %e, "cannot check the books")
+                            }
+                        }
+                    }
+                    for gone in verdicts.retain(&open) {
+                        self.metrics.forget_books(gone.as_str());
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the registry of open sales"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.cfg.books_every) => {}
+            }
+        }
     }
 }
 

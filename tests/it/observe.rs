@@ -607,14 +607,19 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
     let mut names = rules;
     names.extend(dashboard);
 
-    // A sale that sold and persisted, so that every family has a series.
-    let app = spawn_app_with(|_| {}).await;
+    // A sale that sold, persisted and had its books checked, so that every
+    // family has a series.
+    let app = spawn_app_with(books_checked_every(100)).await;
     let sku = app.new_sale(2, 1).await;
     for user in 1..=3 {
         app.place_order(user, &sku, 1).await;
     }
     eventually("2 orders persisted", Duration::from_secs(10), || async {
         app.persisted(&sku).await.0 == 2
+    })
+    .await;
+    eventually("the books checked", Duration::from_secs(10), || async {
+        books_gauge(&app, &sku).await.is_some()
     })
     .await;
     let text = app
@@ -636,4 +641,132 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
             "deploy/ uses {name}, which /metrics does not export:\n{text}"
         );
     }
+}
+
+/// A sale's books gauge, if exported.
+async fn books_gauge(app: &crate::helpers::TestApp, sku: &str) -> Option<(f64, f64)> {
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = |name: &str| {
+        let series = format!("{name}{{product_id=\"{sku}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some((
+        value("flashsale_sale_books_balanced")?,
+        value("flashsale_sale_books_difference")?,
+    ))
+}
+
+fn books_checked_every(ms: u64) -> impl FnOnce(&mut flashsale::config::Settings) {
+    move |s| {
+        if let Some(w) = s.workers.as_mut() {
+            w.books_every = Duration::from_millis(ms);
+        }
+    }
+}
+
+/// The workers' live check: a quiet sale whose stock was changed behind the
+/// books' back is unbalanced by exactly that much, and balanced again once
+/// repaired.
+#[tokio::test]
+async fn the_books_gauge_turns_0_when_a_quiet_sale_is_off_and_1_when_repaired() {
+    let app = spawn_app_with(books_checked_every(100)).await;
+    let sku = app.new_sale(5, 1).await;
+    app.accept_orders(&sku, 1..=3).await;
+    eventually("3 orders persisted", Duration::from_secs(10), || async {
+        app.persisted(&sku).await.0 == 3
+    })
+    .await;
+    eventually("the books balanced", Duration::from_secs(10), || async {
+        books_gauge(&app, &sku).await == Some((1.0, 0.0))
+    })
+    .await;
+
+    let mut r = app.redis.clone();
+    let stock = app.key(&sku, "stock");
+    let _: i64 = redis::AsyncCommands::incr(&mut r, &stock, 2).await.unwrap();
+    eventually("the books off by 2", Duration::from_secs(10), || async {
+        books_gauge(&app, &sku).await == Some((0.0, -2.0))
+    })
+    .await;
+    let _: i64 = redis::AsyncCommands::incr(&mut r, &stock, -2)
+        .await
+        .unwrap();
+    eventually(
+        "the books balanced again",
+        Duration::from_secs(10),
+        || async { books_gauge(&app, &sku).await == Some((1.0, 0.0)) },
+    )
+    .await;
+}
+
+/// Orders in flight between Redis and MySQL, and cancels between MySQL and
+/// Redis, never make the gauge say unbalanced, however often it looks.
+#[tokio::test]
+async fn the_books_gauge_does_not_flap_during_a_burst() {
+    let app = std::sync::Arc::new(spawn_app_with(books_checked_every(10)).await);
+    let sku = app.new_sale(300, 1).await;
+    // Judged once before the burst, so that the gauge is there to flap.
+    app.accept_orders(&sku, 1001..=1003).await;
+    eventually("the books balanced", Duration::from_secs(10), || async {
+        books_gauge(&app, &sku).await == Some((1.0, 0.0))
+    })
+    .await;
+    let done = tokio_util::sync::CancellationToken::new();
+    let watch = {
+        let (app, sku, done) = (app.clone(), sku.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !done.is_cancelled() {
+                if let Some(gauge) = books_gauge(&app, &sku).await {
+                    seen.push(gauge);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen
+        })
+    };
+    let mut buyers = tokio::task::JoinSet::new();
+    for first in (1..=300u64).step_by(30) {
+        let (app, sku) = (app.clone(), sku.clone());
+        buyers.spawn(async move {
+            for user in first..first + 30 {
+                let order = app.order_until_accepted(user, &sku).await;
+                // Every third buyer cancels: units go back while others buy.
+                if user % 3 == 0 {
+                    let id = order["order_id"].as_str().unwrap();
+                    let resp = app.cancel(id, user).await;
+                    assert!(resp.status().is_success(), "cancel: {}", resp.status());
+                }
+                // Paced, so that the sale has quiet moments to be judged in.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    }
+    while let Some(joined) = buyers.join_next().await {
+        joined.unwrap();
+    }
+    eventually(
+        "the books balanced after the burst",
+        Duration::from_secs(20),
+        || async { books_gauge(&app, &sku).await == Some((1.0, 0.0)) },
+    )
+    .await;
+    done.cancel();
+    let seen = watch.await.unwrap();
+    assert!(seen.len() >= 20, "{} samples", seen.len());
+    assert!(
+        seen.iter().all(|(balanced, _)| *balanced == 1.0),
+        "the gauge said unbalanced during the burst: {:?}",
+        seen.iter().filter(|(b, _)| *b != 1.0).collect::<Vec<_>>()
+    );
 }
