@@ -133,8 +133,36 @@ impl Db {
         created_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.cancel_expired_once(created_before, limit).await {
+                // A deadlock's victim changed nothing: try again now rather
+                // than at the next pass.
+                Err(e) if e.is_contention() && attempt < 3 => {
+                    tracing::debug!(error = %e, "sweeper: lock contention; retrying");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn cancel_expired_once(
+        &self,
+        created_before: i64,
+        limit: u32,
+    ) -> Result<Vec<OrderRow>, StoreError> {
         self.bounded(async {
-            let mut tx = self.pool().begin().await?;
+            // READ COMMITTED: the scan locks the rows it takes and no gaps.
+            // Under REPEATABLE READ its next-key locks on the index
+            // (status, released, created) held the gap where another
+            // sweeper's cancelled rows are inserted into that index, and
+            // concurrent sweepers deadlocked.
+            let mut conn = self.pool().acquire().await?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .execute(&mut *conn)
+                .await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             // `released = 0` holds for every confirmed order; it is here
             // for the index (status, released, created).
             let rows: Vec<OrderRow> = sqlx::query_as(&format!(
