@@ -26,7 +26,7 @@
 //! with the same difference, before the sale is called unbalanced; one
 //! balanced judgement calls it balanced again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::BooksError;
@@ -135,6 +135,7 @@ impl Verdicts {
 
     /// Forgets the sales not in `open`; returns those forgotten.
     pub fn retain(&mut self, open: &[ProductId]) -> Vec<ProductId> {
+        let open: HashSet<&ProductId> = open.iter().collect();
         let gone: Vec<ProductId> = self
             .sales
             .keys()

@@ -1,8 +1,10 @@
 //! Extractors that answer bad input in the API's own error format.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{HeaderMap, header, request::Parts};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::{Extensions, HeaderMap, header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
@@ -25,6 +27,14 @@ where
         let bytes = Bytes::from_request(req, state).await?;
         parse(is_json, &bytes).map(Self)
     }
+}
+
+/// The peer address `serve` puts on the router's requests (`None` when a
+/// request did not come through it).
+pub fn peer(extensions: &Extensions) -> Option<SocketAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr)
 }
 
 /// A JSON body that may be left out (no bytes at all, or JSON `null`); when

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
@@ -273,13 +273,6 @@ impl Guards {
     }
 }
 
-/// The peer address `serve` puts on the router's requests.
-fn peer(req: &Request) -> Option<SocketAddr> {
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| *addr)
-}
-
 fn rate_limited(wait: Duration) -> ApiError {
     // Retry-After is in whole seconds; round up so a retry then succeeds.
     let secs = wait.as_millis().div_ceil(1000).max(1) as u64;
@@ -388,7 +381,7 @@ pub(super) fn admit_order<'g>(
 /// Routes that take an order or user id: the address's lookup bucket.
 pub async fn guard_lookup(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
     if let Some(lookups) = &guards.lookups
-        && let Some(ip) = guards.client_ip(req.headers(), peer(&req))
+        && let Some(ip) = guards.client_ip(req.headers(), super::extract::peer(req.extensions()))
         && let Err(wait) = lookups.check(&ip)
     {
         return rate_limited(wait).into_response();

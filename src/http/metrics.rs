@@ -1,8 +1,8 @@
-//! `GET /metrics` (Prometheus text format), and the counting and timing of
-//! every `POST /api/orders` answer (called by `orders::endpoint`).
+//! `GET /metrics` (Prometheus text format): the counters (the order path
+//! counts its answers with `Metrics::count_order`), and each open sale's
+//! gauges read from Redis at the scrape.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Router;
 use axum::routing::get;
@@ -12,22 +12,12 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::orders::Answer;
 use crate::metrics::Metrics;
 use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
-
-/// Counts an answer to `POST /api/orders` by outcome and times it by class.
-pub fn count_order(metrics: &Metrics, answer: &Answer, started: Instant) {
-    metrics.count_order(
-        answer.outcome,
-        answer.answered_by.label(),
-        started.elapsed().as_secs_f64(),
-    );
-}
 
 /// `GET /metrics`: the counters, and each open sale's gauges read from Redis
 /// now. A sale Redis cannot describe is left out (and logged), not a 5xx:

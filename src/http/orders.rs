@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::body::{Bytes, HttpBody};
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -156,27 +156,39 @@ where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    limits::guarded(&state.guards, req, |parts, body| async move {
-        let started = Instant::now();
-        let answer = match limits::admit_order(&state.guards, &parts.headers, peer) {
-            Err(refused) => Answer::refused(refused, AnsweredBy::Service),
-            // The slot is held while the order is decided.
-            Ok(_slot) => place(state, parts, peer, body).await,
-        };
-        super::metrics::count_order(&state.metrics, &answer, started);
-        answer.response
+    limits::guarded(&state.guards, req, |parts, body| {
+        answer_order(state, peer, parts, body)
     })
     .await
 }
 
-/// The router's `POST /api/orders` (`serve` answers it before the router;
-/// this keeps the route, and its 405 for other methods, in one table).
-pub async fn place_route(State(state): State<AppState>, req: axum::extract::Request) -> Response {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| *addr);
-    endpoint(&state, peer, req).await
+/// A guarded order request's answer: admitted, decided, counted and timed.
+async fn answer_order(
+    state: &AppState,
+    peer: Option<SocketAddr>,
+    parts: Parts,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let answer = match limits::admit_order(&state.guards, &parts.headers, peer) {
+        Err(refused) => Answer::refused(refused, AnsweredBy::Service),
+        // The slot is held while the order is decided.
+        Ok(_slot) => place(state, parts, peer, body).await,
+    };
+    state.metrics.count_order(
+        answer.outcome,
+        answer.answered_by.label(),
+        started.elapsed().as_secs_f64(),
+    );
+    answer.response
+}
+
+/// The router's `POST /api/orders`: `serve` answers it before the router,
+/// so this keeps the route (and its 405 for other methods) in the table.
+/// The router's own guard has read the body already.
+pub async fn place_route(State(state): State<AppState>, parts: Parts, body: Bytes) -> Response {
+    let peer = extract::peer(&parts.extensions);
+    answer_order(&state, peer, parts, body).await
 }
 
 async fn decide(

@@ -133,18 +133,12 @@ impl Db {
         created_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.cancel_expired_once(created_before, limit).await {
-                // A deadlock's victim changed nothing: try again now rather
-                // than at the next pass.
-                Err(e) if e.is_contention() && attempt < 3 => {
-                    tracing::debug!(error = %e, "sweeper: lock contention; retrying");
-                }
-                done => return done,
-            }
-        }
+        // A deadlock's victim changed nothing: try again now rather than at
+        // the next pass.
+        self.retrying(3, StoreError::is_contention, || {
+            self.cancel_expired_once(created_before, limit)
+        })
+        .await
     }
 
     async fn cancel_expired_once(

@@ -218,6 +218,29 @@ impl Db {
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
     }
 
+    /// `op` tried again while it fails with an error `retry` calls safe to
+    /// retry (nothing changed), `attempts` times in all.
+    async fn retrying<T, Fut>(
+        &self,
+        attempts: usize,
+        retry: impl Fn(&StoreError) -> bool,
+        op: impl Fn() -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match op().await {
+                Err(e) if attempt < attempts && retry(&e) => {
+                    tracing::debug!(error = %e, attempt, "trying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// `SELECT 1`: is MySQL answering?
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(async {

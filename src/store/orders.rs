@@ -109,18 +109,12 @@ impl Db {
         product: &ProductId,
         orders: &[PendingOrder],
     ) -> Result<Persisted, StoreError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.bounded(self.persist_once(product, orders)).await {
-                Err(StoreError::Db(sqlx::Error::Database(e)))
-                    if e.is_unique_violation() && attempt < RACE_ATTEMPTS =>
-                {
-                    tracing::debug!(%product, "lost an insert race; retrying the batch");
-                }
-                other => return other,
-            }
-        }
+        // Lost an insert race: the batch is tried again.
+        let lost_race = |e: &StoreError| matches!(e, StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation());
+        self.retrying(RACE_ATTEMPTS, lost_race, || {
+            self.bounded(self.persist_once(product, orders))
+        })
+        .await
     }
 
     async fn persist_once(
