@@ -79,8 +79,20 @@ impl App {
             .workers
             .clone()
             .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg).with_metrics(metrics.clone()));
+        let dashboard = (http.admin_routes)
+            .then_some(http.admin_token.as_deref())
+            .flatten()
+            .map(|token| http::dashboard::Dashboard {
+                sessions: http::dashboard::session::Sessions::new(token, http.dashboard_session),
+                board: http::dashboard::Board::new(
+                    sales.clone(),
+                    metrics.clone(),
+                    workers.is_some(),
+                ),
+            });
         let state = AppState::new(Shared {
             books: crate::books::Books::new(sales.clone(), db.clone()),
+            dashboard,
             sales,
             db,
             admin_token: http.admin_token.clone(),

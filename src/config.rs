@@ -110,6 +110,9 @@ pub struct ServeArgs {
     /// Serve the admin routes (`/api/admin/*`); without them they answer 404.
     #[arg(long, env = "ADMIN_ROUTES", default_value_t = true, action = clap::ArgAction::Set)]
     pub admin_routes: bool,
+    /// How long a dashboard login lasts (`/admin/dashboard`), in seconds.
+    #[arg(long, env = "DASHBOARD_SESSION_SECS", default_value_t = 900)]
+    pub dashboard_session_secs: u64,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
@@ -488,6 +491,8 @@ pub struct HttpSettings {
     pub admin_token: Option<Arc<str>>,
     /// Serve `/api/admin/*` (then `admin_token` must be a strong one).
     pub admin_routes: bool,
+    /// How long a dashboard login lasts (the admin routes include the dashboard).
+    pub dashboard_session: Duration,
     /// Who buyers are (`AuthSettings::off()`: `AUTH=none`).
     pub auth: AuthSettings,
     pub limits: Limits,
@@ -514,6 +519,7 @@ impl From<ServeArgs> for Settings {
                 listen_addr: a.listen_addr,
                 admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
                 admin_routes: a.admin_routes,
+                dashboard_session: Duration::from_secs(a.dashboard_session_secs.max(1)),
                 auth: a.auth.into(),
                 limits: a.limits.into(),
                 memory: a.memory.into(),

@@ -4,7 +4,8 @@
 //!
 //! - [`http`]: the JSON API (the server, which answers orders without the
 //!   router; the router, who is asking ([`http::auth`]), one module per
-//!   resource, one error mapping).
+//!   resource, one error mapping) and the operator's live page
+//!   ([`http::dashboard`]).
 //! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
 //!   appends the order to the sale's stream, atomically. Where stock is deducted.
 //! - [`worker`]: the stream workers: consumer-group reads, one MySQL

@@ -947,6 +947,7 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
                 listen_addr: "127.0.0.1:0".parse()?,
                 admin_token: Some(token.as_str().into()),
                 admin_routes: true,
+                dashboard_session: Duration::from_secs(900),
                 auth: local_auth(args)?,
                 limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
                 memory: args.memory.settings(),

@@ -1,9 +1,11 @@
 //! The HTTP API: the server ([`serve`]: `POST /api/orders` straight from the
 //! connection, everything else through the router), one module per
-//! resource, and the single error-to-response mapping ([`error`]).
+//! resource, the single error-to-response mapping ([`error`]), and the
+//! operator's page ([`dashboard`]).
 
 pub mod auth;
 mod body;
+pub mod dashboard;
 pub mod error;
 mod extract;
 mod health;
@@ -46,6 +48,8 @@ pub struct Shared {
     pub admin_token: Option<Arc<str>>,
     /// Serve the admin routes at all.
     pub admin_routes: bool,
+    /// The operator's page (`None`: no admin routes or no ADMIN_TOKEN).
+    pub dashboard: Option<dashboard::Dashboard>,
     /// `None`: `AUTH=none`, the body's `user_id` is believed.
     pub auth: Option<auth::Auth>,
     pub guards: Arc<limits::Guards>,
@@ -95,7 +99,8 @@ pub fn router(state: AppState) -> Router {
             .route(
                 "/api/admin/products/{product_id}/audit",
                 get(products::audit),
-            );
+            )
+            .merge(dashboard::routes(&state));
     }
     api.fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

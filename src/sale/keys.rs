@@ -38,6 +38,9 @@ pub struct SaleKeys {
     /// Hash: what reconciliation restored from the books after Redis lost
     /// writes (orders, units, releases, idempotency_records, last_ms).
     pub repaired: String,
+    /// Hash: the workers' last verdict on the books (balanced, difference,
+    /// judged_ms), for the dashboards; expires unless renewed.
+    pub books: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -67,11 +70,12 @@ impl SaleKeys {
             void: key("void"),
             claimed: key("claimed"),
             repaired: key("repaired"),
+            books: key("books"),
         }
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 13] {
+    pub fn all(&self) -> [&str; 14] {
         [
             &self.sale,
             &self.stock,
@@ -86,6 +90,7 @@ impl SaleKeys {
             &self.void,
             &self.claimed,
             &self.repaired,
+            &self.books,
         ]
     }
 }

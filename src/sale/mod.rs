@@ -21,6 +21,7 @@ pub mod keys;
 pub mod memory;
 mod scripts;
 mod stream;
+pub mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -25,6 +25,7 @@ pub use drain::{Outcome, SaleWorker};
 use crate::books::{self, Books, Sweeper};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
+use crate::sale::watch::BooksVerdict;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 
@@ -230,8 +231,8 @@ impl Workers {
 
     /// Checks every open sale's books every `books_every` until `shutdown`,
     /// and exports the verdicts (`flashsale_sale_books_balanced`,
-    /// `flashsale_sale_books_difference`); a sale that leaves the registry
-    /// leaves the gauges.
+    /// `flashsale_sale_books_difference`, and in the sale's `books` key for
+    /// the dashboards); a sale that leaves the registry leaves the gauges.
     async fn watch_books(self, shutdown: CancellationToken) {
         if self.cfg.books_every.is_zero() {
             return;
@@ -252,7 +253,15 @@ impl Workers {
                         match checked {
                             Ok(Some(v)) => {
                                 self.metrics
-                                    .books(product.as_str(), v.balanced, v.difference)
+                                    .books(product.as_str(), v.balanced, v.difference);
+                                let recorded = BooksVerdict {
+                                    balanced: v.balanced,
+                                    difference: v.difference,
+                                    judged_ms: crate::domain::now_ms(),
+                                };
+                                if let Err(e) = self.sales.record_books(product, recorded).await {
+                                    tracing::warn!(%product, error = %e, "cannot record the books verdict");
+                                }
                             }
                             Ok(None) => {}
                             Err(e) => {

@@ -20,8 +20,10 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
+mod browser;
 mod cluster;
 mod connections;
+mod dashboard;
 mod failover;
 mod helpers;
 mod identity;

@@ -1,0 +1,165 @@
+// The live view: polls /admin/dashboard/data once per tick and writes the
+// numbers into the page. Text only (textContent), never markup from data.
+"use strict";
+
+const number = new Intl.NumberFormat("en-US");
+const rate = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
+
+function text(el, value) {
+  if (el && el.textContent !== value) el.textContent = value;
+}
+function count(v) {
+  return v === null || v === undefined ? "—" : number.format(v);
+}
+function perSecond(v) {
+  return v === null || v === undefined ? "—" : rate.format(v);
+}
+function duration(ms) {
+  if (ms === null || ms === undefined) return "—";
+  if (ms === Infinity) return "> largest bucket";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 120000) return `${rate.format(ms / 1000)} s`;
+  return `${rate.format(ms / 60000)} min`;
+}
+
+function renderInstance(inst) {
+  const root = document.getElementById("instance");
+  for (const [key, value] of Object.entries(inst.orders_total)) {
+    text(root.querySelector(`[data-total="${key}"]`), count(value));
+    text(root.querySelector(`[data-rate="${key}"]`),
+      perSecond(inst.orders_per_s ? inst.orders_per_s[key] : null));
+  }
+  for (const by of ["memory", "redis", "service"]) {
+    text(root.querySelector(`[data-field="answered_${by}"]`),
+      perSecond(inst.answered_per_s ? inst.answered_per_s[by] : null));
+  }
+  text(root.querySelector('[data-field="rows_per_s"]'),
+    inst.workers ? perSecond(inst.rows_persisted_per_s) : "no workers here");
+  text(root.querySelector('[data-field="rows_persisted"]'),
+    inst.workers ? count(inst.rows_persisted) : "—");
+  const q = inst.accept_to_persist_ms;
+  text(root.querySelector('[data-field="accept_to_persist"]'),
+    q ? `${duration(q.p50)} / ${duration(q.p99)}` : "—");
+}
+
+// The stock over the history kept (up to 5 minutes), on at least a minute.
+function chart(svg, caption, history, initial, now) {
+  const oldest = history.length ? history[0][0] : now;
+  const span = Math.min(5 * 60 * 1000, Math.max(60 * 1000, now - oldest));
+  const shown = span < 120000 ? `${Math.round(span / 1000)} s` : `${rate.format(span / 60000)} min`;
+  text(caption, `stock over the last ${shown}`);
+  const top = Math.max(initial || 0, ...history.map((p) => p[1]), 1);
+  const points = history.map(([t, stock]) => {
+    const x = 300 - ((now - t) / span) * 300;
+    const y = 58 - (stock / top) * 56;
+    return `${x.toFixed(1)},${y.toFixed(1)}`;
+  });
+  svg.querySelector("polyline").setAttribute("points", points.join(" "));
+}
+
+function books(sale) {
+  if (!sale.books) return ["books: not judged yet", "muted"];
+  const age = ` (${duration(sale.books_age_ms)} ago)`;
+  if (sale.books.balanced) return ["books balanced" + age, "good"];
+  return [`books OFF by ${number.format(sale.books.difference)} units` + age, "bad"];
+}
+
+function renderSale(el, sale, now) {
+  const field = (name) => el.querySelector(`[data-field="${name}"]`);
+  text(field("product_id"), sale.product_id);
+  const soldOut = sale.state === "live" && sale.stock === 0;
+  text(field("state"), soldOut ? "live · sold out" : sale.state);
+  field("state").className = `badge ${sale.state}`;
+  const [label, tone] = books(sale);
+  text(field("books"), label);
+  field("books").className = `badge ${tone}`;
+  field("error").hidden = !sale.error;
+  text(field("error"), sale.error ? `cannot read this sale: ${sale.error}` : "");
+  text(field("stock"), count(sale.stock));
+  text(field("initial"), count(sale.initial));
+  const share = sale.initial ? Math.max(0, Math.min(1, (sale.stock || 0) / sale.initial)) : 0;
+  el.querySelector(".fill").style.width = `${(share * 100).toFixed(1)}%`;
+  chart(el.querySelector("svg"), el.querySelector(".caption"), sale.stock_history, sale.initial, now);
+  text(field("accepted"), count(sale.accepted));
+  text(field("accepted_per_s"), perSecond(sale.accepted_per_s));
+  text(field("persisted"), count(sale.persisted));
+  text(field("stream_length"), count(sale.stream_length));
+  text(field("lag"), count(sale.lag));
+  text(field("pending"), count(sale.pending));
+  text(field("oldest_pending"), sale.pending ? duration(sale.oldest_pending_age_ms) : "—");
+  text(field("dead_letters"), count(sale.dead_letters));
+  field("dead_letters").classList.toggle("bad", sale.dead_letters > 0);
+  const body = el.querySelector(".consumers tbody");
+  const rows = sale.consumers.map((c) => {
+    const tr = document.createElement("tr");
+    tr.dataset.consumer = c.name;
+    for (const v of [c.name, count(c.pending), duration(c.idle_ms)]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      tr.append(td);
+    }
+    return tr;
+  });
+  body.replaceChildren(...rows);
+}
+
+function renderSales(snapshot) {
+  const root = document.getElementById("sales");
+  const template = document.getElementById("sale-template");
+  const seen = new Set();
+  for (const sale of snapshot.sales) {
+    seen.add(sale.product_id);
+    let el = root.querySelector(`section[data-product="${CSS.escape(sale.product_id)}"]`);
+    if (!el) {
+      el = template.content.firstElementChild.cloneNode(true);
+      el.dataset.product = sale.product_id;
+      root.append(el);
+    }
+    renderSale(el, sale, snapshot.at_ms);
+  }
+  for (const el of [...root.children]) {
+    if (!seen.has(el.dataset.product)) el.remove();
+  }
+  document.getElementById("no-sales").hidden = snapshot.sales.length > 0;
+  const more = document.getElementById("more-sales");
+  more.hidden = snapshot.sales_not_shown === 0;
+  text(more, `${count(snapshot.sales_not_shown)} more open sales not shown.`);
+}
+
+let ticks = 0;
+async function poll() {
+  let next = 1000;
+  const status = document.getElementById("status");
+  try {
+    const response = await fetch("/admin/dashboard/data", {
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+    if (response.status === 401) {
+      // The session ended: the page answers with the login form.
+      window.location.reload();
+      return;
+    }
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const snapshot = await response.json();
+    next = snapshot.tick_ms || next;
+    renderInstance(snapshot.instance);
+    renderSales(snapshot);
+    ticks += 1;
+    document.body.dataset.ticks = String(ticks);
+    const at = new Date(snapshot.at_ms).toLocaleTimeString();
+    if (snapshot.redis_error) {
+      text(status, `Redis unavailable at ${at}: ${snapshot.redis_error}`);
+      status.className = "bad";
+    } else {
+      text(status, `updated ${at}`);
+      status.className = "good";
+    }
+  } catch (e) {
+    text(status, `connection lost (${e.message}); retrying`);
+    status.className = "bad";
+  }
+  setTimeout(poll, next);
+}
+
+document.addEventListener("DOMContentLoaded", poll);

@@ -1,0 +1,147 @@
+//! The dashboard's login sessions: `ADMIN_TOKEN` is exchanged once, in a
+//! form's body, for a cookie that names no secret and proves itself: its
+//! expiry and a random nonce, signed with HMAC-SHA256 keyed by the admin
+//! token. Any instance with the same token accepts it (no session store to
+//! share), it ends at its expiry, and changing `ADMIN_TOKEN` ends them all.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The cookie's name.
+pub const COOKIE: &str = "flashsale_admin";
+/// The cookie is sent only to the dashboard's paths.
+pub const COOKIE_PATH: &str = "/admin";
+
+/// Issues and checks session cookies for one admin token.
+#[derive(Clone)]
+pub struct Sessions {
+    key: Vec<u8>,
+    lifetime: Duration,
+}
+
+impl std::fmt::Debug for Sessions {
+    /// Without the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub fn new(admin_token: &str, lifetime: Duration) -> Self {
+        Self {
+            key: admin_token.as_bytes().to_vec(),
+            lifetime,
+        }
+    }
+
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// A new session's cookie value, valid for [`Self::lifetime`] from now
+    /// (`<expires_ms>.<nonce>.<mac>`, hex).
+    pub fn issue(&self) -> String {
+        let mut nonce = [0u8; 16];
+        if getrandom::fill(&mut nonce).is_err() {
+            // Without randomness the nonce only stops being unique; the
+            // signature still proves the issuer.
+            nonce = now().as_nanos().to_le_bytes();
+        }
+        let expires = (now() + self.lifetime).as_millis();
+        let claims = format!("{expires}.{}", hex(&nonce));
+        format!("{claims}.{}", hex(&self.sign(&claims)))
+    }
+
+    /// Whether `value` is a session this key issued that has not expired.
+    pub fn valid(&self, value: &str) -> bool {
+        let Some((claims, mac)) = value.rsplit_once('.') else {
+            return false;
+        };
+        let Some(expires) = claims
+            .split_once('.')
+            .and_then(|(e, _)| e.parse::<u128>().ok())
+        else {
+            return false;
+        };
+        let Some(mac) = unhex(mac) else {
+            return false;
+        };
+        let mut check = self.mac();
+        check.update(claims.as_bytes());
+        // Constant time (the library's `verify`), then the expiry.
+        check.verify_slice(&mac).is_ok() && now().as_millis() < expires
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"flashsale dashboard session\0");
+        mac
+    }
+
+    fn sign(&self, claims: &str) -> Vec<u8> {
+        let mut mac = self.mac();
+        mac.update(claims.as_bytes());
+        mac.finalize().into_bytes().to_vec()
+    }
+}
+
+fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "dashboard-test-token-0123456789";
+
+    #[test]
+    fn a_session_is_valid_for_its_issuer_until_it_expires() {
+        let sessions = Sessions::new(TOKEN, Duration::from_secs(60));
+        let cookie = sessions.issue();
+        assert!(sessions.valid(&cookie));
+        assert!(!cookie.contains(TOKEN));
+        assert_ne!(sessions.issue(), cookie, "each session is its own");
+        // Another token (another deployment, or the token changed): refused.
+        assert!(!Sessions::new("another-token-0123456789", Duration::from_secs(60)).valid(&cookie));
+        let expired = Sessions::new(TOKEN, Duration::ZERO).issue();
+        assert!(!sessions.valid(&expired));
+    }
+
+    #[test]
+    fn a_changed_cookie_is_refused() {
+        let sessions = Sessions::new(TOKEN, Duration::from_secs(60));
+        let cookie = sessions.issue();
+        let (expires, rest) = cookie.split_once('.').unwrap();
+        let later: u128 = expires.parse::<u128>().unwrap() + 3_600_000;
+        assert!(!sessions.valid(&format!("{later}.{rest}")), "a longer life");
+        let mut flipped = cookie.clone().into_bytes();
+        let last = flipped.len() - 1;
+        flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
+        assert!(!sessions.valid(&String::from_utf8(flipped).unwrap()));
+        for junk in ["", ".", "1.2.3", "abc", "99999999999.00.zz"] {
+            assert!(!sessions.valid(junk), "{junk:?}");
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! The operator's dashboard: its login, its shared reads, and the page in a
+//! real browser.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use serde_json::Value;
+
+use flashsale::sale::RedisTarget;
+
+use crate::browser::Browser;
+use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, eventually, spawn_app_on, spawn_app_with};
+use crate::proxy::Proxy;
+
+/// A client that shows redirects instead of following them, and keeps no cookies.
+fn raw_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client")
+}
+
+async fn log_in(app: &TestApp, token: &str) -> reqwest::Response {
+    raw_client()
+        .post(app.url("/admin/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .expect("answered")
+}
+
+/// The `name=value` part of a login's cookie.
+async fn session_cookie(app: &TestApp) -> String {
+    let resp = log_in(app, ADMIN_TOKEN).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let cookie = resp.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn get_with(app: &TestApp, path: &str, cookie: Option<&str>) -> reqwest::Response {
+    let mut req = raw_client().get(app.url(path));
+    if let Some(cookie) = cookie {
+        req = req.header(COOKIE, cookie);
+    }
+    req.send().await.expect("answered")
+}
+
+async fn data(app: &TestApp, cookie: &str) -> Value {
+    let resp = get_with(app, "/admin/dashboard/data", Some(cookie)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.expect("JSON")
+}
+
+#[tokio::test]
+async fn login_exchanges_the_admin_token_for_a_signed_http_only_cookie() {
+    let app = spawn_app_with(|_| {}).await;
+    // Without a session: the page is the login form, the data a JSON 401.
+    let page = get_with(&app, "/admin/dashboard", None).await;
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    let form = page.text().await.unwrap();
+    assert!(form.contains("action=\"/admin/login\""), "{form}");
+    let refused = get_with(&app, "/admin/dashboard/data", None).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "unauthorized");
+
+    // A wrong token: the form again, with the reason, and no cookie.
+    let wrong = log_in(&app, "test-admin-token-0123456780").await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get(SET_COOKIE).is_none());
+    assert!(wrong.text().await.unwrap().contains("wrong token"));
+
+    // The right one: a redirect to the page and a cookie that scripts
+    // cannot read, other sites cannot send, that names no secret and ends.
+    let ok = log_in(&app, ADMIN_TOKEN).await;
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ok.headers()[LOCATION], "/admin/dashboard");
+    let set = ok.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    let attributes: Vec<&str> = set.split("; ").collect();
+    for wanted in ["HttpOnly", "SameSite=Strict", "Path=/admin", "Max-Age=900"] {
+        assert!(attributes.contains(&wanted), "{wanted} in {set}");
+    }
+    assert!(!attributes.contains(&"Secure"), "plain HTTP: {set}");
+    assert!(!set.contains(ADMIN_TOKEN));
+    let cookie = set.split(';').next().unwrap();
+    let page = get_with(&app, "/admin/dashboard", Some(cookie)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("/admin/assets/dashboard.js")
+    );
+
+    // Behind a TLS-terminating proxy the cookie is Secure too.
+    let behind_tls = raw_client()
+        .post(app.url("/admin/login"))
+        .header("X-Forwarded-Proto", "https")
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let set = behind_tls.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(set.split("; ").any(|a| a == "Secure"), "{set}");
+
+    // A cookie changed by hand (a later expiry) proves nothing.
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (expires, rest) = value.split_once('.').unwrap();
+    let later = expires.parse::<u128>().unwrap() + 86_400_000;
+    let forged = format!("{name}={later}.{rest}");
+    let resp = get_with(&app, "/admin/dashboard/data", Some(&forged)).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    // Signing out drops the cookie.
+    let out = raw_client()
+        .post(app.url("/admin/logout"))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let set = out.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(
+        set.starts_with("flashsale_admin=;") && set.contains("Max-Age=0"),
+        "{set}"
+    );
+}
+
+#[tokio::test]
+async fn a_dashboard_session_ends_at_its_expiry() {
+    let app = spawn_app_with(|s| s.http.dashboard_session = Duration::from_secs(1)).await;
+    let cookie = session_cookie(&app).await;
+    let resp = get_with(&app, "/admin/dashboard/data", Some(&cookie)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for path in ["/admin/dashboard/data", "/admin/dashboard"] {
+        let resp = get_with(&app, path, Some(&cookie)).await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn without_the_admin_routes_there_is_no_dashboard() {
+    let app = spawn_app_with(|s| s.http.admin_routes = false).await;
+    assert_eq!(
+        log_in(&app, ADMIN_TOKEN).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let page = get_with(&app, "/admin/dashboard", None).await;
+    assert_eq!(page.status(), StatusCode::NOT_FOUND);
+}
+
+crate::on_both_backends!(the_numbers_match_redis_and_mysql);
+
+async fn the_numbers_match_redis_and_mysql(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(10, 1).await;
+    app.accept_orders(&sku, 1..=3).await;
+    let cookie = session_cookie(&app).await;
+    eventually("3 orders persisted", Duration::from_secs(10), || async {
+        app.persisted(&sku).await.0 == 3
+    })
+    .await;
+    // The first read after the orders were persisted.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let snapshot = data(&app, &cookie).await;
+    let sale = &snapshot["sales"][0];
+    assert_eq!(sale["product_id"], sku.as_str());
+    assert_eq!(sale["stock"], app.stock(&sku).await.unwrap());
+    assert_eq!(sale["initial"], 10);
+    assert_eq!(sale["accepted"], 3);
+    assert_eq!(sale["persisted"], 3);
+    assert_eq!(sale["pending"], 0);
+    assert_eq!(sale["lag"], 0);
+    assert_eq!(sale["dead_letters"], 0);
+    assert_eq!(sale["state"], "live");
+    assert_eq!(snapshot["instance"]["orders_total"]["accepted"], 3);
+    let consumers = sale["consumers"].as_array().unwrap();
+    assert_eq!(consumers.len(), 1, "{sale}");
+    assert_eq!(consumers[0]["name"], "w");
+}
+
+#[tokio::test]
+async fn viewers_share_one_read_per_tick() {
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(10, 1).await;
+    let cookie = session_cookie(&app).await;
+    assert_eq!(
+        data(&app, &cookie).await["sales"][0]["product_id"],
+        sku.as_str()
+    );
+
+    // Eight viewers polling at once for about three seconds: each answer
+    // is a read's, and there is at most one read per tick.
+    let started = std::time::Instant::now();
+    let viewers: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, cookie) = (app.url("/admin/dashboard/data"), cookie.clone());
+            tokio::spawn(async move {
+                let client = raw_client();
+                let mut seen = Vec::new();
+                for _ in 0..15 {
+                    let resp = client.get(&url).header(COOKIE, &cookie).send().await;
+                    let snapshot: Value = resp.unwrap().json().await.unwrap();
+                    seen.push(snapshot["at_ms"].as_i64().unwrap());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut reads = Vec::new();
+    for viewer in viewers {
+        reads.extend(viewer.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    reads.sort_unstable();
+    reads.dedup();
+    let ticks = elapsed.as_secs_f64().ceil() as usize + 1;
+    assert!(
+        reads.len() <= ticks,
+        "{} reads in {elapsed:?} for 120 answers",
+        reads.len()
+    );
+    for pair in reads.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 990,
+            "reads {pair:?} less than a tick apart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn while_redis_is_down_the_data_says_so_at_once() {
+    let redis = Proxy::start("127.0.0.1:6379").await;
+    let app = spawn_app_with(|s| {
+        s.redis.target = RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
+        s.redis.timeout = Duration::from_millis(300);
+        s.workers = None;
+    })
+    .await;
+    let sku = app.new_sale(5, 1).await;
+    let cookie = session_cookie(&app).await;
+    assert_eq!(
+        data(&app, &cookie).await["sales"][0]["product_id"],
+        sku.as_str()
+    );
+
+    redis.set_on(false);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let asked = std::time::Instant::now();
+    let snapshot = data(&app, &cookie).await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(snapshot["redis_error"].is_string(), "{snapshot}");
+    assert_eq!(snapshot["sales"], serde_json::json!([]));
+
+    redis.set_on(true);
+    eventually("the sale is back", Duration::from_secs(10), || async {
+        let snapshot = data(&app, &cookie).await;
+        snapshot["redis_error"].is_null() && snapshot["sales"][0]["stock"] == 5
+    })
+    .await;
+}
+
+/// The text of a sale's field on the page.
+async fn field(browser: &Browser, sku: &str, name: &str) -> Option<String> {
+    browser
+        .text(&format!(
+            "section[data-product=\"{sku}\"] [data-field=\"{name}\"]"
+        ))
+        .await
+}
+
+#[tokio::test]
+async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
+    let app = spawn_app_with(|s| {
+        if let Some(w) = s.workers.as_mut() {
+            w.books_every = Duration::from_millis(300);
+        }
+    })
+    .await;
+    let sku = app.new_sale(40, 2).await;
+    app.accept_orders(&sku, 1..=6).await;
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+
+    // The page asks for the token; the browser signs in with the form.
+    browser.goto(&app.url("/admin/dashboard")).await;
+    assert!(
+        browser
+            .text("form[action=\"/admin/login\"]")
+            .await
+            .is_some()
+    );
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in").await;
+    eventually(
+        "the dashboard after signing in",
+        Duration::from_secs(10),
+        || async { browser.text("#instance h2").await.is_some() },
+    )
+    .await;
+
+    // The cookie is out of the page's reach (HttpOnly) and Strict.
+    let cookies = browser.cookies().await;
+    let session = cookies
+        .iter()
+        .find(|c| c["name"] == "flashsale_admin")
+        .unwrap_or_else(|| panic!("no session cookie in {cookies:?}"));
+    assert_eq!(session["httpOnly"], true);
+    assert_eq!(session["sameSite"], "Strict");
+    assert_eq!(browser.eval("return document.cookie;").await, "");
+
+    // The numbers on the page are Redis's.
+    let redis_stock = || async { app.stock(&sku).await.unwrap().to_string() };
+    eventually(
+        "the page shows the sale",
+        Duration::from_secs(10),
+        || async { field(&browser, &sku, "stock").await == Some(redis_stock().await) },
+    )
+    .await;
+    assert_eq!(field(&browser, &sku, "stock").await.unwrap(), "34");
+    assert_eq!(field(&browser, &sku, "initial").await.unwrap(), "40");
+    assert_eq!(field(&browser, &sku, "accepted").await.unwrap(), "6");
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(app.key(&sku, "dead"))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        field(&browser, &sku, "dead_letters").await.unwrap(),
+        dead.to_string()
+    );
+    eventually(
+        "persisted and balanced",
+        Duration::from_secs(15),
+        || async {
+            field(&browser, &sku, "persisted").await.as_deref() == Some("6")
+                && field(&browser, &sku, "books")
+                    .await
+                    .is_some_and(|b| b.starts_with("books balanced"))
+        },
+    )
+    .await;
+    assert_eq!(app.persisted(&sku).await.0, 6);
+
+    // More orders: the page follows without a reload.
+    let before = browser.eval("return document.body.dataset.ticks;").await;
+    app.accept_orders(&sku, 7..=15).await;
+    eventually(
+        "the page shows the new orders",
+        Duration::from_secs(10),
+        || async { field(&browser, &sku, "accepted").await.as_deref() == Some("15") },
+    )
+    .await;
+    assert_eq!(
+        field(&browser, &sku, "stock").await.unwrap(),
+        redis_stock().await
+    );
+    assert_eq!(field(&browser, &sku, "stock").await.unwrap(), "25");
+    assert_ne!(
+        browser.eval("return document.body.dataset.ticks;").await,
+        before
+    );
+    let accepted_total = browser
+        .text("#instance [data-total=\"accepted\"]")
+        .await
+        .unwrap();
+    assert_eq!(accepted_total, "15");
+    eventually("all persisted", Duration::from_secs(15), || async {
+        field(&browser, &sku, "persisted").await.as_deref() == Some("15")
+    })
+    .await;
+
+    // The screenshot, a test artifact (the README shows one).
+    let png = browser.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG"));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(dir.join("dashboard.png"), &png).expect("screenshot saved");
+    eprintln!("screenshot: {}", dir.join("dashboard.png").display());
+    browser.quit().await;
+}
