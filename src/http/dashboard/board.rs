@@ -23,6 +23,10 @@ use crate::sale::watch::SaleWatch;
 pub const TICK: Duration = Duration::from_secs(1);
 /// How far back a sale's stock chart goes.
 const HISTORY: Duration = Duration::from_secs(5 * 60);
+/// The longest gap between two reads that still gives a rate (after a
+/// time nobody watched, the first read shows none rather than an average
+/// over the gap).
+const RATE_SPAN: Duration = Duration::from_secs(3);
 /// The window of the accept-to-persist quantiles.
 const LATENCY_WINDOW: Duration = Duration::from_secs(60);
 /// Most sales read per tick (the registry's first, by id); the rest are
@@ -77,7 +81,7 @@ pub struct Snapshot {
 pub struct Instance {
     pub workers: bool,
     pub orders_total: Outcomes<u64>,
-    /// Since the previous tick (`None` on the first).
+    /// Since the previous read (`None` on the first, or after a gap).
     pub orders_per_s: Option<Outcomes<f64>>,
     pub answered_total: AnsweredBy<u64>,
     pub answered_per_s: Option<AnsweredBy<f64>>,
@@ -124,7 +128,8 @@ pub struct SaleView {
     pub state: &'static str,
     #[serde(flatten)]
     pub watch: SaleWatch,
-    /// Orders accepted per second since the previous tick, every instance's.
+    /// Orders accepted per second since the previous read (`None` on the
+    /// first, or after a gap), every instance's.
     pub accepted_per_s: Option<f64>,
     /// Acked entries that did not go to dead letters: rows persisted.
     pub persisted: u64,
@@ -211,36 +216,49 @@ impl Board {
 
     fn instance(&self, reads: &mut Reads, now: Instant) -> Instance {
         let counters = counters(&self.metrics);
-        let rates = reads.counters.as_ref().map(|(then, before)| {
-            let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
-            let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
-            let (o, p) = (&counters.orders, &before.orders);
-            let (a, q) = (&counters.answered, &before.answered);
-            (
-                Outcomes {
-                    accepted: rate(o.accepted, p.accepted),
-                    sold_out: rate(o.sold_out, p.sold_out),
-                    limit: rate(o.limit, p.limit),
-                    shed: rate(o.shed, p.shed),
-                    rate_limited: rate(o.rate_limited, p.rate_limited),
-                    errors: rate(o.errors, p.errors),
-                    other: rate(o.other, p.other),
-                },
-                AnsweredBy {
-                    memory: rate(a.memory, q.memory),
-                    redis: rate(a.redis, q.redis),
-                    service: rate(a.service, q.service),
-                },
-                rate(counters.rows, before.rows),
-            )
-        });
+        let recent = |then: &Instant| now.duration_since(*then) <= RATE_SPAN;
+        let rates = reads
+            .counters
+            .as_ref()
+            .filter(|(then, _)| recent(then))
+            .map(|(then, before)| {
+                let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
+                let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+                let (o, p) = (&counters.orders, &before.orders);
+                let (a, q) = (&counters.answered, &before.answered);
+                (
+                    Outcomes {
+                        accepted: rate(o.accepted, p.accepted),
+                        sold_out: rate(o.sold_out, p.sold_out),
+                        limit: rate(o.limit, p.limit),
+                        shed: rate(o.shed, p.shed),
+                        rate_limited: rate(o.rate_limited, p.rate_limited),
+                        errors: rate(o.errors, p.errors),
+                        other: rate(o.other, p.other),
+                    },
+                    AnsweredBy {
+                        memory: rate(a.memory, q.memory),
+                        redis: rate(a.redis, q.redis),
+                        service: rate(a.service, q.service),
+                    },
+                    rate(counters.rows, before.rows),
+                )
+            });
         reads.counters = Some((now, counters.clone()));
         let (bounds, cumulative) = persist_buckets(&self.metrics);
         reads.persist.push_back((now, cumulative.clone()));
-        while reads
-            .persist
-            .get(1)
-            .is_some_and(|(t, _)| now.duration_since(*t) >= LATENCY_WINDOW)
+        // The oldest sample kept is the last one at least a window old, and
+        // none older than the window and a gap: after a time nobody watched,
+        // the quantiles start again rather than span the gap.
+        while (reads.persist.len() > 1
+            && reads
+                .persist
+                .get(1)
+                .is_some_and(|(t, _)| now.duration_since(*t) >= LATENCY_WINDOW))
+            || reads
+                .persist
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > LATENCY_WINDOW + RATE_SPAN)
         {
             reads.persist.pop_front();
         }
@@ -279,7 +297,9 @@ fn view(
     };
     let mut accepted_per_s = None;
     if error.is_none() {
-        if let Some((then, before)) = track.accepted {
+        if let Some((then, before)) = track.accepted
+            && now.duration_since(then) <= RATE_SPAN
+        {
             let secs = now.duration_since(then).as_secs_f64().max(1e-3);
             accepted_per_s = Some(watch.accepted.saturating_sub(before) as f64 / secs);
         }
