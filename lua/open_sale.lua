@@ -6,12 +6,17 @@
 -- KEYS[1]  sale hash      fs:{pid}:sale    start_ms, end_ms, limit, price, initial, opened_ms
 -- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
 -- KEYS[3]  orders stream  fs:{pid}:orders
+-- KEYS[4]  room hash      fs:{pid}:room    rate, served, at_ms, early, late
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
 -- ARGV[3]  end_ms (epoch milliseconds, > start_ms; the window is [start, end))
 -- ARGV[4]  limit per user (integer >= 1)
 -- ARGV[5]  unit price (decimal text, echoed into every order)
 -- ARGV[6]  consumer group of the stream workers
+-- ARGV[7]  waiting room: buyers admitted per second, or "" for no room
+-- ARGV[8]  waiting room: how long an admission is valid (ms)
+-- ARGV[9]  waiting room: how long before the start buyers may join (ms)
+-- ARGV[10] waiting room: the sale's signing key (random hex, made by the caller)
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
@@ -32,5 +37,14 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1],
   'start_ms', ARGV[2], 'end_ms', ARGV[3], 'limit', ARGV[4],
   'price', ARGV[5], 'initial', ARGV[1], 'opened_ms', now_ms)
+if ARGV[7] ~= '' then
+  -- The room's fields are in the sale hash (read with the window); its
+  -- moving state is a hash of its own, written by room_tick.lua.
+  redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
+    'room_early_ms', ARGV[9], 'room_key', ARGV[10])
+  redis.call('DEL', KEYS[4])
+  redis.call('HSET', KEYS[4], 'rate', ARGV[7], 'served', 0, 'at_ms', ARGV[2],
+    'early', 0, 'late', 0)
+end
 redis.call('SET', KEYS[2], ARGV[1])
 return {1, tonumber(ARGV[1])}

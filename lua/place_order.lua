@@ -18,6 +18,8 @@
 -- ARGV[4]  quantity (integer >= 1)
 -- ARGV[5]  idempotency field "user_id:key", or "" for none
 -- ARGV[6]  the Idempotency-Key alone, or "" (kept with the order, for MySQL)
+-- ARGV[7]  "1" when the API has checked the buyer's admission from the sale's
+--          waiting room, "" otherwise (a sale with a room then refuses)
 --
 -- Returns one of
 --   {"ok", order_id, price, created_ms, allowance_left}
@@ -32,10 +34,10 @@
 --   {"not_started", start_ms, end_ms, now_ms}   outside the window by Redis's
 --   {"ended", start_ms, end_ms, now_ms}         clock (now_ms): instances remember
 --                                                 the window and the clock reading
---   {"no_sale"} {"sold_out"}
+--   {"no_sale"} {"sold_out"} {"admission_required"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -59,6 +61,11 @@ if now_ms < tonumber(sale[1]) then
 end
 if now_ms >= tonumber(sale[2]) then
   return {'ended', tonumber(sale[1]), tonumber(sale[2]), now_ms}
+end
+-- A sale with a waiting room takes orders from admitted buyers only; the
+-- API checks the admission's signature and expiry (no Redis call for it).
+if sale[5] and ARGV[7] ~= '1' then
+  return {'admission_required'}
 end
 
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -167,6 +167,62 @@ pub struct PendingOrder {
     pub idempotency_key: Option<String>,
 }
 
+/// A sale's waiting room: buyers join a queue, early joiners are shuffled
+/// at the start, and the queue admits buyers at `admit_per_sec`; with the
+/// room on, only admitted buyers may order (see `sale::room`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct WaitingRoom {
+    /// Buyers admitted per second (1 to 100,000); changed live by
+    /// `POST /api/admin/products/{id}/room`.
+    #[schema(minimum = 1, maximum = 100_000)]
+    pub admit_per_sec: u32,
+    /// How long an admission stays valid, in seconds (1 to 86,400; default 120).
+    #[serde(default = "WaitingRoom::default_admission_secs")]
+    #[schema(minimum = 1, maximum = 86_400)]
+    pub admission_secs: u32,
+    /// How long before the start buyers may join, in seconds (0 to 86,400;
+    /// default 600). Everyone who joins before the start is in the shuffle.
+    #[serde(default = "WaitingRoom::default_join_early_secs")]
+    #[schema(minimum = 0, maximum = 86_400)]
+    pub join_early_secs: u32,
+}
+
+/// Highest admission rate a room takes.
+pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
+
+impl WaitingRoom {
+    fn default_admission_secs() -> u32 {
+        120
+    }
+
+    fn default_join_early_secs() -> u32 {
+        600
+    }
+
+    /// Checks the bounds.
+    pub fn validate(self) -> Result<Self, Invalid> {
+        if self.admit_per_sec == 0 || self.admit_per_sec > MAX_ADMIT_PER_SEC {
+            return Err(invalid(format!(
+                "waiting_room.admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
+            )));
+        }
+        if self.admission_secs == 0 || self.admission_secs > 86_400 {
+            return Err(invalid(
+                "waiting_room.admission_secs must be between 1 and 86400",
+            ));
+        }
+        if self.join_early_secs > 86_400 {
+            return Err(invalid(
+                "waiting_room.join_early_secs must be at most 86400",
+            ));
+        }
+        Ok(self)
+    }
+}
+
 /// Now, in epoch milliseconds (the clock of every layer).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -153,7 +153,7 @@ pub async fn run_mode(
                 match mode {
                     ConnMode::Pool => pooled_order(&sales, &redis, &product, user).await?,
                     _ => {
-                        sales.place_order(&product, user, 1, None).await?;
+                        sales.place_order(&product, user, 1, None, false).await?;
                     }
                 }
                 latencies.push(t.elapsed());
@@ -209,6 +209,7 @@ async fn pooled_order(
                 quantity: 1,
                 idempotency_field: None,
                 idempotency_key: None,
+                admitted: false,
             },
         ))
         .await?;

@@ -117,6 +117,7 @@ async fn one_size(
         start_time: spec.start_ms,
         end_time: spec.end_ms,
         limit_per_user: 1,
+        waiting_room: None,
     })
     .await?;
     sales.open(&product, &spec).await?;

@@ -185,7 +185,13 @@ async fn answer(
     };
     Ok(
         match sales
-            .place_order(&product, order.user_id, order.quantity, key.as_deref())
+            .place_order(
+                &product,
+                order.user_id,
+                order.quantity,
+                key.as_deref(),
+                false,
+            )
             .await
         {
             Ok(placed) => {

@@ -66,6 +66,7 @@ pub fn bench_spec(stock: u64) -> SaleSpec {
         end_ms: MAX_TIME_MS,
         limit_per_user: 1,
         price: rust_decimal::Decimal::ONE,
+        waiting_room: None,
     }
 }
 
@@ -86,7 +87,7 @@ pub async fn fill(
                 if user > n {
                     return Ok::<_, SaleError>(());
                 }
-                sales.place_order(&product, user, 1, None).await?;
+                sales.place_order(&product, user, 1, None, false).await?;
             }
         }));
     }

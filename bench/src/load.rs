@@ -350,7 +350,7 @@ impl Caller for DirectCaller {
         };
         match self
             .sales
-            .place_order(&product, p.user, 1, key.as_deref())
+            .place_order(&product, p.user, 1, key.as_deref(), false)
             .await
         {
             Ok(placed) => Answer::Accepted(placed.order.order_id.to_string()),

@@ -1189,6 +1189,7 @@ async fn open_bench_sales(
         end_ms: flashsale::domain::MAX_TIME_MS,
         limit_per_user: args.limit_per_user,
         price: rust_decimal::Decimal::ONE,
+        waiting_room: None,
     };
     let products: Vec<ProductId> = (0..args.sales.max(1))
         .map(|_| super::bench_product(tag))

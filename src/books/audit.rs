@@ -230,6 +230,9 @@ mod tests {
             created: 0,
             updated: 0,
             opened: Some(0),
+            room_admit_per_sec: None,
+            room_admission_secs: None,
+            room_join_early_secs: None,
         }
     }
 

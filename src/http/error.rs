@@ -62,6 +62,18 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("the order is {0}")]
     InvalidTransition(String),
+    /// The sale has a waiting room: orders need an admission from it.
+    #[error("{0}")]
+    AdmissionRequired(&'static str),
+    #[error("the admission has expired; join the waiting room again")]
+    AdmissionExpired,
+    #[error("this sale has no waiting room")]
+    NoWaitingRoom,
+    /// Joining opens at `opens_at` (epoch ms).
+    #[error("the waiting room opens at {opens_at} (epoch ms)")]
+    QueueNotOpen { opens_at: i64 },
+    #[error("no such ticket in this sale's waiting room")]
+    TicketNotFound,
     /// Accepted in Redis, but not confirmed by the replicas WAIT asked for.
     #[error(
         "the order was not confirmed by Redis replicas in time; retry with the same Idempotency-Key to learn its outcome (it was taken back, unless another request with the key answered it)"
@@ -99,9 +111,13 @@ pub const CODES: &[(&str, u16)] = &[
     ("invalid_request", 400),
     ("unauthorized", 401),
     ("forbidden", 403),
+    ("admission_required", 403),
+    ("admission_expired", 403),
     ("not_found", 404),
     ("product_not_found", 404),
     ("order_not_found", 404),
+    ("no_waiting_room", 404),
+    ("ticket_not_found", 404),
     ("method_not_allowed", 405),
     ("request_timeout", 408),
     ("product_exists", 409),
@@ -111,6 +127,7 @@ pub const CODES: &[(&str, u16)] = &[
     ("insufficient_stock", 409),
     ("limit_exceeded", 409),
     ("invalid_transition", 409),
+    ("queue_not_open", 409),
     ("payload_too_large", 413),
     ("unsupported_media_type", 415),
     ("idempotency_key_reused", 422),
@@ -144,6 +161,11 @@ impl ApiError {
             Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
             Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             Self::InvalidTransition(_) => (S::CONFLICT, "invalid_transition"),
+            Self::AdmissionRequired(_) => (S::FORBIDDEN, "admission_required"),
+            Self::AdmissionExpired => (S::FORBIDDEN, "admission_expired"),
+            Self::NoWaitingRoom => (S::NOT_FOUND, "no_waiting_room"),
+            Self::QueueNotOpen { .. } => (S::CONFLICT, "queue_not_open"),
+            Self::TicketNotFound => (S::NOT_FOUND, "ticket_not_found"),
             Self::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Overloaded => (S::SERVICE_UNAVAILABLE, "overloaded"),
             Self::Unavailable(_) | Self::NotReplicated(_) => {
@@ -177,6 +199,9 @@ impl Failure {
         out
     }
 }
+
+/// The answer to an order without an admission, for a sale with a room.
+pub const ADMISSION_REQUIRED: &str = "this sale admits buyers through its waiting room: join it (POST /api/sales/{product_id}/queue) and order with the admission it gives (header Admission-Token)";
 
 /// The answer to an order for a product with no sale.
 const NOT_ON_SALE: &str = "this product is not on sale";
@@ -287,6 +312,7 @@ impl From<SaleError> for ApiError {
                 Rejection::SoldOut => Self::SoldOut,
                 Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
                 Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
+                Rejection::AdmissionRequired => Self::AdmissionRequired(ADMISSION_REQUIRED),
             },
             e @ SaleError::NotReplicated { .. } => Self::NotReplicated(e),
             e if e.is_unavailable() => Self::Unavailable(Box::new(Redis(e))),
@@ -373,6 +399,11 @@ mod tests {
             ApiError::LimitExceeded { allowance: 1 },
             ApiError::IdempotencyKeyReused,
             ApiError::InvalidTransition(String::new()),
+            ApiError::AdmissionRequired(""),
+            ApiError::AdmissionExpired,
+            ApiError::NoWaitingRoom,
+            ApiError::QueueNotOpen { opens_at: 0 },
+            ApiError::TicketNotFound,
             ApiError::NotReplicated(SaleError::NotReplicated {
                 acked: 0,
                 wanted: 1,

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod openapi;
 mod orders;
 mod products;
+mod room;
 mod server;
 
 pub use server::serve;
@@ -79,6 +80,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/api/products/{product_id}", get(products::get))
         .route("/api/orders", post(orders::place_route))
+        .route(
+            "/api/sales/{product_id}/queue/{ticket}",
+            get(room::standing),
+        )
         .merge(
             // Everything that takes an order or user id: throttled per
             // address, so ids cannot be tried by the thousand.
@@ -87,6 +92,7 @@ pub fn router(state: AppState) -> Router {
                 .route("/api/orders/{order_id}/pay", post(orders::pay))
                 .route("/api/orders/{order_id}/cancel", post(orders::cancel))
                 .route("/api/users/{user_id}/orders", get(orders::list_for_user))
+                .route("/api/sales/{product_id}/queue", post(room::join))
                 .route_layer(from_fn_with_state(guards.clone(), limits::guard_lookup)),
         );
     if state.admin_routes {
@@ -99,6 +105,10 @@ pub fn router(state: AppState) -> Router {
             .route(
                 "/api/admin/products/{product_id}/audit",
                 get(products::audit),
+            )
+            .route(
+                "/api/admin/products/{product_id}/room",
+                post(room::set_pace),
             )
             .merge(dashboard::routes(&state));
     }

@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::error::CODES;
-use super::{health, orders, products};
+use super::{health, orders, products, room};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +40,9 @@ use super::{health, orders, products};
         orders::pay,
         orders::cancel,
         orders::list_for_user,
+        room::join,
+        room::standing,
+        room::set_pace,
     ),
     components(schemas(super::error::ErrorBody)),
     modifiers(&CommonAnswers)
@@ -169,7 +172,9 @@ fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
             "`unauthorized`: missing or wrong `Authorization: Bearer <ADMIN_TOKEN>`",
         ));
     }
-    let buyer_route = path.starts_with("/api/orders") || path.starts_with("/api/users/");
+    let buyer_route = path.starts_with("/api/orders")
+        || path.starts_with("/api/users/")
+        || path == "/api/sales/{product_id}/queue";
     if buyer_route {
         answers.push((
             401,
@@ -179,7 +184,7 @@ fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
     if buyer_route && path != "/api/orders" {
         answers.push((
             429,
-            "`rate_limited`: too many lookups from this address; retry after `Retry-After`",
+            "`rate_limited`: too many lookups or joins from this address; retry after `Retry-After`",
         ));
     }
     if path == "/api/orders" && method == HttpMethod::Post {

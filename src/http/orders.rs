@@ -21,6 +21,7 @@ use super::limits;
 use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
+use crate::sale::room::{Admission, Refused};
 use crate::sale::{Placed, Progress, SaleError};
 use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
@@ -122,12 +123,15 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     tag = "orders",
     summary = "Place an order",
     description = "Decided by one atomic script in Redis and answered at once: 202 with the order `pending` until a worker persists it. The buyer is the authenticated one. A retry with the same `Idempotency-Key` (the buyer's own: keys of different buyers never meet) answers the same order (header `Idempotent-Replayed: true`).",
-    params(("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; retries with it answer the first order")),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; retries with it answer the first order"),
+        ("Admission-Token" = Option<String>, Header, description = "For a sale with a waiting room: the `admission` its queue gave this buyer (`GET /api/sales/{product_id}/queue/{ticket}`)"),
+    ),
     request_body = PlaceOrder,
     security(("buyer" = [])),
     responses(
         (status = 202, description = "Accepted; persisted shortly", body = OrderView),
-        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer", body = ErrorBody),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer; `admission_required`: the sale has a waiting room and the order has no valid admission for this buyer and sale; `admission_expired`", body = ErrorBody),
         (status = 404, description = "`product_not_found`: no sale for this product", body = ErrorBody),
         (status = 409, description = "`sale_not_started` (with `starts_at`, epoch ms, and a `Retry-After` header: the seconds until the start), `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "`sale_not_started` only: seconds until the sale opens"))),
@@ -204,15 +208,55 @@ async fn decide(
     let product = ProductId::parse_owned(body.product_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
+    let admitted = admission(state, parts, &product, user_id, idempotency_key.is_some()).await?;
     let decided = state
         .sales
-        .place_order(&product, user_id, quantity, idempotency_key.as_deref())
+        .place_order(
+            &product,
+            user_id,
+            quantity,
+            idempotency_key.as_deref(),
+            admitted,
+        )
         .await;
     Ok(match decided {
         Ok(placed) => placed_answer(placed, quantity),
         Err(e @ SaleError::Remembered(_)) => Answer::refused(e.into(), AnsweredBy::Memory),
         Err(e) => Answer::refused(e.into(), AnsweredBy::Redis),
     })
+}
+
+/// The header that carries an admission from the sale's waiting room.
+pub const ADMISSION_TOKEN: &str = "admission-token";
+
+/// Whether the order carries a valid admission for the buyer and sale (see
+/// `sale::room`): checked here, from its signature and expiry. Refused at
+/// once when it is not, unless the order has an Idempotency-Key: a retry
+/// must still get its order back, so the order script decides (it refuses
+/// any new order without an admission).
+async fn admission(
+    state: &AppState,
+    parts: &Parts,
+    product: &ProductId,
+    user_id: u64,
+    keyed: bool,
+) -> Result<bool, ApiError> {
+    let Some(token) = parts.headers.get(ADMISSION_TOKEN) else {
+        return Ok(false);
+    };
+    let token = token.to_str().unwrap_or("");
+    match state.sales.admission(product, user_id, token).await? {
+        Admission::Admitted => Ok(true),
+        Admission::NoRoom => Ok(false),
+        Admission::Refused(_) if keyed => Ok(false),
+        Admission::Refused(Refused::Expired) => Err(ApiError::AdmissionExpired),
+        Admission::Refused(Refused::OtherUser) => Err(ApiError::AdmissionRequired(
+            "this admission is another buyer's",
+        )),
+        Admission::Refused(Refused::Invalid) => Err(ApiError::AdmissionRequired(
+            "this admission is not one this sale's waiting room gave",
+        )),
+    }
 }
 
 /// 202 with the order, or a replay's answer.
@@ -390,7 +434,7 @@ pub async fn list_for_user(
 #[serde(deny_unknown_fields)]
 pub struct Owner {
     #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
-    user_id: Option<u64>,
+    pub(super) user_id: Option<u64>,
 }
 
 /// What a pay or cancel acts on: the user it acts as, and the order.

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
-use crate::domain::{self, Invalid, MAX_STOCK, ProductId};
+use crate::domain::{self, Invalid, MAX_STOCK, ProductId, WaitingRoom};
 use crate::store::{NewProduct, Product};
 
 /// Longest title (the `tb_product.title` column).
@@ -44,6 +44,9 @@ pub struct CreateProduct {
     #[serde(default = "one")]
     #[schema(minimum = 1, maximum = 1_000_000)]
     limit_per_user: u64,
+    /// A waiting room in front of the sale (absent or `null`: none).
+    #[serde(default)]
+    waiting_room: Option<WaitingRoom>,
 }
 
 fn one() -> u64 {
@@ -83,6 +86,7 @@ impl CreateProduct {
             start_time,
             end_time,
             limit_per_user: self.limit_per_user,
+            waiting_room: self.waiting_room.map(WaitingRoom::validate).transpose()?,
         })
     }
 }
@@ -93,6 +97,18 @@ pub struct ProductView {
     #[serde(flatten)]
     product: Product,
     stock: Option<u64>,
+    /// The sale's waiting room (`null`: none).
+    waiting_room: Option<WaitingRoom>,
+}
+
+impl ProductView {
+    fn new(product: Product, stock: Option<u64>) -> Self {
+        Self {
+            waiting_room: product.waiting_room(),
+            product,
+            stock,
+        }
+    }
 }
 
 /// `POST /api/admin/products`
@@ -117,13 +133,7 @@ pub async fn create(
     let new = body.validate()?;
     let product = state.db.create_product(&new).await?;
     tracing::info!(product_id = %new.product_id, "product created");
-    Ok((
-        StatusCode::CREATED,
-        Json(ProductView {
-            product,
-            stock: None,
-        }),
-    ))
+    Ok((StatusCode::CREATED, Json(ProductView::new(product, None))))
 }
 
 /// What opening a sale did.
@@ -188,7 +198,7 @@ pub async fn get(
 ) -> Result<Json<ProductView>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
     let stock = state.sales.stock(&id).await?;
-    Ok(Json(ProductView { product, stock }))
+    Ok(Json(ProductView::new(product, stock)))
 }
 
 async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product), ApiError> {

@@ -41,6 +41,12 @@ pub struct SaleKeys {
     /// Hash: the workers' last verdict on the books (balanced, difference,
     /// judged_ms), for the dashboards; expires unless renewed.
     pub books: String,
+    /// Hash: the waiting room's shared state (rate, served, at_ms, early,
+    /// late); only for a sale with a room.
+    pub room: String,
+    /// Hash: user_id -> the buyer's number in the waiting room (`e<n>`
+    /// joined before the start, `l<n>` after): one field per joined buyer.
+    pub joined: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -71,11 +77,13 @@ impl SaleKeys {
             claimed: key("claimed"),
             repaired: key("repaired"),
             books: key("books"),
+            room: key("room"),
+            joined: key("joined"),
         }
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 14] {
+    pub fn all(&self) -> [&str; 16] {
         [
             &self.sale,
             &self.stock,
@@ -91,6 +99,8 @@ impl SaleKeys {
             &self.claimed,
             &self.repaired,
             &self.books,
+            &self.room,
+            &self.joined,
         ]
     }
 }

@@ -19,6 +19,7 @@ mod entry;
 pub mod inspect;
 pub mod keys;
 pub mod memory;
+pub mod room;
 mod scripts;
 mod stream;
 pub mod watch;
@@ -118,6 +119,8 @@ pub enum Rejection {
     LimitExceeded {
         allowance: u64,
     },
+    /// The sale has a waiting room, and the buyer brought no valid admission.
+    AdmissionRequired,
 }
 
 /// The settings a sale is opened with (from its `tb_product` row).
@@ -128,6 +131,7 @@ pub struct SaleSpec {
     pub end_ms: i64,
     pub limit_per_user: u64,
     pub price: Decimal,
+    pub waiting_room: Option<crate::domain::WaitingRoom>,
 }
 
 /// How far an accepted order got, as far as Redis knows (`order_state.lua`).
@@ -271,6 +275,7 @@ pub struct Sales {
     memory: Arc<Memory>,
     calls: Arc<Calls>,
     wait: Option<Wait>,
+    rooms: Arc<room::Rooms>,
 }
 
 /// The Redis calls the order path made (the savings of [`memory`] show here).
@@ -290,6 +295,7 @@ impl Sales {
             memory: Arc::new(Memory::new(MemorySettings::default())),
             calls: Arc::default(),
             wait: None,
+            rooms: Arc::default(),
         }
     }
 
@@ -355,6 +361,7 @@ impl Sales {
         if opened.0 {
             // Whatever was remembered of an earlier sale of this id is void.
             self.memory.forget(product);
+            self.forget_room(product);
         }
         self.memory.opened(product);
         Ok(opened)
@@ -395,7 +402,9 @@ impl Sales {
             .collect())
     }
 
-    /// Decides one order atomically; see `lua/place_order.lua`.
+    /// Decides one order atomically; see `lua/place_order.lua`. `admitted`:
+    /// the caller checked the buyer's admission from the sale's waiting room
+    /// (a sale with a room refuses every other order).
     #[tracing::instrument(level = "debug", skip(self), fields(product_id = %product))]
     pub async fn place_order(
         &self,
@@ -403,6 +412,7 @@ impl Sales {
         user_id: u64,
         quantity: u64,
         idempotency_key: Option<&str>,
+        admitted: bool,
     ) -> Result<Placed, SaleError> {
         let recall = self
             .memory
@@ -419,11 +429,14 @@ impl Sales {
         if let Some(answer) = recall.answer {
             return Err(SaleError::Remembered(answer));
         }
+        if !admitted && self.has_room(product) {
+            return Err(SaleError::Remembered(Rejection::AdmissionRequired));
+        }
         // Boxed: the Redis call's future is most of this one's size (5 KB),
         // which every caller's future would otherwise carry and copy, for
         // the answers from memory above too (BENCHMARKS.md, "The order
         // path against the floor").
-        Box::pin(self.place_in_redis(product, user_id, quantity, idempotency_key)).await
+        Box::pin(self.place_in_redis(product, user_id, quantity, idempotency_key, admitted)).await
     }
 
     async fn place_in_redis(
@@ -432,6 +445,7 @@ impl Sales {
         user_id: u64,
         quantity: u64,
         idempotency_key: Option<&str>,
+        admitted: bool,
     ) -> Result<Placed, SaleError> {
         let keys = self.keys(product);
         let order_id = OrderId::generate(product);
@@ -443,6 +457,7 @@ impl Sales {
             quantity,
             idempotency_field: idem.as_deref(),
             idempotency_key,
+            admitted,
         };
         self.calls.orders.fetch_add(1, Ordering::Relaxed);
         let sent = self.memory.now();
@@ -509,6 +524,10 @@ impl Sales {
                 }))
             }
             scripts::PlaceReply::Rejected(r) => {
+                if r == Rejection::AdmissionRequired {
+                    // The next orders without an admission are refused here.
+                    self.learn_room(product);
+                }
                 learn(match r {
                     Rejection::NoSale => memory::Heard::NoSale,
                     Rejection::SoldOut => memory::Heard::SoldOut,

@@ -184,16 +184,28 @@ pub async fn open_sale(
     keys: &SaleKeys,
     spec: &SaleSpec,
 ) -> RedisResult<(bool, u64)> {
+    let room = spec.waiting_room.as_ref();
+    // A fresh key for every open: used only if this call loads the sale.
+    let room_key = if room.is_some() {
+        super::room::new_key()
+    } else {
+        String::new()
+    };
     OPEN_SALE
         .key(&keys.sale)
         .key(&keys.stock)
         .key(&keys.orders)
+        .key(&keys.room)
         .arg(spec.stock)
         .arg(spec.start_ms)
         .arg(spec.end_ms)
         .arg(spec.limit_per_user)
         .arg(spec.price.to_string())
         .arg(super::keys::GROUP)
+        .arg(room.map_or(String::new(), |r| r.admit_per_sec.to_string()))
+        .arg(room.map_or(0, |r| u64::from(r.admission_secs) * 1000))
+        .arg(room.map_or(0, |r| u64::from(r.join_early_secs) * 1000))
+        .arg(room_key)
         .invoke_async(conn)
         .await
 }
@@ -308,6 +320,8 @@ pub struct OrderCall<'a> {
     pub idempotency_field: Option<&'a str>,
     /// The key alone (kept with the order, for MySQL).
     pub idempotency_key: Option<&'a str>,
+    /// The API checked the buyer's admission from the sale's waiting room.
+    pub admitted: bool,
 }
 
 fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvocation<'static> {
@@ -324,7 +338,8 @@ fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvo
         .arg(order.product.as_str())
         .arg(order.quantity)
         .arg(order.idempotency_field.unwrap_or(""))
-        .arg(order.idempotency_key.unwrap_or(""));
+        .arg(order.idempotency_key.unwrap_or(""))
+        .arg(if order.admitted { "1" } else { "" });
     call
 }
 
@@ -363,6 +378,7 @@ impl FromRedisValue for PlaceReply {
                 now_ms: i64::from_redis_value(next()?)?,
             },
             "sold_out" => Self::Rejected(Rejection::SoldOut),
+            "admission_required" => Self::Rejected(Rejection::AdmissionRequired),
             "insufficient" => Self::Rejected(Rejection::InsufficientStock {
                 left: u64::from_redis_value(next()?)?,
             }),

@@ -4,8 +4,8 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::{Db, StoreError};
-use crate::domain::ProductId;
 use crate::domain::now_ms;
+use crate::domain::{ProductId, WaitingRoom};
 
 /// A product row.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -25,6 +25,24 @@ pub struct Product {
     pub updated: i64,
     /// When its sale was first opened (epoch ms); `None` before.
     pub opened: Option<i64>,
+    /// The waiting room's settings (all `None`: no room); see [`Product::waiting_room`].
+    #[serde(skip)]
+    pub room_admit_per_sec: Option<i32>,
+    #[serde(skip)]
+    pub room_admission_secs: Option<i32>,
+    #[serde(skip)]
+    pub room_join_early_secs: Option<i32>,
+}
+
+impl Product {
+    /// The sale's waiting room, if it has one.
+    pub fn waiting_room(&self) -> Option<WaitingRoom> {
+        Some(WaitingRoom {
+            admit_per_sec: u32::try_from(self.room_admit_per_sec?).ok()?,
+            admission_secs: u32::try_from(self.room_admission_secs?).ok()?,
+            join_early_secs: u32::try_from(self.room_join_early_secs?).ok()?,
+        })
+    }
 }
 
 /// A validated product to create.
@@ -37,10 +55,12 @@ pub struct NewProduct {
     pub start_time: i64,
     pub end_time: i64,
     pub limit_per_user: u64,
+    pub waiting_room: Option<WaitingRoom>,
 }
 
 const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
-                       end_time, limit_per_user, created, updated, opened";
+                       end_time, limit_per_user, created, updated, opened, \
+                       room_admit_per_sec, room_admission_secs, room_join_early_secs";
 
 impl Db {
     /// Inserts a product; `ProductExists` when the id is taken.
@@ -58,9 +78,13 @@ impl Db {
             created: now,
             updated: now,
             opened: None,
+            room_admit_per_sec: p.waiting_room.map(|r| r.admit_per_sec as i32),
+            room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
+            room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
         };
-        let sql =
-            format!("INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        let sql = format!(
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        );
         let insert = sqlx::query(&sql)
             .bind(&row.product_id)
             .bind(&row.title)
@@ -72,7 +96,10 @@ impl Db {
             .bind(row.limit_per_user)
             .bind(row.created)
             .bind(row.updated)
-            .bind(row.opened);
+            .bind(row.opened)
+            .bind(row.room_admit_per_sec)
+            .bind(row.room_admission_secs)
+            .bind(row.room_join_early_secs);
         self.bounded(async {
             match insert.execute(self.pool()).await {
                 Ok(_) => Ok(()),
@@ -106,6 +133,23 @@ impl Db {
 }
 
 impl Db {
+    /// A waiting room's new admission rate.
+    pub async fn set_room_rate(&self, product_id: &ProductId, rate: u32) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query(
+                "UPDATE tb_product SET room_admit_per_sec = ?, updated = ? \
+                 WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
+            )
+            .bind(rate)
+            .bind(now_ms())
+            .bind(product_id.as_str())
+            .execute(self.pool())
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Records that the product's sale was opened (the first time only).
     pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
         self.bounded(async {

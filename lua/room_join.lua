@@ -1,0 +1,59 @@
+-- room_join.lua: a buyer joins a sale's waiting room, once. A buyer who has
+-- joined before gets the same number back (joining again gains nothing).
+-- Numbers: `e<n>` for the n-th buyer to join before the start (their place
+-- is drawn at the start: see sale::room::queue), `l<n>` for the n-th after
+-- it (served in that order, after every early joiner).
+--
+-- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms
+-- KEYS[2]  stock        fs:{pid}:stock
+-- KEYS[3]  room hash    fs:{pid}:room    early, late (counts)
+-- KEYS[4]  joined hash  fs:{pid}:joined  user_id -> number
+-- ARGV[1]  user_id
+--
+-- Returns {"joined", number, new (1/0)}, or {"no_sale"}, {"no_room"},
+-- {"not_open", opens_ms}, {"ended"}, {"sold_out"}.
+
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_early_ms')
+if not sale[1] then
+  return {'no_sale'}
+end
+if not sale[3] then
+  return {'no_room'}
+end
+local known = redis.call('HGET', KEYS[4], ARGV[1])
+if known then
+  return {'joined', known, 0}
+end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local start_ms = tonumber(sale[1])
+if now_ms < start_ms - tonumber(sale[3]) then
+  return {'not_open', start_ms - tonumber(sale[3])}
+end
+if now_ms >= tonumber(sale[2]) then
+  return {'ended'}
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') <= 0 then
+  return {'sold_out'}
+end
+local number
+if now_ms < start_ms then
+  number = 'e' .. redis.call('HINCRBY', KEYS[3], 'early', 1)
+else
+  -- The line is first moved up to now over the buyers already in it (as
+  -- room_tick.lua moves it), so that time nobody was waiting for is no
+  -- credit for the newcomer: after a quiet hour, a burst of joiners still
+  -- goes through at the pace.
+  local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late')
+  local served = tonumber(room[2] or '0')
+  local at_ms = tonumber(room[3] or sale[1])
+  local from = math.max(at_ms, start_ms)
+  if now_ms > from then
+    local moved = tonumber(room[1] or '1') * (now_ms - from) / 1000
+    served = math.min(served + moved, tonumber(room[4] or '0') + tonumber(room[5] or '0'))
+    redis.call('HSET', KEYS[3], 'served', tostring(served), 'at_ms', now_ms)
+  end
+  number = 'l' .. redis.call('HINCRBY', KEYS[3], 'late', 1)
+end
+redis.call('HSET', KEYS[4], ARGV[1], number)
+return {'joined', number, 1}

@@ -1,0 +1,253 @@
+//! The waiting room of a sale that has one (`sale::room`): join it, ask
+//! where you stand, and (admins) change its pace.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
+use super::orders::Owner;
+use crate::domain::{MAX_ADMIT_PER_SEC, ProductId, now_ms};
+use crate::sale::room::{Joined, RoomState, Standing};
+
+/// Where a ticket stands.
+#[derive(Serialize, ToSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum StandingView {
+    /// In the line. Before the start (`place` null) every early joiner
+    /// waits for the draw at `draw_at`, which shuffles them all.
+    Waiting {
+        /// Place in the line, from 1 (null until the draw).
+        place: Option<u64>,
+        /// Buyers before this one not yet admitted.
+        ahead: Option<u64>,
+        /// At the current pace (null until the draw).
+        estimated_wait_ms: Option<u64>,
+        /// When early joiners are placed (epoch ms).
+        draw_at: i64,
+        /// Buyers admitted per second.
+        admit_per_sec: f64,
+    },
+    /// May order now: send `admission` as the `Admission-Token` header of
+    /// `POST /api/orders`, before `expires_at` (epoch ms).
+    Admitted {
+        place: u64,
+        admission: String,
+        expires_at: i64,
+    },
+    /// The admission ran out unused at `expired_at`.
+    Expired { place: u64, expired_at: i64 },
+    /// No stock left (now: units given back by cancellations let the line
+    /// move again).
+    SoldOut,
+    /// The sale is over.
+    Ended,
+}
+
+impl StandingView {
+    fn of(room: &RoomState, standing: Standing) -> Self {
+        let rate = room.rate;
+        match standing {
+            Standing::BeforeDraw { draw_at_ms, .. } => Self::Waiting {
+                place: None,
+                ahead: None,
+                estimated_wait_ms: None,
+                draw_at: draw_at_ms,
+                admit_per_sec: rate,
+            },
+            Standing::Waiting {
+                place,
+                ahead,
+                wait_ms,
+            } => Self::Waiting {
+                place: Some(place),
+                ahead: Some(ahead),
+                estimated_wait_ms: Some(wait_ms),
+                draw_at: room.start_ms,
+                admit_per_sec: rate,
+            },
+            Standing::Admitted {
+                place,
+                admission,
+                expires_ms,
+            } => Self::Admitted {
+                place,
+                admission,
+                expires_at: expires_ms,
+            },
+            Standing::Expired { place, expired_ms } => Self::Expired {
+                place,
+                expired_at: expired_ms,
+            },
+            Standing::SoldOut => Self::SoldOut,
+            Standing::Ended => Self::Ended,
+        }
+    }
+}
+
+/// A ticket and where it stands.
+#[derive(Serialize, ToSchema)]
+pub struct TicketView {
+    /// Opaque; the same every time this buyer joins this sale. Poll
+    /// `GET /api/sales/{product_id}/queue/{ticket}`.
+    ticket: String,
+    /// False when the buyer had joined before (same ticket, same place).
+    new: bool,
+    #[serde(flatten)]
+    standing: StandingView,
+}
+
+fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
+    ProductId::parse(product_id).map_err(|_| ApiError::ProductNotFound("no product with this id"))
+}
+
+/// `POST /api/sales/{product_id}/queue`
+#[utoipa::path(
+    post,
+    path = "/api/sales/{product_id}/queue",
+    operation_id = "join_queue",
+    tag = "waiting room",
+    summary = "Join a sale's waiting room",
+    description = "The buyer (the authenticated one; `user_id` in the body only with `AUTH=none`) joins the line and gets a ticket. Joining again gives the same ticket and place. Everyone who joins before the start is shuffled at the start; later joiners are served in arrival order after them.",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    request_body = Option<Owner>,
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "In the line", body = TicketView),
+        (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
+        (status = 409, description = "`queue_not_open` (joining opens `join_early_secs` before the start), `sale_ended` or `sold_out`", body = ErrorBody),
+    )
+)]
+pub async fn join(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(product_id): PathParam<String>,
+    OptionalJsonBody(body): OptionalJsonBody<Owner>,
+) -> Result<Json<TicketView>, ApiError> {
+    let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
+    let product = sale_id(&product_id)?;
+    let (ticket, new) = match state.sales.join_room(&product, user_id).await? {
+        Joined::Ticket { ticket, new } => (ticket, new),
+        Joined::NoSale => return Err(ApiError::ProductNotFound("this product is not on sale")),
+        Joined::NoRoom => return Err(ApiError::NoWaitingRoom),
+        Joined::NotOpen { opens_ms } => return Err(ApiError::QueueNotOpen { opens_at: opens_ms }),
+        Joined::Ended => return Err(ApiError::SaleEnded),
+        Joined::SoldOut => return Err(ApiError::SoldOut),
+    };
+    let standing = standing_of(&state, &product, &ticket).await?;
+    Ok(Json(TicketView {
+        ticket,
+        new,
+        standing,
+    }))
+}
+
+/// `GET /api/sales/{product_id}/queue/{ticket}`: answered from this
+/// instance's reading of the room (renewed about once a second), no Redis
+/// call per poll.
+#[utoipa::path(
+    get,
+    path = "/api/sales/{product_id}/queue/{ticket}",
+    operation_id = "queue_standing",
+    tag = "waiting room",
+    summary = "Where a ticket stands",
+    description = "`waiting` (with the place and an estimated wait once the draw is done), `admitted` (with the admission for `POST /api/orders` and its expiry), `expired`, `sold_out` or `ended`. Cheap: poll every few seconds.",
+    params(
+        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("ticket" = String, Path, max_length = 200),
+    ),
+    responses(
+        (status = 200, description = "Where it stands", body = StandingView),
+        (status = 404, description = "`product_not_found`, `no_waiting_room` or `ticket_not_found`", body = ErrorBody),
+    )
+)]
+pub async fn standing(
+    State(state): State<AppState>,
+    PathParam((product_id, ticket)): PathParam<(String, String)>,
+) -> Result<Json<StandingView>, ApiError> {
+    let product = sale_id(&product_id)?;
+    Ok(Json(standing_of(&state, &product, &ticket).await?))
+}
+
+async fn standing_of(
+    state: &AppState,
+    product: &ProductId,
+    ticket: &str,
+) -> Result<StandingView, ApiError> {
+    let Some(room) = state.sales.room(product).await? else {
+        return Err(ApiError::NoWaitingRoom);
+    };
+    let ticket = room
+        .key
+        .read_ticket(product, ticket)
+        .ok_or(ApiError::TicketNotFound)?;
+    let standing = room.standing(product, ticket, now_ms());
+    Ok(StandingView::of(&room, standing))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoomPace {
+    #[schema(minimum = 1, maximum = 100_000)]
+    admit_per_sec: u32,
+}
+
+/// The room after a change.
+#[derive(Serialize, ToSchema)]
+pub struct RoomView {
+    product_id: String,
+    admit_per_sec: f64,
+    /// Buyers who joined.
+    joined: u64,
+    /// Places admitted so far.
+    admitted: u64,
+}
+
+/// `POST /api/admin/products/{product_id}/room`: the room's pace, live.
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/room",
+    operation_id = "set_room_pace",
+    tag = "admin",
+    summary = "Change a waiting room's admission rate, live",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    request_body = RoomPace,
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The new pace holds from now on", body = RoomView),
+        (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
+    )
+)]
+pub async fn set_pace(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+    JsonBody(body): JsonBody<RoomPace>,
+) -> Result<Json<RoomView>, ApiError> {
+    let product = sale_id(&product_id)?;
+    if body.admit_per_sec == 0 || body.admit_per_sec > MAX_ADMIT_PER_SEC {
+        return Err(ApiError::InvalidRequest(format!(
+            "admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
+        )));
+    }
+    let Some(room) = state
+        .sales
+        .set_room_rate(&product, body.admit_per_sec)
+        .await?
+    else {
+        return Err(ApiError::NoWaitingRoom);
+    };
+    // The books keep the pace too, for a sale opened again (recovery).
+    state.db.set_room_rate(&product, body.admit_per_sec).await?;
+    tracing::info!(product_id = %product, admit_per_sec = body.admit_per_sec, "waiting room pace changed");
+    Ok(Json(RoomView {
+        product_id: product.to_string(),
+        admit_per_sec: f64::from(body.admit_per_sec),
+        joined: room.joined(),
+        admitted: room.served.floor() as u64,
+    }))
+}

@@ -1,0 +1,356 @@
+//! The waiting room: joining, the draw, the pace, admissions on the order path.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    ADMIN_TOKEN, TestApp, assert_refused, eventually, now_ms, product_body, spawn_app, unique,
+};
+
+/// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
+/// from now (negative: started), admitting `rate` buyers a second.
+async fn room_sale(
+    app: &TestApp,
+    stock: u64,
+    starts_in_ms: i64,
+    rate: u32,
+    admission_secs: u32,
+) -> String {
+    let id = unique("room-");
+    let mut body = product_body(&id, stock, 1);
+    body["start_time"] = json!(now_ms() + starts_in_ms);
+    body["waiting_room"] = json!({
+        "admit_per_sec": rate,
+        "admission_secs": admission_secs,
+        "join_early_secs": 600,
+    });
+    app.sale_from(body).await
+}
+
+async fn join(app: &TestApp, sku: &str, user: u64) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/sales/{sku}/queue")))
+        .json(&json!({"user_id": user}))
+        .send()
+        .await
+        .expect("answered");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn ticket(app: &TestApp, sku: &str, user: u64) -> String {
+    let (status, body) = join(app, sku, user).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["ticket"].as_str().expect("a ticket").to_owned()
+}
+
+async fn standing(app: &TestApp, sku: &str, ticket: &str) -> (StatusCode, Value) {
+    app.get_json(&format!("/api/sales/{sku}/queue/{ticket}"))
+        .await
+}
+
+async fn admission(app: &TestApp, sku: &str, ticket: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, s) = standing(app, sku, ticket).await;
+        if s["status"] == "admitted" {
+            return s["admission"].as_str().unwrap().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "never admitted: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn order_with(
+    app: &TestApp,
+    sku: &str,
+    user: u64,
+    admission: Option<&str>,
+) -> reqwest::Response {
+    let mut req = app
+        .client
+        .post(app.url("/api/orders"))
+        .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}));
+    if let Some(a) = admission {
+        req = req.header("Admission-Token", a);
+    }
+    req.send().await.expect("answered")
+}
+
+#[tokio::test]
+async fn without_a_room_nothing_changes() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(5, 1).await;
+    let (status, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(product["waiting_room"], Value::Null);
+    let (status, body) = join(&app, &sku, 1).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("no_waiting_room"))
+    );
+    // An admission header is ignored where no room asks for one.
+    let resp = order_with(&app, &sku, 1, Some("1.99999999999999.00")).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        app.place_order(2, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test]
+async fn joining_again_gives_the_same_ticket_and_a_ticket_cannot_be_moved() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 10, -1_000, 5, 60).await;
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(
+        product["waiting_room"],
+        json!({"admit_per_sec": 5, "admission_secs": 60, "join_early_secs": 600})
+    );
+    let (status, first) = join(&app, &sku, 1).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["new"], true);
+    let (_, again) = join(&app, &sku, 1).await;
+    assert_eq!(again["new"], false);
+    assert_eq!(again["ticket"], first["ticket"]);
+    let t = first["ticket"].as_str().unwrap();
+    let (status, _) = standing(&app, &sku, t).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Another user's, another number, another sale: no such ticket.
+    let other_sale = room_sale(&app, 10, -1_000, 5, 60).await;
+    let moved = t.replacen("1.", "2.", 1);
+    let renumbered = t.replacen(".l1.", ".l2.", 1);
+    for (sale, forged) in [
+        (&sku, moved.as_str()),
+        (&sku, renumbered.as_str()),
+        (&other_sale, t),
+    ] {
+        let (status, body) = standing(&app, sale, forged).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{forged}: {body}");
+        assert_eq!(body["error"], "ticket_not_found");
+    }
+}
+
+#[tokio::test]
+async fn an_order_needs_the_buyers_own_valid_admission_for_that_sale() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 10, -1_000, 1000, 60).await;
+    let other = room_sale(&app, 10, -1_000, 1000, 60).await;
+    let t1 = ticket(&app, &sku, 1).await;
+    let a1 = admission(&app, &sku, &t1).await;
+    let t_other = ticket(&app, &other, 1).await;
+    let a_other = admission(&app, &other, &t_other).await;
+
+    // Refused, with nothing changed: no admission, another buyer's, another
+    // sale's, a forged one.
+    let later = {
+        let (user, rest) = a1.split_once('.').unwrap();
+        let (expires, tag) = rest.split_once('.').unwrap();
+        format!(
+            "{user}.{}.{tag}",
+            expires.parse::<i64>().unwrap() + 3_600_000
+        )
+    };
+    for (user, token) in [
+        (1, None),
+        (2, Some(a1.as_str())),
+        (1, Some(a_other.as_str())),
+        (1, Some(later.as_str())),
+        (1, Some("garbage")),
+    ] {
+        let resp = order_with(&app, &sku, user, token).await;
+        assert_refused(resp, StatusCode::FORBIDDEN, "admission_required").await;
+    }
+    assert_eq!(app.stock(&sku).await, Some(10));
+    assert_eq!(app.stream_len(&sku).await, 0);
+    // An instance that has never read the room refuses too (the order
+    // script does), and then knows.
+    let beside = app.serve_beside(|_| {}).await.ready().await;
+    for _ in 0..2 {
+        let resp = app
+            .client
+            .post(format!("{}/api/orders", beside.base))
+            .json(&json!({"user_id": 1, "product_id": sku, "quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_refused(resp, StatusCode::FORBIDDEN, "admission_required").await;
+    }
+    assert_eq!(app.stock(&sku).await, Some(10));
+
+    // The buyer's own: accepted, once (the per-user limit still holds).
+    assert_eq!(
+        order_with(&app, &sku, 1, Some(&a1)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let resp = order_with(&app, &sku, 1, Some(&a1)).await;
+    assert_refused(resp, StatusCode::CONFLICT, "limit_exceeded").await;
+    assert_eq!(app.stock(&sku).await, Some(9));
+}
+
+#[tokio::test]
+async fn an_admission_expires() {
+    let app = spawn_app().await;
+    // 1 s admissions, and a line long enough that it is still moving.
+    let sku = room_sale(&app, 100, -1_000, 4, 1).await;
+    let t1 = ticket(&app, &sku, 1).await;
+    for user in 2..=30 {
+        ticket(&app, &sku, user).await;
+    }
+    let a1 = admission(&app, &sku, &t1).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let resp = order_with(&app, &sku, 1, Some(&a1)).await;
+    assert_refused(resp, StatusCode::FORBIDDEN, "admission_expired").await;
+    let (_, s) = standing(&app, &sku, &t1).await;
+    assert_eq!(s["status"], "expired", "{s}");
+    assert_eq!(app.stock(&sku).await, Some(100));
+}
+
+/// Spearman's rank correlation of two orderings of the same n items.
+fn rank_correlation(a: &[u64], b: &[u64]) -> f64 {
+    let n = a.len() as f64;
+    let d2: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
+#[tokio::test]
+async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order() {
+    let app = spawn_app().await;
+    let n = 120u64;
+    let sku = room_sale(&app, 1_000, 2_500, 50, 60).await;
+    let mut tickets = Vec::new();
+    for user in 1..=n {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    // Before the start: everyone waits for the draw.
+    let (_, s) = standing(&app, &sku, &tickets[0]).await;
+    assert_eq!(s["status"], "waiting", "{s}");
+    assert_eq!(s["place"], Value::Null);
+    assert!(s["draw_at"].as_i64().unwrap() > now_ms());
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    // The first poll after the start has the room read again (the draw
+    // needs the final count of early joiners); until then, still waiting.
+    eventually("the draw", Duration::from_secs(3), || async {
+        standing(&app, &sku, &tickets[0]).await.1["place"].is_u64()
+    })
+    .await;
+
+    let mut places = Vec::new();
+    for t in &tickets {
+        let (_, s) = standing(&app, &sku, t).await;
+        assert!(s["place"].is_u64(), "{s}");
+        places.push(s["place"].as_u64().unwrap());
+    }
+    let mut sorted = places.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (1..=n).collect::<Vec<_>>(),
+        "a permutation of the early joiners"
+    );
+    let join_order: Vec<u64> = (1..=n).collect();
+    let rho = rank_correlation(&join_order, &places);
+    assert!(rho.abs() < 0.3, "join order and place correlate: {rho}");
+
+    let late = ticket(&app, &sku, n + 1).await;
+    let later = ticket(&app, &sku, n + 2).await;
+    let (_, a) = standing(&app, &sku, &late).await;
+    let (_, b) = standing(&app, &sku, &later).await;
+    assert_eq!(
+        (a["place"].as_u64(), b["place"].as_u64()),
+        (Some(n + 1), Some(n + 2))
+    );
+}
+
+#[tokio::test]
+async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 1_000, 1_500, 20, 60).await;
+    let mut tickets = Vec::new();
+    for user in 1..=100 {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    let admitted = |tickets: Vec<String>| {
+        let (app, sku) = (&app, sku.clone());
+        async move {
+            let mut n = 0;
+            for t in &tickets {
+                if standing(app, &sku, t).await.1["status"] == "admitted" {
+                    n += 1;
+                }
+            }
+            n
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Let the first reading after the start land, then two seconds at 20/s.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let after_2s = admitted(tickets.clone()).await;
+    assert!(
+        (20..=80).contains(&after_2s),
+        "{after_2s} admitted after ~2 s at 20/s"
+    );
+
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/room")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"admit_per_sec": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(product["waiting_room"]["admit_per_sec"], 1000);
+    eventually(
+        "everyone admitted at the new pace",
+        Duration::from_secs(5),
+        || {
+            let tickets = tickets.clone();
+            let admitted = &admitted;
+            async move { admitted(tickets).await == 100 }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_sold_out_sale_tells_its_waiting_buyers_at_once() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 1, -1_000, 1, 60).await;
+    let first = ticket(&app, &sku, 1).await;
+    let mut waiting = Vec::new();
+    for user in 2..=5 {
+        waiting.push(ticket(&app, &sku, user).await);
+    }
+    let a = admission(&app, &sku, &first).await;
+    assert_eq!(
+        order_with(&app, &sku, 1, Some(&a)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    eventually(
+        "sold out, said to everyone",
+        Duration::from_secs(3),
+        || async {
+            let mut all = true;
+            for t in &waiting {
+                all &= standing(&app, &sku, t).await.1["status"] == "sold_out";
+            }
+            all
+        },
+    )
+    .await;
+    let (status, body) = join(&app, &sku, 9).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("sold_out"))
+    );
+}
