@@ -48,6 +48,14 @@ pub struct Metrics {
     pub sale_books_balanced: IntGaugeVec,
     /// Per open sale: the units by which its books were last found off.
     pub sale_books_difference: IntGaugeVec,
+    /// Per open sale with a waiting room, refreshed at each scrape: buyers
+    /// who joined, places admitted, buyers still waiting, the pace, and
+    /// the estimated wait of whoever joins now.
+    pub room_joined: IntGaugeVec,
+    pub room_admitted: IntGaugeVec,
+    pub room_waiting: IntGaugeVec,
+    pub room_admit_per_sec: IntGaugeVec,
+    pub room_wait_seconds: IntGaugeVec,
     /// Orders being decided now (of `MAX_IN_FLIGHT`), refreshed at each scrape.
     pub orders_in_flight: IntGauge,
     /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
@@ -221,6 +229,23 @@ impl Metrics {
             sale_books_difference: gauge(
                 "sale_books_difference",
                 "Units by which the sale's books were last found off (available_qty - stock - dead letters - unreturned)",
+            ),
+            room_joined: gauge("room_joined", "Buyers who joined the sale's waiting room"),
+            room_admitted: gauge(
+                "room_admitted",
+                "Places of the sale's waiting room admitted so far",
+            ),
+            room_waiting: gauge(
+                "room_waiting",
+                "Buyers in the sale's waiting room not yet admitted",
+            ),
+            room_admit_per_sec: gauge(
+                "room_admit_per_sec",
+                "The waiting room's admission rate (buyers per second)",
+            ),
+            room_wait_seconds: gauge(
+                "room_wait_seconds",
+                "Estimated wait of a buyer joining the waiting room now, in seconds",
             ),
             orders_in_flight: register(
                 &registry,

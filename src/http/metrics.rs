@@ -15,6 +15,7 @@ use super::AppState;
 use crate::metrics::Metrics;
 use crate::sale::Sales;
 use crate::sale::inspect::StreamReport;
+use crate::sale::room::RoomState;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -60,6 +61,11 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
         &m.group_lag,
         &m.group_pending,
         &m.sale_dead_letters,
+        &m.room_joined,
+        &m.room_admitted,
+        &m.room_waiting,
+        &m.room_admit_per_sec,
+        &m.room_wait_seconds,
     ] {
         gauge.reset();
     }
@@ -70,6 +76,13 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
                     Ok(r) => set_sale_gauges(m, &r),
                     Err(e) => {
                         tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the sale")
+                    }
+                }
+                match sales.room(product).await {
+                    Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the waiting room")
                     }
                 }
             }
@@ -84,6 +97,26 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
         m.render(),
     )
         .into_response()
+}
+
+fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
+    let id = [product_id];
+    let figures = room.figures(crate::domain::now_ms());
+    m.room_joined
+        .with_label_values(&id)
+        .set(figures.joined as i64);
+    m.room_admitted
+        .with_label_values(&id)
+        .set(figures.admitted as i64);
+    m.room_waiting
+        .with_label_values(&id)
+        .set(figures.waiting as i64);
+    m.room_admit_per_sec
+        .with_label_values(&id)
+        .set(room.rate as i64);
+    m.room_wait_seconds
+        .with_label_values(&id)
+        .set(figures.wait_at_back_ms.div_ceil(1000) as i64);
 }
 
 fn set_sale_gauges(m: &Metrics, r: &StreamReport) {

@@ -354,3 +354,66 @@ async fn a_sold_out_sale_tells_its_waiting_buyers_at_once() {
         (StatusCode::CONFLICT, Some("sold_out"))
     );
 }
+
+#[tokio::test]
+async fn the_room_shows_on_the_metrics_and_the_dashboard() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 100, 60_000, 2, 60).await;
+    for user in 1..=7 {
+        ticket(&app, &sku, user).await;
+    }
+    // Past the background renewal of this instance's reading of the room.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    app.get_json("/metrics").await;
+    eventually(
+        "the metrics count the joiners",
+        Duration::from_secs(5),
+        || async {
+            let text = app.client.get(app.url("/metrics")).send().await.unwrap();
+            let text = text.text().await.unwrap();
+            let series = |name: &str| format!("flashsale_{name}{{product_id=\"{sku}\"}}");
+            [
+                (series("room_joined"), "7"),
+                (series("room_waiting"), "7"),
+                (series("room_admitted"), "0"),
+                (series("room_admit_per_sec"), "2"),
+                (series("room_wait_seconds"), "4"),
+            ]
+            .iter()
+            .all(|(s, v)| text.lines().any(|l| l == format!("{s} {v}")))
+        },
+    )
+    .await;
+
+    let login = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let data: Value = app
+        .client
+        .get(app.url("/admin/dashboard/data"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let room = &data["sales"][0]["room"];
+    assert_eq!(
+        (
+            room["joined"].as_u64(),
+            room["waiting"].as_u64(),
+            room["admit_per_sec"].as_f64()
+        ),
+        (Some(7), Some(7), Some(2.0)),
+        "{data}"
+    );
+}

@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 use crate::domain::{ProductId, now_ms};
 use crate::metrics::Metrics;
 use crate::sale::Sales;
+use crate::sale::room::RoomFigures;
 use crate::sale::watch::SaleWatch;
 
 /// How often the numbers are read (the page polls at this pace).
@@ -139,6 +140,16 @@ pub struct SaleView {
     pub stock_history: Vec<(i64, i64)>,
     /// The sale could not be read this tick.
     pub error: Option<String>,
+    /// Its waiting room, if it has one.
+    pub room: Option<RoomView>,
+}
+
+/// A sale's waiting room on the page.
+#[derive(Debug, Serialize)]
+pub struct RoomView {
+    pub admit_per_sec: f64,
+    #[serde(flatten)]
+    pub figures: RoomFigures,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -202,7 +213,14 @@ impl Board {
                     e.to_string()
                 })
             };
-            sales.push(view(product, read, track, now, at_ms));
+            let mut sale = view(product, read, track, now, at_ms);
+            if !unavailable && let Ok(Some(room)) = self.sales.room(product).await {
+                sale.room = Some(RoomView {
+                    admit_per_sec: room.rate,
+                    figures: room.figures(at_ms),
+                });
+            }
+            sales.push(sale);
         }
         Snapshot {
             at_ms,
@@ -328,6 +346,7 @@ fn view(
         stock_history: track.history.iter().copied().collect(),
         error,
         watch,
+        room: None,
     }
 }
 

@@ -32,6 +32,8 @@ pub use pass::{Number, Refused, RoomKey, Ticket};
 
 /// How old a room's reading may be before a poll renews it (in the background).
 pub const TICK: Duration = Duration::from_secs(1);
+/// How old the reading "this sale has no room" may be.
+const NO_ROOM_RECHECK: Duration = Duration::from_secs(30);
 
 static JOIN: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_join.lua")));
@@ -128,10 +130,35 @@ pub enum Standing {
     Ended,
 }
 
+/// A room's figures at a moment, for the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RoomFigures {
+    pub joined: u64,
+    /// Places admitted so far (the line).
+    pub admitted: u64,
+    /// Joined and not yet admitted.
+    pub waiting: u64,
+    /// The estimated wait of a buyer joining now.
+    pub wait_at_back_ms: u64,
+}
+
 impl RoomState {
     /// Buyers who joined.
     pub fn joined(&self) -> u64 {
         self.early + self.late
+    }
+
+    /// The room's figures at `now_ms`.
+    pub fn figures(&self, now_ms: i64) -> RoomFigures {
+        let joined = self.joined();
+        let admitted = (self.served_at(now_ms).floor() as u64).min(joined);
+        let waiting = joined - admitted;
+        RoomFigures {
+            joined,
+            admitted,
+            waiting,
+            wait_at_back_ms: (waiting as f64 / self.rate.max(1e-9) * 1000.0).ceil() as u64,
+        }
     }
 
     /// The line at `now_ms` (epoch ms, this process's clock), moved on from
@@ -314,7 +341,14 @@ impl Sales {
                     .room
                     .as_ref()
                     .is_some_and(|r| !r.drawn() && crate::domain::now_ms() >= r.start_ms);
-                if read.at.elapsed() >= TICK || before_draw {
+                // A sale without a room gets one only by being opened again
+                // (which forgets this): checked now and then, not every tick.
+                let max_age = if read.room.is_some() {
+                    TICK
+                } else {
+                    NO_ROOM_RECHECK
+                };
+                if read.at.elapsed() >= max_age || before_draw {
                     self.renew_room(product);
                 }
                 Ok(read.room)

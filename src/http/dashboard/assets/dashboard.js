@@ -89,6 +89,15 @@ function renderSale(el, sale, now) {
   text(field("oldest_pending"), sale.pending ? duration(sale.oldest_pending_age_ms) : "—");
   text(field("dead_letters"), count(sale.dead_letters));
   field("dead_letters").classList.toggle("bad", sale.dead_letters > 0);
+  const room = el.querySelector(".room");
+  room.hidden = !sale.room;
+  if (sale.room) {
+    text(field("room_waiting"), count(sale.room.waiting));
+    text(field("room_admitted"), count(sale.room.admitted));
+    text(field("room_joined"), count(sale.room.joined));
+    text(field("room_rate"), perSecond(sale.room.admit_per_sec));
+    text(field("room_wait"), duration(sale.room.wait_at_back_ms));
+  }
   const body = el.querySelector(".consumers tbody");
   const rows = sale.consumers.map((c) => {
     const tr = document.createElement("tr");
