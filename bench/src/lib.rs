@@ -12,6 +12,8 @@
 //!   to a raw multi-row INSERT of the same rows.
 //! - [`cost`] measures what each part of the system spent in CPU per request,
 //!   and [`capacity`] turns it into the sizing of a sale.
+//! - [`room`]: `flashsale-bench room`, a sale with its waiting room on:
+//!   fairness, pace, admissions, and a poll's cost against the sold-out path.
 //! - [`auth`]: `flashsale-bench auth`, what verifying buyers' tokens costs
 //!   (none, HMAC, ES256, RS256; the token cache on and off).
 
@@ -27,6 +29,7 @@ pub mod guards;
 pub mod load;
 pub mod plan;
 pub mod rehearsal;
+pub mod room;
 pub mod tokens;
 
 use std::sync::Arc;

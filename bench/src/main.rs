@@ -33,6 +33,9 @@ enum Command {
     /// Serve the constant HTTP floor alone, for a profiler (`valgrind
     /// --tool=callgrind`) to compare with `flashsale serve`.
     Floor(flashsale_bench::floor::FloorArgs),
+    /// Rehearse a sale with its waiting room on: fairness of the draw, the
+    /// pace, admissions, and what a poll costs against the sold-out path.
+    Room(flashsale_bench::room::BenchRoomArgs),
 }
 
 #[tokio::main]
@@ -49,5 +52,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Guards(args) => flashsale_bench::run_guards_bench(args).await,
         Command::Auth(args) => flashsale_bench::run_auth_bench(args).await,
         Command::Floor(args) => flashsale_bench::floor::serve_alone(args).await,
+        Command::Room(args) => flashsale_bench::room::run_room_bench(args).await,
     }
 }

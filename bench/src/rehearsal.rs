@@ -1003,7 +1003,7 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
 
 /// Runs `work` on a runtime of its own, on a thread of its own, every thread
 /// of which joins `group` (kept alive: an exited thread's time is lost).
-fn on_own_runtime(
+pub(crate) fn on_own_runtime(
     group: ThreadGroup,
     work: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::body::{Bytes, HttpBody};
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, Request, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Json};
 use rust_decimal::Decimal;
@@ -208,7 +208,22 @@ async fn decide(
     let product = ProductId::parse_owned(body.product_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
-    let admitted = admission(state, parts, &product, user_id, idempotency_key.is_some()).await?;
+    let admitted = match parts.headers.get(&ADMISSION_TOKEN) {
+        None => false,
+        // Boxed: its future (which may read the room from Redis) would
+        // otherwise be laid out in every order's, and copied with it, for
+        // the orders without a room too.
+        Some(token) => {
+            Box::pin(admission(
+                state,
+                token,
+                &product,
+                user_id,
+                idempotency_key.is_some(),
+            ))
+            .await?
+        }
+    };
     let decided = state
         .sales
         .place_order(
@@ -227,7 +242,7 @@ async fn decide(
 }
 
 /// The header that carries an admission from the sale's waiting room.
-pub const ADMISSION_TOKEN: &str = "admission-token";
+pub const ADMISSION_TOKEN: HeaderName = HeaderName::from_static("admission-token");
 
 /// Whether the order carries a valid admission for the buyer and sale (see
 /// `sale::room`): checked here, from its signature and expiry. Refused at
@@ -236,14 +251,11 @@ pub const ADMISSION_TOKEN: &str = "admission-token";
 /// any new order without an admission).
 async fn admission(
     state: &AppState,
-    parts: &Parts,
+    token: &HeaderValue,
     product: &ProductId,
     user_id: u64,
     keyed: bool,
 ) -> Result<bool, ApiError> {
-    let Some(token) = parts.headers.get(ADMISSION_TOKEN) else {
-        return Ok(false);
-    };
     let token = token.to_str().unwrap_or("");
     match state.sales.admission(product, user_id, token).await? {
         Admission::Admitted => Ok(true),

@@ -1,8 +1,10 @@
 //! The waiting room of a sale that has one (`sale::room`): join it, ask
 //! where you stand, and (admins) change its pace.
 
-use axum::Json;
+use axum::body::{Bytes, HttpBody};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -10,6 +12,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
+use super::limits;
 use super::orders::Owner;
 use crate::domain::{MAX_ADMIT_PER_SEC, ProductId, now_ms};
 use crate::sale::room::{Joined, RoomState, Standing};
@@ -171,6 +174,43 @@ pub async fn standing(
 ) -> Result<Json<StandingView>, ApiError> {
     let product = sale_id(&product_id)?;
     Ok(Json(standing_of(&state, &product, &ticket).await?))
+}
+
+/// Whether `path` is a poll, `/api/sales/{product_id}/queue/{ticket}`.
+pub fn is_poll(path: &str) -> bool {
+    poll_target(path).is_some()
+}
+
+fn poll_target(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/api/sales/")?;
+    let (product, rest) = rest.split_once('/')?;
+    let ticket = rest.strip_prefix("queue/")?;
+    (!product.is_empty() && !ticket.is_empty() && !ticket.contains('/'))
+        .then_some((product, ticket))
+}
+
+/// A poll, answered straight from the connection (no router): `serve`
+/// hands it here, under the same guards as every request. The router's
+/// route stays, for the same answers through it.
+pub async fn poll_endpoint<B>(state: &AppState, req: axum::http::Request<B>) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    limits::guarded(&state.guards, req, |parts, _| async move {
+        let Some((product_id, ticket)) = poll_target(parts.uri.path()) else {
+            return ApiError::RouteNotFound.into_response();
+        };
+        let answer = match sale_id(product_id) {
+            Ok(product) => standing_of(state, &product, ticket).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(view) => Json(view).into_response(),
+            Err(e) => e.into_response(),
+        }
+    })
+    .await
 }
 
 async fn standing_of(

@@ -26,7 +26,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service as _;
 
-use super::{AppState, orders, router};
+use super::{AppState, orders, room, router};
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
 /// requests in flight finish (idle connections are closed at once).
@@ -101,6 +101,11 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         if req.method() == Method::POST && req.uri().path() == "/api/orders" {
             let (state, peer) = (self.state.clone(), self.peer);
             return Box::pin(async move { Ok(orders::endpoint(&state, Some(peer), req).await) });
+        }
+        // The waiting room's polls: every waiting buyer's, every few seconds.
+        if req.method() == Method::GET && room::is_poll(req.uri().path()) {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(room::poll_endpoint(&state, req).await) });
         }
         // The router's routes read the peer's address here (the
         // per-address limits, trusted proxies).
