@@ -55,7 +55,7 @@ impl StandingView {
     fn of(room: &RoomState, standing: Standing) -> Self {
         let rate = room.rate;
         match standing {
-            Standing::BeforeDraw { draw_at_ms, .. } => Self::Waiting {
+            Standing::BeforeDraw { draw_at_ms } => Self::Waiting {
                 place: None,
                 ahead: None,
                 estimated_wait_ms: None,
@@ -121,6 +121,7 @@ fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
     security(("buyer" = [])),
     responses(
         (status = 200, description = "In the line", body = TicketView),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer", body = ErrorBody),
         (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
         (status = 409, description = "`queue_not_open` (joining opens `join_early_secs` before the start), `sale_ended` or `sold_out`", body = ErrorBody),
     )
