@@ -7,21 +7,20 @@
 -- past the number of buyers who joined (with nobody waiting, a newcomer is
 -- admitted within 1/rate seconds, not all at once).
 --
--- KEYS[1]  sale hash  fs:{pid}:sale   start_ms, end_ms, room_admission_ms, room_early_ms, room_key
+-- KEYS[1]  sale hash  fs:{pid}:sale   start_ms, end_ms, room_admission_ms, room_key
 -- KEYS[2]  stock      fs:{pid}:stock
 -- KEYS[3]  room hash  fs:{pid}:room   rate, served, at_ms, early, late
 -- ARGV[1]  a new rate (buyers per second) from now on, or "" to keep it
 --
--- Returns {"room", start_ms, end_ms, admission_ms, early_ms, key, rate,
+-- Returns {"room", start_ms, end_ms, admission_ms, key, rate,
 -- served (text: fractional), at_ms, early, late, stock, now_ms}, or
 -- {"no_sale"}, {"no_room"}.
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms',
-  'room_early_ms', 'room_key')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key')
 if not sale[1] then
   return {'no_sale'}
 end
-if not sale[5] then
+if not sale[4] then
   return {'no_room'}
 end
 local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late')
@@ -46,5 +45,5 @@ if ARGV[1] ~= '' then
   rate = tonumber(ARGV[1])
   redis.call('HSET', KEYS[3], 'rate', ARGV[1])
 end
-return {'room', start_ms, end_ms, tonumber(sale[3]), tonumber(sale[4]), sale[5], rate,
+return {'room', start_ms, end_ms, tonumber(sale[3]), sale[4], rate,
   tostring(served), at_ms, early, late, stock, now_ms}

@@ -954,26 +954,8 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
             },
             workers: None,
         };
-        let (ready, bound) = oneshot::channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        on_own_runtime(api.clone(), async move {
-            let app = match flashsale::app::App::build(&settings).await {
-                Ok(app) => app,
-                Err(e) => {
-                    let _ = ready.send(Err(anyhow::Error::from(e)));
-                    return;
-                }
-            };
-            let authority = app.local_addr().map(|a| a.to_string());
-            let db = app.state().db.clone();
-            let served = tokio::spawn(app.run(async {
-                let _ = stopped.await;
-            }));
-            db.wait_ready().await;
-            let _ = ready.send(authority.map_err(anyhow::Error::from));
-            let _ = served.await;
-        })?;
-        authorities.push(bound.await??);
+        let (authority, stop) = serve_on_own_runtime(settings, api.clone()).await?;
+        authorities.push(authority);
         stops.push(stop);
     }
     let settings = WorkerSettings {
@@ -1001,9 +983,38 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
     })
 }
 
+/// `serve` with `settings`, in this process on a runtime of its own whose
+/// threads join `group`, once its database is ready: its address, and what
+/// stops it.
+pub(crate) async fn serve_on_own_runtime(
+    settings: Settings,
+    group: ThreadGroup,
+) -> anyhow::Result<(String, oneshot::Sender<()>)> {
+    let (ready, bound) = oneshot::channel();
+    let (stop, stopped) = oneshot::channel::<()>();
+    on_own_runtime(group, async move {
+        let app = match flashsale::app::App::build(&settings).await {
+            Ok(app) => app,
+            Err(e) => {
+                let _ = ready.send(Err(anyhow::Error::from(e)));
+                return;
+            }
+        };
+        let authority = app.local_addr().map(|a| a.to_string());
+        let db = app.state().db.clone();
+        let served = tokio::spawn(app.run(async {
+            let _ = stopped.await;
+        }));
+        db.wait_ready().await;
+        let _ = ready.send(authority.map_err(anyhow::Error::from));
+        let _ = served.await;
+    })?;
+    Ok((bound.await??, stop))
+}
+
 /// Runs `work` on a runtime of its own, on a thread of its own, every thread
 /// of which joins `group` (kept alive: an exited thread's time is lost).
-pub(crate) fn on_own_runtime(
+fn on_own_runtime(
     group: ThreadGroup,
     work: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {

@@ -99,6 +99,20 @@ impl Pool {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         ))
     }
+
+    /// Creates the product `body` through the admin API and opens its sale.
+    async fn open_sale(&self, admin: &[(&str, &str)], body: &Value) -> anyhow::Result<()> {
+        let create = Some(body.to_string());
+        let (status, answer) = self
+            .send(Method::POST, "/api/admin/products", admin, create)
+            .await?;
+        anyhow::ensure!(status == StatusCode::CREATED, "creating: {status} {answer}");
+        let product = body["product_id"].as_str().unwrap_or_default();
+        let path = format!("/api/admin/products/{product}/open");
+        let (status, answer) = self.send(Method::POST, &path, admin, None).await?;
+        anyhow::ensure!(status == StatusCode::OK, "opening: {status} {answer}");
+        Ok(())
+    }
 }
 
 /// What one buyer saw.
@@ -197,18 +211,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
         "waiting_room": {"admit_per_sec": args.rate, "admission_secs": 120, "join_early_secs": 3600},
     });
     let headers = [("authorization", admin.as_str())];
-    let (status, answer) = pool
-        .send(
-            Method::POST,
-            "/api/admin/products",
-            &headers,
-            Some(body.to_string()),
-        )
-        .await?;
-    anyhow::ensure!(status == StatusCode::CREATED, "creating: {status} {answer}");
-    let path = format!("/api/admin/products/{product}/open");
-    let (status, answer) = pool.send(Method::POST, &path, &headers, None).await?;
-    anyhow::ensure!(status == StatusCode::OK, "opening: {status} {answer}");
+    pool.open_sale(&headers, &body).await?;
     let began = Instant::now();
     let start_at = began + Duration::from_millis(lead_ms as u64);
     println!(
@@ -511,15 +514,7 @@ async fn compare_costs(
         "product_id": sold.as_str(), "title": "sold out", "price": "1.00", "available_qty": 1,
         "start_time": now - 1000, "end_time": now + 3_600_000, "limit_per_user": 1,
     });
-    pool.send(
-        Method::POST,
-        "/api/admin/products",
-        admin,
-        Some(body.to_string()),
-    )
-    .await?;
-    let path = format!("/api/admin/products/{sold}/open");
-    pool.send(Method::POST, &path, admin, None).await?;
+    pool.open_sale(admin, &body).await?;
     let order = |user: u64| json!({"user_id": user, "product_id": sold.as_str(), "quantity": 1});
     pool.send(Method::POST, "/api/orders", &[], Some(order(1).to_string()))
         .await?;
@@ -534,15 +529,7 @@ async fn compare_costs(
         "limit_per_user": 1,
         "waiting_room": {"admit_per_sec": 1, "admission_secs": 120, "join_early_secs": 3600},
     });
-    pool.send(
-        Method::POST,
-        "/api/admin/products",
-        admin,
-        Some(body.to_string()),
-    )
-    .await?;
-    let path = format!("/api/admin/products/{line}/open");
-    pool.send(Method::POST, &path, admin, None).await?;
+    pool.open_sale(admin, &body).await?;
     let mut joins = Vec::new();
     for c in 0..args.concurrency as u64 {
         let (authority, line) = (pool.authority.clone(), line.to_string());
@@ -687,26 +674,7 @@ async fn serve(
         },
         workers: Some(flashsale::worker::WorkerConfig::default()),
     };
-    let (ready, bound) = oneshot::channel();
-    let (stop, stopped) = oneshot::channel::<()>();
-    super::rehearsal::on_own_runtime(api, async move {
-        let app = match flashsale::app::App::build(&settings).await {
-            Ok(app) => app,
-            Err(e) => {
-                let _ = ready.send(Err(anyhow::Error::from(e)));
-                return;
-            }
-        };
-        let authority = app.local_addr().map(|a| a.to_string());
-        let db = app.state().db.clone();
-        let served = tokio::spawn(app.run(async {
-            let _ = stopped.await;
-        }));
-        db.wait_ready().await;
-        let _ = ready.send(authority.map_err(anyhow::Error::from));
-        let _ = served.await;
-    })?;
-    Ok((bound.await??, stop))
+    super::rehearsal::serve_on_own_runtime(settings, api).await
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use crate::metrics::Metrics;
 use crate::sale::Sales;
-use crate::sale::inspect::StreamReport;
 use crate::sale::room::RoomState;
+use crate::sale::watch::SaleWatch;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -72,8 +72,8 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
     match sales.open_sales().await {
         Ok(open) => {
             for product in open.iter().take(MAX_SALES_SCRAPED) {
-                match sales.inspect(product, 0).await {
-                    Ok(r) => set_sale_gauges(m, &r),
+                match sales.watch(product).await {
+                    Ok(w) => set_sale_gauges(m, product.as_str(), &w),
                     Err(e) => {
                         tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the sale")
                     }
@@ -119,19 +119,19 @@ fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
         .set(figures.wait_at_back_ms.div_ceil(1000) as i64);
 }
 
-fn set_sale_gauges(m: &Metrics, r: &StreamReport) {
-    let id = [r.product_id.as_str()];
+fn set_sale_gauges(m: &Metrics, product_id: &str, w: &SaleWatch) {
+    let id = [product_id];
     m.sale_stock
         .with_label_values(&id)
-        .set(r.stock.unwrap_or(0) as i64);
-    m.stream_length.with_label_values(&id).set(r.length as i64);
+        .set(w.stock.unwrap_or(0).max(0));
+    m.stream_length
+        .with_label_values(&id)
+        .set(w.stream_length as i64);
     m.sale_dead_letters
         .with_label_values(&id)
-        .set(r.dead_letters as i64);
-    if let Some(g) = &r.group {
-        m.group_pending.with_label_values(&id).set(g.pending as i64);
-        if let Some(lag) = g.lag {
-            m.group_lag.with_label_values(&id).set(lag as i64);
-        }
+        .set(w.dead_letters as i64);
+    m.group_pending.with_label_values(&id).set(w.pending as i64);
+    if let Some(lag) = w.lag {
+        m.group_lag.with_label_values(&id).set(lag as i64);
     }
 }

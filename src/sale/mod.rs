@@ -526,7 +526,7 @@ impl Sales {
             scripts::PlaceReply::Rejected(r) => {
                 if r == Rejection::AdmissionRequired {
                     // The next orders without an admission are refused here.
-                    self.learn_room(product);
+                    self.renew_room(product);
                 }
                 learn(match r {
                     Rejection::NoSale => memory::Heard::NoSale,

@@ -52,8 +52,6 @@ pub struct RoomState {
     pub end_ms: i64,
     /// How long an admission is valid.
     pub admission_ms: i64,
-    /// How long before the start buyers may join.
-    pub early_ms: i64,
     pub key: RoomKey,
     /// The draw's seed (from the key).
     pub seed: [u8; 32],
@@ -68,9 +66,8 @@ pub struct RoomState {
     pub early: u64,
     pub late: u64,
     pub stock: i64,
-    /// Redis's clock at the read, and this process's.
+    /// Redis's clock at the read.
     pub now_ms: i64,
-    pub read_at: Instant,
 }
 
 /// What an order's `Admission-Token` is worth.
@@ -106,7 +103,6 @@ pub enum Standing {
     /// Before the start: the draw places every early joiner at the start.
     BeforeDraw {
         draw_at_ms: i64,
-        joined_early: u64,
     },
     /// In the line: `ahead` buyers before this one, about `wait_ms` to go.
     Waiting {
@@ -190,7 +186,6 @@ impl RoomState {
         let Some(place) = queue::place(ticket.number, self.early, self.drawn(), &self.seed) else {
             return Standing::BeforeDraw {
                 draw_at_ms: self.start_ms,
-                joined_early: self.early,
             };
         };
         let served = self.served_at(now_ms);
@@ -389,11 +384,6 @@ impl Sales {
         self.rooms.has_room(product)
     }
 
-    /// Learns (in the background) whether the sale has a room.
-    pub(super) fn learn_room(&self, product: &ProductId) {
-        self.renew_room(product);
-    }
-
     /// Changes the room's admission rate from now on.
     pub async fn set_room_rate(
         &self,
@@ -403,7 +393,8 @@ impl Sales {
         self.tick_room(product, Some(admit_per_sec)).await
     }
 
-    fn renew_room(&self, product: &ProductId) {
+    /// Reads the sale's room again, in the background (one read at a time).
+    pub(super) fn renew_room(&self, product: &ProductId) {
         let slot = self.rooms.slot(product);
         if slot.refreshing.swap(true, Ordering::AcqRel) {
             return;
@@ -478,7 +469,6 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
     let start_ms = next(&mut parts)?;
     let end_ms = next(&mut parts)?;
     let admission_ms = next(&mut parts)?;
-    let early_ms = next(&mut parts)?;
     let key_hex: String = next(&mut parts)?;
     let key = RoomKey::from_hex(&key_hex)
         .ok_or_else(|| SaleError::Corrupt("the room key is not hex".into()))?;
@@ -493,7 +483,6 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
             start_ms,
             end_ms,
             admission_ms,
-            early_ms,
             seed: key.draw_seed(),
             key,
             rate,
@@ -503,7 +492,6 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
             late: next(&mut parts)?,
             stock: next(&mut parts)?,
             now_ms: next(&mut parts)?,
-            read_at: Instant::now(),
         }),
     ))
 }

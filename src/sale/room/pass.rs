@@ -15,7 +15,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::domain::ProductId;
+use crate::domain::{ProductId, hex, unhex};
 
 /// Bytes of the tag kept (128 bits).
 const TAG_BYTES: usize = 16;
@@ -197,26 +197,6 @@ impl RoomKey {
         mac.update(b"draw\0");
         mac.finalize().into_bytes().into()
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
