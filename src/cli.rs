@@ -1,5 +1,5 @@
-//! The operator commands that are not servers: `audit`, `recover` and
-//! `streams`. They
+//! The operator commands that are not servers: `audit`, `recover`,
+//! `streams` and `sales`. They
 //! print for people (or JSON for scripts) and turn a failed check into a
 //! non-zero exit.
 
@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::books::{audit, recover};
+use crate::books::{audit, recover, retire};
 use crate::config::{
-    AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, StreamsArgs,
+    AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, SalesArgs, StreamsArgs,
 };
 use crate::domain::ProductId;
 use crate::sale::Sales;
@@ -70,6 +70,52 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         done.product_id, done.stock, done.buyers, done.released
     );
     Ok(())
+}
+
+/// `flashsale sales`: every opened sale by state; ended ones that cannot
+/// retire with the reasons.
+pub async fn sales(args: SalesArgs) -> anyhow::Result<()> {
+    let (sales, db) = connect(&args.redis, &args.db).await?;
+    let after = Duration::from_secs(args.retire_after_secs);
+    let listed = retire::list(&sales, &db, after).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&listed)?);
+    } else {
+        print!("{}", render_sales(&listed));
+    }
+    Ok(())
+}
+
+/// The sales as a table, a line per sale (and one per reason it waits).
+pub fn render_sales(listed: &[retire::Listed]) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "{:<40} {:<10} {:>15} {:>15} {:>15}  {}\n",
+        "product", "state", "ends", "closed", "retired", "detail"
+    );
+    let ms = |t: Option<i64>| t.map_or("-".to_owned(), |t| t.to_string());
+    for s in listed {
+        let detail = match (s.state, s.purged) {
+            ("retired", true) => "keys deleted".to_owned(),
+            ("retired", false) => "keys kept for the grace".to_owned(),
+            ("ended", _) => "settled: retires at the next pass".to_owned(),
+            ("unsettled", _) => "waits for:".to_owned(),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10} {:>15} {:>15} {:>15}  {detail}",
+            s.product_id,
+            s.state,
+            s.end_time,
+            ms(s.closed),
+            ms(s.retired)
+        );
+        for b in &s.blockers {
+            let _ = writeln!(out, "    {:<20} {}", b.code(), b.describe());
+        }
+    }
+    out
 }
 
 /// `flashsale streams`: each open sale's stream, group, consumers, pending

@@ -38,6 +38,9 @@ pub enum Command {
     /// Show each sale's stream: length, group lag, pending entries per
     /// consumer, dead letters (what XINFO and XPENDING show).
     Streams(StreamsArgs),
+    /// List the opened sales by state: upcoming, live, ended and not yet
+    /// retired (and why), retired.
+    Sales(SalesArgs),
 }
 
 /// Where Redis is and how to use it.
@@ -351,6 +354,20 @@ pub struct RecoverArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct SalesArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// As the workers judge it: a sale retires no sooner than this after its end.
+    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = 60)]
+    pub retire_after_secs: u64,
+    /// JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct StreamsArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -395,6 +412,17 @@ pub struct DrainArgs {
     /// verdict is `flashsale_sale_books_balanced`.
     #[arg(long, env = "BOOKS_CHECK_MS", default_value_t = 5000)]
     pub books_check_ms: u64,
+    /// Ended sales are looked at this often and retired once settled (0:
+    /// never): final audit into MySQL, out of the registry, keys deleted.
+    #[arg(long, env = "RETIRE_CHECK_MS", default_value_t = 10_000)]
+    pub retire_check_ms: u64,
+    /// A sale retires no sooner than this many seconds after its end.
+    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = 60)]
+    pub retire_after_secs: u64,
+    /// A retired sale's Redis keys are deleted this many seconds after its
+    /// retirement (a last look with redis-cli).
+    #[arg(long, env = "RETIRE_GRACE_SECS", default_value_t = 60)]
+    pub retire_grace_secs: u64,
 }
 
 impl From<DrainArgs> for WorkerConfig {
@@ -412,6 +440,12 @@ impl From<DrainArgs> for WorkerConfig {
             retention: Duration::from_secs(a.stream_retention_secs),
             payment_timeout: Duration::from_secs(a.payment_timeout_secs),
             books_every: Duration::from_millis(a.books_check_ms),
+            retire_every: Duration::from_millis(a.retire_check_ms),
+            retire: crate::books::retire::RetireSettings {
+                after: Duration::from_secs(a.retire_after_secs),
+                grace: Duration::from_secs(a.retire_grace_secs),
+                ..default.retire
+            },
             ..default
         }
     }

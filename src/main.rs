@@ -28,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Audit(args) => flashsale::cli::audit(args).await?,
         Command::Recover(args) => flashsale::cli::recover(args).await?,
         Command::Streams(args) => flashsale::cli::streams(args).await?,
+        Command::Sales(args) => flashsale::cli::sales(args).await?,
     }
     Ok(())
 }

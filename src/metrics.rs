@@ -56,6 +56,16 @@ pub struct Metrics {
     pub room_waiting: IntGaugeVec,
     pub room_admit_per_sec: IntGaugeVec,
     pub room_wait_seconds: IntGaugeVec,
+    /// Sales by state (`open`: in the registry, not ended or not yet
+    /// looked at; `ended_unsettled`: ended, waiting for something before
+    /// they retire; `retired`), set by the workers' retirement pass.
+    pub sales: IntGaugeVec,
+    /// Per ended sale that cannot retire, 1 for each reason (`dead_letters`,
+    /// `unpaid`, `pending`, ...), set by the workers' retirement pass.
+    pub sale_unsettled: IntGaugeVec,
+    /// Sales retired, and retired sales purged from Redis, by this process.
+    pub sales_retired: IntCounter,
+    pub sales_purged: IntCounter,
     /// Orders being decided now (of `MAX_IN_FLIGHT`), refreshed at each scrape.
     pub orders_in_flight: IntGauge,
     /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
@@ -246,6 +256,28 @@ impl Metrics {
             room_wait_seconds: gauge(
                 "room_wait_seconds",
                 "Estimated wait of a buyer joining the waiting room now, in seconds",
+            ),
+            sales: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("sales", "Sales by state: open, ended_unsettled, retired"),
+                    &["state"],
+                ),
+            ),
+            sale_unsettled: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "sale_unsettled",
+                        "1 per reason an ended sale cannot retire (dead_letters, unpaid, pending, cancel_requests, unreturned_cancels, books_off, missing_in_redis)",
+                    ),
+                    &["product_id", "reason"],
+                ),
+            ),
+            sales_retired: counter("sales_retired_total", "Sales this process retired"),
+            sales_purged: counter(
+                "sales_purged_total",
+                "Retired sales whose Redis keys this process deleted",
             ),
             orders_in_flight: register(
                 &registry,

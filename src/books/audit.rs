@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::BooksError;
 use crate::domain::ProductId;
 use crate::sale::{SaleSnapshot, Sales};
-use crate::store::{CANCELLED, CONFIRMED, Db, OrderRow, PAID, Product};
+use crate::store::{CANCELLED, CONFIRMED, Db, FinalAudit, OrderRow, PAID, Product};
 
 /// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +44,12 @@ pub struct SaleAudit {
     pub cancelled_unreturned: i64,
     pub dead_letters: i64,
     pub available_qty: i64,
+    /// Orders in the books (any status).
+    pub orders: i64,
+    /// When the sale was retired (epoch ms): the figures are the ones
+    /// recorded then, Redis's part included (its keys are gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retired: Option<i64>,
     /// What reconciliation restored in Redis from the books, after Redis
     /// lost writes (a failover, a restart); zeros when it never had to.
     pub repaired: crate::sale::Repairs,
@@ -81,8 +87,38 @@ pub async fn audit_sale(
     let id = ProductId::parse(&product.product_id)
         .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
     let rows = db.orders_of_product(&id).await?;
+    if product.retired.is_some()
+        && let Some(recorded) = db.final_audit(&id).await?
+    {
+        return Ok(retired_figures(product, &rows, &recorded));
+    }
     let redis = sales.snapshot(&id).await?;
     Ok(figures(product, &rows, &redis))
+}
+
+/// A retired sale's audit: Redis's part as recorded at its retirement,
+/// MySQL's as it is now, checked with the same equations (so a hand edit
+/// of its orders since still shows).
+pub fn retired_figures(product: &Product, rows: &[OrderRow], recorded: &FinalAudit) -> SaleAudit {
+    let redis = SaleSnapshot {
+        stock: Some(recorded.redis_stock),
+        accepted: rows
+            .iter()
+            .map(|r| (r.order_id.clone(), r.quantity))
+            .collect(),
+        dead_letters: Vec::new(),
+        repairs: crate::sale::Repairs {
+            orders: recorded.repaired_orders.max(0) as u64,
+            units: recorded.repaired_units.max(0) as u64,
+            releases: recorded.repaired_releases.max(0) as u64,
+            idempotency_records: recorded.repaired_idem.max(0) as u64,
+            last_ms: None,
+        },
+    };
+    SaleAudit {
+        retired: Some(recorded.retired),
+        ..figures(product, rows, &redis)
+    }
 }
 
 /// The audit's arithmetic, from what MySQL and Redis hold of one sale.
@@ -162,6 +198,8 @@ pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> Sa
         cancelled_unreturned,
         dead_letters,
         available_qty: product.available_qty,
+        orders: rows.len() as i64,
+        retired: None,
         checks,
     }
 }
@@ -196,7 +234,11 @@ pub fn render(audits: &[SaleAudit]) -> String {
             a.cancelled_unreturned,
             a.dead_letters,
             a.available_qty,
-            if a.ok() { "ok" } else { "MISMATCH" }
+            match (a.ok(), a.retired) {
+                (true, None) => "ok",
+                (true, Some(_)) => "ok (retired)",
+                (false, _) => "MISMATCH",
+            }
         ));
         let r = &a.repaired;
         if r.orders + r.releases + r.idempotency_records > 0 {
@@ -233,6 +275,9 @@ mod tests {
             room_admit_per_sec: None,
             room_admission_secs: None,
             room_join_early_secs: None,
+            closed: None,
+            retired: None,
+            purged: None,
         }
     }
 

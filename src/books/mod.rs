@@ -18,6 +18,7 @@ pub mod audit;
 pub mod live;
 pub mod reconcile;
 pub mod recover;
+pub mod retire;
 mod sweeper;
 
 use std::time::Duration;

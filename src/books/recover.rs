@@ -38,6 +38,11 @@ pub async fn recover(
     force: bool,
 ) -> Result<Recovered, BooksError> {
     let product = db.product(product_id).await?.ok_or(BooksError::NotFound)?;
+    if product.retired.is_some() {
+        return Err(BooksError::Refused(
+            "the sale is retired: its books are final and it never opens again".into(),
+        ));
+    }
     let rows = db.orders_of_product(product_id).await?;
     if sales.has_sale(product_id).await? && !force {
         return Err(BooksError::Refused("Redis still has this sale".into()));

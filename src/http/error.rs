@@ -52,6 +52,9 @@ pub enum ApiError {
     SaleNotStarted { starts_at: i64, in_ms: u64 },
     #[error("the sale has ended")]
     SaleEnded,
+    /// Closed early or retired: the sale cannot be opened again.
+    #[error("this sale is closed (closed early or retired); it cannot be opened again")]
+    SaleClosed,
     #[error("sold out")]
     SoldOut,
     #[error("only {left} units left")]
@@ -123,6 +126,7 @@ pub const CODES: &[(&str, u16)] = &[
     ("product_exists", 409),
     ("sale_not_started", 409),
     ("sale_ended", 409),
+    ("sale_closed", 409),
     ("sold_out", 409),
     ("insufficient_stock", 409),
     ("limit_exceeded", 409),
@@ -156,6 +160,7 @@ impl ApiError {
             Self::ProductExists => (S::CONFLICT, "product_exists"),
             Self::SaleNotStarted { .. } => (S::CONFLICT, "sale_not_started"),
             Self::SaleEnded => (S::CONFLICT, "sale_ended"),
+            Self::SaleClosed => (S::CONFLICT, "sale_closed"),
             Self::SoldOut => (S::CONFLICT, "sold_out"),
             Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
             Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
@@ -394,6 +399,7 @@ mod tests {
                 in_ms: 0,
             },
             ApiError::SaleEnded,
+            ApiError::SaleClosed,
             ApiError::SoldOut,
             ApiError::InsufficientStock { left: 1 },
             ApiError::LimitExceeded { allowance: 1 },

@@ -107,6 +107,10 @@ pub fn router(state: AppState) -> Router {
                 get(products::audit),
             )
             .route(
+                "/api/admin/products/{product_id}/close",
+                post(products::close),
+            )
+            .route(
                 "/api/admin/products/{product_id}/room",
                 post(room::set_pace),
             )

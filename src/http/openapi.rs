@@ -35,6 +35,7 @@ use super::{health, orders, products, room};
         products::create,
         products::open,
         products::audit,
+        products::close,
         orders::place,
         orders::get,
         orders::pay,

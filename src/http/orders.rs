@@ -22,7 +22,7 @@ use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::room::{Admission, Refused};
-use crate::sale::{Placed, Progress, SaleError};
+use crate::sale::{Placed, Progress, Rejection, SaleError};
 use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
 #[derive(Deserialize, ToSchema)]
@@ -130,9 +130,9 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     request_body = PlaceOrder,
     security(("buyer" = [])),
     responses(
-        (status = 202, description = "Accepted; persisted shortly", body = OrderView),
+        (status = 202, description = "Accepted; persisted shortly. A retry under the same Idempotency-Key answers the first order (`Idempotent-Replayed: true`), after the sale's retirement too: then from the books, with the order's status now", body = OrderView),
         (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer; `admission_required`: the sale has a waiting room and the order has no valid admission for this buyer and sale; `admission_expired`", body = ErrorBody),
-        (status = 404, description = "`product_not_found`: no sale for this product", body = ErrorBody),
+        (status = 404, description = "`product_not_found`: no sale for this product (never opened, or retired after it ended)", body = ErrorBody),
         (status = 409, description = "`sale_not_started` (with `starts_at`, epoch ms, and a `Retry-After` header: the seconds until the start), `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "`sale_not_started` only: seconds until the sale opens"))),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
@@ -236,8 +236,48 @@ async fn decide(
         .await;
     Ok(match decided {
         Ok(placed) => placed_answer(placed, quantity),
+        Err(SaleError::Remembered(Rejection::NoSale) | SaleError::Rejected(Rejection::NoSale))
+            if let Some(key) = idempotency_key.as_deref() =>
+        {
+            Box::pin(retry_of_retired(state, user_id, &product, key, quantity)).await?
+        }
         Err(e @ SaleError::Remembered(_)) => Answer::refused(e.into(), AnsweredBy::Memory),
         Err(e) => Answer::refused(e.into(), AnsweredBy::Redis),
+    })
+}
+
+/// A keyed order for a product with no sale in Redis: the retry of an
+/// order of a retired sale (its keys are gone) is answered from the books
+/// with its order as it is now, `Idempotent-Replayed: true`; anything else
+/// is `product_not_found` as usual. Only keyed orders for sales Redis does
+/// not have come here (boxed: not laid out in every order's future).
+async fn retry_of_retired(
+    state: &AppState,
+    user_id: u64,
+    product: &ProductId,
+    key: &str,
+    quantity: u64,
+) -> Result<Answer, ApiError> {
+    let Some(row) = state.db.order_by_key(user_id, product, key).await? else {
+        return Ok(Answer::refused(
+            SaleError::Rejected(Rejection::NoSale).into(),
+            AnsweredBy::Service,
+        ));
+    };
+    if row.quantity != quantity as i64 {
+        return Ok(Answer::refused(
+            ApiError::IdempotencyKeyReused,
+            AnsweredBy::Service,
+        ));
+    }
+    let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(row))).into_response();
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    Ok(Answer {
+        response,
+        outcome: "replayed",
+        answered_by: AnsweredBy::Service,
     })
 }
 

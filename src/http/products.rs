@@ -11,8 +11,9 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
+use crate::books::retire;
 use crate::domain::{self, Invalid, MAX_STOCK, ProductId, WaitingRoom};
-use crate::store::{NewProduct, Product};
+use crate::store::{FinalAudit, NewProduct, Product};
 
 /// Longest title (the `tb_product.title` column).
 const MAX_TITLE_CHARS: usize = 1024;
@@ -96,17 +97,50 @@ impl CreateProduct {
 pub struct ProductView {
     #[serde(flatten)]
     product: Product,
+    /// Units left: live from Redis, or for a retired sale the units it
+    /// ended with (`null` while the sale is not open).
     stock: Option<u64>,
+    /// `created` (not opened), `upcoming`, `live`, `ended` (not retired
+    /// yet), `closed` (closed before it opened) or `retired`.
+    #[schema(example = "live")]
+    state: &'static str,
     /// The sale's waiting room (`null`: none).
     waiting_room: Option<WaitingRoom>,
+    /// A retired sale's final figures, as recorded at its retirement
+    /// (`null` before).
+    final_audit: Option<FinalFigures>,
+}
+
+/// A retired sale's final figures.
+#[derive(Serialize, ToSchema)]
+pub struct FinalFigures {
+    /// When it was retired (epoch ms).
+    retired: i64,
+    /// Units sold and kept (paid).
+    paid: i64,
+    /// Units of orders cancelled (by the buyer or the payment timeout).
+    cancelled: i64,
+    /// Units nobody bought (or bought and cancelled).
+    unsold: i64,
+    /// Orders in the books, any status.
+    orders: i64,
 }
 
 impl ProductView {
-    fn new(product: Product, stock: Option<u64>) -> Self {
+    fn new(product: Product, stock: Option<u64>, final_audit: Option<FinalAudit>) -> Self {
+        let final_audit = final_audit.map(|a| FinalFigures {
+            retired: a.retired,
+            paid: a.paid,
+            cancelled: a.cancelled,
+            unsold: a.redis_stock,
+            orders: a.orders,
+        });
         Self {
+            state: retire::state_of(&product, domain::now_ms()),
             waiting_room: product.waiting_room(),
+            stock: stock.or(final_audit.as_ref().map(|a| a.unsold.max(0) as u64)),
+            final_audit,
             product,
-            stock,
         }
     }
 }
@@ -133,7 +167,10 @@ pub async fn create(
     let new = body.validate()?;
     let product = state.db.create_product(&new).await?;
     tracing::info!(product_id = %new.product_id, "product created");
-    Ok((StatusCode::CREATED, Json(ProductView::new(product, None))))
+    Ok((
+        StatusCode::CREATED,
+        Json(ProductView::new(product, None, None)),
+    ))
 }
 
 /// What opening a sale did.
@@ -158,6 +195,7 @@ pub struct Opened {
     responses(
         (status = 200, description = "OK", body = Opened),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
+        (status = 409, description = "`sale_closed`: closed early or retired, it cannot open again", body = ErrorBody),
     )
 )]
 pub async fn open(
@@ -166,6 +204,9 @@ pub async fn open(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<Opened>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
+    if product.closed.is_some() || product.retired.is_some() {
+        return Err(ApiError::SaleClosed);
+    }
     let spec = crate::books::sale_spec(&product, product.available_qty.max(0) as u64);
     let (opened, stock) = state.sales.open(&id, &spec).await?;
     state.db.mark_opened(&id).await?;
@@ -197,8 +238,53 @@ pub async fn get(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ProductView>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
+    if product.retired.is_some() {
+        // Its Redis keys are gone, or going: the books answer.
+        let recorded = state.db.final_audit(&id).await?;
+        return Ok(Json(ProductView::new(product, None, recorded)));
+    }
     let stock = state.sales.stock(&id).await?;
-    Ok(Json(ProductView::new(product, stock)))
+    Ok(Json(ProductView::new(product, stock, None)))
+}
+
+/// `POST /api/admin/products/{product_id}/close`: ends the sale now
+/// (idempotent); the workers retire it once settled.
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/close",
+    operation_id = "close_sale",
+    tag = "admin",
+    summary = "Close a sale now: no order is accepted from this answer on; it retires once settled",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "Closed (or closed already): the product, `end_time` moved to the close", body = ProductView),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+    )
+)]
+pub async fn close(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+) -> Result<Json<ProductView>, ApiError> {
+    let (id, _) = find(&state, &product_id).await?;
+    let product = retire::close(&state.sales, &state.db, &id)
+        .await
+        .map_err(|e| match e {
+            crate::books::BooksError::NotFound => {
+                ApiError::ProductNotFound("no product with this id")
+            }
+            e => e.into(),
+        })?;
+    let recorded = match product.retired {
+        Some(_) => state.db.final_audit(&id).await?,
+        None => None,
+    };
+    let stock = match product.retired {
+        Some(_) => None,
+        None => state.sales.stock(&id).await?,
+    };
+    Ok(Json(ProductView::new(product, stock, recorded)))
 }
 
 async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product), ApiError> {

@@ -177,19 +177,43 @@ impl Sales {
         let redis = &self.redis;
         let mut conn = redis.shared().await?;
         let stock: Option<i64> = redis.bounded(conn.get(&keys.stock)).await?;
-        let records: BTreeMap<String, String> = redis.bounded(conn.hgetall(&keys.accepted)).await?;
+        // HSCAN in steps rather than one HGETALL: a sale of a million
+        // orders would hold Redis (and every other sale's orders) for a
+        // second; each step is short.
+        let mut accepted = BTreeMap::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<(String, String)>) = redis
+                .bounded(
+                    redis::cmd("HSCAN")
+                        .arg(&keys.accepted)
+                        .arg(cursor)
+                        .arg("COUNT")
+                        .arg(SCAN_STEP)
+                        .query_async(&mut conn),
+                )
+                .await?;
+            accepted.extend(
+                page.into_iter()
+                    .map(|(id, record)| (id, record_quantity(&record))),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
         let dead_letters = self.dead_letters(product).await?;
         Ok(SaleSnapshot {
             stock,
-            accepted: records
-                .into_iter()
-                .map(|(id, record)| (id, record_quantity(&record)))
-                .collect(),
+            accepted,
             dead_letters,
             repairs: self.repairs(product).await?,
         })
     }
 }
+
+/// Fields one HSCAN step asks for.
+const SCAN_STEP: usize = 1000;
 
 /// The quantity in an `accepted` record (see `place_order.lua`).
 fn record_quantity(record: &str) -> i64 {

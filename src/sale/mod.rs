@@ -19,6 +19,7 @@ mod entry;
 pub mod inspect;
 pub mod keys;
 pub mod memory;
+pub mod retire;
 pub mod room;
 mod scripts;
 mod stream;
@@ -370,11 +371,7 @@ impl Sales {
     /// Deletes every key of a sale and drops it from the registry: the sale
     /// is gone from Redis (its orders must be in the books first).
     pub async fn remove(&self, product: &ProductId) -> Result<(), SaleError> {
-        let keys = self.keys(product);
-        let mut conn = self.redis.shared().await?;
-        self.redis
-            .bounded(conn.del::<_, ()>(&keys.all()[..]))
-            .await?;
+        self.unlink(product).await?;
         self.forget(product).await
     }
 

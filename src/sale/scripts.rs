@@ -29,6 +29,17 @@ static ORDER_STATE: LazyLock<Script> =
 static SALE_CLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/sale_clock.lua")));
 
+static CLOSE_SALE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/close_sale.lua")));
+
+/// `close_sale.lua`: ends the sale now; its end (ms), `None` when not open.
+pub async fn close_sale(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+) -> RedisResult<Option<i64>> {
+    CLOSE_SALE.key(&keys.sale).invoke_async(conn).await
+}
+
 /// `sale_clock.lua`: the Redis node's time (ms) and the sale's window, if open.
 pub async fn sale_clock(
     conn: &mut impl ConnectionLike,

@@ -34,6 +34,9 @@ pub struct SaleWatch {
     pub acked: u64,
     /// Entries not yet delivered to any worker (`None`: Redis cannot tell).
     pub lag: Option<u64>,
+    /// The stream's newest entry id, and the group's last delivered one.
+    pub last_generated_id: Option<String>,
+    pub last_delivered_id: Option<String>,
     /// Delivered, not yet acked.
     pub pending: u64,
     /// The oldest pending entry's id time (ms since the epoch).
@@ -43,6 +46,23 @@ pub struct SaleWatch {
     pub dead_letters: u64,
     /// The workers' last verdict on the books (`books::live`).
     pub books: Option<BooksVerdict>,
+    /// Cancels asked while their order was pending, not yet applied.
+    pub cancel_requests: u64,
+    /// Why the sale, ended, is not retired yet (`books::retire`; reasons
+    /// joined by commas), as the workers last found; `None`: no such verdict.
+    pub unsettled: Option<String>,
+}
+
+impl SaleWatch {
+    /// Entries appended and not yet delivered to any worker: the group's
+    /// lag, or, when Redis cannot count it (entries deleted from the
+    /// stream), 0 if the last delivered entry is the last appended one.
+    pub fn undelivered(&self) -> Option<u64> {
+        self.lag.or_else(|| {
+            (self.last_delivered_id.is_some() && self.last_delivered_id == self.last_generated_id)
+                .then_some(0)
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -93,7 +113,8 @@ impl Sales {
             .xlen(&keys.dead)
             .cmd("HMGET")
             .arg(&keys.books)
-            .arg(&["balanced", "difference", "judged_ms"]);
+            .arg(&["balanced", "difference", "judged_ms", "unsettled"])
+            .hlen(&keys.cancels);
         // The multiplexed connection: a pipeline of cheap commands, once
         // per tick, never blocks the orders pipelined beside it (the pool's
         // connections are the workers', held through their blocking reads).
@@ -112,7 +133,8 @@ impl Sales {
         let consumers: Option<StreamInfoConsumersReply> = next().ok().map(parse).transpose()?;
         let pending: Option<StreamPendingReply> = next().ok().map(parse).transpose()?;
         let dead_letters: u64 = parse(next()?)?;
-        let books: (Option<u8>, Option<i64>, Option<i64>) = parse(next()?)?;
+        let books: (Option<u8>, Option<i64>, Option<i64>, Option<String>) = parse(next()?)?;
+        let cancel_requests: u64 = parse(next()?)?;
 
         let number = |field: &str| {
             stream
@@ -120,6 +142,10 @@ impl Sales {
                 .and_then(|s| s.get(field))
                 .and_then(|v| u64::from_redis_value(v.clone()).ok())
         };
+        let last_generated_id = stream
+            .as_ref()
+            .and_then(|s| s.get("last-generated-id"))
+            .and_then(|v| String::from_redis_value(v.clone()).ok());
         let group = groups.and_then(|g| g.groups.into_iter().find(|g| g.name == GROUP));
         let pending_count = group.as_ref().map_or(0, |g| g.pending as u64);
         let read = group.as_ref().and_then(|g| g.entries_read).unwrap_or(0) as u64;
@@ -132,6 +158,8 @@ impl Sales {
             accepted: number("entries-added").unwrap_or(0),
             acked: read.saturating_sub(pending_count),
             lag: group.as_ref().and_then(|g| g.lag).map(|l| l as u64),
+            last_generated_id,
+            last_delivered_id: group.as_ref().map(|g| g.last_delivered_id.clone()),
             pending: pending_count,
             oldest_pending_ms: match pending {
                 Some(StreamPendingReply::Data(d)) => id_ms(&d.start_id),
@@ -148,8 +176,10 @@ impl Sales {
                 })
                 .collect(),
             dead_letters,
+            cancel_requests,
+            unsettled: books.3.filter(|u| !u.is_empty()),
             books: match books {
-                (Some(balanced), Some(difference), Some(judged_ms)) => Some(BooksVerdict {
+                (Some(balanced), Some(difference), Some(judged_ms), _) => Some(BooksVerdict {
                     balanced: balanced == 1,
                     difference,
                     judged_ms,

@@ -4,6 +4,7 @@
 mod lifecycle;
 mod orders;
 mod products;
+mod retire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 pub use lifecycle::{CANCELLED, PAID, Transition};
 pub use orders::{CONFIRMED, OrderRow, Persisted};
 pub use products::{NewProduct, Product};
+pub use retire::FinalAudit;
 
 /// A failure of the storage layer.
 #[derive(Debug, thiserror::Error)]

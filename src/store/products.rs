@@ -32,6 +32,15 @@ pub struct Product {
     pub room_admission_secs: Option<i32>,
     #[serde(skip)]
     pub room_join_early_secs: Option<i32>,
+    /// When an admin closed the sale early (epoch ms; `end_time` was moved
+    /// to it); `None` otherwise.
+    pub closed: Option<i64>,
+    /// When the sale was retired: ended, settled, its final audit recorded
+    /// (see `books::retire`); `None` while it lives.
+    pub retired: Option<i64>,
+    /// When a retired sale's Redis keys were deleted; `None` until then.
+    #[serde(skip)]
+    pub purged: Option<i64>,
 }
 
 impl Product {
@@ -58,9 +67,10 @@ pub struct NewProduct {
     pub waiting_room: Option<WaitingRoom>,
 }
 
-const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
+pub(super) const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
                        end_time, limit_per_user, created, updated, opened, \
-                       room_admit_per_sec, room_admission_secs, room_join_early_secs";
+                       room_admit_per_sec, room_admission_secs, room_join_early_secs, \
+                       closed, retired, purged";
 
 impl Db {
     /// Inserts a product; `ProductExists` when the id is taken.
@@ -81,9 +91,12 @@ impl Db {
             room_admit_per_sec: p.waiting_room.map(|r| r.admit_per_sec as i32),
             room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
             room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
+            closed: None,
+            retired: None,
+            purged: None,
         };
         let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
         let insert = sqlx::query(&sql)
             .bind(&row.product_id)
@@ -99,7 +112,10 @@ impl Db {
             .bind(row.opened)
             .bind(row.room_admit_per_sec)
             .bind(row.room_admission_secs)
-            .bind(row.room_join_early_secs);
+            .bind(row.room_join_early_secs)
+            .bind(row.closed)
+            .bind(row.retired)
+            .bind(row.purged);
         self.bounded(async {
             match insert.execute(self.pool()).await {
                 Ok(_) => Ok(()),
@@ -124,11 +140,7 @@ impl Db {
                 .await?)
             })
             .await?;
-        // The column has scale 18; drop its trailing zeros ("4999.5", not "4999.500000000000000000").
-        Ok(row.map(|p| Product {
-            price: p.price.normalize(),
-            ..p
-        }))
+        Ok(row.map(normalized))
     }
 }
 
@@ -174,12 +186,14 @@ impl Db {
                 .await?)
             })
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|p| Product {
-                price: p.price.normalize(),
-                ..p
-            })
-            .collect())
+        Ok(rows.into_iter().map(normalized).collect())
+    }
+}
+
+/// The column has scale 18; drop its trailing zeros ("4999.5", not "4999.500000000000000000").
+pub(super) fn normalized(p: Product) -> Product {
+    Product {
+        price: p.price.normalize(),
+        ..p
     }
 }

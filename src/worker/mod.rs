@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use drain::{Outcome, SaleWorker};
 
+use crate::books::retire::{RetireSettings, Retirer};
 use crate::books::{self, Books, Sweeper};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
@@ -65,6 +66,10 @@ pub struct WorkerConfig {
     /// How often every open sale's books are checked (`books::live`);
     /// zero: never.
     pub books_every: Duration,
+    /// How often ended sales are looked at for retirement
+    /// (`books::retire`); zero: never.
+    pub retire_every: Duration,
+    pub retire: RetireSettings,
 }
 
 impl Default for WorkerConfig {
@@ -85,6 +90,8 @@ impl Default for WorkerConfig {
             reconcile_every: Duration::from_secs(1),
             release_grace: Duration::from_secs(10),
             books_every: Duration::from_secs(5),
+            retire_every: Duration::from_secs(10),
+            retire: RetireSettings::default(),
         }
     }
 }
@@ -185,6 +192,7 @@ impl Workers {
             shutdown.clone(),
         ));
         let watching = tokio::spawn(self.clone().watch_books(shutdown.clone()));
+        let retiring = tokio::spawn(self.clone().retire(shutdown.clone()));
         let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
@@ -226,7 +234,60 @@ impl Workers {
         let _ = sweeping.await;
         let _ = reconciling.await;
         let _ = watching.await;
+        let _ = retiring.await;
         tracing::info!("stream workers stopped");
+    }
+
+    /// The retirement passes, for driving pass by pass.
+    pub fn retirer(&self) -> Retirer {
+        Retirer::new(self.sales.clone(), self.db.clone(), self.cfg.retire)
+    }
+
+    /// A retirement pass every `retire_every` until `shutdown`, with the
+    /// sales-by-state gauges set from what it found.
+    async fn retire(self, shutdown: CancellationToken) {
+        if self.cfg.retire_every.is_zero() {
+            return;
+        }
+        let retirer = self.retirer();
+        loop {
+            match retirer.pass().await {
+                Ok(pass) => self.count_states(&pass).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retirement pass failed; the next one retries")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.cfg.retire_every) => {}
+            }
+        }
+    }
+
+    async fn count_states(&self, pass: &books::retire::Pass) {
+        let m = &self.metrics;
+        m.sales_retired.inc_by(pass.retired.len() as u64);
+        m.sales_purged.inc_by(pass.purged.len() as u64);
+        m.sale_unsettled.reset();
+        for (product, blockers) in &pass.unsettled {
+            for b in blockers {
+                m.sale_unsettled
+                    .with_label_values(&[product.as_str(), b.code()])
+                    .set(1);
+            }
+        }
+        let unsettled = pass.unsettled.len() as i64;
+        m.sales
+            .with_label_values(&["ended_unsettled"])
+            .set(unsettled);
+        if let Ok(open) = self.sales.open_sales().await {
+            m.sales
+                .with_label_values(&["open"])
+                .set((open.len() as i64 - unsettled).max(0));
+        }
+        if let Ok(retired) = self.db.retired_count().await {
+            m.sales.with_label_values(&["retired"]).set(retired);
+        }
     }
 
     /// Checks every open sale's books every `books_every` until `shutdown`,

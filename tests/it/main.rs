@@ -36,6 +36,7 @@ mod orders;
 mod products;
 mod proxy;
 mod resilience;
+mod retire;
 mod room;
 mod soldout;
 mod validation;

@@ -607,15 +607,39 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
     let mut names = rules;
     names.extend(dashboard);
 
-    // A sale that sold, persisted and had its books checked, so that every
-    // family has a series.
-    let app = spawn_app_with(books_checked_every(100)).await;
+    // A sale that sold, persisted and had its books checked, then closed
+    // with its orders unpaid (it cannot retire), so that every family has a
+    // series.
+    let app = spawn_app_with(|s| {
+        books_checked_every(100)(s);
+        if let Some(w) = s.workers.as_mut() {
+            w.retire_every = Duration::from_millis(100);
+            w.retire.after = Duration::ZERO;
+        }
+    })
+    .await;
     let sku = app.new_sale(2, 1).await;
     for user in 1..=3 {
         app.place_order(user, &sku, 1).await;
     }
     eventually("2 orders persisted", Duration::from_secs(10), || async {
         app.persisted(&sku).await.0 == 2
+    })
+    .await;
+    let closed = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/close")))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), StatusCode::OK);
+    eventually("the sale found unpaid", Duration::from_secs(10), || async {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap();
+        text.text()
+            .await
+            .unwrap()
+            .contains("flashsale_sale_unsettled{")
     })
     .await;
     eventually("the books checked", Duration::from_secs(10), || async {

@@ -68,8 +68,13 @@ function renderSale(el, sale, now) {
   const field = (name) => el.querySelector(`[data-field="${name}"]`);
   text(field("product_id"), sale.product_id);
   const soldOut = sale.state === "live" && sale.stock === 0;
-  text(field("state"), soldOut ? "live · sold out" : sale.state);
-  field("state").className = `badge ${sale.state}`;
+  // Ended and not retired: why (the workers' retirement pass says).
+  const waits = sale.state === "ended" && sale.unsettled
+    ? sale.unsettled.split(",").map((r) => r.replace(/_/g, " ")).join(", ") : "";
+  text(field("state"), soldOut ? "live · sold out"
+    : waits ? `ended · not retired: ${waits}` : sale.state);
+  const stuck = waits.includes("dead letters") || waits.includes("books off");
+  field("state").className = `badge ${stuck ? "bad" : sale.state}`;
   const [label, tone] = books(sale);
   text(field("books"), label);
   field("books").className = `badge ${tone}`;

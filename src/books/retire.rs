@@ -1,0 +1,467 @@
+//! A sale's end of life. Once a sale has ended and is settled, the workers
+//! retire it, in three steps, each idempotent, in this order:
+//!
+//! 1. **record**: its final audit goes into `tb_sale_audit` and
+//!    `tb_product.retired` is set, in one MySQL transaction, only if the
+//!    audit balances and only once (the update is guarded by `retired IS NULL`);
+//! 2. **leave**: it leaves the registry of open sales, so every process's
+//!    drain, trim, sweep, books check and metrics stop reading it;
+//! 3. **purge**: after a grace (`RETIRE_GRACE_SECS`, for a late look with
+//!    `redis-cli`, and for other processes to see it gone from the
+//!    registry), its keys are deleted (`UNLINK`) and `tb_product.purged` set.
+//!
+//! A crash between any two steps is finished by the next pass: step 1's
+//! record is what the pass looks for (`retired` set, `purged` not), steps 2
+//! and 3 are repeated until `purged` is set. Nothing is deleted before the
+//! audit is recorded, and a sale is never recorded twice.
+//!
+//! **Settled** means nothing can change its books any more: its end has
+//! passed by the clock of the Redis node that decides its orders (and
+//! `RETIRE_AFTER_SECS` more, so that late retries and cancels find it), no
+//! entry of its stream is undelivered or pending, no cancel request waits,
+//! every cancelled order's units are back in Redis, no order is still
+//! `confirmed` (paid, or cancelled by the payment timeout), there are no
+//! dead letters (a sale with dead letters waits for an operator), and the
+//! full audit balances with nothing pending. From then on no order of the
+//! sale can change state: nothing is paid, cancelled or returned after its
+//! retirement, so its recorded audit stays true.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::BooksError;
+use super::audit::{self, SaleAudit};
+use crate::domain::{ProductId, now_ms};
+use crate::sale::Sales;
+use crate::store::{Db, FinalAudit, Product};
+
+/// When and how the workers retire sales.
+#[derive(Debug, Clone, Copy)]
+pub struct RetireSettings {
+    /// A sale is retired no sooner than this after its end.
+    pub after: Duration,
+    /// Its Redis keys are deleted this long after it is retired.
+    pub grace: Duration,
+    /// Sales one pass looks at, of each kind (ended, retired not purged).
+    pub batch: u32,
+}
+
+impl Default for RetireSettings {
+    fn default() -> Self {
+        Self {
+            after: Duration::from_secs(60),
+            grace: Duration::from_secs(60),
+            batch: 500,
+        }
+    }
+}
+
+/// Why an ended sale is not retired yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Blocker {
+    /// Its end (plus `RETIRE_AFTER_SECS`) has not passed by Redis's clock.
+    NotEnded { ends_ms: i64 },
+    /// Redis does not have the sale: `flashsale recover` it first.
+    MissingInRedis,
+    /// Stream entries undelivered or delivered and not acknowledged
+    /// (`None`: Redis cannot count the undelivered ones).
+    Pending { entries: Option<u64> },
+    /// Cancels asked while their orders were pending, not applied yet.
+    CancelRequests { count: u64 },
+    /// Cancelled orders whose units are not back in Redis yet.
+    UnreturnedCancels { units: i64 },
+    /// Orders `confirmed` and not paid: their payment window (or the
+    /// sweeper's cancel after it) is still to come.
+    Unpaid { orders: i64, oldest_ms: i64 },
+    /// Orders answered 202 that never reached the books: an operator must
+    /// deal with them (`flashsale streams`, the runbook) before it retires.
+    DeadLetters { count: u64 },
+    /// The audit does not balance (the failed checks).
+    BooksOff { detail: String },
+}
+
+impl Blocker {
+    /// The reason's code, as the metrics and the dashboard show it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotEnded { .. } => "not_ended",
+            Self::MissingInRedis => "missing_in_redis",
+            Self::Pending { .. } => "pending",
+            Self::CancelRequests { .. } => "cancel_requests",
+            Self::UnreturnedCancels { .. } => "unreturned_cancels",
+            Self::Unpaid { .. } => "unpaid",
+            Self::DeadLetters { .. } => "dead_letters",
+            Self::BooksOff { .. } => "books_off",
+        }
+    }
+
+    /// For people: the reason and its figure.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::NotEnded { ends_ms } => format!("not ended (retires after {ends_ms})"),
+            Self::MissingInRedis => "missing in Redis (flashsale recover)".into(),
+            Self::Pending { entries: Some(n) } => format!("{n} stream entries not persisted"),
+            Self::Pending { entries: None } => "stream entries not persisted".into(),
+            Self::CancelRequests { count } => format!("{count} cancel requests waiting"),
+            Self::UnreturnedCancels { units } => {
+                format!("{units} cancelled units not back in Redis")
+            }
+            Self::Unpaid { orders, .. } => format!("{orders} orders unpaid"),
+            Self::DeadLetters { count } => format!("{count} dead letters (operator)"),
+            Self::BooksOff { detail } => format!("books do not balance: {detail}"),
+        }
+    }
+}
+
+/// What an ended, unretired sale needs before it can retire.
+#[derive(Debug, Clone)]
+pub struct Assessment {
+    /// Empty: settled.
+    pub blockers: Vec<Blocker>,
+    /// The full audit, when everything else was settled.
+    pub audit: Option<SaleAudit>,
+}
+
+impl Assessment {
+    pub fn settled(&self) -> bool {
+        self.blockers.is_empty() && self.audit.is_some()
+    }
+
+    fn blocked(blockers: Vec<Blocker>) -> Self {
+        Self {
+            blockers,
+            audit: None,
+        }
+    }
+}
+
+/// Whether `product` (opened, not retired) is settled; cheap checks first,
+/// the full audit (every order) only when they all pass.
+pub async fn assess(
+    sales: &Sales,
+    db: &Db,
+    product: &Product,
+    after: Duration,
+) -> Result<Assessment, BooksError> {
+    let id = product_id(product)?;
+    let (redis_now, window) = sales.clock(&id).await?;
+    let Some((_, end_ms)) = window else {
+        return Ok(Assessment::blocked(vec![Blocker::MissingInRedis]));
+    };
+    let ends_ms = end_ms.max(product.end_time) + after.as_millis() as i64;
+    if redis_now < ends_ms || now_ms() < ends_ms {
+        return Ok(Assessment::blocked(vec![Blocker::NotEnded { ends_ms }]));
+    }
+    let watch = sales.watch(&id).await?;
+    let mut blockers = Vec::new();
+    match watch.undelivered() {
+        Some(0) if watch.pending == 0 => {}
+        undelivered => blockers.push(Blocker::Pending {
+            entries: undelivered.map(|u| u + watch.pending),
+        }),
+    }
+    if watch.cancel_requests > 0 {
+        blockers.push(Blocker::CancelRequests {
+            count: watch.cancel_requests,
+        });
+    }
+    let (unreturned, _) = db.unreturned_units(&id).await?;
+    if unreturned > 0 {
+        blockers.push(Blocker::UnreturnedCancels { units: unreturned });
+    }
+    let (unpaid, oldest) = db.unpaid_orders(&id).await?;
+    if unpaid > 0 {
+        blockers.push(Blocker::Unpaid {
+            orders: unpaid,
+            oldest_ms: oldest.unwrap_or(0),
+        });
+    }
+    if watch.dead_letters > 0 {
+        blockers.push(Blocker::DeadLetters {
+            count: watch.dead_letters,
+        });
+    }
+    if !blockers.is_empty() {
+        return Ok(Assessment::blocked(blockers));
+    }
+    let audit = audit::audit_sale(sales, db, product).await?;
+    if audit.pending > 0 {
+        blockers.push(Blocker::Pending { entries: None });
+    }
+    if !audit.ok() {
+        let failed: Vec<String> = audit
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect();
+        blockers.push(Blocker::BooksOff {
+            detail: failed.join("; "),
+        });
+    }
+    Ok(Assessment {
+        blockers,
+        audit: Some(audit),
+    })
+}
+
+/// How far [`Retirer::retire`] goes (the steps of the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Record,
+    Leave,
+    Purge,
+}
+
+/// What one pass did and found.
+#[derive(Debug, Clone, Default)]
+pub struct Pass {
+    /// Sales retired by this pass (step 1 done here).
+    pub retired: Vec<ProductId>,
+    /// Sales whose keys this pass deleted.
+    pub purged: Vec<ProductId>,
+    /// Ended sales that cannot retire yet, and why (`NotEnded` ones left out).
+    pub unsettled: Vec<(ProductId, Vec<Blocker>)>,
+    /// Sales this pass could not look at (Redis or MySQL failing): logged.
+    pub failed: usize,
+}
+
+/// The workers' retirement passes.
+#[derive(Clone)]
+pub struct Retirer {
+    sales: Sales,
+    db: Db,
+    settings: RetireSettings,
+}
+
+impl Retirer {
+    pub fn new(sales: Sales, db: Db, settings: RetireSettings) -> Self {
+        Self {
+            sales,
+            db,
+            settings,
+        }
+    }
+
+    /// One pass: every ended sale is assessed and retired when settled
+    /// (steps 1 and 2); every retired sale past its grace is purged (step 3,
+    /// and step 2 again for a crash between them).
+    pub async fn pass(&self) -> Result<Pass, BooksError> {
+        let mut pass = Pass::default();
+        let now = now_ms();
+        let ended_by = now - self.settings.after.as_millis() as i64;
+        let mut ended = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .db
+                .ended_unretired(ended_by, after.as_ref(), self.settings.batch)
+                .await?;
+            let full = page.len() >= self.settings.batch as usize;
+            after = page.last().map(|p| (p.end_time, p.product_id.clone()));
+            ended.extend(page);
+            if !full {
+                break;
+            }
+        }
+        for product in ended {
+            let Ok(id) = product_id(&product) else {
+                continue;
+            };
+            match self.retire(&product, Step::Leave).await {
+                Ok(Some(blockers)) => {
+                    if !matches!(blockers[..], [Blocker::NotEnded { .. }]) {
+                        let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
+                        if let Err(e) = self.sales.record_unsettled(&id, &codes.join(",")).await {
+                            tracing::debug!(product_id = %id, error = %e, "cannot record why the sale is not retired");
+                        }
+                        pass.unsettled.push((id, blockers));
+                    }
+                }
+                Ok(None) => pass.retired.push(id),
+                Err(e) => {
+                    tracing::warn!(product_id = %id, error = %e, "cannot retire the sale; the next pass retries");
+                    pass.failed += 1;
+                }
+            }
+        }
+        // Now again: a sale retired by this pass may be due already.
+        let now = now_ms();
+        for product in self.db.unpurged(self.settings.batch).await? {
+            let Ok(id) = product_id(&product) else {
+                continue;
+            };
+            let due = product.retired.unwrap_or(0) + self.settings.grace.as_millis() as i64;
+            match self.finish(&id, now >= due).await {
+                Ok(true) => pass.purged.push(id),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(product_id = %id, error = %e, "cannot purge the retired sale; the next pass retries");
+                    pass.failed += 1;
+                }
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Retires `product` if it is settled, up to step `upto` (the pass goes
+    /// to [`Step::Leave`]; the purge waits for the grace). `Some(blockers)`
+    /// when it is not settled. Each step is idempotent; a retired sale
+    /// goes on from step 2.
+    pub async fn retire(
+        &self,
+        product: &Product,
+        upto: Step,
+    ) -> Result<Option<Vec<Blocker>>, BooksError> {
+        let id = product_id(product)?;
+        if product.retired.is_none() {
+            let assessed = assess(&self.sales, &self.db, product, self.settings.after).await?;
+            let audit = match assessed.audit {
+                Some(audit) if assessed.blockers.is_empty() => audit,
+                _ => return Ok(Some(assessed.blockers)),
+            };
+            let recorded = FinalAudit {
+                product_id: product.product_id.clone(),
+                initial_qty: audit.initial,
+                redis_stock: audit.redis_stock.unwrap_or(0),
+                confirmed: audit.confirmed,
+                paid: audit.paid,
+                cancelled: audit.cancelled,
+                available_qty: audit.available_qty,
+                orders: audit.orders,
+                repaired_orders: audit.repaired.orders as i64,
+                repaired_units: audit.repaired.units as i64,
+                repaired_releases: audit.repaired.releases as i64,
+                repaired_idem: audit.repaired.idempotency_records as i64,
+                retired: now_ms(),
+            };
+            if self.db.record_retirement(&recorded).await? {
+                tracing::info!(
+                    product_id = %id,
+                    sold = audit.confirmed + audit.paid,
+                    paid = audit.paid,
+                    left = recorded.redis_stock,
+                    "sale retired: final audit recorded"
+                );
+            }
+        }
+        if upto >= Step::Leave {
+            self.finish(&id, upto >= Step::Purge).await?;
+        }
+        Ok(None)
+    }
+
+    /// Steps 2 and, when `purge`, 3 of a retired sale; true when purged.
+    async fn finish(&self, id: &ProductId, purge: bool) -> Result<bool, BooksError> {
+        self.sales.forget(id).await?;
+        if !purge {
+            return Ok(false);
+        }
+        self.sales.unlink(id).await?;
+        self.db.mark_purged(id, now_ms()).await?;
+        tracing::info!(product_id = %id, "retired sale's Redis keys deleted");
+        Ok(true)
+    }
+}
+
+/// A product's lifecycle state, from its row alone.
+pub fn state_of(product: &Product, now_ms: i64) -> &'static str {
+    if product.retired.is_some() {
+        "retired"
+    } else if product.opened.is_none() {
+        if product.closed.is_some() {
+            "closed"
+        } else {
+            "created"
+        }
+    } else if now_ms < product.start_time {
+        "upcoming"
+    } else if now_ms < product.end_time {
+        "live"
+    } else {
+        "ended"
+    }
+}
+
+/// Closes a sale early: Redis first (no order is accepted from then on),
+/// then MySQL (its `end_time` and `closed`). Idempotent; the workers retire
+/// it once settled. `NotFound` when there is no such product.
+pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, BooksError> {
+    let product = db.product(id).await?.ok_or(BooksError::NotFound)?;
+    if product.retired.is_some() {
+        return Ok(product);
+    }
+    let now = now_ms();
+    // The Redis node's end decides orders; MySQL takes the same instant.
+    let ended = match product.opened {
+        Some(_) => sales.close(id).await?,
+        None => None,
+    };
+    let closed = db
+        .close_product(id, now, ended.unwrap_or(now).min(now))
+        .await?
+        .ok_or(BooksError::NotFound)?;
+    tracing::info!(product_id = %id, end_time = closed.end_time, "sale closed by an admin");
+    Ok(closed)
+}
+
+/// One opened sale as `flashsale sales` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    pub product_id: String,
+    /// `upcoming`, `live`, `ended` (settled: retires at the next pass),
+    /// `unsettled` (ended, waiting: see `blockers`), `retired`.
+    pub state: &'static str,
+    pub start_time: i64,
+    pub end_time: i64,
+    /// Closed early by an admin at (epoch ms).
+    pub closed: Option<i64>,
+    pub retired: Option<i64>,
+    /// A retired sale's Redis keys are deleted.
+    pub purged: bool,
+    /// Why an ended sale is not retired.
+    pub blockers: Vec<Blocker>,
+}
+
+/// Every opened sale, oldest first, with its state; ended ones assessed as
+/// the workers would (`after`: `RETIRE_AFTER_SECS`). Read-only.
+pub async fn list(sales: &Sales, db: &Db, after: Duration) -> Result<Vec<Listed>, BooksError> {
+    let now = now_ms();
+    let mut out = Vec::new();
+    for product in db.opened_products().await? {
+        let mut blockers = Vec::new();
+        let state = match state_of(&product, now) {
+            "ended" => {
+                let assessed = assess(sales, db, &product, after).await?;
+                blockers = assessed.blockers;
+                match blockers[..] {
+                    [] => "ended",
+                    [Blocker::NotEnded { .. }] => {
+                        blockers.clear();
+                        "ended"
+                    }
+                    _ => "unsettled",
+                }
+            }
+            state => state,
+        };
+        out.push(Listed {
+            product_id: product.product_id.clone(),
+            state,
+            start_time: product.start_time,
+            end_time: product.end_time,
+            closed: product.closed,
+            retired: product.retired,
+            purged: product.purged.is_some(),
+            blockers,
+        });
+    }
+    Ok(out)
+}
+
+fn product_id(product: &Product) -> Result<ProductId, BooksError> {
+    ProductId::parse(&product.product_id)
+        .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))
+}

@@ -1,0 +1,70 @@
+//! The Redis side of a sale's end of life (see `books::retire`): an early
+//! close, the clock that says a sale has ended, the reasons a sale cannot
+//! retire yet (for every instance's dashboard), and deleting its keys.
+
+use redis::AsyncCommands;
+
+use super::{SaleError, Sales, scripts};
+use crate::domain::ProductId;
+
+/// How long a recorded "not settled" verdict outlives its last renewal.
+const UNSETTLED_TTL_MS: i64 = 60_000;
+
+impl Sales {
+    /// Ends an open sale now, by its Redis node's clock: every order from
+    /// the next on is refused `sale_ended`. Its end (epoch ms), or `None`
+    /// when Redis does not have the sale.
+    pub async fn close(&self, product: &ProductId) -> Result<Option<i64>, SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        let end = self
+            .redis
+            .bounded(scripts::close_sale(&mut conn, &keys))
+            .await?;
+        // This instance learns the new window at its next order.
+        self.memory.forget(product);
+        Ok(end)
+    }
+
+    /// The clock of the Redis node that decides the sale's orders (epoch
+    /// ms), and the sale's window (`None` when Redis does not have it).
+    pub async fn clock(&self, product: &ProductId) -> Result<(i64, Option<(i64, i64)>), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(scripts::sale_clock(&mut conn, &keys))
+            .await
+    }
+
+    /// Records why an ended sale is not retired yet (`reasons`, e.g.
+    /// `dead_letters`), beside the books' verdict: every instance's
+    /// dashboard shows it. It expires unless renewed.
+    pub async fn record_unsettled(
+        &self,
+        product: &ProductId,
+        reasons: &str,
+    ) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut pipe = redis::pipe();
+        pipe.hset(&keys.books, "unsettled", reasons)
+            .ignore()
+            .pexpire(&keys.books, UNSETTLED_TTL_MS)
+            .ignore();
+        let mut conn = self.redis.shared().await?;
+        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    /// Deletes every key of the sale, `UNLINK`: Redis frees a large sale's
+    /// memory (a million order records) in the background, never stalling
+    /// the orders of other sales. The registry is not touched.
+    pub async fn unlink(&self, product: &ProductId) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(conn.unlink::<_, ()>(&keys.all()[..]))
+            .await?;
+        self.memory.forget(product);
+        self.forget_room(product);
+        Ok(())
+    }
+}
