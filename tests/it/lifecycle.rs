@@ -151,6 +151,25 @@ async fn a_hundred_concurrent_cancels_release_the_units_once(backend: Backend) {
     books_balance(&app, &sku).await;
 }
 
+/// A crowd that left more orders unpaid than one query takes (200) is
+/// cancelled in one pass, not 200 a pass (a sale waits for them to retire).
+async fn one_sweep_cancels_a_crowd_of_unpaid_orders(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let mut cfg = fast_workers("w");
+    cfg.payment_timeout = Duration::ZERO;
+    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let sku = app.new_sale(450, 1).await;
+    app.accept_orders(&sku, 1..=450).await;
+    let mut drain = workers.sale_worker(pid(&sku));
+    while app.persisted(&sku).await.0 < 450 {
+        drain.step().await.unwrap();
+    }
+    let swept = workers.sweeper().sweep().await.unwrap();
+    assert_eq!(swept.expired, 450);
+    assert_eq!(app.stock(&sku).await, Some(450));
+    books_balance(&app, &sku).await;
+}
+
 async fn cancels_racing_the_payment_timeout_release_once(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let mut cfg = fast_workers("w");
@@ -533,6 +552,7 @@ crate::on_both_backends!(
     buy_pay_cancel_move_the_status_and_the_stock,
     a_hundred_concurrent_cancels_release_the_units_once,
     cancels_racing_the_payment_timeout_release_once,
+    one_sweep_cancels_a_crowd_of_unpaid_orders,
     cancelled_units_of_a_sold_out_sale_sell_again_to_others,
     a_cancel_interrupted_between_mysql_and_redis_is_repaired,
     a_cancel_of_a_pending_order_is_applied_once_it_is_persisted,
