@@ -4,7 +4,9 @@
 started and stopped here, so its memory and CPU are ours alone) and the
 local MariaDB (a database of its own):
 
-  A. no sale: `serve` and Redis idle CPU (pidstat), Redis used_memory;
+  A. no sale (after one sale was run, retired and purged: Redis keeps some
+     memory of its own once used, whatever its keys): `serve` and Redis
+     idle CPU (pidstat), Redis used_memory;
   B. N sales created, opened, two orders each (one paid, the other left to
      the payment timeout), closed: N ended sales;
   C. retirement off (RETIRE_CHECK_MS=0): idle CPU with N ended sales, memory;
@@ -55,6 +57,8 @@ def used_memory():
     time.sleep(2)  # UNLINK frees in the background
     info = redis("info", "memory")
     field = lambda name: int(re.search(rf"^{name}:(\d+)", info, re.M).group(1))
+    if os.environ.get("RETIRE_COST_DEBUG"):
+        print(info, redis("info", "clients"), redis("memory", "stats"), file=sys.stderr)
     return field("used_memory"), field("used_memory_dataset"), int(redis("dbsize"))
 
 
@@ -129,6 +133,20 @@ def main():
     time.sleep(0.5)
     p = None
     try:
+        # Redis keeps some memory of its own once a service has used it
+        # (scripts cached, internal tables), whatever the keys: the baseline
+        # is a Redis that has served one sale, retired and purged.
+        fresh_mem = used_memory()
+        p = serve(10_000)
+        c = Client()
+        warm = "warm-0"
+        assert c.call("POST", "/api/admin/products", product(warm, int(time.time() * 1000), 10, 1), admin=True)[0] == 201
+        assert c.call("POST", f"/api/admin/products/{warm}/open", admin=True)[0] == 200
+        assert c.call("POST", "/api/orders", {"user_id": 1, "product_id": warm, "quantity": 1})[0] == 202
+        assert c.call("POST", f"/api/admin/products/{warm}/close", admin=True)[0] == 200
+        while mysql(f"SELECT purged IS NOT NULL FROM tb_product WHERE product_id = '{warm}'") != "1":
+            time.sleep(1)
+        stop(p)
         p = serve(0)
         c = Client()
         print(f"{SALES} sales, {IDLE_SECS} s per idle phase; pidstat %CPU of one core")
@@ -190,6 +208,7 @@ def main():
                                (f"{SALES} ended sales, not retired", ended_cpu, ended_mem),
                                ("all retired and purged", gone_cpu, gone_mem)]:
             print(f"{name:<34} {cpu[0]:>10.2f} {cpu[1]:>10.2f} {mem[0]:>14,} {mem[1]:>14,} {mem[2]:>7}")
+        print(f"(a fresh Redis, before the service ever used it: used_memory {fresh_mem[0]:,}, dataset {fresh_mem[1]:,})")
         print(f"retired and purged minus no sale: used_memory {gone_mem[0] - base_mem[0]:+,} bytes, "
               f"dataset {gone_mem[1] - base_mem[1]:+,} bytes")
         print(f"retiring {SALES} sales: recorded over {(last - first) / 1000:.1f} s, keys deleted over "

@@ -272,13 +272,19 @@ impl Retirer {
             };
             match self.retire(&product, Step::Leave).await {
                 Ok(Some(blockers)) => {
-                    if !matches!(blockers[..], [Blocker::NotEnded { .. }]) {
-                        let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
-                        if let Err(e) = self.sales.record_unsettled(&id, &codes.join(",")).await {
-                            tracing::debug!(product_id = %id, error = %e, "cannot record why the sale is not retired");
+                    let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
+                    match codes[..] {
+                        ["not_ended"] => continue,
+                        // No key written for a sale Redis does not have.
+                        ["missing_in_redis"] => {}
+                        _ => {
+                            if let Err(e) = self.sales.record_unsettled(&id, &codes.join(",")).await
+                            {
+                                tracing::debug!(product_id = %id, error = %e, "cannot record why the sale is not retired");
+                            }
                         }
-                        pass.unsettled.push((id, blockers));
                     }
+                    pass.unsettled.push((id, blockers));
                 }
                 Ok(None) => pass.retired.push(id),
                 Err(e) => {
@@ -289,18 +295,34 @@ impl Retirer {
         }
         // Now again: a sale retired by this pass may be due already.
         let now = now_ms();
-        for product in self.db.unpurged(self.settings.batch).await? {
-            let Ok(id) = product_id(&product) else {
-                continue;
-            };
-            let due = product.retired.unwrap_or(0) + self.settings.grace.as_millis() as i64;
-            match self.finish(&id, now >= due).await {
-                Ok(true) => pass.purged.push(id),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(product_id = %id, error = %e, "cannot purge the retired sale; the next pass retries");
-                    pass.failed += 1;
+        let due_by = now - self.settings.grace.as_millis() as i64;
+        let mut after = None;
+        loop {
+            let page = self
+                .db
+                .unpurged(after.as_ref(), self.settings.batch)
+                .await?;
+            let full = page.len() >= self.settings.batch as usize;
+            after = page
+                .last()
+                .map(|p| (p.retired.unwrap_or(0), p.product_id.clone()));
+            let ids: Vec<ProductId> = page.iter().filter_map(|p| product_id(p).ok()).collect();
+            // Step 2 again, for a crash between steps 1 and 2: one command a page.
+            self.sales.forget_all(&ids).await?;
+            for (product, id) in page.iter().zip(&ids) {
+                if product.retired.unwrap_or(i64::MAX) > due_by {
+                    continue;
                 }
+                match self.purge(id).await {
+                    Ok(()) => pass.purged.push(id.clone()),
+                    Err(e) => {
+                        tracing::warn!(product_id = %id, error = %e, "cannot purge the retired sale; the next pass retries");
+                        pass.failed += 1;
+                    }
+                }
+            }
+            if !full {
+                break;
             }
         }
         Ok(pass)
@@ -348,21 +370,20 @@ impl Retirer {
             }
         }
         if upto >= Step::Leave {
-            self.finish(&id, upto >= Step::Purge).await?;
+            self.sales.forget(&id).await?;
+        }
+        if upto >= Step::Purge {
+            self.purge(&id).await?;
         }
         Ok(None)
     }
 
-    /// Steps 2 and, when `purge`, 3 of a retired sale; true when purged.
-    async fn finish(&self, id: &ProductId, purge: bool) -> Result<bool, BooksError> {
-        self.sales.forget(id).await?;
-        if !purge {
-            return Ok(false);
-        }
+    /// Step 3 of a retired sale.
+    async fn purge(&self, id: &ProductId) -> Result<(), BooksError> {
         self.sales.unlink(id).await?;
         self.db.mark_purged(id, now_ms()).await?;
-        tracing::info!(product_id = %id, "retired sale's Redis keys deleted");
-        Ok(true)
+        tracing::debug!(product_id = %id, "retired sale's Redis keys deleted");
+        Ok(())
     }
 }
 

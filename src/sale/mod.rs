@@ -551,7 +551,7 @@ impl Sales {
         self.read_in_background(|sales| async move {
             let sent = Instant::now();
             match sales.open_sales().await {
-                Ok(ids) => sales.memory.known().replace(ids, sent),
+                Ok(ids) => sales.memory.registry_read(ids, sent),
                 Err(e) => {
                     tracing::debug!(error = %e, "registry read for memory failed");
                     sales.memory.known().refresh_failed();

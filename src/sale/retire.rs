@@ -54,6 +54,22 @@ impl Sales {
         self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
     }
 
+    /// Drops sales from the registry, in one command (their keys stay).
+    pub async fn forget_all(&self, products: &[ProductId]) -> Result<(), SaleError> {
+        if products.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = products.iter().map(ProductId::as_str).collect();
+        let mut conn = self.redis.shared().await?;
+        self.redis
+            .bounded(conn.srem::<_, _, ()>(super::keys::registry(&self.prefix), &ids))
+            .await?;
+        for product in products {
+            self.memory.removed(product);
+        }
+        Ok(())
+    }
+
     /// Deletes every key of the sale, `UNLINK`: Redis frees a large sale's
     /// memory (a million order records) in the background, never stalling
     /// the orders of other sales. The registry is not touched.

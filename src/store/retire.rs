@@ -89,14 +89,24 @@ impl Db {
         Ok(rows.into_iter().map(normalized).collect())
     }
 
-    /// Retired sales whose Redis keys are not deleted yet, at most `limit`.
-    pub async fn unpurged(&self, limit: u32) -> Result<Vec<Product>, StoreError> {
+    /// Retired sales whose Redis keys are not deleted yet, by retirement
+    /// then id, after `after` (the last of the previous page), at most `limit`.
+    pub async fn unpurged(
+        &self,
+        after: Option<&(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<Product>, StoreError> {
+        let (retired, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
         let rows: Vec<Product> = self
             .bounded(async {
                 Ok(sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE purged IS NULL AND retired IS NOT NULL \
-                     ORDER BY retired LIMIT ?"
+                     AND (retired > ? OR (retired = ? AND product_id > ?)) \
+                     ORDER BY retired, product_id LIMIT ?"
                 ))
+                .bind(retired)
+                .bind(retired)
+                .bind(id)
                 .bind(limit)
                 .fetch_all(self.pool())
                 .await?)

@@ -508,10 +508,43 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
     );
 }
 
+/// One pass goes through every ended sale and every retired one, page by
+/// page (here two sales a page), the sales with nothing sold included.
+async fn one_pass_retires_and_purges_every_ended_sale_page_by_page(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let mut cfg = retiring(fast_workers("w"));
+    cfg.retire.batch = 2;
+    let workers = workers_of(&app, cfg);
+    let mut skus = Vec::new();
+    for _ in 0..5 {
+        let sku = app.new_sale(3, 1).await;
+        assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
+        skus.push(sku);
+    }
+    let live = app.new_sale(3, 1).await;
+    let pass = workers.retirer().pass().await.unwrap();
+    assert_eq!((pass.retired.len(), pass.purged.len()), (5, 5), "{pass:?}");
+    for sku in &skus {
+        assert_eq!(keys_left(&app, sku).await, Vec::<String>::new());
+    }
+    assert!(registered(&app, &live).await && has_sale(&app, &live).await);
+    let listed = retire::list(&app.sales, &app.db, Duration::ZERO)
+        .await
+        .unwrap();
+    let states: Vec<&str> = listed.iter().map(|l| l.state).collect();
+    assert_eq!(
+        states,
+        [
+            "retired", "retired", "retired", "retired", "retired", "live"
+        ]
+    );
+}
+
 crate::on_both_backends!(
     a_sale_retires_only_once_settled,
     dead_letters_keep_a_sale_until_an_operator_deals_with_them,
     a_crash_between_the_steps_is_finished_by_the_next_pass,
     a_retired_sale_is_answered_from_the_books,
     a_sale_closed_early_refuses_orders_at_once_and_retires,
+    one_pass_retires_and_purges_every_ended_sale_page_by_page,
 );

@@ -378,6 +378,25 @@ impl Memory {
         self.sold_out.clear(product);
     }
 
+    /// The registry as a read sent at `sent` found it: its sales are
+    /// known; what was remembered of sales no longer in it (retired, or
+    /// removed through another instance) is dropped, so that memory holds
+    /// the sales that run, not every sale ever run.
+    pub fn registry_read(&self, ids: Vec<ProductId>, sent: Instant) {
+        self.known.replace(ids, sent);
+        let gone: Vec<ProductId> = {
+            let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
+            sales
+                .keys()
+                .filter(|p| self.known.lookup(p) == Known::Unknown)
+                .cloned()
+                .collect()
+        };
+        for product in &gone {
+            self.forget(product);
+        }
+    }
+
     /// A sale left the registry through this process.
     pub fn removed(&self, product: &ProductId) {
         self.forget(product);
@@ -563,5 +582,18 @@ mod tests {
         let recall = memory.recall(&p, 7, 1, false);
         assert_eq!(recall.answer, None);
         assert!(!recall.refresh_known && !recall.refresh_sale);
+    }
+
+    #[test]
+    fn a_sale_gone_from_the_registry_is_forgotten() {
+        let memory = Memory::new(MemorySettings::default());
+        let (kept, retired) = (sku(40), sku(41));
+        for p in [&kept, &retired] {
+            heard_outside(&memory, p, 10_000, 20_000, 5_000);
+        }
+        assert_eq!(memory.sales.read().unwrap().len(), 2);
+        memory.registry_read(vec![kept.clone()], Instant::now());
+        let sales = memory.sales.read().unwrap();
+        assert!(sales.contains_key(&kept) && !sales.contains_key(&retired));
     }
 }
