@@ -28,6 +28,7 @@ DB = f"retirecost{os.getpid()}"
 WORK = tempfile.mkdtemp()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/flashsale")
+ENDED = "AND product_id LIKE 'ended-%'"  # the N sales (not the warm-up's, not the live one)
 
 
 class Client:
@@ -186,12 +187,12 @@ def main():
         while retired_at is None:
             lat, user = orders_for(c, live, 1, user)
             during += lat
-            if mysql("SELECT COUNT(*) FROM tb_product WHERE purged IS NOT NULL") == str(SALES):
+            if mysql(f"SELECT COUNT(*) FROM tb_product WHERE purged IS NOT NULL {ENDED}") == str(SALES):
                 retired_at = time.monotonic() - t0
-        first = int(mysql("SELECT MIN(retired) FROM tb_product WHERE retired IS NOT NULL"))
-        last = int(mysql("SELECT MAX(retired) FROM tb_product WHERE retired IS NOT NULL"))
-        first_purge = int(mysql("SELECT MIN(purged) FROM tb_product WHERE purged IS NOT NULL"))
-        last_purge = int(mysql("SELECT MAX(purged) FROM tb_product WHERE purged IS NOT NULL"))
+        first = int(mysql(f"SELECT MIN(retired) FROM tb_product WHERE retired IS NOT NULL {ENDED}"))
+        last = int(mysql(f"SELECT MAX(retired) FROM tb_product WHERE retired IS NOT NULL {ENDED}"))
+        first_purge = int(mysql(f"SELECT MIN(purged) FROM tb_product WHERE purged IS NOT NULL {ENDED}"))
+        last_purge = int(mysql(f"SELECT MAX(purged) FROM tb_product WHERE purged IS NOT NULL {ENDED}"))
         after, user = orders_for(c, live, 20, user)
         before = [l for t, l in during if t < first]
         retiring = [l for t, l in during if first <= t <= last or first_purge <= t <= last_purge]

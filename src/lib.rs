@@ -12,12 +12,13 @@
 //!   transaction per batch, then XACK; reclaimer, dead letters, trimming;
 //!   they also run the books' sweeper and reconciliation.
 //! - [`books`]: an order's life after its 202 (pay, cancel, payment timeout)
-//!   across MySQL and Redis; the audit; recovery of a sale Redis lost.
+//!   across MySQL and Redis; the audit; recovery of a sale Redis lost; a
+//!   sale's end of life (close, retire, purge).
 //! - [`store`]: MySQL access (`tb_product`, `tb_order`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
 //! - [`domain`]: validated ids and values shared by all layers, and the clock.
 //! - [`config`] and [`app`]: settings and startup; [`cli`]: the operator
-//!   commands (`audit`, `recover`, `streams`); `main.rs` only calls them.
+//!   commands (`audit`, `recover`, `streams`, `sales`); `main.rs` only calls them.
 //!
 //! Imports go one way, down this graph (nothing imports a module above it):
 //!

@@ -12,7 +12,8 @@
 //! [`Sweeper`] is the workers' periodic pass (payment timeouts, unfinished
 //! cancels); [`audit`] proves the books balance; [`reconcile`] restores in
 //! Redis what a failover lost of a sale; [`recover`] rebuilds a sale in Redis
-//! from MySQL after Redis lost it entirely.
+//! from MySQL after Redis lost it entirely; [`retire`] ends a sale's life
+//! once it is over and settled (its final audit recorded, its keys gone).
 
 pub mod audit;
 pub mod live;

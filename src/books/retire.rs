@@ -43,8 +43,12 @@ pub struct RetireSettings {
     pub after: Duration,
     /// Its Redis keys are deleted this long after it is retired.
     pub grace: Duration,
-    /// Sales one pass looks at, of each kind (ended, retired not purged).
+    /// Sales read from MySQL per page (ended; retired, not purged).
     pub batch: u32,
+    /// The least time one sale's retirement, or purge, takes: a pass over
+    /// thousands of sales leaves the cores to the order path of the sales
+    /// that run (BENCHMARKS.md, "Retiring sales").
+    pub pace: Duration,
 }
 
 impl Default for RetireSettings {
@@ -53,6 +57,7 @@ impl Default for RetireSettings {
             after: Duration::from_secs(60),
             grace: Duration::from_secs(60),
             batch: 500,
+            pace: Duration::from_millis(5),
         }
     }
 }
@@ -266,10 +271,12 @@ impl Retirer {
                 break;
             }
         }
+        let mut pace = Pace::new(self.settings.pace);
         for product in ended {
             let Ok(id) = product_id(&product) else {
                 continue;
             };
+            pace.next().await;
             match self.retire(&product, Step::Leave).await {
                 Ok(Some(blockers)) => {
                     let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
@@ -313,6 +320,7 @@ impl Retirer {
                 if product.retired.unwrap_or(i64::MAX) > due_by {
                     continue;
                 }
+                pace.next().await;
                 match self.purge(id).await {
                     Ok(()) => pass.purged.push(id.clone()),
                     Err(e) => {
@@ -384,6 +392,27 @@ impl Retirer {
         self.db.mark_purged(id, now_ms()).await?;
         tracing::debug!(product_id = %id, "retired sale's Redis keys deleted");
         Ok(())
+    }
+}
+
+/// At most one step every `every`: waits out the rest of the previous
+/// step's share.
+struct Pace {
+    every: Duration,
+    next: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new(every: Duration) -> Self {
+        Self {
+            every,
+            next: tokio::time::Instant::now(),
+        }
+    }
+
+    async fn next(&mut self) {
+        tokio::time::sleep_until(self.next).await;
+        self.next = tokio::time::Instant::now() + self.every;
     }
 }
 

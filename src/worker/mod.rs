@@ -7,8 +7,10 @@
 //! consumer left pending; dead letters for entries that can never be
 //! persisted; trimming of acked entries past their retention. Every command
 //! touches one sale's keys only. Beside them, a periodic pass of the books'
-//! [`Sweeper`] (payment timeouts, interrupted cancels) and the [`reconciler`]
-//! (what a failover lost in Redis, restored from the books).
+//! [`Sweeper`] (payment timeouts, interrupted cancels), the [`reconciler`]
+//! (what a failover lost in Redis, restored from the books) and the
+//! retirement passes (`books::retire`: ended, settled sales leave the
+//! registry, so their drains stop).
 
 pub mod drain;
 pub mod reconciler;

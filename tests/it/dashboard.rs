@@ -283,6 +283,8 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     let app = spawn_app_with(|s| {
         if let Some(w) = s.workers.as_mut() {
             w.books_every = Duration::from_millis(300);
+            w.retire_every = Duration::from_millis(200);
+            w.retire.after = Duration::ZERO;
         }
     })
     .await;
@@ -386,5 +388,23 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(dir.join("dashboard.png"), &png).expect("screenshot saved");
     eprintln!("screenshot: {}", dir.join("dashboard.png").display());
+
+    // Closed with its orders unpaid: ended, and why it is not retired.
+    let closed = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/close")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), reqwest::StatusCode::OK);
+    eventually(
+        "the page says why the sale is not retired",
+        Duration::from_secs(10),
+        || async {
+            field(&browser, &sku, "state").await.as_deref() == Some("ended · not retired: unpaid")
+        },
+    )
+    .await;
     browser.quit().await;
 }

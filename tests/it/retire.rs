@@ -26,6 +26,7 @@ fn retiring(mut cfg: WorkerConfig) -> WorkerConfig {
         after: Duration::ZERO,
         grace: Duration::ZERO,
         batch: 500,
+        pace: Duration::ZERO,
     };
     cfg.retire_every = Duration::from_millis(100);
     cfg.release_grace = Duration::ZERO;
