@@ -255,8 +255,14 @@ impl Retirer {
     /// and step 2 again for a crash between them).
     pub async fn pass(&self) -> Result<Pass, BooksError> {
         let mut pass = Pass::default();
-        let now = now_ms();
-        let ended_by = now - self.settings.after.as_millis() as i64;
+        let mut pace = Pace::new(self.settings.pace);
+        self.retire_ended(&mut pass, &mut pace).await?;
+        self.purge_retired(&mut pass, &mut pace).await?;
+        Ok(pass)
+    }
+
+    async fn retire_ended(&self, pass: &mut Pass, pace: &mut Pace) -> Result<(), BooksError> {
+        let ended_by = now_ms() - self.settings.after.as_millis() as i64;
         let mut ended = Vec::new();
         let mut after = None;
         loop {
@@ -271,13 +277,10 @@ impl Retirer {
                 break;
             }
         }
-        let mut pace = Pace::new(self.settings.pace);
-        for product in ended {
-            let Ok(id) = product_id(&product) else {
-                continue;
-            };
+        for (product, id) in with_ids(&ended) {
             pace.next().await;
-            match self.retire(&product, Step::Leave).await {
+            match self.retire(product, Step::Leave).await {
+                Ok(None) => pass.retired.push(id),
                 Ok(Some(blockers)) => {
                     let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
                     match codes[..] {
@@ -293,16 +296,18 @@ impl Retirer {
                     }
                     pass.unsettled.push((id, blockers));
                 }
-                Ok(None) => pass.retired.push(id),
                 Err(e) => {
                     tracing::warn!(product_id = %id, error = %e, "cannot retire the sale; the next pass retries");
                     pass.failed += 1;
                 }
             }
         }
-        // Now again: a sale retired by this pass may be due already.
-        let now = now_ms();
-        let due_by = now - self.settings.grace.as_millis() as i64;
+        Ok(())
+    }
+
+    async fn purge_retired(&self, pass: &mut Pass, pace: &mut Pace) -> Result<(), BooksError> {
+        // Read now: a sale retired by this pass may be due already.
+        let due_by = now_ms() - self.settings.grace.as_millis() as i64;
         let mut after = None;
         loop {
             let page = self
@@ -313,16 +318,17 @@ impl Retirer {
             after = page
                 .last()
                 .map(|p| (p.retired.unwrap_or(0), p.product_id.clone()));
-            let ids: Vec<ProductId> = page.iter().filter_map(|p| product_id(p).ok()).collect();
+            let page = with_ids(&page);
             // Step 2 again, for a crash between steps 1 and 2: one command a page.
+            let ids: Vec<ProductId> = page.iter().map(|(_, id)| id.clone()).collect();
             self.sales.forget_all(&ids).await?;
-            for (product, id) in page.iter().zip(&ids) {
+            for (product, id) in page {
                 if product.retired.unwrap_or(i64::MAX) > due_by {
                     continue;
                 }
                 pace.next().await;
-                match self.purge(id).await {
-                    Ok(()) => pass.purged.push(id.clone()),
+                match self.purge(&id).await {
+                    Ok(()) => pass.purged.push(id),
                     Err(e) => {
                         tracing::warn!(product_id = %id, error = %e, "cannot purge the retired sale; the next pass retries");
                         pass.failed += 1;
@@ -333,7 +339,7 @@ impl Retirer {
                 break;
             }
         }
-        Ok(pass)
+        Ok(())
     }
 
     /// Retires `product` if it is settled, up to step `upto` (the pass goes
@@ -509,6 +515,15 @@ pub async fn list(sales: &Sales, db: &Db, after: Duration) -> Result<Vec<Listed>
         });
     }
     Ok(out)
+}
+
+/// Each product with its id (a row whose id does not parse is skipped: no
+/// sale of this service could have it).
+fn with_ids(products: &[Product]) -> Vec<(&Product, ProductId)> {
+    products
+        .iter()
+        .filter_map(|p| product_id(p).ok().map(|id| (p, id)))
+        .collect()
 }
 
 fn product_id(product: &Product) -> Result<ProductId, BooksError> {

@@ -623,6 +623,48 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /metrics`, as text.
+    pub async fn metrics_text(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await;
+        resp.expect("answered").text().await.expect("a text body")
+    }
+
+    /// `POST /api/orders/{id}/{action}` (`pay`, `cancel`) as `user`.
+    pub async fn act(&self, id: &str, action: &str, user: u64) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .post(self.url(&format!("/api/orders/{id}/{action}")))
+            .json(&json!({"user_id": user}))
+            .send()
+            .await
+            .expect("answered");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Appends to the sale's stream, by hand, an entry no worker can
+    /// persist (its quantity is not a number); returns its id.
+    pub async fn add_poison_entry(&self, product_id: &str) -> String {
+        let mut r = self.redis.clone();
+        r.xadd(
+            self.key(product_id, "orders"),
+            "*",
+            &[
+                (
+                    "order_id",
+                    format!("{product_id}:0123456789abcdef0123456789abcdef"),
+                ),
+                ("user_id", "2".into()),
+                ("product_id", product_id.to_owned()),
+                ("quantity", "lots".into()),
+                ("price", "1".into()),
+                ("created_ms", "1".into()),
+            ],
+        )
+        .await
+        .expect("XADD")
+    }
+
     /// A sale's audit, as admins get it (`{"ok", "audit"}`).
     pub async fn audit(&self, product_id: &str) -> Value {
         self.client

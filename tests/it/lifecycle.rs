@@ -41,18 +41,6 @@ async fn buy_keyed(
     id
 }
 
-async fn act(app: &TestApp, id: &str, action: &str, user: u64) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/orders/{id}/{action}")))
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 async fn books_balance(app: &TestApp, sku: &str) -> audit::SaleAudit {
     let product = app.db.product(&pid(sku)).await.unwrap().unwrap();
     let a = audit::audit_sale(&app.sales, &app.db, &product)
@@ -66,17 +54,17 @@ async fn buy_pay_cancel_move_the_status_and_the_stock(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(5, 2).await;
     let paid = buy(&app, 1, &sku, 1).await;
-    let (status, order) = act(&app, &paid, "pay", 1).await;
+    let (status, order) = app.act(&paid, "pay", 1).await;
     assert_eq!(
         (status, order["status"].as_str()),
         (StatusCode::OK, Some("paid"))
     );
     assert_eq!(
-        act(&app, &paid, "pay", 1).await.0,
+        app.act(&paid, "pay", 1).await.0,
         StatusCode::OK,
         "paying twice is harmless"
     );
-    let (status, err) = act(&app, &paid, "cancel", 1).await;
+    let (status, err) = app.act(&paid, "cancel", 1).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::CONFLICT, Some("invalid_transition"))
@@ -84,12 +72,12 @@ async fn buy_pay_cancel_move_the_status_and_the_stock(backend: Backend) {
 
     let cancelled = buy(&app, 2, &sku, 2).await;
     assert_eq!(app.stock(&sku).await, Some(2));
-    let (status, err) = act(&app, &cancelled, "cancel", 1).await;
+    let (status, err) = app.act(&cancelled, "cancel", 1).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::FORBIDDEN, Some("forbidden"))
     );
-    let (status, order) = act(&app, &cancelled, "cancel", 2).await;
+    let (status, order) = app.act(&cancelled, "cancel", 2).await;
     assert_eq!(
         (status, order["status"].as_str()),
         (StatusCode::OK, Some("cancelled"))
@@ -102,19 +90,19 @@ async fn buy_pay_cancel_move_the_status_and_the_stock(backend: Backend) {
         "and back in the buyer's allowance"
     );
     assert_eq!(
-        act(&app, &cancelled, "cancel", 2).await.0,
+        app.act(&cancelled, "cancel", 2).await.0,
         StatusCode::OK,
         "cancelling twice is harmless"
     );
     assert_eq!(app.stock(&sku).await, Some(4), "and returns nothing twice");
-    let (status, err) = act(&app, &cancelled, "pay", 2).await;
+    let (status, err) = app.act(&cancelled, "pay", 2).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::CONFLICT, Some("invalid_transition"))
     );
     let unknown = format!("{sku}:0123456789abcdef0123456789abcdef");
     assert_eq!(
-        act(&app, &unknown, "cancel", 2).await.0,
+        app.act(&unknown, "cancel", 2).await.0,
         StatusCode::NOT_FOUND
     );
     // The buyer may buy again.
@@ -240,7 +228,7 @@ async fn cancelled_units_of_a_sold_out_sale_sell_again_to_others(backend: Backen
         "sold_out"
     );
     for (user, id) in (1..=3u64).zip(&ids) {
-        assert_eq!(act(&app, id, "cancel", user).await.0, StatusCode::OK);
+        assert_eq!(app.act(id, "cancel", user).await.0, StatusCode::OK);
     }
     for user in 101..=103 {
         buy(&app, user, &sku, 1).await;
@@ -291,12 +279,12 @@ async fn a_cancel_of_a_pending_order_is_applied_once_it_is_persisted(backend: Ba
     let sku = app.new_sale(5, 1).await;
     let v: Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
     let id = v["order_id"].as_str().unwrap();
-    let (status, order) = act(&app, id, "cancel", 1).await;
+    let (status, order) = app.act(id, "cancel", 1).await;
     assert_eq!(
         (status, order["status"].as_str()),
         (StatusCode::ACCEPTED, Some("cancelling"))
     );
-    assert_eq!(act(&app, id, "cancel", 2).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(app.act(id, "cancel", 2).await.0, StatusCode::FORBIDDEN);
     assert_eq!(
         app.stock(&sku).await,
         Some(4),
@@ -317,10 +305,10 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(10, 2).await;
     let paid = buy(&app, 1, &sku, 2).await;
-    act(&app, &paid, "pay", 1).await;
+    app.act(&paid, "pay", 1).await;
     let keyed = buy_keyed(&app, 2, &sku, 1, Some("k2")).await;
     let cancelled = buy(&app, 3, &sku, 2).await;
-    act(&app, &cancelled, "cancel", 3).await;
+    app.act(&cancelled, "cancel", 3).await;
     books_balance(&app, &sku).await;
 
     // Redis loses the sale.
@@ -380,7 +368,7 @@ async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backe
     let first = buy_keyed(&app, 1, &sku, 2, Some("a")).await;
     let second = buy_keyed(&app, 2, &sku, 1, Some("b")).await;
     let cancelled = buy_keyed(&app, 3, &sku, 2, Some("c")).await;
-    assert_eq!(act(&app, &cancelled, "cancel", 3).await.0, StatusCode::OK);
+    assert_eq!(app.act(&cancelled, "cancel", 3).await.0, StatusCode::OK);
     books_balance(&app, &sku).await;
     assert_eq!(app.stock(&sku).await, Some(7));
 
@@ -510,7 +498,7 @@ async fn pay_or_cancel_right_after_the_202_is_never_refused_as_confirmed() {
                 let order: Value = resp.json().await.unwrap();
                 let id = order["order_id"].as_str().unwrap().to_owned();
                 let action = if round % 2 == 0 { "pay" } else { "cancel" };
-                let (status, body) = act(&app, &id, action, buyer).await;
+                let (status, body) = app.act(&id, action, buyer).await;
                 answers.push((action, status, body));
             }
             answers

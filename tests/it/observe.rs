@@ -635,10 +635,8 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
         .unwrap();
     assert_eq!(closed.status(), StatusCode::OK);
     eventually("the sale found unpaid", Duration::from_secs(10), || async {
-        let text = app.client.get(app.url("/metrics")).send().await.unwrap();
-        text.text()
+        app.metrics_text()
             .await
-            .unwrap()
             .contains("flashsale_sale_unsettled{")
     })
     .await;
@@ -646,15 +644,7 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
         books_gauge(&app, &sku).await.is_some()
     })
     .await;
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     for name in &names {
         let family = ["_bucket", "_sum", "_count"]
             .iter()

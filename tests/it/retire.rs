@@ -53,18 +53,6 @@ async fn close(app: &TestApp, sku: &str) -> (StatusCode, Value) {
     admin_post(app, &format!("/api/admin/products/{sku}/close")).await
 }
 
-async fn act(app: &TestApp, id: &str, action: &str, user: u64) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/orders/{id}/{action}")))
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 async fn order_id(resp: reqwest::Response) -> String {
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     let v: Value = resp.json().await.unwrap();
@@ -141,10 +129,7 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
     // Nothing persisted yet: the stream holds 4 undelivered entries.
     assert_eq!(reasons(&workers, &sku).await, Some(vec!["pending"]));
     // Buyer 2 cancels while the order is pending: a cancel request.
-    assert_eq!(
-        act(&app, &ids[1], "cancel", 2).await.0,
-        StatusCode::ACCEPTED
-    );
+    assert_eq!(app.act(&ids[1], "cancel", 2).await.0, StatusCode::ACCEPTED);
     workers.sale_worker(pid(&sku)).step().await.unwrap();
     assert_eq!(
         reasons(&workers, &sku).await,
@@ -153,7 +138,7 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
     workers.sweeper().sweep().await.unwrap();
     assert_eq!(reasons(&workers, &sku).await, Some(vec!["unpaid"]));
     // Buyer 1 pays; buyer 4's cancel stops between MySQL and Redis.
-    assert_eq!(act(&app, &ids[0], "pay", 1).await.0, StatusCode::OK);
+    assert_eq!(app.act(&ids[0], "pay", 1).await.0, StatusCode::OK);
     let (id4, _) = OrderId::parse(&ids[3]).unwrap();
     app.db.cancel(&id4, Some(4)).await.unwrap();
     assert_eq!(
@@ -197,29 +182,12 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
     let workers = workers_of(&app, cfg);
     let sku = app.new_sale(5, 1).await;
     let paid = order_id(app.place_order(1, &sku, 1).await).await;
+    app.add_poison_entry(&sku).await;
     let mut r = app.redis.clone();
-    let _: String = r
-        .xadd(
-            app.key(&sku, "orders"),
-            "*",
-            &[
-                (
-                    "order_id",
-                    format!("{sku}:0123456789abcdef0123456789abcdef"),
-                ),
-                ("user_id", "2".into()),
-                ("product_id", sku.clone()),
-                ("quantity", "lots".into()),
-                ("price", "1".into()),
-                ("created_ms", "1".into()),
-            ],
-        )
-        .await
-        .unwrap();
     let mut drain = workers.sale_worker(pid(&sku));
     drain.step().await.unwrap();
     drain.reclaim().await.unwrap();
-    assert_eq!(act(&app, &paid, "pay", 1).await.0, StatusCode::OK);
+    assert_eq!(app.act(&paid, "pay", 1).await.0, StatusCode::OK);
     assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
 
     for _ in 0..2 {
@@ -259,7 +227,7 @@ async fn a_crash_between_the_steps_is_finished_by_the_next_pass(backend: Backend
         let sku = app.new_sale(3, 1).await;
         let id = order_id(app.place_order(1, &sku, 1).await).await;
         workers.sale_worker(pid(&sku)).step().await.unwrap();
-        assert_eq!(act(&app, &id, "pay", 1).await.0, StatusCode::OK);
+        assert_eq!(app.act(&id, "pay", 1).await.0, StatusCode::OK);
         assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
         skus.push(sku);
     }
@@ -317,8 +285,8 @@ async fn a_retired_sale_is_answered_from_the_books(backend: Backend) {
     let kept = order_id(app.post_order(&body, Some("key-1")).await).await;
     let dropped = order_id(app.place_order(2, &sku, 1).await).await;
     app.drained(&sku, 2).await;
-    assert_eq!(act(&app, &kept, "pay", 1).await.0, StatusCode::OK);
-    assert_eq!(act(&app, &dropped, "cancel", 2).await.0, StatusCode::OK);
+    assert_eq!(app.act(&kept, "pay", 1).await.0, StatusCode::OK);
+    assert_eq!(app.act(&dropped, "cancel", 2).await.0, StatusCode::OK);
     let (status, closed) = close(&app, &sku).await;
     assert_eq!(status, StatusCode::OK);
     assert!(closed["closed"].is_i64(), "{closed}");
@@ -365,7 +333,7 @@ async fn a_retired_sale_is_answered_from_the_books(backend: Backend) {
         );
     }
     assert_eq!(app.persisted(&sku).await.0, 2, "no new order");
-    let (status, err) = act(&app, &kept, "cancel", 1).await;
+    let (status, err) = app.act(&kept, "cancel", 1).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::CONFLICT, Some("invalid_transition"))
@@ -388,15 +356,7 @@ async fn a_retired_sale_is_answered_from_the_books(backend: Backend) {
         (StatusCode::CONFLICT, Some("sale_closed"))
     );
 
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("flashsale_sales{state=\"retired\"} 1"),
         "{metrics}"
@@ -470,7 +430,7 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
             .retired
             .is_none()
     );
-    assert_eq!(act(&app, &first, "pay", 1).await.0, StatusCode::OK);
+    assert_eq!(app.act(&first, "pay", 1).await.0, StatusCode::OK);
     let rows = app.order_rows(&sku).await;
     let second = rows
         .iter()
@@ -478,7 +438,7 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
         .unwrap()
         .0
         .clone();
-    assert_eq!(act(&app, &second, "pay", 2).await.0, StatusCode::OK);
+    assert_eq!(app.act(&second, "pay", 2).await.0, StatusCode::OK);
     eventually(
         "the closed sale retired",
         Duration::from_secs(20),

@@ -157,25 +157,8 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 1).await;
     app.place_order(1, &sku, 1).await;
+    let poison = app.add_poison_entry(&sku).await;
     let mut r = app.redis.clone();
-    let poison: String = r
-        .xadd(
-            app.key(&sku, "orders"),
-            "*",
-            &[
-                (
-                    "order_id",
-                    format!("{sku}:0123456789abcdef0123456789abcdef"),
-                ),
-                ("user_id", "2".into()),
-                ("product_id", sku.clone()),
-                ("quantity", "lots".into()),
-                ("price", "1".into()),
-                ("created_ms", "1".into()),
-            ],
-        )
-        .await
-        .unwrap();
     app.place_order(3, &sku, 1).await;
 
     let mut cfg = fast_workers("w");
