@@ -353,6 +353,11 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     )
     .await;
     assert_eq!(app.persisted(&sku).await.0, 6);
+    // A sale without a waiting room shows no room figures.
+    let room_shown = format!(
+        "return document.querySelector('section[data-product=\"{sku}\"] .room').offsetParent !== null;"
+    );
+    assert_eq!(browser.eval(&room_shown).await, false);
 
     // More orders: the page follows without a reload.
     let before = browser.eval("return document.body.dataset.ticks;").await;
@@ -406,5 +411,7 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
         },
     )
     .await;
+    let png = browser.screenshot().await;
+    std::fs::write(dir.join("dashboard-ended.png"), &png).expect("screenshot saved");
     browser.quit().await;
 }
