@@ -130,10 +130,6 @@ pub struct Assessment {
 }
 
 impl Assessment {
-    pub fn settled(&self) -> bool {
-        self.blockers.is_empty() && self.audit.is_some()
-    }
-
     fn blocked(blockers: Vec<Blocker>) -> Self {
         Self {
             blockers,

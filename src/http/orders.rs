@@ -270,15 +270,7 @@ async fn retry_of_retired(
             AnsweredBy::Service,
         ));
     }
-    let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(row))).into_response();
-    response
-        .headers_mut()
-        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    Ok(Answer {
-        response,
-        outcome: "replayed",
-        answered_by: AnsweredBy::Service,
-    })
+    Ok(order_answer(row.into(), true, AnsweredBy::Service))
 }
 
 /// The header that carries an admission from the sale's waiting room.
@@ -316,8 +308,13 @@ fn placed_answer(placed: Placed, quantity: u64) -> Answer {
     if placed.replayed && placed.order.quantity != quantity {
         return Answer::refused(ApiError::IdempotencyKeyReused, AnsweredBy::Redis);
     }
-    let mut response = (StatusCode::ACCEPTED, Json(OrderView::from(placed.order))).into_response();
-    let outcome = if placed.replayed {
+    order_answer(placed.order.into(), placed.replayed, AnsweredBy::Redis)
+}
+
+/// 202 with the order; a replay says so (`Idempotent-Replayed: true`).
+fn order_answer(order: OrderView, replayed: bool, answered_by: AnsweredBy) -> Answer {
+    let mut response = (StatusCode::ACCEPTED, Json(order)).into_response();
+    let outcome = if replayed {
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -328,7 +325,7 @@ fn placed_answer(placed: Placed, quantity: u64) -> Answer {
     Answer {
         response,
         outcome,
-        answered_by: AnsweredBy::Redis,
+        answered_by,
     }
 }
 

@@ -238,13 +238,22 @@ pub async fn get(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ProductView>, ApiError> {
     let (id, product) = find(&state, &product_id).await?;
-    if product.retired.is_some() {
-        // Its Redis keys are gone, or going: the books answer.
-        let recorded = state.db.final_audit(&id).await?;
-        return Ok(Json(ProductView::new(product, None, recorded)));
-    }
-    let stock = state.sales.stock(&id).await?;
-    Ok(Json(ProductView::new(product, stock, None)))
+    Ok(Json(view(&state, &id, product).await?))
+}
+
+/// A product with its stock: live from Redis, or for a retired sale (its
+/// Redis keys gone, or going) its final figures from the books.
+async fn view(state: &AppState, id: &ProductId, product: Product) -> Result<ProductView, ApiError> {
+    Ok(match product.retired {
+        Some(_) => {
+            let recorded = state.db.final_audit(id).await?;
+            ProductView::new(product, None, recorded)
+        }
+        None => {
+            let stock = state.sales.stock(id).await?;
+            ProductView::new(product, stock, None)
+        }
+    })
 }
 
 /// `POST /api/admin/products/{product_id}/close`: ends the sale now
@@ -276,15 +285,7 @@ pub async fn close(
             }
             e => e.into(),
         })?;
-    let recorded = match product.retired {
-        Some(_) => state.db.final_audit(&id).await?,
-        None => None,
-    };
-    let stock = match product.retired {
-        Some(_) => None,
-        None => state.sales.stock(&id).await?,
-    };
-    Ok(Json(ProductView::new(product, stock, recorded)))
+    Ok(Json(view(&state, &id, product).await?))
 }
 
 async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product), ApiError> {

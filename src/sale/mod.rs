@@ -377,13 +377,7 @@ impl Sales {
 
     /// Drops a sale from the registry (its keys stay).
     pub async fn forget(&self, product: &ProductId) -> Result<(), SaleError> {
-        let mut conn = self.redis.shared().await?;
-        let registry = keys::registry(&self.prefix);
-        self.redis
-            .bounded(conn.srem::<_, _, ()>(&registry, product.as_str()))
-            .await?;
-        self.memory.removed(product);
-        Ok(())
+        self.forget_all(std::slice::from_ref(product)).await
     }
 
     /// The sales listed in the registry.

@@ -1,14 +1,12 @@
 //! The Redis side of a sale's end of life (see `books::retire`): an early
-//! close, the clock that says a sale has ended, the reasons a sale cannot
-//! retire yet (for every instance's dashboard), and deleting its keys.
+//! close, the clock that says a sale has ended, leaving the registry, and
+//! deleting its keys. (Why a sale cannot retire yet is recorded beside the
+//! books' verdict: [`super::watch`].)
 
 use redis::AsyncCommands;
 
 use super::{SaleError, Sales, scripts};
 use crate::domain::ProductId;
-
-/// How long a recorded "not settled" verdict outlives its last renewal.
-const UNSETTLED_TTL_MS: i64 = 60_000;
 
 impl Sales {
     /// Ends an open sale now, by its Redis node's clock: every order from
@@ -34,24 +32,6 @@ impl Sales {
         self.redis
             .bounded(scripts::sale_clock(&mut conn, &keys))
             .await
-    }
-
-    /// Records why an ended sale is not retired yet (`reasons`, e.g.
-    /// `dead_letters`), beside the books' verdict: every instance's
-    /// dashboard shows it. It expires unless renewed.
-    pub async fn record_unsettled(
-        &self,
-        product: &ProductId,
-        reasons: &str,
-    ) -> Result<(), SaleError> {
-        let keys = self.keys(product);
-        let mut pipe = redis::pipe();
-        pipe.hset(&keys.books, "unsettled", reasons)
-            .ignore()
-            .pexpire(&keys.books, UNSETTLED_TTL_MS)
-            .ignore();
-        let mut conn = self.redis.shared().await?;
-        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
     }
 
     /// Drops sales from the registry, in one command (their keys stay).

@@ -212,6 +212,24 @@ impl Sales {
         let mut conn = self.redis.shared().await?;
         self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
     }
+
+    /// Records why an ended sale is not retired yet (`reasons`, e.g.
+    /// `dead_letters`), beside the books' verdict: every instance's
+    /// dashboard shows it. It expires unless renewed.
+    pub async fn record_unsettled(
+        &self,
+        product: &ProductId,
+        reasons: &str,
+    ) -> Result<(), SaleError> {
+        let keys = self.keys(product);
+        let mut pipe = redis::pipe();
+        pipe.hset(&keys.books, "unsettled", reasons)
+            .ignore()
+            .pexpire(&keys.books, VERDICT_TTL_MS as i64)
+            .ignore();
+        let mut conn = self.redis.shared().await?;
+        self.redis.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
 }
 
 fn parse<T: FromRedisValue>(v: Value) -> Result<T, SaleError> {

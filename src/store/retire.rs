@@ -69,24 +69,8 @@ impl Db {
         after: Option<&(i64, String)>,
         limit: u32,
     ) -> Result<Vec<Product>, StoreError> {
-        let (end, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
-        let rows: Vec<Product> = self
-            .bounded(async {
-                Ok(sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_product WHERE retired IS NULL AND end_time <= ? \
-                     AND (end_time > ? OR (end_time = ? AND product_id > ?)) \
-                     AND opened IS NOT NULL ORDER BY end_time, product_id LIMIT ?"
-                ))
-                .bind(ended_by)
-                .bind(end)
-                .bind(end)
-                .bind(id)
-                .bind(limit)
-                .fetch_all(self.pool())
-                .await?)
-            })
-            .await?;
-        Ok(rows.into_iter().map(normalized).collect())
+        let filter = "retired IS NULL AND opened IS NOT NULL";
+        self.page("end_time", filter, ended_by, after, limit).await
     }
 
     /// Retired sales whose Redis keys are not deleted yet, by retirement
@@ -96,16 +80,32 @@ impl Db {
         after: Option<&(i64, String)>,
         limit: u32,
     ) -> Result<Vec<Product>, StoreError> {
-        let (retired, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
+        let filter = "purged IS NULL AND retired IS NOT NULL";
+        self.page("retired", filter, i64::MAX, after, limit).await
+    }
+
+    /// Products matching `filter` with `key` at most `upto`, by `key` then
+    /// id, after `after` (`(key, id)` of the previous page's last), at
+    /// most `limit`. `key` and `filter` are this module's constants.
+    async fn page(
+        &self,
+        key: &str,
+        filter: &str,
+        upto: i64,
+        after: Option<&(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<Product>, StoreError> {
+        let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
         let rows: Vec<Product> = self
             .bounded(async {
                 Ok(sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_product WHERE purged IS NULL AND retired IS NOT NULL \
-                     AND (retired > ? OR (retired = ? AND product_id > ?)) \
-                     ORDER BY retired, product_id LIMIT ?"
+                    "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
+                     AND ({key} > ? OR ({key} = ? AND product_id > ?)) \
+                     ORDER BY {key}, product_id LIMIT ?"
                 ))
-                .bind(retired)
-                .bind(retired)
+                .bind(upto)
+                .bind(from)
+                .bind(from)
                 .bind(id)
                 .bind(limit)
                 .fetch_all(self.pool())

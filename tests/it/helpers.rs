@@ -642,6 +642,17 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// The entries of the sale's dead letters: (id, fields).
+    pub async fn dead_letters(&self, product_id: &str) -> Vec<(String, Vec<(String, String)>)> {
+        redis::cmd("XRANGE")
+            .arg(self.key(product_id, "dead"))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut self.redis.clone())
+            .await
+            .expect("XRANGE")
+    }
+
     /// Appends to the sale's stream, by hand, an entry no worker can
     /// persist (its quantity is not a number); returns its id.
     pub async fn add_poison_entry(&self, product_id: &str) -> String {

@@ -93,6 +93,11 @@ async fn has_sale(app: &TestApp, sku: &str) -> bool {
         .all(|k| left.contains(k))
 }
 
+async fn product_row(app: &TestApp, sku: &str) -> flashsale::store::Product {
+    let product = app.db.product(&pid(sku)).await.expect("a product read");
+    product.expect("the product exists")
+}
+
 async fn registered(app: &TestApp, sku: &str) -> bool {
     app.sales
         .open_sales()
@@ -157,7 +162,7 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
 
     assert!(!registered(&app, &sku).await);
     assert_eq!(keys_left(&app, &sku).await, Vec::<String>::new());
-    let product = app.db.product(&pid(&sku)).await.unwrap().unwrap();
+    let product = product_row(&app, &sku).await;
     assert!(product.retired.is_some() && product.purged.is_some());
     let recorded = app.db.final_audit(&pid(&sku)).await.unwrap().unwrap();
     assert_eq!(
@@ -205,13 +210,7 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
     assert_eq!(watched.unsettled.as_deref(), Some("dead_letters"));
 
     // The operator looked and dropped it (it never took stock).
-    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(app.key(&sku, "dead"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let dead = app.dead_letters(&sku).await;
     let _: u64 = r.xdel(app.key(&sku, "dead"), &[&dead[0].0]).await.unwrap();
     assert_eq!(reasons(&workers, &sku).await, None);
 }
@@ -233,14 +232,14 @@ async fn a_crash_between_the_steps_is_finished_by_the_next_pass(backend: Backend
     }
     let retirer = workers.retirer();
     // Sale 0: the worker dies right after recording the audit.
-    let product = app.db.product(&pid(&skus[0])).await.unwrap().unwrap();
+    let product = product_row(&app, &skus[0]).await;
     assert_eq!(retirer.retire(&product, Step::Record).await.unwrap(), None);
-    let recorded = app.db.product(&pid(&skus[0])).await.unwrap().unwrap();
+    let recorded = product_row(&app, &skus[0]).await;
     assert!(recorded.retired.is_some());
     assert!(registered(&app, &skus[0]).await);
     assert!(has_sale(&app, &skus[0]).await);
     // Sale 1: it dies after leaving the registry, before deleting the keys.
-    let product = app.db.product(&pid(&skus[1])).await.unwrap().unwrap();
+    let product = product_row(&app, &skus[1]).await;
     assert_eq!(retirer.retire(&product, Step::Leave).await.unwrap(), None);
     assert!(!registered(&app, &skus[1]).await);
     assert!(has_sale(&app, &skus[1]).await);
@@ -267,7 +266,7 @@ async fn a_crash_between_the_steps_is_finished_by_the_next_pass(backend: Backend
         assert_eq!(recorded_audits(&app, sku).await, 1);
         assert_eq!(app.audit(sku).await["ok"], true);
     }
-    let again = app.db.product(&pid(&skus[0])).await.unwrap().unwrap();
+    let again = product_row(&app, &skus[0]).await;
     assert_eq!(again.retired, recorded.retired, "recorded once");
 }
 
@@ -294,7 +293,7 @@ async fn a_retired_sale_is_answered_from_the_books(backend: Backend) {
         "the sale retired and purged",
         Duration::from_secs(20),
         || async {
-            let p = app.db.product(&pid(&sku)).await.unwrap().unwrap();
+            let p = product_row(&app, &sku).await;
             p.purged.is_some()
         },
     )
@@ -421,15 +420,7 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
     // Two unpaid orders hold it; paid, it retires.
     app.drained(&sku, 2).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(
-        app.db
-            .product(&pid(&sku))
-            .await
-            .unwrap()
-            .unwrap()
-            .retired
-            .is_none()
-    );
+    assert!(product_row(&app, &sku).await.retired.is_none());
     assert_eq!(app.act(&first, "pay", 1).await.0, StatusCode::OK);
     let rows = app.order_rows(&sku).await;
     let second = rows
@@ -442,15 +433,7 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
     eventually(
         "the closed sale retired",
         Duration::from_secs(20),
-        || async {
-            app.db
-                .product(&pid(&sku))
-                .await
-                .unwrap()
-                .unwrap()
-                .purged
-                .is_some()
-        },
+        || async { product_row(&app, &sku).await.purged.is_some() },
     )
     .await;
     assert_eq!(app.audit(&sku).await["ok"], true);

@@ -158,7 +158,6 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     let sku = app.new_sale(10, 1).await;
     app.place_order(1, &sku, 1).await;
     let poison = app.add_poison_entry(&sku).await;
-    let mut r = app.redis.clone();
     app.place_order(3, &sku, 1).await;
 
     let mut cfg = fast_workers("w");
@@ -182,13 +181,7 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     assert_eq!(metrics.dead_letters.get(), 1);
     assert_eq!(app.pending(&sku).await, 0);
 
-    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(app.key(&sku, "dead"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    let dead = app.dead_letters(&sku).await;
     assert_eq!(dead.len(), 1);
     let fields: std::collections::HashMap<_, _> = dead[0].1.iter().cloned().collect();
     assert_eq!(fields["dead_source_id"], poison);
