@@ -4,17 +4,28 @@
 -- or racing release (cancel vs. payment timeout, a crash and a repair) cannot
 -- count the same units twice.
 --
+-- Units are given back only by a Redis that took them: one that holds the
+-- order's `accepted` record. A master promoted after a failover that lost
+-- the order (with WAIT off) never deducted its units, so a cancel reaching
+-- it before reconciliation must not add them (the books would end a unit
+-- high, and the sale could sell it twice); the order's record is written
+-- instead (booked, released), so that reconciliation finds it known and
+-- does not take the units off either.
+--
 -- KEYS[1]  stock          fs:{pid}:stock
 -- KEYS[2]  bought hash    fs:{pid}:bought
 -- KEYS[3]  released set   fs:{pid}:released  order ids already returned
+-- KEYS[4]  accepted hash  fs:{pid}:accepted  order_id -> order record (JSON)
 -- ARGV[1]  order_id
 -- ARGV[2]  user_id
 -- ARGV[3]  quantity (integer >= 1)
+-- ARGV[4]  the order's record as the books have it (JSON, "booked"), kept
+--          when this Redis does not know the order
 --
--- Returns {released, stock}: released = 1 when this call returned the units,
--- 0 when the order had been released before (nothing changed, but the stock
--- is written again, unchanged, for a WAIT to follow); stock = the units left
--- now.
+-- Returns {released, stock}: released = 1 when this call returned the units
+-- (or found them never taken here), 0 when the order had been released
+-- before (nothing changed, but the stock is written again, unchanged, for a
+-- WAIT to follow); stock = the units left now.
 
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   local stock = redis.call('GET', KEYS[1])
@@ -24,6 +35,11 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
     redis.call('SET', KEYS[1], stock)
   end
   return {0, tonumber(stock or '0')}
+end
+
+if redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[4]) == 1 then
+  -- This Redis never took these units: nothing to give back.
+  return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
 end
 
 local stock = redis.call('INCRBY', KEYS[1], ARGV[3])

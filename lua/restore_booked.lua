@@ -20,9 +20,10 @@
 --
 -- For an order Redis does not know: its record and idempotency record come
 -- back, and a sold order's units are taken off the stock and added to the
--- buyer's count again (a cancelled one's units are already in the stock
--- here, so it only joins the released set, for no release to add them
--- twice). For a known order whose units the books say were given back but
+-- buyer's count again (a cancelled one's units were never taken here, and
+-- a release never gives back units of an order this Redis did not hold:
+-- see release_stock.lua; so it only joins the released set, for no release
+-- to add them). For a known order whose units the books say were given back but
 -- Redis never got back (a lost release): the release is done again.
 --
 -- Returns {orders restored, units taken off the stock, releases redone,

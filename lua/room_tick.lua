@@ -3,9 +3,13 @@
 -- sale it answers for): the line moves by the rate times the time since it
 -- last moved, by Redis's clock, so more callers never move it faster.
 -- It moves only while the sale is in its window and has stock (a sold-out
--- sale admits nobody; when units come back, admission goes on), and never
--- past the number of buyers who joined (with nobody waiting, a newcomer is
--- admitted within 1/rate seconds, not all at once).
+-- sale admits nobody; when units come back, admission goes on from where
+-- the line stood), and never past the number of buyers who joined (with
+-- nobody waiting, a newcomer is admitted within 1/rate seconds, not all at
+-- once). Instances admit buyers up to the line as they read it, never
+-- further: so a reading that finds the stock gone or the sale over leaves
+-- the line where the last reading left it, which is exactly the places
+-- buyers were told are admitted (the room's `admitted` figure).
 --
 -- KEYS[1]  sale hash  fs:{pid}:sale   start_ms, end_ms, room_admission_ms, room_key
 -- KEYS[2]  stock      fs:{pid}:stock
@@ -34,8 +38,8 @@ local early, late = tonumber(room[4] or '0'), tonumber(room[5] or '0')
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local from = math.max(at_ms, start_ms)
 if now_ms > from then
-  if stock > 0 and from < end_ms then
-    local moved = rate * (math.min(now_ms, end_ms) - from) / 1000
+  if stock > 0 and now_ms < end_ms then
+    local moved = rate * (now_ms - from) / 1000
     served = math.min(served + moved, early + late)
   end
   at_ms = now_ms

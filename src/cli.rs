@@ -95,10 +95,17 @@ pub fn render_sales(listed: &[retire::Listed]) -> String {
     );
     let ms = |t: Option<i64>| t.map_or("-".to_owned(), |t| t.to_string());
     for s in listed {
+        let waits_until = s.blockers.iter().find_map(|b| match b {
+            retire::Blocker::NotEnded { ends_ms } => Some(*ends_ms),
+            _ => None,
+        });
         let detail = match (s.state, s.purged) {
             ("retired", true) => "keys deleted".to_owned(),
             ("retired", false) => "keys kept for the grace".to_owned(),
-            ("ended", _) => "settled: retires at the next pass".to_owned(),
+            ("ended", _) => match waits_until {
+                Some(t) => format!("settled: retires at the first pass after {t}"),
+                None => "settled: retires at the next pass".to_owned(),
+            },
             ("unsettled", _) => "waits for:".to_owned(),
             _ => String::new(),
         };
@@ -111,8 +118,10 @@ pub fn render_sales(listed: &[retire::Listed]) -> String {
             ms(s.closed),
             ms(s.retired)
         );
-        for b in &s.blockers {
-            let _ = writeln!(out, "    {:<20} {}", b.code(), b.describe());
+        if s.state == "unsettled" {
+            for b in &s.blockers {
+                let _ = writeln!(out, "    {:<20} {}", b.code(), b.describe());
+            }
         }
     }
     out

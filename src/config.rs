@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::http::auth::{AuthSettings, IpNet};
+use crate::http::auth::{AuthSettings, TrustedProxies};
 use crate::http::limits::{Limits, Rate};
 use crate::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales, Wait};
 use crate::store::{Db, StoreError};
@@ -210,8 +210,8 @@ pub struct AuthArgs {
     #[arg(long, env = "AUTH_USER_HEADER")]
     pub auth_user_header: Option<axum::http::HeaderName>,
     /// The gateway's addresses: comma-separated addresses or ranges (`10.0.0.0/8`).
-    #[arg(long, env = "AUTH_TRUSTED_PROXIES", value_parser = crate::http::auth::parse_proxies)]
-    pub auth_trusted_proxies: Option<Vec<IpNet>>,
+    #[arg(long, env = "AUTH_TRUSTED_PROXIES")]
+    pub auth_trusted_proxies: Option<TrustedProxies>,
     /// Verified tokens remembered (by SHA-256, until they expire); 0: verify every request.
     #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = 100_000)]
     pub auth_token_cache_size: usize,
@@ -230,7 +230,7 @@ impl From<AuthArgs> for AuthSettings {
             jwt_leeway: Duration::from_secs(a.jwt_leeway_secs),
             jwt_user_claim: a.jwt_user_claim,
             user_header: a.auth_user_header,
-            trusted_proxies: a.auth_trusted_proxies.unwrap_or_default(),
+            trusted_proxies: a.auth_trusted_proxies.unwrap_or_default().0,
             token_cache_entries: a.auth_token_cache_size,
         }
     }

@@ -263,6 +263,22 @@ pub fn user_id(v: u64) -> Result<u64, Invalid> {
     Ok(v)
 }
 
+/// A buyer id written as text (a token's claim, a gateway's header): its
+/// canonical digits only, so that one buyer has one spelling. `"+4101"`,
+/// `"04101"`, `" 4101"` or `"4101.0"` are refused, not read as 4101.
+pub fn user_id_text(s: &str) -> Result<u64, Invalid> {
+    let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
+    if !canonical {
+        return Err(invalid(
+            "user_id must be digits without a sign or leading zeros".to_owned(),
+        ));
+    }
+    user_id(
+        s.parse()
+            .map_err(|_| invalid(format!("user_id must be between 1 and {}", i64::MAX)))?,
+    )
+}
+
 /// Units in one order: 1..=MAX_QUANTITY.
 pub fn quantity(v: u64) -> Result<u64, Invalid> {
     if v == 0 || v > MAX_QUANTITY {
@@ -314,6 +330,30 @@ mod tests {
         assert!(ProductId::parse("sku-1.A_b").is_ok());
         for bad in ["", "a{b", "a}b", "a b", "a:b", "é", &"x".repeat(129)] {
             assert!(ProductId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_user_id_in_text_is_its_canonical_digits_only() {
+        assert_eq!(user_id_text("4101").unwrap(), 4101);
+        assert_eq!(
+            user_id_text("9223372036854775807").unwrap(),
+            i64::MAX as u64
+        );
+        for bad in [
+            "",
+            "+4101",
+            "04101",
+            "0",
+            " 4101",
+            "4101 ",
+            "-1",
+            "4101.0",
+            "4_101",
+            "9223372036854775808",
+            "99999999999999999999",
+        ] {
+            assert!(user_id_text(bad).is_err(), "{bad:?} accepted");
         }
     }
 

@@ -54,7 +54,9 @@ pub enum BooksError {
 pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
     SaleSpec {
         stock,
-        start_ms: product.start_time,
+        // A sale closed before its planned start keeps that start in the
+        // books; its window in Redis is empty at its end.
+        start_ms: product.start_time.min(product.end_time),
         end_ms: product.end_time,
         limit_per_user: product.limit_per_user.max(1) as u64,
         price: product.price,

@@ -105,7 +105,9 @@ impl Blocker {
     /// For people: the reason and its figure.
     pub fn describe(&self) -> String {
         match self {
-            Self::NotEnded { ends_ms } => format!("not ended (retires after {ends_ms})"),
+            Self::NotEnded { ends_ms } => {
+                format!("within RETIRE_AFTER_SECS of its end (until {ends_ms})")
+            }
             Self::MissingInRedis => "missing in Redis (flashsale recover)".into(),
             Self::Pending { entries: Some(n) } => format!("{n} stream entries not persisted"),
             Self::Pending { entries: None } => "stream entries not persisted".into(),
@@ -151,12 +153,14 @@ pub async fn assess(
     let Some((_, end_ms)) = window else {
         return Ok(Assessment::blocked(vec![Blocker::MissingInRedis]));
     };
+    // Every reason is named from the sale's first ended moment: the wait
+    // for RETIRE_AFTER_SECS is one of them, not a reason to look no further.
     let ends_ms = end_ms.max(product.end_time) + after.as_millis() as i64;
+    let mut blockers = Vec::new();
     if redis_now < ends_ms || now_ms() < ends_ms {
-        return Ok(Assessment::blocked(vec![Blocker::NotEnded { ends_ms }]));
+        blockers.push(Blocker::NotEnded { ends_ms });
     }
     let watch = sales.watch(&id).await?;
-    let mut blockers = Vec::new();
     match watch.undelivered() {
         Some(0) if watch.pending == 0 => {}
         undelivered => blockers.push(Blocker::Pending {
@@ -258,7 +262,9 @@ impl Retirer {
     }
 
     async fn retire_ended(&self, pass: &mut Pass, pace: &mut Pace) -> Result<(), BooksError> {
-        let ended_by = now_ms() - self.settings.after.as_millis() as i64;
+        // Every ended sale, including those within RETIRE_AFTER_SECS of their
+        // end: what else holds them is recorded from their first pass.
+        let ended_by = now_ms();
         let mut ended = Vec::new();
         let mut after = None;
         loop {
@@ -278,9 +284,14 @@ impl Retirer {
             match self.retire(product, Step::Leave).await {
                 Ok(None) => pass.retired.push(id),
                 Ok(Some(blockers)) => {
+                    // The wait alone is no reason an operator acts on.
+                    let blockers: Vec<Blocker> = blockers
+                        .into_iter()
+                        .filter(|b| !matches!(b, Blocker::NotEnded { .. }))
+                        .collect();
                     let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
                     match codes[..] {
-                        ["not_ended"] => continue,
+                        [] => continue,
                         // No key written for a sale Redis does not have.
                         ["missing_in_redis"] => {}
                         _ => {
@@ -428,12 +439,14 @@ pub fn state_of(product: &Product, now_ms: i64) -> &'static str {
         } else {
             "created"
         }
+    } else if now_ms >= product.end_time {
+        // Before its start too, for a sale closed before it opened to
+        // buyers (its planned start is kept).
+        "ended"
     } else if now_ms < product.start_time {
         "upcoming"
-    } else if now_ms < product.end_time {
-        "live"
     } else {
-        "ended"
+        "live"
     }
 }
 
@@ -463,8 +476,10 @@ pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, Bo
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {
     pub product_id: String,
-    /// `upcoming`, `live`, `ended` (settled: retires at the next pass),
-    /// `unsettled` (ended, waiting: see `blockers`), `retired`.
+    /// `upcoming`, `live`, `ended` (settled: retires at the next pass, or
+    /// once RETIRE_AFTER_SECS has passed when `blockers` is that wait
+    /// alone), `unsettled` (ended, waiting: every reason in `blockers`),
+    /// `retired`.
     pub state: &'static str,
     pub start_time: i64,
     pub end_time: i64,
@@ -489,11 +504,8 @@ pub async fn list(sales: &Sales, db: &Db, after: Duration) -> Result<Vec<Listed>
                 let assessed = assess(sales, db, &product, after).await?;
                 blockers = assessed.blockers;
                 match blockers[..] {
-                    [] => "ended",
-                    [Blocker::NotEnded { .. }] => {
-                        blockers.clear();
-                        "ended"
-                    }
+                    // Settled (the wait for RETIRE_AFTER_SECS is kept, for when).
+                    [] | [Blocker::NotEnded { .. }] => "ended",
                     _ => "unsettled",
                 }
             }

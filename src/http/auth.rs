@@ -226,12 +226,23 @@ impl IpNet {
     }
 }
 
-/// Parses `AUTH_TRUSTED_PROXIES`: comma-separated addresses or ranges.
-pub fn parse_proxies(s: &str) -> Result<Vec<IpNet>, String> {
-    s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(str::parse)
-        .collect()
+/// `AUTH_TRUSTED_PROXIES`: the gateway's addresses, as one value (clap
+/// would take a `Vec` for a list of values, and panic at start when its
+/// parser gives a whole list for each).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(pub Vec<IpNet>);
+
+impl std::str::FromStr for TrustedProxies {
+    type Err = String;
+
+    /// Comma-separated addresses or ranges.
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
 }
 
 /// Who sent a request.
@@ -325,17 +336,26 @@ impl Auth {
     /// The buyer a request comes from, or why it is refused (401).
     fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<u64, ApiError> {
         if let Some((name, proxies)) = &self.header
-            && let Some(value) = parts.headers.get(name)
             && peer.is_some_and(|peer| proxies.iter().any(|p| p.contains(peer.ip())))
         {
-            return value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .and_then(|v| crate::domain::user_id(v).ok())
-                .ok_or(ApiError::Unauthorized(
-                    "the gateway's user header does not hold a user id",
-                ));
+            let mut values = parts.headers.get_all(name).iter();
+            if let Some(value) = values.next() {
+                // A gateway that appends its header instead of replacing it
+                // would pass the client's own value on too: with several,
+                // nobody is believed.
+                if values.next().is_some() {
+                    return Err(ApiError::Unauthorized(
+                        "the gateway's user header appears more than once",
+                    ));
+                }
+                return value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| crate::domain::user_id_text(v).ok())
+                    .ok_or(ApiError::Unauthorized(
+                        "the gateway's user header does not hold a user id",
+                    ));
+            }
         }
         let Some(jwt) = &self.jwt else {
             return Err(ApiError::Unauthorized(
@@ -465,7 +485,7 @@ impl Jwt {
         .claims;
         let user = match claims.get(&self.user_claim) {
             Some(Value::Number(n)) => n.as_u64(),
-            Some(Value::String(s)) => s.parse::<u64>().ok(),
+            Some(Value::String(s)) => crate::domain::user_id_text(s).ok(),
             _ => None,
         }
         .and_then(|u| crate::domain::user_id(u).ok())
@@ -667,6 +687,7 @@ mod tests {
 
     #[test]
     fn proxy_ranges_match_their_addresses_only() {
+        let parse_proxies = |s: &str| s.parse::<TrustedProxies>().map(|p| p.0);
         let nets = parse_proxies("10.0.0.0/8, 127.0.0.2,::1").unwrap();
         let any = |ip: &str| nets.iter().any(|n| n.contains(ip.parse().unwrap()));
         assert!(any("10.200.3.4"));

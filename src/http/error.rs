@@ -208,8 +208,11 @@ impl Failure {
 /// The answer to an order without an admission, for a sale with a room.
 pub const ADMISSION_REQUIRED: &str = "this sale admits buyers through its waiting room: join it (POST /api/sales/{product_id}/queue) and order with the admission it gives (header Admission-Token)";
 
-/// The answer to an order for a product with no sale.
-const NOT_ON_SALE: &str = "this product is not on sale";
+/// The answer to an order for a product with no sale. It may come from
+/// this instance's read of the registry, up to UNKNOWN_PRODUCT_CACHE_MS
+/// old: it does not claim more than it knows.
+pub const NOT_ON_SALE: &str =
+    "no sale is open for this product id (a sale opened moments ago may take a moment to be seen)";
 
 impl ApiError {
     /// The body of the refusals a sale's crowd gets by the thousand, whose
@@ -220,7 +223,7 @@ impl ApiError {
             Self::SoldOut => br#"{"error":"sold_out","message":"sold out"}"#,
             Self::SaleEnded => br#"{"error":"sale_ended","message":"the sale has ended"}"#,
             Self::ProductNotFound(NOT_ON_SALE) => {
-                br#"{"error":"product_not_found","message":"this product is not on sale"}"#
+                br#"{"error":"product_not_found","message":"no sale is open for this product id (a sale opened moments ago may take a moment to be seen)"}"#
             }
             Self::Overloaded => {
                 br#"{"error":"overloaded","message":"the service is at capacity; retry shortly"}"#

@@ -292,7 +292,8 @@ async fn admission(
     match state.sales.admission(product, user_id, token).await? {
         Admission::Admitted => Ok(true),
         Admission::NoRoom => Ok(false),
-        Admission::Refused(_) if keyed => Ok(false),
+        Admission::Refused(_) | Admission::Outside(_) if keyed => Ok(false),
+        Admission::Outside(r) => Err(SaleError::Remembered(r).into()),
         Admission::Refused(Refused::Expired) => Err(ApiError::AdmissionExpired),
         Admission::Refused(Refused::OtherUser) => Err(ApiError::AdmissionRequired(
             "this admission is another buyer's",

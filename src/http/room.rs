@@ -10,12 +10,12 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Caller;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, NOT_ON_SALE};
 use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
 use super::limits;
 use super::orders::Owner;
 use crate::domain::{MAX_ADMIT_PER_SEC, ProductId, now_ms};
-use crate::sale::room::{Joined, RoomState, Standing};
+use crate::sale::room::{Joined, RoomLookup, RoomState, Standing};
 
 /// Where a ticket stands.
 #[derive(Serialize, ToSchema)]
@@ -136,7 +136,7 @@ pub async fn join(
     let product = sale_id(&product_id)?;
     let (ticket, new) = match state.sales.join_room(&product, user_id).await? {
         Joined::Ticket { ticket, new } => (ticket, new),
-        Joined::NoSale => return Err(ApiError::ProductNotFound("this product is not on sale")),
+        Joined::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
         Joined::NoRoom => return Err(ApiError::NoWaitingRoom),
         Joined::NotOpen { opens_ms } => return Err(ApiError::QueueNotOpen { opens_at: opens_ms }),
         Joined::Ended => return Err(ApiError::SaleEnded),
@@ -219,8 +219,10 @@ async fn standing_of(
     product: &ProductId,
     ticket: &str,
 ) -> Result<StandingView, ApiError> {
-    let Some(room) = state.sales.room(product).await? else {
-        return Err(ApiError::NoWaitingRoom);
+    let room = match state.sales.room_lookup(product).await? {
+        RoomLookup::Room(room) => room,
+        RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
+        RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
     };
     let ticket = room
         .key
@@ -289,6 +291,6 @@ pub async fn set_pace(
         product_id: product.to_string(),
         admit_per_sec: f64::from(body.admit_per_sec),
         joined: room.joined(),
-        admitted: room.served.floor() as u64,
+        admitted: room.admitted_places(),
     }))
 }

@@ -286,6 +286,8 @@ struct Calls {
     orders: AtomicU64,
     /// `sale_clock.lua` and registry reads, in the background.
     memory_reads: AtomicU64,
+    /// `room_tick.lua` and `room_join.lua`.
+    rooms: AtomicU64,
 }
 
 impl Sales {
@@ -322,6 +324,12 @@ impl Sales {
     /// clock, the registry), sent by this process.
     pub fn memory_reads(&self) -> u64 {
         self.calls.memory_reads.load(Ordering::Relaxed)
+    }
+
+    /// Waiting-room scripts (`room_tick.lua`, `room_join.lua`) this
+    /// process has sent.
+    pub fn room_calls(&self) -> u64 {
+        self.calls.rooms.load(Ordering::Relaxed)
     }
 
     /// One sale's stream, for consumer `consumer` of its group.
@@ -420,8 +428,13 @@ impl Sales {
         if let Some(answer) = recall.answer {
             return Err(SaleError::Remembered(answer));
         }
-        if !admitted && self.has_room(product) {
-            return Err(SaleError::Remembered(Rejection::AdmissionRequired));
+        // A keyed order may be the retry of an accepted one: only the script
+        // can answer it.
+        if !admitted
+            && idempotency_key.is_none()
+            && let Some(refusal) = self.refusal_without_admission(product)
+        {
+            return Err(SaleError::Remembered(refusal));
         }
         // Boxed: the Redis call's future is most of this one's size (5 KB),
         // which every caller's future would otherwise carry and copy, for
@@ -538,6 +551,17 @@ impl Sales {
     {
         self.calls.memory_reads.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(read(self.clone()));
+    }
+
+    /// Whether no sale has this id, by this process's last read of the
+    /// registry (no Redis call; the read is renewed in the background when
+    /// due). False when memory cannot say: then Redis is asked.
+    pub fn is_no_sale(&self, product: &ProductId) -> bool {
+        let known = self.memory.known();
+        if known.claim_refresh() {
+            self.refresh_known_sales();
+        }
+        known.lookup(product) == memory::Known::Unknown
     }
 
     /// Reads the registry, for [`memory`] to know which sales exist.

@@ -235,9 +235,11 @@ fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInv
     call.key(&keys.stock)
         .key(&keys.bought)
         .key(&keys.released)
+        .key(&keys.accepted)
         .arg(order.order_id.as_str())
         .arg(order.user_id)
-        .arg(order.quantity);
+        .arg(order.quantity)
+        .arg(super::booked_record(order));
     call
 }
 

@@ -32,9 +32,10 @@ const AUDIT_COLUMNS: &str = "product_id, initial_qty, redis_stock, confirmed, pa
                              repaired_releases, repaired_idem, retired";
 
 impl Db {
-    /// Closes a product's sale at `closed_at` (`closed` set once; `end_time`,
-    /// and `start_time` if later, moved to `end_at` unless it ends earlier); `None` when there is no such
-    /// product. A retired sale is closed already: nothing changes.
+    /// Closes a product's sale at `closed_at` (`closed` set once; `end_time`
+    /// moved to `end_at` unless it ends earlier; `start_time`, the planned
+    /// start, kept even when the close comes before it); `None` when there
+    /// is no such product. A retired sale is closed already: nothing changes.
     pub async fn close_product(
         &self,
         product: &ProductId,
@@ -44,11 +45,10 @@ impl Db {
         self.bounded(async {
             sqlx::query(
                 "UPDATE tb_product SET closed = COALESCE(closed, ?), \
-                 start_time = LEAST(start_time, ?), end_time = LEAST(end_time, ?), updated = ? \
+                 end_time = LEAST(end_time, ?), updated = ? \
                  WHERE product_id = ? AND retired IS NULL",
             )
             .bind(closed_at)
-            .bind(end_at)
             .bind(end_at)
             .bind(closed_at)
             .bind(product.as_str())

@@ -60,6 +60,61 @@ async fn order_until_answered(app: &TestApp, sku: &str, user: u64, key: &str) ->
     panic!("{key}: no definitive answer after 400 tries");
 }
 
+/// For each accepted order `(id, user, choice)`: once it is confirmed,
+/// choice 0 cancels it and 1 pays it (retried through 503s and transport
+/// errors until answered), 2 leaves it. Returns (cancelled, paid).
+async fn cancel_and_pay(
+    app: std::sync::Arc<TestApp>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>,
+) -> (usize, usize) {
+    let mut acting = JoinSet::new();
+    while let Some((id, user, choice)) = orders.recv().await {
+        let action = match choice {
+            0 => "cancel",
+            1 => "pay",
+            _ => continue,
+        };
+        let app = app.clone();
+        acting.spawn(async move {
+            // An order lost with its master before the workers read it never
+            // becomes confirmed: given up on after a while (counted above).
+            for _ in 0..300 {
+                let (status, order) = app.get_json(&format!("/api/orders/{id}")).await;
+                if status == StatusCode::OK && order["status"] == "confirmed" {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            for _ in 0..300 {
+                let sent = app
+                    .client
+                    .post(app.url(&format!("/api/orders/{id}/{action}")))
+                    .json(&json!({"user_id": user}))
+                    .send()
+                    .await;
+                if let Ok(resp) = sent {
+                    match resp.status() {
+                        StatusCode::OK => return Some(action),
+                        s if s.is_client_error() => return None,
+                        _ => {}
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            None
+        });
+    }
+    let (mut cancelled, mut paid) = (0, 0);
+    while let Some(done) = acting.join_next().await {
+        match done.unwrap() {
+            Some("cancel") => cancelled += 1,
+            Some(_) => paid += 1,
+            None => {}
+        }
+    }
+    (cancelled, paid)
+}
+
 /// Cuts the master on `port` off from its replica: the replica's link is
 /// killed, and the master refuses it the commands it reconnects with, so
 /// the master takes writes its replica never gets.
@@ -112,11 +167,16 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     let port = port_of(&victim);
     let app = std::sync::Arc::new(app);
 
-    // Buyers for 12 s: each order under its own key, retried until answered.
+    // Buyers for 12 s: each order under its own key, retried until answered;
+    // a third of the accepted orders are cancelled and a third paid as soon
+    // as they are confirmed, so cancels and pays are in flight through the
+    // failover (a cancel reaching the new master before reconciliation).
     let end = Instant::now() + Duration::from_secs(12);
+    let (after_tx, after_rx) = tokio::sync::mpsc::unbounded_channel();
+    let afterwards = tokio::spawn(cancel_and_pay(app.clone(), after_rx));
     let mut buyers = JoinSet::new();
     for buyer in 0..8u64 {
-        let (app, sku) = (app.clone(), sku.clone());
+        let (app, sku, after) = (app.clone(), sku.clone(), after_tx.clone());
         buyers.spawn(async move {
             let mut fates = Vec::new();
             let mut n = 0u64;
@@ -125,12 +185,16 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
                 let user = (buyer * 7919 + n * 104_729) % USERS + 1;
                 let key = format!("b{buyer}-{n}");
                 let fate = order_until_answered(&app, &sku, user, &key).await;
+                if let Fate::Accepted { order_id, user } = &fate {
+                    let _ = after.send((order_id.clone(), *user, n % 3));
+                }
                 fates.push((key, fate));
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             fates
         });
     }
+    drop(after_tx);
 
     // Two seconds in: the link is cut; 1.5 s later the master dies.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -145,6 +209,8 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     while let Some(done) = buyers.join_next().await {
         fates.extend(done.unwrap());
     }
+    let (cancelled, paid) = afterwards.await.unwrap();
+    eprintln!("WAIT {replicas}: {cancelled} orders cancelled, {paid} paid by their buyers");
     let accepted: Vec<(&String, &String, u64)> = fates
         .iter()
         .filter_map(|(key, fate)| match fate {

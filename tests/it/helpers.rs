@@ -214,25 +214,34 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
 /// no limits (tests of other things send many orders from one user and
 /// address) and quick workers.
 pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
+    settings_from_cli(backend, prefix, db_name, &["--auth=none"])
+}
+
+/// [`settings_for`] with `args` (flags of `flashsale serve`, parsed by
+/// its real command line) in place of `--auth=none`.
+pub fn settings_from_cli(backend: Backend, prefix: &str, db_name: &str, args: &[&str]) -> Settings {
     let redis = match backend {
         Backend::Single => format!("--redis-url={REDIS_URL}"),
         Backend::Cluster => format!("--redis-cluster-nodes={}", cluster_nodes()),
         Backend::OwnCluster(base) => format!("--redis-cluster-nodes={}", masters(base)),
     };
-    let cli = Cli::parse_from([
-        "flashsale".to_owned(),
-        "serve".to_owned(),
-        redis,
-        format!("--key-prefix={prefix}"),
-        "--redis-timeout-ms=2000".to_owned(),
-        "--redis-pool-size=4".to_owned(),
-        format!("--database-url={MYSQL_SERVER}/{db_name}"),
-        "--db-timeout-ms=5000".to_owned(),
-        "--db-max-connections=4".to_owned(),
-        "--listen-addr=127.0.0.1:0".to_owned(),
-        format!("--admin-token={ADMIN_TOKEN}"),
-        "--auth=none".to_owned(),
-    ]);
+    let cli = Cli::parse_from(
+        [
+            "flashsale".to_owned(),
+            "serve".to_owned(),
+            redis,
+            format!("--key-prefix={prefix}"),
+            "--redis-timeout-ms=2000".to_owned(),
+            "--redis-pool-size=4".to_owned(),
+            format!("--database-url={MYSQL_SERVER}/{db_name}"),
+            "--db-timeout-ms=5000".to_owned(),
+            "--db-max-connections=4".to_owned(),
+            "--listen-addr=127.0.0.1:0".to_owned(),
+            format!("--admin-token={ADMIN_TOKEN}"),
+        ]
+        .into_iter()
+        .chain(args.iter().map(|a| (*a).to_owned())),
+    );
     let Command::Serve(args) = cli.command else {
         unreachable!("parsed as serve")
     };
@@ -256,10 +265,28 @@ pub async fn spawn_app_on(backend: Backend, tweak: impl FnOnce(&mut Settings)) -
 /// Spawns the service without waiting for anything but its bound port (as
 /// `flashsale serve` starts, whatever Redis and MySQL are doing).
 pub async fn spawn_unready(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_unready_cli(backend, &["--auth=none"], tweak).await
+}
+
+/// Spawns the service with `args` on its command line (in place of
+/// `--auth=none`), after `tweak`, and waits until its database is ready.
+pub async fn spawn_app_cli(args: &[&str], tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let app = spawn_unready_cli(Backend::Single, args, tweak).await;
+    tokio::time::timeout(Duration::from_secs(30), app.db.wait_ready())
+        .await
+        .expect("the service's database is ready");
+    app
+}
+
+async fn spawn_unready_cli(
+    backend: Backend,
+    args: &[&str],
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
     init_logs();
     let prefix = unique("t");
     let db_name = unique("fs_test_");
-    let mut settings = settings_for(backend, &prefix, &db_name);
+    let mut settings = settings_from_cli(backend, &prefix, &db_name, args);
     tweak(&mut settings);
     let app = tokio::time::timeout(Duration::from_secs(5), App::build(&settings))
         .await

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, assert_refused, now_ms, settings_for, spawn_app_with, unique,
+    Backend, TestApp, assert_refused, now_ms, settings_for, spawn_app_cli, spawn_app_with, unique,
 };
 
 const SECRET: &str = "test-jwt-secret-0123456789abcdef0123456789";
@@ -300,6 +300,13 @@ async fn tokens_that_do_not_verify_get_401_and_change_nothing() {
             Some(es(with(json!({"sub": "alice"})))),
         ),
         ("user id 0", Some(es(with(json!({"sub": 0}))))),
+        // A user id's canonical digits only: one buyer, one spelling.
+        ("signed user id", Some(es(with(json!({"sub": "+3001"}))))),
+        ("leading zero", Some(es(with(json!({"sub": "03001"}))))),
+        (
+            "user id with a fraction",
+            Some(es(with(json!({"sub": 3001.0})))),
+        ),
     ];
     for (what, token) in refused {
         let mut req = app
@@ -428,13 +435,14 @@ async fn a_cached_token_stops_working_when_it_expires() {
 /// any other peer it is ignored (and, with no JWT configured, that is a 401).
 #[tokio::test]
 async fn a_gateway_header_is_honoured_only_from_trusted_addresses() {
-    let app = spawn_app_with(|s| {
-        s.http.auth = AuthSettings {
-            user_header: Some("x-user-id".parse().unwrap()),
-            trusted_proxies: flashsale::http::auth::parse_proxies("127.0.0.2").unwrap(),
-            ..AuthSettings::default()
-        };
-    })
+    // Set as an operator sets it: through `serve`'s command line.
+    let app = spawn_app_cli(
+        &[
+            "--auth-user-header=X-User-Id",
+            "--auth-trusted-proxies=10.9.0.0/16, 127.0.0.2",
+        ],
+        |_| {},
+    )
     .await;
     let sku = app.new_sale(10, 5).await;
     let from = |ip: &str| {
@@ -461,12 +469,26 @@ async fn a_gateway_header_is_honoured_only_from_trusted_addresses() {
         (status, placed["user_id"].as_u64()),
         (StatusCode::ACCEPTED, Some(6001))
     );
-    assert_refused(
-        order(from("127.0.0.2"), "not-a-number").await,
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-    )
-    .await;
+    // Only a user id's canonical digits name a buyer.
+    for bad in ["not-a-number", "+6001", "06001", "0", "6001.0"] {
+        assert_refused(
+            order(from("127.0.0.2"), bad).await,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    }
+    // A gateway that appends its header after the client's own: neither
+    // value is believed.
+    let twice = from("127.0.0.2")
+        .post(app.url("/api/orders"))
+        .header("X-User-Id", "6002")
+        .header("X-User-Id", "6001")
+        .json(&json!({"product_id": sku, "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_refused(twice, StatusCode::UNAUTHORIZED, "unauthorized").await;
     assert_eq!(app.stock(&sku).await, Some(9));
     assert_eq!(app.bought(&sku, 6001).await, 1);
 }

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use flashsale::books::audit;
-use flashsale::domain::ProductId;
+use flashsale::domain::{OrderId, PendingOrder, ProductId};
+use flashsale::sale::{Booked, BookedState};
 use flashsale::worker::Workers;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -427,6 +428,96 @@ async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backe
     books_balance(&app, &sku).await;
 }
 
+/// A master promoted after a failover (WAIT off) that lost three persisted
+/// orders; before reconciliation gets to the sale, buyers cancel two of
+/// them. The promoted master never took their units, so the cancels must
+/// not give any back, and reconciliation, whether it read the books before
+/// or after a cancel, must not take them either: afterwards the books
+/// balance, the stock is the units nobody holds, the buyers' counts are
+/// right. (Before the fix a cancel added its units to a stock that never
+/// lost them: the sale ended a unit high per cancel.)
+async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(10, 2).await;
+    let early = buy_keyed(&app, 1, &sku, 2, Some("a")).await;
+    let stale = buy_keyed(&app, 2, &sku, 1, Some("b")).await;
+    let kept = buy_keyed(&app, 3, &sku, 2, Some("c")).await;
+    assert_eq!(app.stock(&sku).await, Some(5));
+    // The books' view of `stale` as a reconciliation that read them before
+    // its cancel holds it: sold.
+    let row = app
+        .db
+        .orders_of_product(&pid(&sku))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.order_id == stale)
+        .unwrap();
+    let (order_id, product_id) = OrderId::parse(&row.order_id).unwrap();
+    let stale_view = Booked {
+        order: PendingOrder {
+            order_id,
+            user_id: 2,
+            product_id,
+            quantity: 1,
+            price: row.price,
+            created_ms: row.created,
+            idempotency_key: row.idempotency_key.clone(),
+        },
+        state: BookedState::Sold,
+    };
+
+    // The new master lost the three orders: records, units, counts, keys.
+    let mut r = app.redis.clone();
+    let _: () = redis::pipe()
+        .hdel(app.key(&sku, "accepted"), &[&early, &stale, &kept])
+        .incr(app.key(&sku, "stock"), 5)
+        .hdel(app.key(&sku, "bought"), &["1", "2", "3"])
+        .hdel(app.key(&sku, "idem"), &["1:a", "2:b", "3:c"])
+        .query_async(&mut r)
+        .await
+        .unwrap();
+
+    // Two cancels reach it first: nothing comes back to a stock that never
+    // gave the units.
+    assert_eq!(app.act(&early, "cancel", 1).await.0, StatusCode::OK);
+    assert_eq!(app.act(&stale, "cancel", 2).await.0, StatusCode::OK);
+    assert_eq!(app.stock(&sku).await, Some(10), "units given back twice");
+    assert_eq!(app.bought(&sku, 1).await, 0);
+    // A reconciliation that read the books before the second cancel.
+    app.sales
+        .restore_booked(&pid(&sku), &[stale_view], true)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.stock(&sku).await,
+        Some(10),
+        "a cancelled order's units taken"
+    );
+    // And one that reads them now.
+    let mut reconciler =
+        flashsale::worker::reconciler::Reconciler::new(app.sales.clone(), app.db.clone());
+    assert!(reconciler.check().await.unwrap() >= 1);
+    assert_eq!(app.stock(&sku).await, Some(8));
+    assert_eq!(
+        (
+            app.bought(&sku, 1).await,
+            app.bought(&sku, 2).await,
+            app.bought(&sku, 3).await
+        ),
+        (0, 0, 2)
+    );
+    books_balance(&app, &sku).await;
+    // The cancelled buyers may buy again, up to their limit and no further.
+    buy(&app, 1, &sku, 2).await;
+    assert_eq!(
+        status_code(app.place_order(1, &sku, 1).await).await.1,
+        "limit_exceeded"
+    );
+    app.drained(&sku, 7).await; // 2 + 1 (both cancelled) + 2 + 2
+    books_balance(&app, &sku).await;
+}
+
 async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let sku = app.new_sale(10, 2).await;
@@ -546,6 +637,7 @@ crate::on_both_backends!(
     a_cancel_of_a_pending_order_is_applied_once_it_is_persisted,
     a_sale_redis_forgot_is_recovered_from_mysql,
     writes_redis_lost_are_restored_from_the_books_while_the_sale_runs,
+    a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing,
     recovery_refuses_while_the_stream_holds_unpersisted_orders,
     the_audit_endpoint_reports_the_books_to_admins,
 );

@@ -484,7 +484,80 @@ async fn one_pass_retires_and_purges_every_ended_sale_page_by_page(backend: Back
     );
 }
 
+/// A sale that just ended names what holds it from its first moment, the
+/// wait for RETIRE_AFTER_SECS beside it, in `flashsale sales` and for the
+/// dashboards; "settled" only when nothing else holds it. A sale closed
+/// before its start keeps its planned start.
+async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let mut cfg = retiring(fast_workers("w"));
+    cfg.retire.after = Duration::from_secs(3600);
+    let workers = workers_of(&app, cfg);
+    let sku = app.new_sale(10, 5).await;
+    for user in 1..=3 {
+        order_id(app.place_order(user, &sku, 1).await).await;
+    }
+    workers.sale_worker(pid(&sku)).step().await.unwrap();
+    assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
+
+    let after = Duration::from_secs(3600);
+    let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
+    let row = listed.iter().find(|l| l.product_id == sku).unwrap();
+    assert_eq!(row.state, "unsettled", "{row:?}");
+    let codes: Vec<&str> = row.blockers.iter().map(Blocker::code).collect();
+    assert_eq!(codes, ["not_ended", "unpaid"]);
+    let rendered = flashsale::cli::render_sales(&listed);
+    assert!(rendered.contains("3 orders unpaid"), "{rendered}");
+    assert!(!rendered.contains("settled:"), "{rendered}");
+    // The workers' pass records it for every instance's dashboard.
+    assert_eq!(reasons(&workers, &sku).await, Some(vec!["unpaid"]));
+    let watched = app.sales.watch(&pid(&sku)).await.unwrap();
+    assert_eq!(watched.unsettled.as_deref(), Some("unpaid"));
+
+    // Paid, only the wait is left: settled, and it says until when.
+    for (id, user, _) in app.order_rows(&sku).await {
+        assert_eq!(app.act(&id, "pay", user as u64).await.0, StatusCode::OK);
+    }
+    let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
+    let row = listed.iter().find(|l| l.product_id == sku).unwrap();
+    assert_eq!(row.state, "ended", "{row:?}");
+    let rendered = flashsale::cli::render_sales(&listed);
+    assert!(
+        rendered.contains("settled: retires at the first pass after"),
+        "{rendered}"
+    );
+    assert!(
+        !workers
+            .retirer()
+            .pass()
+            .await
+            .unwrap()
+            .unsettled
+            .iter()
+            .any(|(p, _)| p.as_str() == sku)
+    );
+
+    // Closed before its start: the planned start stays in the books.
+    let id = crate::helpers::unique("sku-");
+    let mut body = crate::helpers::product_body(&id, 5, 1);
+    let planned = crate::helpers::now_ms() + 600_000;
+    body["start_time"] = planned.into();
+    body["end_time"] = (planned + 600_000).into();
+    let later = app.sale_from(body).await;
+    let (status, closed) = close(&app, &later).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(closed["start_time"].as_i64(), Some(planned), "{closed}");
+    assert_eq!(closed["state"], "ended", "{closed}");
+    assert!(closed["end_time"].as_i64().unwrap() < planned);
+    assert_eq!(
+        status_code(app.place_order(1, &later, 1).await).await,
+        (StatusCode::CONFLICT, "sale_ended".to_owned())
+    );
+    assert_eq!(product_row(&app, &later).await.start_time, planned);
+}
+
 crate::on_both_backends!(
+    an_ended_sale_names_what_holds_it_from_its_first_moment,
     a_sale_retires_only_once_settled,
     dead_letters_keep_a_sale_until_an_operator_deals_with_them,
     a_crash_between_the_steps_is_finished_by_the_next_pass,

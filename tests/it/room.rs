@@ -417,3 +417,190 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
         "{data}"
     );
 }
+
+/// Polls and joins for ids no sale has are answered from the instance's
+/// read of the registry, as orders for them are: no Redis script each.
+#[tokio::test]
+async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
+    let app = spawn_app().await;
+    let real = room_sale(&app, 10, -1_000, 5, 60).await;
+    let t = ticket(&app, &real, 1).await;
+    // The registry has been read since the sale opened (by this instance).
+    eventually(
+        "a fresh read of the registry",
+        Duration::from_secs(5),
+        || async {
+            let (status, _) = standing(&app, "made-up-0", "x.e1.00").await;
+            status == StatusCode::NOT_FOUND && {
+                let before = app.sales.room_calls();
+                standing(&app, "made-up-1", "x.e1.00").await;
+                app.sales.room_calls() == before
+            }
+        },
+    )
+    .await;
+    let before = app.sales.room_calls();
+    for n in 0..300 {
+        let (status, body) = standing(&app, &format!("made-up-{n}"), &t).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("product_not_found")),
+            "{body}"
+        );
+        // Memory's registry read may be a moment old: it does not say more.
+        assert!(
+            body["message"].as_str().unwrap().contains("moments ago"),
+            "{body}"
+        );
+    }
+    for n in 0..50 {
+        let (status, body) = join(&app, &format!("made-up-{n}"), 2).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("product_not_found")),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        app.sales.room_calls() - before,
+        0,
+        "room scripts for 350 polls and joins of ids nobody opened"
+    );
+    // The real sale still answers.
+    assert_eq!(standing(&app, &real, &t).await.0, StatusCode::OK);
+}
+
+/// Polls every ticket every 100 ms until `done` holds for every answer;
+/// admitted buyers order at once (each once). Returns the highest place
+/// told `admitted` and how many orders were accepted.
+async fn poll_all(
+    app: &TestApp,
+    sku: &str,
+    tickets: &[(u64, String)],
+    ordered: &mut std::collections::HashSet<u64>,
+    done: &str,
+) -> (u64, usize) {
+    let (mut most, mut accepted) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut all_done = true;
+        for (user, t) in tickets {
+            let (status, s) = standing(app, sku, t).await;
+            assert_eq!(status, StatusCode::OK, "{s}");
+            all_done &= s["status"] == done;
+            if s["status"] == "admitted" {
+                most = most.max(s["place"].as_u64().unwrap());
+                if !ordered.contains(user) {
+                    let a = s["admission"].as_str().unwrap();
+                    let resp = order_with(app, sku, *user, Some(a)).await;
+                    if resp.status() == StatusCode::ACCEPTED {
+                        ordered.insert(*user);
+                        accepted += 1;
+                    }
+                }
+            }
+        }
+        if all_done {
+            return (most, accepted);
+        }
+        assert!(std::time::Instant::now() < deadline, "never all {done}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The room's figure in /metrics.
+async fn room_metric(app: &TestApp, sku: &str, name: &str) -> u64 {
+    let text = app.metrics_text().await;
+    let series = format!("flashsale_{name}{{product_id=\"{sku}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+        .parse()
+        .unwrap()
+}
+
+/// The room's `admitted` figure is the line buyers were told: through a
+/// sell-out, units coming back, and the end; once sold out or over,
+/// nobody is shown waiting.
+#[tokio::test]
+async fn the_admitted_figure_is_what_buyers_were_told() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 12, 1_200, 20, 60).await;
+    let mut tickets = Vec::new();
+    for user in 1..=60 {
+        tickets.push((user, ticket(&app, &sku, user).await));
+    }
+    let mut ordered = std::collections::HashSet::new();
+    let (told, accepted) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
+    assert_eq!(accepted, 12);
+    let figure = room_metric(&app, &sku, "room_admitted").await;
+    assert_eq!(
+        figure, told,
+        "admitted figure vs the last place told admitted"
+    );
+    assert_eq!(room_metric(&app, &sku, "room_waiting").await, 0);
+    assert_eq!(room_metric(&app, &sku, "room_wait_seconds").await, 0);
+
+    // Three buyers cancel: admission goes on from where the line stood
+    // (never re-admitting places), and the figure follows what buyers are
+    // told until it is sold out again.
+    app.drained(&sku, 12).await;
+    for (id, user, _) in app.order_rows(&sku).await.iter().take(3) {
+        assert_eq!(app.act(id, "cancel", *user as u64).await.0, StatusCode::OK);
+    }
+    let (mut told_after, mut accepted) = (told, 0);
+    for _ in 0..50 {
+        let (most, a) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
+        told_after = told_after.max(most);
+        accepted += a;
+        if accepted == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(accepted, 3, "the returned units went to buyers in line");
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, told_after);
+    assert_eq!(room_metric(&app, &sku, "room_waiting").await, 0);
+
+    // A sale that ends with buyers still waiting.
+    let id = unique("room-");
+    let mut body = product_body(&id, 1_000, 1);
+    body["start_time"] = json!(now_ms() + 1_000);
+    body["end_time"] = json!(now_ms() + 3_500);
+    body["waiting_room"] =
+        json!({"admit_per_sec": 10, "admission_secs": 60, "join_early_secs": 600});
+    let ends = app.sale_from(body).await;
+    let mut tickets = Vec::new();
+    for user in 1..=60 {
+        tickets.push((user, ticket(&app, &ends, user).await));
+    }
+    let (told, _) = poll_all(&app, &ends, &tickets, &mut Default::default(), "ended").await;
+    assert!(told > 0 && told < 60, "{told}");
+    assert_eq!(room_metric(&app, &ends, "room_admitted").await, told);
+    assert_eq!(room_metric(&app, &ends, "room_waiting").await, 0);
+}
+
+/// A room sale before its start: orders hear `sale_not_started` with
+/// `Retry-After`, with or without an admission, before and after this
+/// instance learned of the room.
+#[tokio::test]
+async fn a_room_sale_before_its_start_answers_not_started() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 10, 30_000, 5, 60).await;
+    let check = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), StatusCode::CONFLICT);
+        let retry: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((25..=31).contains(&retry), "Retry-After {retry}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "sale_not_started", "{body}");
+    };
+    check(order_with(&app, &sku, 1, None).await).await;
+    // Joining reads the room: the instance now knows the sale has one.
+    ticket(&app, &sku, 1).await;
+    check(order_with(&app, &sku, 1, None).await).await;
+    check(order_with(&app, &sku, 1, Some("1.99999999999999.00")).await).await;
+}

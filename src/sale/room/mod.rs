@@ -32,6 +32,10 @@ pub use pass::{Number, Refused, RoomKey, Ticket};
 
 /// How old a room's reading may be before a poll renews it (in the background).
 pub const TICK: Duration = Duration::from_secs(1);
+/// How far outside a room sale's window this process's clock must be for
+/// its orders to be refused `sale_not_started` / `sale_ended` here, rather
+/// than `admission_required` (clocks differ a little between hosts).
+const WINDOW_MARGIN_MS: i64 = 250;
 /// How old the reading "this sale has no room" may be.
 const NO_ROOM_RECHECK: Duration = Duration::from_secs(30);
 
@@ -70,6 +74,32 @@ pub struct RoomState {
     pub now_ms: i64,
 }
 
+/// A sale's room, or why there is none.
+#[derive(Debug, Clone)]
+pub enum RoomLookup {
+    Room(Arc<RoomState>),
+    /// The sale has no waiting room.
+    NoRoom,
+    /// No sale has this id.
+    NoSale,
+}
+
+/// What a `room_tick.lua` call found.
+enum Ticked {
+    NoSale,
+    /// The sale, and its room if it has one.
+    Read(Option<Arc<RoomState>>),
+}
+
+impl Ticked {
+    fn room(self) -> Option<Arc<RoomState>> {
+        match self {
+            Self::NoSale => None,
+            Self::Read(room) => room,
+        }
+    }
+}
+
 /// What an order's `Admission-Token` is worth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -77,6 +107,9 @@ pub enum Admission {
     NoRoom,
     Admitted,
     Refused(Refused),
+    /// The room's sale is certainly not taking orders now (not started, or
+    /// over): that is the answer, whatever the admission.
+    Outside(super::Rejection),
 }
 
 /// What joining did.
@@ -144,11 +177,17 @@ impl RoomState {
         self.early + self.late
     }
 
-    /// The room's figures at `now_ms`.
+    /// The room's figures at `now_ms`: `admitted` is the line as read, the
+    /// places buyers are told are admitted (never fewer); once the sale is
+    /// sold out or over, nobody is waiting (every ticket hears so).
     pub fn figures(&self, now_ms: i64) -> RoomFigures {
         let joined = self.joined();
-        let admitted = (self.served_at(now_ms).floor() as u64).min(joined);
-        let waiting = joined - admitted;
+        let admitted = self.admitted_places();
+        let waiting = if self.stock <= 0 || now_ms >= self.end_ms {
+            0
+        } else {
+            joined - admitted
+        };
         RoomFigures {
             joined,
             admitted,
@@ -157,9 +196,30 @@ impl RoomState {
         }
     }
 
-    /// The line at `now_ms` (epoch ms, this process's clock), moved on from
-    /// the reading as `room_tick.lua` would move it.
-    pub fn served_at(&self, now_ms: i64) -> f64 {
+    /// `sale_not_started` / `sale_ended` while this process's clock is
+    /// outside the window by more than [`WINDOW_MARGIN_MS`] (nearer a
+    /// boundary, Redis decides).
+    pub fn outside_window(&self, now_ms: i64) -> Option<super::Rejection> {
+        if now_ms + WINDOW_MARGIN_MS < self.start_ms {
+            return Some(super::Rejection::NotStarted {
+                starts_at_ms: self.start_ms,
+                in_ms: (self.start_ms - now_ms) as u64,
+            });
+        }
+        (now_ms >= self.end_ms + WINDOW_MARGIN_MS).then_some(super::Rejection::Ended)
+    }
+
+    /// Places the line has reached, as read: the places admitted.
+    pub fn admitted_places(&self) -> u64 {
+        (self.served.floor() as u64).min(self.joined())
+    }
+
+    /// Where the line is expected at `now_ms` (epoch ms, this process's
+    /// clock), moved on from the reading at the pace: for estimates only.
+    /// Admission follows the reading itself ([`Self::standing`]), so that
+    /// the room's `admitted` figure (Redis's line) is never behind what
+    /// buyers were told, whatever the next reading finds (sold out, ended).
+    fn expected_at(&self, now_ms: i64) -> f64 {
         let from = self.at_ms.max(self.start_ms);
         let until = now_ms.min(self.end_ms);
         if self.stock <= 0 || until <= from {
@@ -188,10 +248,14 @@ impl RoomState {
                 draw_at_ms: self.start_ms,
             };
         };
-        let served = self.served_at(now_ms);
-        if place as f64 > served.floor() {
-            let ahead = place - served.floor() as u64 - 1;
-            let wait_ms = ((place as f64 - served) / self.rate.max(1e-9) * 1000.0).ceil();
+        // Admitted by the line as read (moved by `room_tick.lua` when an
+        // instance reads the room, about once a second): never past it.
+        if place > self.admitted_places() {
+            let expected = self.expected_at(now_ms);
+            let ahead = place.saturating_sub(expected.floor() as u64 + 1);
+            let wait_ms = ((place as f64 - expected) / self.rate.max(1e-9) * 1000.0)
+                .ceil()
+                .max(0.0);
             return Standing::Waiting {
                 place,
                 ahead,
@@ -264,11 +328,6 @@ impl Rooms {
             .clone()
     }
 
-    /// Whether the sale is known here to have a room (no Redis call).
-    pub fn has_room(&self, product: &ProductId) -> bool {
-        self.remembered(product).is_some_and(|r| r.room.is_some())
-    }
-
     fn forget(&self, product: &ProductId) {
         self.sales
             .write()
@@ -278,10 +337,16 @@ impl Rooms {
 }
 
 impl Sales {
-    /// `user_id` joins the sale's waiting room (`room_join.lua`).
+    /// `user_id` joins the sale's waiting room (`room_join.lua`). An id
+    /// that no sale has (by this process's read of the registry) is
+    /// answered without Redis.
     pub async fn join_room(&self, product: &ProductId, user_id: u64) -> Result<Joined, SaleError> {
+        if self.is_no_sale(product) {
+            return Ok(Joined::NoSale);
+        }
         let keys = self.keys(product);
         let mut conn = self.redis.shared().await?;
+        self.calls.rooms.fetch_add(1, Ordering::Relaxed);
         let reply: Value = self
             .redis
             .bounded(
@@ -327,7 +392,15 @@ impl Sales {
     /// renewed in the background when older than [`TICK`]; `None`: the
     /// sale has no room (or is not open).
     pub async fn room(&self, product: &ProductId) -> Result<Option<Arc<RoomState>>, SaleError> {
-        match self.rooms.remembered(product) {
+        Ok(match self.room_lookup(product).await? {
+            RoomLookup::Room(room) => Some(room),
+            RoomLookup::NoRoom | RoomLookup::NoSale => None,
+        })
+    }
+
+    /// [`Self::room`], telling a sale without a room from no sale at all.
+    pub async fn room_lookup(&self, product: &ProductId) -> Result<RoomLookup, SaleError> {
+        let read = match self.rooms.remembered(product) {
             Some(read) => {
                 // Old, or taken before the start when the start has passed
                 // (the draw needs a reading from after it): renewed, once at
@@ -346,10 +419,17 @@ impl Sales {
                 if read.at.elapsed() >= max_age || before_draw {
                     self.renew_room(product);
                 }
-                Ok(read.room)
+                read.room
             }
-            None => self.tick_room(product, None).await,
-        }
+            // Made-up ids cost Redis nothing (as orders for them): the
+            // registry as last read says there is no such sale.
+            None if self.is_no_sale(product) => return Ok(RoomLookup::NoSale),
+            None => match self.tick_room(product, None).await? {
+                Ticked::NoSale => return Ok(RoomLookup::NoSale),
+                Ticked::Read(room) => room,
+            },
+        };
+        Ok(read.map_or(RoomLookup::NoRoom, RoomLookup::Room))
     }
 
     /// Whether `token` admits `user_id` to order in the sale now: checked
@@ -363,25 +443,36 @@ impl Sales {
     ) -> Result<Admission, SaleError> {
         let room = match self.rooms.remembered(product) {
             Some(read) => read.room,
-            None => self.tick_room(product, None).await?,
+            None if self.is_no_sale(product) => None,
+            None => self.tick_room(product, None).await?.room(),
         };
         let Some(room) = room else {
             return Ok(Admission::NoRoom);
         };
+        let now = crate::domain::now_ms();
+        if let Some(outside) = room.outside_window(now) {
+            return Ok(Admission::Outside(outside));
+        }
         Ok(
-            match room
-                .key
-                .check_admission(product, user_id, token, crate::domain::now_ms())
-            {
+            match room.key.check_admission(product, user_id, token, now) {
                 Ok(()) => Admission::Admitted,
                 Err(refused) => Admission::Refused(refused),
             },
         )
     }
 
-    /// Whether the sale is known here to have a room (no Redis call).
-    pub(super) fn has_room(&self, product: &ProductId) -> bool {
-        self.rooms.has_room(product)
+    /// Why an order without an admission is refused, for a sale known here
+    /// to have a room (no Redis call): not started or over while certainly
+    /// so, else `admission_required`. `None`: no room known here.
+    pub(super) fn refusal_without_admission(
+        &self,
+        product: &ProductId,
+    ) -> Option<super::Rejection> {
+        let room = self.rooms.remembered(product)?.room?;
+        Some(
+            room.outside_window(crate::domain::now_ms())
+                .unwrap_or(super::Rejection::AdmissionRequired),
+        )
     }
 
     /// Changes the room's admission rate from now on.
@@ -390,7 +481,7 @@ impl Sales {
         product: &ProductId,
         admit_per_sec: u32,
     ) -> Result<Option<Arc<RoomState>>, SaleError> {
-        self.tick_room(product, Some(admit_per_sec)).await
+        Ok(self.tick_room(product, Some(admit_per_sec)).await?.room())
     }
 
     /// Reads the sale's room again, in the background (one read at a time).
@@ -409,13 +500,10 @@ impl Sales {
     }
 
     /// Moves the line on and reads the room (`room_tick.lua`); remembers it.
-    async fn tick_room(
-        &self,
-        product: &ProductId,
-        rate: Option<u32>,
-    ) -> Result<Option<Arc<RoomState>>, SaleError> {
+    async fn tick_room(&self, product: &ProductId, rate: Option<u32>) -> Result<Ticked, SaleError> {
         let keys: SaleKeys = self.keys(product);
         let mut conn = self.redis.shared().await?;
+        self.calls.rooms.fetch_add(1, Ordering::Relaxed);
         let reply: Value = self
             .redis
             .bounded(
@@ -433,14 +521,14 @@ impl Sales {
             // No such sale: nothing to remember (ids nobody opened would
             // otherwise fill the table).
             self.rooms.forget(product);
-            return Ok(None);
+            return Ok(Ticked::NoSale);
         }
         let slot = self.rooms.slot(product);
         *slot.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Read {
             room: room.clone(),
             at: Instant::now(),
         });
-        Ok(room)
+        Ok(Ticked::Read(room))
     }
 
     /// Forgets what this process knew of the sale's room.
