@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, WorkerSettings, weak_admin_token};
 use crate::http::auth::Auth;
+use crate::http::conn::Connections;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
@@ -60,17 +61,7 @@ impl App {
     /// or MySQL. Port 0 in `listen_addr` picks a free port (tests use this).
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
         let http = &settings.http;
-        if http.admin_routes
-            && let Some(why) = weak_admin_token(http.admin_token.as_deref())
-        {
-            return Err(StartupError::AdminToken(why));
-        }
-        let auth = Auth::new(&http.auth)?;
-        if auth.is_none() {
-            tracing::warn!(
-                "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
-            );
-        }
+        let auth = Self::check(settings)?;
         let sales = settings.redis.sales()?.with_memory(http.memory.clone());
         let db = settings.db.db()?;
         let listener = TcpListener::bind(http.listen_addr).await?;
@@ -99,6 +90,7 @@ impl App {
             admin_routes: http.admin_routes,
             auth,
             guards: Arc::new(Guards::new(http.limits.clone())),
+            connections: Connections::new(http.connections.clone()),
             metrics,
         });
         Ok(Self {
@@ -106,6 +98,25 @@ impl App {
             state,
             workers,
         })
+    }
+
+    /// What `serve` refuses to start with, checked without connecting or
+    /// binding anything (also `serve --dry-run`): a weak admin token, an
+    /// identity configuration that cannot work. The buyers' verifier.
+    pub fn check(settings: &Settings) -> Result<Option<Auth>, StartupError> {
+        let http = &settings.http;
+        if http.admin_routes
+            && let Some(why) = weak_admin_token(http.admin_token.as_deref())
+        {
+            return Err(StartupError::AdminToken(why));
+        }
+        let auth = Auth::new(&http.auth)?;
+        if auth.is_none() {
+            tracing::warn!(
+                "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
+            );
+        }
+        Ok(auth)
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -172,11 +183,13 @@ pub async fn run_workers(
         let listener = TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
         let router = http::metrics::worker_router(metrics.clone(), sales.clone());
+        let connections = Connections::new(settings.connections.clone());
         let stop = token.clone();
         tokio::spawn(async move {
-            let served = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
+            let served = http::serve_router(listener, router, connections, async move {
+                stop.cancelled().await
+            })
+            .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "worker metrics listener failed");
             }

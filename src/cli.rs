@@ -40,6 +40,48 @@ async fn connect(redis: &RedisArgs, db: &DbArgs) -> anyhow::Result<(Sales, Db)> 
     Ok((redis_of(redis)?, db))
 }
 
+/// `serve --dry-run` / `worker --dry-run`: the settings as the process
+/// would run with them (Rust's debug notation), every secret among them
+/// shown as a fingerprint (`<secret sha256:…>`, the first 8 hex digits of
+/// its SHA-256), so two printouts tell whether a secret changed without
+/// showing it.
+pub fn print_settings(settings: &impl std::fmt::Debug, secrets: &[String]) {
+    println!("{}", hide(&format!("{settings:#?}"), secrets));
+    tracing::info!("the settings are valid");
+}
+
+/// `text` with every occurrence of each secret replaced by its
+/// fingerprint, in one pass (longest secret first where they overlap).
+fn hide(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&str> = secrets
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+        .collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        match secrets.iter().find(|s| rest.starts_with(**s)) {
+            Some(secret) => {
+                out.push_str(&fingerprint(secret));
+                rest = &rest[secret.len()..];
+            }
+            None => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    out
+}
+
+fn fingerprint(secret: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(secret.as_bytes());
+    format!("<secret sha256:{}>", crate::domain::hex(&digest[..4]))
+}
+
 /// `flashsale audit`
 pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
@@ -204,4 +246,15 @@ pub fn render_streams(reports: &[StreamReport]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_are_hidden_in_one_pass_whatever_they_contain() {
+        let secrets = ["sec".to_owned(), "pa%40ss".to_owned(), "pa@ss".to_owned()];
+        let shown = super::hide("redis://:sec@h mysql://u:pa%40ss@h pa@ss secret", &secrets);
+        assert!(!shown.contains(":sec@") && !shown.contains("pa%40ss") && !shown.contains("pa@ss"));
+        assert_eq!(shown.matches("<secret sha256:").count(), 4, "{shown}");
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::http::auth::{AuthSettings, TrustedProxies};
+use crate::http::conn::ConnectionSettings;
 use crate::http::limits::{Limits, Rate};
 use crate::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales, Wait};
 use crate::store::{Db, StoreError};
@@ -53,7 +54,7 @@ pub struct RedisArgs {
     #[arg(long, env = "REDIS_CLUSTER_NODES")]
     pub redis_cluster_nodes: Option<String>,
     /// Prefix of every key (`<prefix>:{<product_id>}:<name>`); lets deployments share a Redis.
-    #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "fs", value_parser = parse_prefix)]
+    #[arg(long, env = "REDIS_KEY_PREFIX", value_name = "REDIS_KEY_PREFIX", default_value = "fs", value_parser = parse_prefix)]
     pub key_prefix: String,
     /// Upper bound on any single Redis call.
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
@@ -119,6 +120,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
+    pub connections: ConnectionArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub memory: MemoryArgs,
@@ -127,6 +130,40 @@ pub struct ServeArgs {
     pub workers: bool,
     #[command(flatten)]
     pub worker: DrainArgs,
+    /// Check the settings and print them as `serve` would run with them
+    /// (secrets as fingerprints), then exit without serving.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl ServeArgs {
+    /// The secrets among these arguments, for a printout to hide.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets: Vec<String> = [&self.admin_token, &self.auth.jwt_secret]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        secrets.extend(url_password(&self.db.database_url));
+        secrets.extend(url_password(&self.redis.redis_url));
+        secrets.retain(|s| !s.is_empty());
+        secrets
+    }
+}
+
+/// The password in a URL (`scheme://user:password@host`), as written and
+/// decoded.
+fn url_password(url: &str) -> Vec<String> {
+    let Some(password) = url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.password().map(str::to_owned))
+    else {
+        return Vec::new();
+    };
+    let decoded = url::form_urlencoded::parse(format!("p={password}").as_bytes())
+        .next()
+        .map(|(_, p)| p.into_owned());
+    std::iter::once(password).chain(decoded).collect()
 }
 
 /// The orders answered from memory, without Redis (see `sale::memory`).
@@ -243,6 +280,67 @@ pub fn parse_algorithm(s: &str) -> Result<jsonwebtoken::Algorithm, String> {
     })
 }
 
+/// The longest a timeout may be set to (a day).
+const DAY_MS: u64 = 86_400_000;
+
+/// The bounds on client connections (see `http::conn`).
+#[derive(Debug, Clone, Args)]
+pub struct ConnectionArgs {
+    /// A request head must arrive whole within this long of the
+    /// connection's accept, or of its first byte after an answer.
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub header_read_timeout_ms: u64,
+    /// A kept-alive connection waits this long for its next request (and
+    /// an answer this long for a client that stopped reading). Behind a
+    /// load balancer, keep it above the balancer's own idle timeout.
+    #[arg(long, env = "IDLE_TIMEOUT_MS", default_value_t = 75_000,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub idle_timeout_ms: u64,
+    /// Open connections at most; at the cap a new one takes the place of
+    /// the one that has waited longest on its client [default: the
+    /// open-file limit less 256].
+    #[arg(long, env = "MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_connections: Option<u64>,
+    /// Open connections from one client address at most (0: no cap)
+    /// [default: a quarter of MAX_CONNECTIONS]. Behind a load balancer,
+    /// every client shares its address: 0.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<u64>,
+}
+
+impl ConnectionArgs {
+    /// The bounds `serve` starts with when none are given on its command
+    /// line (the environment's, else the defaults above): for services
+    /// built in code (the benchmarks).
+    pub fn settings() -> ConnectionSettings {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            connections: ConnectionArgs,
+        }
+        (&Only::parse_from(["flashsale"]).connections).into()
+    }
+}
+
+impl From<&ConnectionArgs> for ConnectionSettings {
+    fn from(a: &ConnectionArgs) -> Self {
+        let max_open = a
+            .max_connections
+            .map_or_else(ConnectionSettings::derived_max_open, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            });
+        Self {
+            header_read_timeout: Duration::from_millis(a.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(a.idle_timeout_ms),
+            max_open,
+            max_per_address: a
+                .max_connections_per_address
+                .map_or(max_open / 4, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        }
+    }
+}
+
 /// The guards in front of the order path (see `http::limits`).
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
@@ -253,7 +351,7 @@ pub struct LimitArgs {
     /// Upper bound on handling any request; past it, 503 `unavailable`.
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub request_timeout_ms: u64,
-    /// Rate limits on `POST /api/orders` and lookups (false turns all off).
+    /// Rate limits on `POST /api/orders`, lookups and polls (false turns all off).
     #[arg(long, env = "RATE_LIMITS", default_value_t = true, action = clap::ArgAction::Set)]
     pub rate_limits: bool,
     /// Orders per second per user, sustained (0: no per-user limit).
@@ -267,12 +365,17 @@ pub struct LimitArgs {
     pub rate_limit_ip_per_sec: u32,
     #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 400)]
     pub rate_limit_ip_burst: u32,
-    /// Order lookups, pays and cancels per second per client address (0: no
-    /// limit): ids cannot be tried by the thousand.
+    /// Order lookups, pays, cancels and waiting-room joins per second per
+    /// client address (0: no limit): ids cannot be tried by the thousand.
     #[arg(long, env = "RATE_LIMIT_LOOKUP_PER_SEC", default_value_t = 50)]
     pub rate_limit_lookup_per_sec: u32,
     #[arg(long, env = "RATE_LIMIT_LOOKUP_BURST", default_value_t = 100)]
     pub rate_limit_lookup_burst: u32,
+    /// Waiting-room polls per second per client address (0: no limit).
+    #[arg(long, env = "RATE_LIMIT_POLL_PER_SEC", default_value_t = 100)]
+    pub rate_limit_poll_per_sec: u32,
+    #[arg(long, env = "RATE_LIMIT_POLL_BURST", default_value_t = 200)]
+    pub rate_limit_poll_burst: u32,
     /// Clients tracked per limit; idle ones are evicted, and new ones are
     /// refused (429) while the table is full of active ones.
     #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = 200_000)]
@@ -304,6 +407,11 @@ impl From<LimitArgs> for Limits {
                 a.rate_limit_lookup_per_sec,
                 a.rate_limit_lookup_burst,
             ),
+            poll_rate: rate(
+                a.rate_limits,
+                a.rate_limit_poll_per_sec,
+                a.rate_limit_poll_burst,
+            ),
             max_keys: a.rate_limit_max_keys,
             client_ip_header: a.client_ip_header,
             ..Limits::default()
@@ -317,12 +425,30 @@ pub struct WorkerArgs {
     /// (the API serves its own on its port).
     #[arg(long, env = "METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// The metrics listener's connections.
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]
     pub db: DbArgs,
     #[command(flatten)]
     pub worker: DrainArgs,
+    /// Check the settings and print them (secrets as fingerprints), then
+    /// exit without running.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl WorkerArgs {
+    /// The secrets among these arguments, for a printout to hide.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets: Vec<String> = Vec::new();
+        secrets.extend(url_password(&self.db.database_url));
+        secrets.extend(url_password(&self.redis.redis_url));
+        secrets.retain(|s| !s.is_empty());
+        secrets
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -529,6 +655,8 @@ pub struct HttpSettings {
     pub dashboard_session: Duration,
     /// Who buyers are (`AuthSettings::off()`: `AUTH=none`).
     pub auth: AuthSettings,
+    /// How many connections, and how long each may wait on its client.
+    pub connections: ConnectionSettings,
     pub limits: Limits,
     /// Which orders are answered from memory, and for how long.
     pub memory: MemorySettings,
@@ -555,6 +683,7 @@ impl From<ServeArgs> for Settings {
                 admin_routes: a.admin_routes,
                 dashboard_session: Duration::from_secs(a.dashboard_session_secs.max(1)),
                 auth: a.auth.into(),
+                connections: (&a.connections).into(),
                 limits: a.limits.into(),
                 memory: a.memory.into(),
             },
@@ -571,6 +700,8 @@ pub struct WorkerSettings {
     pub worker: WorkerConfig,
     /// Serve `GET /metrics` here.
     pub metrics_addr: Option<SocketAddr>,
+    /// The metrics listener's connections.
+    pub connections: ConnectionSettings,
 }
 
 impl From<WorkerArgs> for WorkerSettings {
@@ -580,6 +711,7 @@ impl From<WorkerArgs> for WorkerSettings {
             db: (&a.db).into(),
             worker: a.worker.into(),
             metrics_addr: a.metrics_addr,
+            connections: (&a.connections).into(),
         }
     }
 }

@@ -11,16 +11,30 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     init_logs();
+    // Connections are capped below the open-file limit: let it be the most
+    // the system allows this process.
+    flashsale::http::conn::raise_open_file_limit();
     match Cli::parse().command {
         Command::Serve(args) => {
+            let (dry_run, secrets) = (args.dry_run, args.secrets());
             let settings = Settings::from(*args);
+            if dry_run {
+                flashsale::app::App::check(&settings).context("checking the settings")?;
+                flashsale::cli::print_settings(&settings, &secrets);
+                return Ok(());
+            }
             let app = flashsale::app::App::build(&settings)
                 .await
                 .context("starting flashsale serve")?;
             app.run(shutdown_signal()).await.context("serving")?;
         }
         Command::Worker(args) => {
+            let (dry_run, secrets) = (args.dry_run, args.secrets());
             let settings = WorkerSettings::from(args);
+            if dry_run {
+                flashsale::cli::print_settings(&settings, &secrets);
+                return Ok(());
+            }
             flashsale::app::run_workers(&settings, shutdown_signal())
                 .await
                 .context("running flashsale worker")?;

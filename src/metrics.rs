@@ -70,6 +70,12 @@ pub struct Metrics {
     pub orders_in_flight: IntGauge,
     /// Clients tracked by each rate limit (`user`, `ip`), refreshed at each scrape.
     pub rate_limit_keys: IntGaugeVec,
+    /// Client connections open now, refreshed at each scrape.
+    pub connections_open: IntGauge,
+    /// Client connections closed or refused by the service's bounds, by
+    /// reason (`header_timeout`, `idle_timeout`, `write_stall`, `evicted`,
+    /// `refused_full`, `refused_address`), caught up at each scrape.
+    pub connections_ended: IntCounterVec,
     /// `order_requests` and `order_latency` series, resolved once each.
     order_series: OrderSeries,
 }
@@ -289,6 +295,15 @@ impl Metrics {
                     Opts::new("rate_limit_keys", "Clients tracked by each rate limit"),
                     &["limit"],
                 ),
+            ),
+            connections_open: register(
+                &registry,
+                IntGauge::new("http_connections_open", "Client connections open now"),
+            ),
+            connections_ended: counter_vec(
+                "http_connections_ended_total",
+                "Client connections closed or refused by the service's bounds, by reason",
+                &["reason"],
             ),
             order_series: OrderSeries::default(),
             registry,

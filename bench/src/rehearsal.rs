@@ -948,6 +948,7 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
                 admin_token: Some(token.as_str().into()),
                 admin_routes: true,
                 dashboard_session: Duration::from_secs(900),
+                connections: flashsale::config::ConnectionArgs::settings(),
                 auth: local_auth(args)?,
                 limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
                 memory: args.memory.settings(),
@@ -963,6 +964,7 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
         db: (&args.db).into(),
         worker: Default::default(),
         metrics_addr: None,
+        connections: flashsale::config::ConnectionArgs::settings(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     on_own_runtime(workers.clone(), async move {

@@ -668,6 +668,7 @@ async fn serve(
             admin_token: Some(token.into()),
             admin_routes: true,
             dashboard_session: Duration::from_secs(900),
+            connections: flashsale::config::ConnectionArgs::settings(),
             auth: AuthSettings::off(),
             limits: Limits::unlimited(),
             memory: MemorySettings::default(),

@@ -13,7 +13,10 @@
 //!   bucket ([`Guards::check_user`]).
 //! - On the routes that take an order or user id ([`guard_lookup`]): the
 //!   client address's lookup bucket (429), so ids cannot be tried by the
-//!   thousand.
+//!   thousand. Joining a waiting room is one of them.
+//! - On the waiting room's polls ([`Guards::check_poll`]): the client
+//!   address's poll bucket (429): polls cost no Redis call, but a client
+//!   still cannot send them without bound.
 //!
 //! Token buckets are governor's keyed GCRA limiters (one atomic word per
 //! key). Their memory is bounded: a sweeper drops the keys whose bucket has
@@ -75,6 +78,8 @@ pub struct Limits {
     pub ip_rate: Option<Rate>,
     /// Per-client-address bucket on lookups, pay and cancel (`None`: off).
     pub lookup_rate: Option<Rate>,
+    /// Per-client-address bucket on the waiting room's polls (`None`: off).
+    pub poll_rate: Option<Rate>,
     /// Live keys each bucket map may hold.
     pub max_keys: usize,
     /// Take the client address from this header's last entry (the one the
@@ -98,6 +103,7 @@ impl Default for Limits {
             user_rate: Rate::new(5, 10),
             ip_rate: Rate::new(200, 400),
             lookup_rate: Rate::new(50, 100),
+            poll_rate: Rate::new(100, 200),
             max_keys: 200_000,
             client_ip_header: None,
             max_headers: 64,
@@ -115,6 +121,7 @@ impl Limits {
             user_rate: None,
             ip_rate: None,
             lookup_rate: None,
+            poll_rate: None,
             ..Self::default()
         }
     }
@@ -207,6 +214,7 @@ pub struct Guards {
     users: Option<Buckets<u64>>,
     ips: Option<Buckets<IpAddr>>,
     lookups: Option<Buckets<IpAddr>>,
+    polls: Option<Buckets<IpAddr>>,
 }
 
 impl Guards {
@@ -216,6 +224,7 @@ impl Guards {
             users: limits.user_rate.map(|r| Buckets::new(r, limits.max_keys)),
             ips: limits.ip_rate.map(|r| Buckets::new(r, limits.max_keys)),
             lookups: limits.lookup_rate.map(|r| Buckets::new(r, limits.max_keys)),
+            polls: limits.poll_rate.map(|r| Buckets::new(r, limits.max_keys)),
             limits,
         }
     }
@@ -254,6 +263,19 @@ impl Guards {
         self.users.iter().for_each(Buckets::sweep_now);
         self.ips.iter().for_each(Buckets::sweep_now);
         self.lookups.iter().for_each(Buckets::sweep_now);
+        self.polls.iter().for_each(Buckets::sweep_now);
+    }
+
+    /// Takes a token from the client address's poll bucket: 429 when empty.
+    pub fn check_poll(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Result<(), ApiError> {
+        match (&self.polls, self.client_ip(headers, peer)) {
+            (Some(polls), Some(ip)) => polls.check(&ip).map_err(rate_limited),
+            _ => Ok(()),
+        }
     }
 
     /// The client's address: the configured header's last entry, else the peer.

@@ -31,6 +31,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .with_label_values(&["user"])
         .set(users as i64);
     m.rate_limit_keys.with_label_values(&["ip"]).set(ips as i64);
+    m.connections_open.set(state.connections.open() as i64);
+    for why in super::conn::Ended::ALL {
+        let counter = m.connections_ended.with_label_values(&[why.label()]);
+        counter.inc_by(state.connections.ended(why).saturating_sub(counter.get()));
+    }
     scrape(m, &state.sales).await
 }
 

@@ -5,6 +5,7 @@
 
 pub mod auth;
 mod body;
+pub mod conn;
 pub mod dashboard;
 pub mod error;
 mod extract;
@@ -18,7 +19,7 @@ mod products;
 mod room;
 mod server;
 
-pub use server::serve;
+pub use server::{serve, serve_router};
 
 use std::sync::Arc;
 
@@ -54,6 +55,8 @@ pub struct Shared {
     /// `None`: `AUTH=none`, the body's `user_id` is believed.
     pub auth: Option<auth::Auth>,
     pub guards: Arc<limits::Guards>,
+    /// The open connections and their bounds.
+    pub connections: Arc<conn::Connections>,
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 

@@ -188,6 +188,12 @@ fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
             "`rate_limited`: too many lookups or joins from this address; retry after `Retry-After`",
         ));
     }
+    if path == "/api/sales/{product_id}/queue/{ticket}" {
+        answers.push((
+            429,
+            "`rate_limited`: too many polls from this address; retry after `Retry-After`",
+        ));
+    }
     if path == "/api/orders" && method == HttpMethod::Post {
         answers.push((
             429,

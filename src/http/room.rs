@@ -1,6 +1,8 @@
 //! The waiting room of a sale that has one (`sale::room`): join it, ask
 //! where you stand, and (admins) change its pace.
 
+use std::net::SocketAddr;
+
 use axum::body::{Bytes, HttpBody};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -171,8 +173,11 @@ pub async fn join(
 )]
 pub async fn standing(
     State(state): State<AppState>,
+    parts: axum::http::request::Parts,
     PathParam((product_id, ticket)): PathParam<(String, String)>,
 ) -> Result<Json<StandingView>, ApiError> {
+    let peer = super::extract::peer(&parts.extensions);
+    state.guards.check_poll(&parts.headers, peer)?;
     let product = sale_id(&product_id)?;
     Ok(Json(standing_of(&state, &product, &ticket).await?))
 }
@@ -193,12 +198,19 @@ fn poll_target(path: &str) -> Option<(&str, &str)> {
 /// A poll, answered straight from the connection (no router): `serve`
 /// hands it here, under the same guards as every request. The router's
 /// route stays, for the same answers through it.
-pub async fn poll_endpoint<B>(state: &AppState, req: axum::http::Request<B>) -> Response
+pub async fn poll_endpoint<B>(
+    state: &AppState,
+    peer: Option<SocketAddr>,
+    req: axum::http::Request<B>,
+) -> Response
 where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     limits::guarded(&state.guards, req, |parts, _| async move {
+        if let Err(limited) = state.guards.check_poll(&parts.headers, peer) {
+            return limited.into_response();
+        }
         let Some((product_id, ticket)) = poll_target(parts.uri.path()) else {
             return ApiError::RouteNotFound.into_response();
         };

@@ -13,6 +13,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -26,17 +27,60 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service as _;
 
+use super::conn::{self, Conn, Connections};
 use super::{AppState, orders, room, router};
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish (idle connections are closed at once).
+/// requests in flight finish (idle connections are closed at once). Every
+/// connection is bounded by `connections` (see [`super::conn`]).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = router(state.clone());
-    let connections = GracefulShutdown::new();
+    let connections = state.connections.clone();
+    accept_loop(listener, &connections, shutdown, |peer, conn| Front {
+        state: state.clone(),
+        router: router.clone(),
+        peer,
+        conn,
+    })
+    .await
+}
+
+/// Serves `router` alone (the worker process's metrics) on `listener`,
+/// with the same bounds on its connections.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    connections: Arc<Connections>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    accept_loop(listener, &connections, shutdown, |peer, conn| Plain {
+        router: router.clone(),
+        peer,
+        conn,
+    })
+    .await
+}
+
+/// Accepts connections until `shutdown`, each admitted by `connections`
+/// (or answered 503 and closed) and served by the service `serve_with`
+/// makes for it; then waits for the requests in flight.
+async fn accept_loop<S>(
+    listener: TcpListener,
+    connections: &Arc<Connections>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    serve_with: impl Fn(SocketAddr, Arc<Conn>) -> S,
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -49,23 +93,29 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        let admitted = match connections.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(why) => {
+                tracing::debug!(%peer, reason = why.label(), "connection refused");
+                tokio::spawn(conn::refuse(stream, why));
+                continue;
+            }
+        };
         // Answers are written whole: do not hold the last segment back.
         let _ = stream.set_nodelay(true);
-        let front = Front {
-            state: state.clone(),
-            router: router.clone(),
-            peer,
-        };
-        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), front);
-        let connection = connections.watch(connection);
+        let service = serve_with(peer, admitted.conn().clone());
+        let io = TokioIo::new(admitted.stream(stream));
+        let connection = http1::Builder::new().serve_connection(io, service);
+        let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::trace!(error = %e, %peer, "connection ended with an error");
             }
+            drop(admitted);
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    graceful.shutdown().await;
     Ok(())
 }
 
@@ -88,6 +138,30 @@ struct Front {
     state: AppState,
     router: Router,
     peer: SocketAddr,
+    conn: Arc<Conn>,
+}
+
+/// One connection's service when there is only a router.
+struct Plain {
+    router: Router,
+    peer: SocketAddr,
+    conn: Arc<Conn>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Plain {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answering;
+
+    fn call(&self, mut req: Request<Incoming>) -> Answering {
+        let busy = self.conn.busy();
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let mut router = self.router.clone();
+        Box::pin(async move {
+            let _busy = busy;
+            router.call(req).await
+        })
+    }
 }
 
 type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -98,19 +172,30 @@ impl hyper::service::Service<Request<Incoming>> for Front {
     type Future = Answering;
 
     fn call(&self, mut req: Request<Incoming>) -> Answering {
+        // The connection waits on the service, not the client, until answered.
+        let busy = self.conn.busy();
         if req.method() == Method::POST && req.uri().path() == "/api/orders" {
             let (state, peer) = (self.state.clone(), self.peer);
-            return Box::pin(async move { Ok(orders::endpoint(&state, Some(peer), req).await) });
+            return Box::pin(async move {
+                let _busy = busy;
+                Ok(orders::endpoint(&state, Some(peer), req).await)
+            });
         }
         // The waiting room's polls: every waiting buyer's, every few seconds.
         if req.method() == Method::GET && room::is_poll(req.uri().path()) {
-            let state = self.state.clone();
-            return Box::pin(async move { Ok(room::poll_endpoint(&state, req).await) });
+            let (state, peer) = (self.state.clone(), self.peer);
+            return Box::pin(async move {
+                let _busy = busy;
+                Ok(room::poll_endpoint(&state, Some(peer), req).await)
+            });
         }
         // The router's routes read the peer's address here (the
         // per-address limits, trusted proxies).
         req.extensions_mut().insert(ConnectInfo(self.peer));
         let mut router = self.router.clone();
-        Box::pin(async move { router.call(req).await })
+        Box::pin(async move {
+            let _busy = busy;
+            router.call(req).await
+        })
     }
 }

@@ -214,11 +214,14 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
 /// no limits (tests of other things send many orders from one user and
 /// address) and quick workers.
 pub fn settings_for(backend: Backend, prefix: &str, db_name: &str) -> Settings {
-    settings_from_cli(backend, prefix, db_name, &["--auth=none"])
+    let mut settings = settings_from_cli(backend, prefix, db_name, &["--auth=none"]);
+    settings.http.limits = Limits::unlimited();
+    settings
 }
 
-/// [`settings_for`] with `args` (flags of `flashsale serve`, parsed by
-/// its real command line) in place of `--auth=none`.
+/// The settings of `flashsale serve` with the test's prefix, database and
+/// quick workers, and `args` (flags parsed by its real command line) in
+/// place of `--auth=none`; its limits are the command line's.
 pub fn settings_from_cli(backend: Backend, prefix: &str, db_name: &str, args: &[&str]) -> Settings {
     let redis = match backend {
         Backend::Single => format!("--redis-url={REDIS_URL}"),
@@ -246,7 +249,6 @@ pub fn settings_from_cli(backend: Backend, prefix: &str, db_name: &str, args: &[
         unreachable!("parsed as serve")
     };
     let mut settings = Settings::from(*args);
-    settings.http.limits = Limits::unlimited();
     settings.workers = Some(fast_workers("w"));
     settings
 }
@@ -286,7 +288,11 @@ async fn spawn_unready_cli(
     init_logs();
     let prefix = unique("t");
     let db_name = unique("fs_test_");
-    let mut settings = settings_from_cli(backend, &prefix, &db_name, args);
+    let mut settings = if args == ["--auth=none"] {
+        settings_for(backend, &prefix, &db_name)
+    } else {
+        settings_from_cli(backend, &prefix, &db_name, args)
+    };
     tweak(&mut settings);
     let app = tokio::time::timeout(Duration::from_secs(5), App::build(&settings))
         .await

@@ -38,6 +38,7 @@ mod proxy;
 mod resilience;
 mod retire;
 mod room;
+mod slow_clients;
 mod soldout;
 mod validation;
 mod workers;

@@ -604,3 +604,33 @@ async fn a_room_sale_before_its_start_answers_not_started() {
     check(order_with(&app, &sku, 1, None).await).await;
     check(order_with(&app, &sku, 1, Some("1.99999999999999.00")).await).await;
 }
+
+/// Polls are bounded per client address, as documented
+/// (`RATE_LIMIT_POLL_PER_SEC` / `_BURST`, set here on the command line).
+#[tokio::test]
+async fn polls_are_limited_per_address() {
+    let app = crate::helpers::spawn_app_cli(
+        &[
+            "--auth=none",
+            "--rate-limit-poll-per-sec=1",
+            "--rate-limit-poll-burst=3",
+        ],
+        |_| {},
+    )
+    .await;
+    let sku = room_sale(&app, 10, 60_000, 5, 60).await;
+    let t = ticket(&app, &sku, 1).await;
+    for _ in 0..3 {
+        assert_eq!(standing(&app, &sku, &t).await.0, StatusCode::OK);
+    }
+    let resp = app
+        .client
+        .get(app.url(&format!("/api/sales/{sku}/queue/{t}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().contains_key("retry-after"));
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited");
+}

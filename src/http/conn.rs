@@ -1,0 +1,549 @@
+//! The connections: how many may be open, in all and per client address,
+//! and how long each may wait on its client. A connection costs a file
+//! descriptor and a task whether or not its client ever sends a request,
+//! so without bounds a few hundred clients that connect and send nothing
+//! (or half a header block, or nothing after an answer) take the service
+//! down for everyone (`Too many open files`).
+//!
+//! The bounds, per connection ([`Timed`]), as Go's `http.Server` has them:
+//! - **header read**: a request head must arrive whole within
+//!   `header_read_timeout` of the connection's accept, or of the first byte
+//!   after an answer (a client trickling its headers is closed);
+//! - **idle**: a kept-alive connection waits at most `idle_timeout` for the
+//!   next request's first byte;
+//! - **write stall**: an answer whose client stops reading is dropped after
+//!   `idle_timeout` without progress;
+//! - while a request is handled, `REQUEST_TIMEOUT_MS` bounds it instead.
+//!
+//! And for all ([`Connections`]): at most `max_per_address` open from one
+//! client address (the next is answered 503 and closed); at most `max_open`
+//! in all. At that cap a new connection takes the place of the one that
+//! has waited longest on its client (idle, or still sending its head): a
+//! crowd of slow or idle connections never keeps a well-behaved client
+//! (or a health check) out; only when every connection is busy with a
+//! request is the newcomer answered 503.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use atomic_waker::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+/// Descriptors kept for everything but client connections (Redis, MySQL,
+/// the listener, files) when the cap is derived from the open-file limit.
+const RESERVED_FDS: usize = 256;
+/// The least derived cap, whatever the open-file limit.
+const MIN_DERIVED: usize = 64;
+
+/// The connection bounds (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Open connections at most (at it, the longest-waiting one gives way).
+    pub max_open: usize,
+    /// Open connections from one client address at most (0: no such cap).
+    pub max_per_address: usize,
+}
+
+impl ConnectionSettings {
+    /// The process's open-file limit less a reserve: the default of
+    /// `MAX_CONNECTIONS`.
+    pub fn derived_max_open() -> usize {
+        open_file_limit()
+            .saturating_sub(RESERVED_FDS)
+            .max(MIN_DERIVED)
+    }
+}
+
+/// The process's soft limit on open files (`RLIMIT_NOFILE`).
+pub fn open_file_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return 1024;
+    }
+    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// Raises the soft open-file limit to the hard one (as Go's runtime does at
+/// start): the service's connections are bounded by its own cap, derived
+/// from this limit. Returns the limit now in force.
+pub fn raise_open_file_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) == 0
+            && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit);
+        }
+    }
+    open_file_limit()
+}
+
+/// Why a connection ended before its client was done, or never started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    HeaderTimeout,
+    IdleTimeout,
+    WriteStall,
+    /// Gave its place to a newcomer at the cap.
+    Evicted,
+    /// Refused at accept: the process is at its cap with every connection busy.
+    RefusedFull,
+    /// Refused at accept: its address is at its cap.
+    RefusedAddress,
+}
+
+impl Ended {
+    pub const ALL: [Self; 6] = [
+        Self::HeaderTimeout,
+        Self::IdleTimeout,
+        Self::WriteStall,
+        Self::Evicted,
+        Self::RefusedFull,
+        Self::RefusedAddress,
+    ];
+
+    /// The metric's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::WriteStall => "write_stall",
+            Self::Evicted => "evicted",
+            Self::RefusedFull => "refused_full",
+            Self::RefusedAddress => "refused_address",
+        }
+    }
+}
+
+/// Every open connection of a listener, and the bounds.
+pub struct Connections {
+    settings: ConnectionSettings,
+    /// The clock `Conn::waiting_since` counts from.
+    epoch: Instant,
+    open: Mutex<Open>,
+    ended: [AtomicU64; Ended::ALL.len()],
+}
+
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    all: HashMap<u64, Arc<Conn>>,
+    per_address: HashMap<IpAddr, usize>,
+}
+
+/// One connection as [`Connections`] and its [`Timed`] stream share it.
+pub struct Conn {
+    id: u64,
+    ip: IpAddr,
+    /// Requests being handled (the service counts them).
+    in_flight: AtomicUsize,
+    /// Answers given so far: a change tells the stream an answer went out.
+    answers: AtomicU64,
+    /// When it began waiting on its client (ms since the epoch), while not busy.
+    waiting_since: AtomicU64,
+    evict: CancellationToken,
+    /// The connection's task, woken when an answer is given: hyper reads
+    /// again only when woken, and the idle deadline starts on that read.
+    reader: AtomicWaker,
+}
+
+/// A connection's place among the open ones, given back when dropped.
+pub struct Admitted {
+    connections: Arc<Connections>,
+    conn: Arc<Conn>,
+}
+
+impl Connections {
+    pub fn new(settings: ConnectionSettings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            epoch: Instant::now(),
+            open: Mutex::default(),
+            ended: Default::default(),
+        })
+    }
+
+    pub fn settings(&self) -> &ConnectionSettings {
+        &self.settings
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.lock().all.len()
+    }
+
+    /// Connections ended for `why` so far.
+    pub fn ended(&self, why: Ended) -> u64 {
+        self.ended[why as usize].load(Ordering::Relaxed)
+    }
+
+    fn count(&self, why: Ended) {
+        self.ended[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A place for a connection from `ip`, or why there is none.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Ended> {
+        let ip = ip.to_canonical();
+        let mut open = self.lock();
+        let from_ip = open.per_address.get(&ip).copied().unwrap_or(0);
+        if self.settings.max_per_address > 0 && from_ip >= self.settings.max_per_address {
+            drop(open);
+            self.count(Ended::RefusedAddress);
+            return Err(Ended::RefusedAddress);
+        }
+        if open.all.len() >= self.settings.max_open {
+            // The one that has waited longest on its client gives way; it
+            // leaves the count now (its task closes it at once).
+            let victim = open
+                .all
+                .values()
+                .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
+                .min_by_key(|c| c.waiting_since.load(Ordering::Relaxed))
+                .cloned();
+            let Some(victim) = victim else {
+                drop(open);
+                self.count(Ended::RefusedFull);
+                return Err(Ended::RefusedFull);
+            };
+            open.remove(&victim);
+            victim.evict.cancel();
+            self.count(Ended::Evicted);
+        }
+        open.next_id += 1;
+        let conn = Arc::new(Conn {
+            id: open.next_id,
+            ip,
+            in_flight: AtomicUsize::new(0),
+            answers: AtomicU64::new(0),
+            waiting_since: AtomicU64::new(self.now_ms()),
+            evict: CancellationToken::new(),
+            reader: AtomicWaker::new(),
+        });
+        *open.per_address.entry(ip).or_default() += 1;
+        open.all.insert(conn.id, conn.clone());
+        drop(open);
+        Ok(Admitted {
+            connections: self.clone(),
+            conn,
+        })
+    }
+}
+
+impl Open {
+    /// Takes `conn` out of the count, once.
+    fn remove(&mut self, conn: &Conn) {
+        if self.all.remove(&conn.id).is_none() {
+            return;
+        }
+        if let Some(n) = self.per_address.get_mut(&conn.ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_address.remove(&conn.ip);
+            }
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.connections.lock().remove(&self.conn);
+    }
+}
+
+impl Admitted {
+    /// The stream, bounded in time.
+    pub fn stream(&self, stream: TcpStream) -> Timed {
+        Timed::new(stream, self.connections.clone(), self.conn.clone())
+    }
+
+    /// What the service holds while it handles one request.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+}
+
+impl Conn {
+    /// Marks a request as being handled until the guard is dropped (its
+    /// answer given).
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+}
+
+/// A request being handled on a connection.
+pub struct Busy(Arc<Conn>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.answers.fetch_add(1, Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.reader.wake();
+    }
+}
+
+/// What a connection waits on its client for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The rest of a request head.
+    Head,
+    /// The first byte of the next request.
+    Idle,
+}
+
+/// A client's stream with the connection's deadlines (module docs): a read
+/// past its deadline, a write stalled too long, or an eviction fails with
+/// `TimedOut`, and hyper closes the connection.
+pub struct Timed {
+    inner: TcpStream,
+    connections: Arc<Connections>,
+    conn: Arc<Conn>,
+    phase: Phase,
+    /// `conn.answers` when this stream last looked.
+    seen_answers: u64,
+    deadline: Pin<Box<Sleep>>,
+    write_stall: Option<Pin<Box<Sleep>>>,
+    evicted: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl Timed {
+    fn new(inner: TcpStream, connections: Arc<Connections>, conn: Arc<Conn>) -> Self {
+        let deadline = tokio::time::Instant::now() + connections.settings.header_read_timeout;
+        Self {
+            inner,
+            phase: Phase::Head,
+            seen_answers: 0,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            write_stall: None,
+            evicted: Box::pin(conn.evict.clone().cancelled_owned()),
+            connections,
+            conn,
+        }
+    }
+
+    fn wait(&mut self, phase: Phase, timeout: Duration) {
+        self.phase = phase;
+        self.deadline
+            .as_mut()
+            .reset(tokio::time::Instant::now() + timeout);
+    }
+
+    fn ended(&self, why: Ended) -> io::Error {
+        self.connections.count(why);
+        io::Error::new(io::ErrorKind::TimedOut, why.label())
+    }
+}
+
+impl AsyncRead for Timed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                Ended::Evicted.label(),
+            )));
+        }
+        this.conn.reader.register(cx.waker());
+        let busy = this.conn.in_flight.load(Ordering::Relaxed) > 0;
+        let answers = this.conn.answers.load(Ordering::Relaxed);
+        if answers != this.seen_answers && !busy {
+            // An answer went out: the connection waits for the next request.
+            this.seen_answers = answers;
+            this.conn
+                .waiting_since
+                .store(this.connections.now_ms(), Ordering::Relaxed);
+            let idle = this.connections.settings.idle_timeout;
+            this.wait(Phase::Idle, idle);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if !busy && this.phase == Phase::Idle && buf.filled().len() > before {
+                    let header = this.connections.settings.header_read_timeout;
+                    this.wait(Phase::Head, header);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if !busy && this.deadline.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(this.ended(match this.phase {
+                    Phase::Head => Ended::HeaderTimeout,
+                    Phase::Idle => Ended::IdleTimeout,
+                })))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Timed {
+    /// A write's outcome, with the stall bound: pending writes may wait at
+    /// most `idle_timeout` for the client to read.
+    fn stalled<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => {
+                let idle = self.connections.settings.idle_timeout;
+                let stall = self
+                    .write_stall
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                if stall.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(self.ended(Ended::WriteStall)));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.write_stall = None;
+                ready
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Timed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.stalled(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.stalled(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.stalled(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The answer to a connection refused at accept: written if the socket
+/// takes it at once, then closed (bounded: never waits on the client).
+pub async fn refuse(stream: TcpStream, why: Ended) {
+    let message = match why {
+        Ended::RefusedAddress => "too many open connections from this address; close some",
+        _ => "the service is at its connection limit; retry shortly",
+    };
+    let body = format!(r#"{{"error":"overloaded","message":"{message}"}}"#);
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(answer.as_bytes());
+    // Closing with the client's request unread would reset the connection
+    // and could discard the answer: stop writing, read what came, briefly.
+    let mut stream = stream;
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(max_open: usize, max_per_address: usize) -> ConnectionSettings {
+        ConnectionSettings {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_open,
+            max_per_address,
+        }
+    }
+
+    #[test]
+    fn an_address_gets_its_share_and_no_more() {
+        let c = Connections::new(settings(100, 2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let first = c.admit(a).unwrap();
+        let _second = c.admit(a).unwrap();
+        assert_eq!(c.admit(a).err(), Some(Ended::RefusedAddress));
+        assert!(c.admit(b).is_ok(), "another address is not held back");
+        drop(first);
+        assert!(
+            c.admit(a).is_ok(),
+            "a closed connection gives its place back"
+        );
+        assert_eq!(c.ended(Ended::RefusedAddress), 1);
+    }
+
+    #[test]
+    fn at_the_cap_the_longest_waiting_connection_gives_way_and_busy_ones_stay() {
+        let c = Connections::new(settings(2, 0));
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let oldest = c.admit(ip).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let newer = c.admit(ip).unwrap();
+        let _third = c.admit(ip).unwrap();
+        assert!(
+            oldest.conn.evict.is_cancelled(),
+            "the longest waiting gave way"
+        );
+        assert!(!newer.conn.evict.is_cancelled());
+        assert_eq!(c.open(), 2);
+        // Every connection busy: the next is refused, nobody is evicted.
+        let _busy: Vec<Busy> = c.lock().all.values().map(Conn::busy).collect();
+        assert_eq!(c.admit(ip).err(), Some(Ended::RefusedFull));
+        assert_eq!(
+            (c.ended(Ended::Evicted), c.ended(Ended::RefusedFull)),
+            (1, 1)
+        );
+        drop(oldest);
+        assert_eq!(c.open(), 2, "an evicted connection left the count once");
+    }
+}
