@@ -41,6 +41,22 @@ pub struct App {
     workers: Option<Workers>,
 }
 
+/// Connections a listener queues before it accepts them (the kernel caps it
+/// at `net.core.somaxconn`): a crowd reconnecting as the service closes it
+/// must not overflow the queue, where a health check's SYN would be dropped
+/// and retried a second later.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The background work both `serve` and `worker` start with, until `token`
 /// is cancelled: creating and migrating the database as soon as MySQL
 /// answers, and checking Redis's persistence as soon as Redis answers.
@@ -64,7 +80,7 @@ impl App {
         let auth = Self::check(settings)?;
         let sales = settings.redis.sales()?.with_memory(http.memory.clone());
         let db = settings.db.db()?;
-        let listener = TcpListener::bind(http.listen_addr).await?;
+        let listener = listen(http.listen_addr)?;
         let metrics = Arc::new(Metrics::new());
         let workers = settings
             .workers
@@ -180,7 +196,7 @@ pub async fn run_workers(
     });
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = settings.metrics_addr {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = listen(addr)?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
         let router = http::metrics::worker_router(metrics.clone(), sales.clone());
         let connections = Connections::new(settings.connections.clone());

@@ -16,6 +16,8 @@
 //!   fairness, pace, admissions, and a poll's cost against the sold-out path.
 //! - [`auth`]: `flashsale-bench auth`, what verifying buyers' tokens costs
 //!   (none, HMAC, ES256, RS256; the token cache on and off).
+//! - [`slow`]: `flashsale-bench slow-clients`, well-behaved buyers beside a
+//!   crowd of slow connections, and what polls for made-up sales cost Redis.
 
 pub mod auth;
 pub mod capacity;
@@ -30,6 +32,7 @@ pub mod load;
 pub mod plan;
 pub mod rehearsal;
 pub mod room;
+pub mod slow;
 pub mod tokens;
 
 use std::sync::Arc;

@@ -36,6 +36,10 @@ enum Command {
     /// Rehearse a sale with its waiting room on: fairness of the draw, the
     /// pace, admissions, and what a poll costs against the sold-out path.
     Room(flashsale_bench::room::BenchRoomArgs),
+    /// Measure well-behaved buyers beside a crowd of slow connections (real
+    /// `serve` processes, several binaries side by side), and what polls
+    /// and joins for made-up sale ids cost Redis.
+    SlowClients(flashsale_bench::slow::BenchSlowArgs),
 }
 
 #[tokio::main]
@@ -53,5 +57,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Auth(args) => flashsale_bench::run_auth_bench(args).await,
         Command::Floor(args) => flashsale_bench::floor::serve_alone(args).await,
         Command::Room(args) => flashsale_bench::room::run_room_bench(args).await,
+        Command::SlowClients(args) => flashsale_bench::slow::run_slow_bench(args).await,
     }
 }

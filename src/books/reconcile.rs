@@ -2,8 +2,7 @@
 //! the books already hold (a failover to a replica that had not received
 //! them, a restart that lost its last writes), Redis would sell those units
 //! again. The workers reconcile each sale when its Redis master changes (see
-//! `worker::reconciler`) and once when they start; `flashsale reconcile`
-//! does it by hand. It reads the sale's orders from MySQL and restores, in
+//! `worker::reconciler`) and once when they start. It reads the sale's orders from MySQL and restores, in
 //! Redis, what is missing there (`lua/restore_booked.lua`): the orders with
 //! their units, the buyers' counts (so limits hold), the idempotency records
 //! (so a retry answers the first order), and lost releases. Online: the sale

@@ -18,16 +18,18 @@
 //! And for all ([`Connections`]): at most `max_per_address` open from one
 //! client address (the next is answered 503 and closed); at most `max_open`
 //! in all. At that cap a new connection takes the place of the one that
-//! has waited longest on its client (idle, or still sending its head): a
-//! crowd of slow or idle connections never keeps a well-behaved client
-//! (or a health check) out; only when every connection is busy with a
+//! has waited longest on its client, among those that never sent a whole
+//! request first (silent, or still sending their first head), else among
+//! the idle ones: a crowd of slow or idle connections never keeps a
+//! well-behaved client (or a health check) out, and a buyer between two
+//! requests is the last to go; only when every connection is busy with a
 //! request is the newcomer answered 503.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -43,6 +45,12 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 const RESERVED_FDS: usize = 256;
 /// The least derived cap, whatever the open-file limit.
 const MIN_DERIVED: usize = 64;
+/// Connections told to give way and not closed yet, at most: beyond, a
+/// newcomer is refused rather than the descriptors outgrowing the cap.
+const MAX_EVICTING: usize = 64;
+/// Refusals being answered at once, at most: beyond, a connection refused
+/// is closed without an answer (each holds a descriptor while answered).
+const MAX_REFUSING: usize = 64;
 
 /// The connection bounds (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +150,10 @@ pub struct Connections {
     epoch: Instant,
     open: Mutex<Open>,
     ended: [AtomicU64; Ended::ALL.len()],
+    /// Refusals being answered now.
+    refusing: AtomicUsize,
+    /// Told when a connection told to give way has closed.
+    closed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -149,6 +161,15 @@ struct Open {
     next_id: u64,
     all: HashMap<u64, Arc<Conn>>,
     per_address: HashMap<IpAddr, usize>,
+    /// Connections in the order they were admitted, for those that never
+    /// sent a whole request: the front one that still has not is the one
+    /// that has waited longest (entries that left or were answered are
+    /// dropped as they reach the front). A crowd at the cap turns over
+    /// thousands of connections a second, so the choice must not read them
+    /// all.
+    fresh: VecDeque<Arc<Conn>>,
+    /// Connections told to close, not closed yet (still counted in `all`).
+    evicting: usize,
 }
 
 /// One connection as [`Connections`] and its [`Timed`] stream share it.
@@ -162,6 +183,8 @@ pub struct Conn {
     /// When it began waiting on its client (ms since the epoch), while not busy.
     waiting_since: AtomicU64,
     evict: CancellationToken,
+    /// Chosen to give way; closing.
+    evicting: AtomicBool,
     /// The connection's task, woken when an answer is given: hyper reads
     /// again only when woken, and the idle deadline starts on that read.
     reader: AtomicWaker,
@@ -180,6 +203,8 @@ impl Connections {
             epoch: Instant::now(),
             open: Mutex::default(),
             ended: Default::default(),
+            refusing: AtomicUsize::new(0),
+            closed: tokio::sync::Notify::new(),
         })
     }
 
@@ -209,6 +234,17 @@ impl Connections {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// Before the next accept: while [`MAX_EVICTING`] connections are
+    /// closing to make room, waits (a few ms at most) for one to close, so
+    /// that a burst of newcomers waits in the listener's queue rather than
+    /// being refused.
+    pub async fn room(&self) {
+        if self.lock().evicting < MAX_EVICTING {
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(20), self.closed.notified()).await;
+    }
+
     /// A place for a connection from `ip`, or why there is none.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Ended> {
         let ip = ip.to_canonical();
@@ -219,21 +255,23 @@ impl Connections {
             self.count(Ended::RefusedAddress);
             return Err(Ended::RefusedAddress);
         }
-        if open.all.len() >= self.settings.max_open {
-            // The one that has waited longest on its client gives way; it
-            // leaves the count now (its task closes it at once).
-            let victim = open
-                .all
-                .values()
-                .filter(|c| c.in_flight.load(Ordering::Relaxed) == 0)
-                .min_by_key(|c| c.waiting_since.load(Ordering::Relaxed))
-                .cloned();
+        if open.all.len() - open.evicting >= self.settings.max_open {
+            // The one that has waited longest on its client gives way: of
+            // those that never sent a whole request first (a client between
+            // two requests has proven itself), then of the idle ones. It
+            // stays in the count until its task has closed it (at once), so
+            // the descriptors open stay under the cap plus MAX_EVICTING.
+            let victim = match open.evicting < MAX_EVICTING {
+                true => open.longest_waiting(),
+                false => None,
+            };
             let Some(victim) = victim else {
                 drop(open);
                 self.count(Ended::RefusedFull);
                 return Err(Ended::RefusedFull);
             };
-            open.remove(&victim);
+            victim.evicting.store(true, Ordering::Relaxed);
+            open.evicting += 1;
             victim.evict.cancel();
             self.count(Ended::Evicted);
         }
@@ -245,10 +283,17 @@ impl Connections {
             answers: AtomicU64::new(0),
             waiting_since: AtomicU64::new(self.now_ms()),
             evict: CancellationToken::new(),
+            evicting: AtomicBool::new(false),
             reader: AtomicWaker::new(),
         });
         *open.per_address.entry(ip).or_default() += 1;
         open.all.insert(conn.id, conn.clone());
+        open.fresh.push_back(conn.clone());
+        if open.fresh.len() > 2 * open.all.len() + 64 {
+            // Entries stuck behind a long first request: dropped now and then.
+            let Open { all, fresh, .. } = &mut *open;
+            fresh.retain(|c| all.contains_key(&c.id) && c.answers.load(Ordering::Relaxed) == 0);
+        }
         drop(open);
         Ok(Admitted {
             connections: self.clone(),
@@ -258,10 +303,52 @@ impl Connections {
 }
 
 impl Open {
+    /// The open connection that has waited longest on its client, not busy
+    /// with a request: of those never answered (the front of `fresh`, a few
+    /// looked at), else of all.
+    fn longest_waiting(&mut self) -> Option<Arc<Conn>> {
+        let gone_or_answered = |all: &HashMap<u64, Arc<Conn>>, c: &Conn| {
+            !all.contains_key(&c.id)
+                || c.answers.load(Ordering::Relaxed) > 0
+                || c.evicting.load(Ordering::Relaxed)
+        };
+        while let Some(front) = self.fresh.front() {
+            if !gone_or_answered(&self.all, front) {
+                break;
+            }
+            self.fresh.pop_front();
+        }
+        let idle = |c: &&Arc<Conn>| {
+            c.in_flight.load(Ordering::Relaxed) == 0 && !c.evicting.load(Ordering::Relaxed)
+        };
+        if let Some(c) = self
+            .fresh
+            .iter()
+            .take(64)
+            .filter(|c| !gone_or_answered(&self.all, c))
+            .find(idle)
+        {
+            return Some(c.clone());
+        }
+        self.all
+            .values()
+            .filter(idle)
+            .min_by_key(|c| {
+                (
+                    c.answers.load(Ordering::Relaxed) > 0,
+                    c.waiting_since.load(Ordering::Relaxed),
+                )
+            })
+            .cloned()
+    }
+
     /// Takes `conn` out of the count, once.
     fn remove(&mut self, conn: &Conn) {
         if self.all.remove(&conn.id).is_none() {
             return;
+        }
+        if conn.evicting.load(Ordering::Relaxed) {
+            self.evicting -= 1;
         }
         if let Some(n) = self.per_address.get_mut(&conn.ip) {
             *n -= 1;
@@ -275,6 +362,9 @@ impl Open {
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.connections.lock().remove(&self.conn);
+        if self.conn.evicting.load(Ordering::Relaxed) {
+            self.connections.closed.notify_one();
+        }
     }
 }
 
@@ -467,9 +557,25 @@ impl AsyncWrite for Timed {
     }
 }
 
-/// The answer to a connection refused at accept: written if the socket
-/// takes it at once, then closed (bounded: never waits on the client).
-pub async fn refuse(stream: TcpStream, why: Ended) {
+/// The answer to a connection refused at accept.
+impl Connections {
+    /// Answers `stream` 503 (if its socket takes the answer at once) and
+    /// closes it, in a task of its own; beyond [`MAX_REFUSING`] at once,
+    /// closes it without an answer. Never waits on the client for long.
+    pub fn refuse(self: &Arc<Self>, stream: TcpStream, why: Ended) {
+        if self.refusing.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
+            self.refusing.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        let connections = self.clone();
+        tokio::spawn(async move {
+            answer_refused(stream, why).await;
+            connections.refusing.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+async fn answer_refused(stream: TcpStream, why: Ended) {
     let message = match why {
         Ended::RefusedAddress => "too many open connections from this address; close some",
         _ => "the service is at its connection limit; retry shortly",
@@ -486,7 +592,7 @@ pub async fn refuse(stream: TcpStream, why: Ended) {
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(
-        Duration::from_millis(200),
+        Duration::from_millis(100),
         tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
     )
     .await;
@@ -529,21 +635,37 @@ mod tests {
         let oldest = c.admit(ip).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         let newer = c.admit(ip).unwrap();
-        let _third = c.admit(ip).unwrap();
-        assert!(
-            oldest.conn.evict.is_cancelled(),
-            "the longest waiting gave way"
-        );
+        let third = c.admit(ip).unwrap();
+        assert!(oldest.conn.evict.is_cancelled(), "the longest waiting gave way");
         assert!(!newer.conn.evict.is_cancelled());
-        assert_eq!(c.open(), 2);
-        // Every connection busy: the next is refused, nobody is evicted.
-        let _busy: Vec<Busy> = c.lock().all.values().map(Conn::busy).collect();
-        assert_eq!(c.admit(ip).err(), Some(Ended::RefusedFull));
-        assert_eq!(
-            (c.ended(Ended::Evicted), c.ended(Ended::RefusedFull)),
-            (1, 1)
-        );
+        assert_eq!(c.open(), 3, "counted until it has closed");
         drop(oldest);
-        assert_eq!(c.open(), 2, "an evicted connection left the count once");
+        assert_eq!(c.open(), 2);
+        // `newer` has waited longer than `third`, but between two requests:
+        // one that was answered outlives one that never was.
+        drop(newer.conn.busy());
+        let fourth = c.admit(ip).unwrap();
+        assert!(!newer.conn.evict.is_cancelled(), "a client between requests gave way");
+        assert!(third.conn.evict.is_cancelled());
+        drop(third);
+        // Every connection busy: the next is refused, nobody is evicted.
+        let _busy = (newer.conn.busy(), fourth.conn.busy());
+        assert_eq!(c.admit(ip).err(), Some(Ended::RefusedFull));
+        assert_eq!((c.ended(Ended::Evicted), c.ended(Ended::RefusedFull)), (2, 1));
+    }
+
+    #[test]
+    fn evictions_in_progress_are_bounded() {
+        let c = Connections::new(settings(1, 0));
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut held = vec![c.admit(ip).unwrap()];
+        for _ in 0..MAX_EVICTING {
+            held.push(c.admit(ip).unwrap());
+        }
+        // Every one but the newest told to close, none closed yet.
+        assert_eq!(c.admit(ip).err(), Some(Ended::RefusedFull));
+        assert_eq!(c.open(), MAX_EVICTING + 1);
+        held.remove(0);
+        assert!(c.admit(ip).is_ok(), "a closed one makes room");
     }
 }

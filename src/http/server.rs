@@ -27,7 +27,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service as _;
 
-use super::conn::{self, Conn, Connections};
+use super::conn::{Conn, Connections};
 use super::{AppState, orders, room, router};
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
@@ -83,6 +83,7 @@ where
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        connections.room().await;
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -97,7 +98,7 @@ where
             Ok(admitted) => admitted,
             Err(why) => {
                 tracing::debug!(%peer, reason = why.label(), "connection refused");
-                tokio::spawn(conn::refuse(stream, why));
+                connections.refuse(stream, why);
                 continue;
             }
         };
@@ -120,7 +121,7 @@ where
 }
 
 /// A refused or failed accept: the peer's own failures are skipped; any
-/// other (out of file descriptors) is logged and waited out, as axum does.
+/// other (out of file descriptors) is logged and waited out briefly.
 async fn accept_failed(e: std::io::Error) {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
     if matches!(
@@ -129,8 +130,10 @@ async fn accept_failed(e: std::io::Error) {
     ) {
         return;
     }
-    tracing::error!(error = %e, "accepting a connection failed; retrying in 1 s");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Out of descriptors despite the cap (something else holds them): a
+    // short pause, not axum's second, which would stall every newcomer.
+    tracing::error!(error = %e, "accepting a connection failed; retrying in 50 ms");
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// One connection's service: the order path, or the router.

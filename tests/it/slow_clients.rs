@@ -240,3 +240,45 @@ async fn one_address_gets_its_share_of_connections() {
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
     assert!(metric(&app, "refused_address").await >= 1);
 }
+
+/// A client that sends requests and stops reading the answers holds its
+/// connection no longer than the idle timeout once the service cannot
+/// write: it is closed before the answers are all out.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped() {
+    let app = spawn_app_cli(
+        &[
+            "--auth=none",
+            "--header-read-timeout-ms=60000",
+            "--idle-timeout-ms=600",
+        ],
+        |_| {},
+    )
+    .await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket.connect(addr(&app)).await.unwrap();
+    // 42 KB answers, 2,000 of them pipelined: far more than the socket
+    // buffers hold.
+    let requests = "GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2_000);
+    conn.write_all(requests.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "still open after 10 s");
+    let one: usize = app.get_json("/openapi.json").await.1.to_string().len();
+    assert!(
+        received < 1_000 * one,
+        "{received} bytes received: the answers went on"
+    );
+    assert!(metric(&app, "write_stall").await >= 1);
+}
