@@ -124,7 +124,11 @@ async fn measure(
     serve.wait_healthy().await?;
     let product = serve.open_sale().await?;
     for slow in [0, args.slow] {
-        let crowd = Crowd::hold(&serve.authority, slow, Duration::from_millis(args.reconnect_ms));
+        let crowd = Crowd::hold(
+            &serve.authority,
+            slow,
+            Duration::from_millis(args.reconnect_ms),
+        );
         // Let the crowd build up (and the service face it) first.
         tokio::time::sleep(Duration::from_secs(if slow > 0 { 3 } else { 0 })).await;
         let phase = phase(binary, args, serve, &product, slow, &crowd).await;
@@ -267,9 +271,9 @@ impl Crowd {
     fn hold(authority: &str, n: usize, pause: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let reconnects = Arc::new(AtomicU64::new(0));
-        let target: std::net::SocketAddr = authority.parse().unwrap_or_else(|_| {
-            std::net::SocketAddr::from(([127, 0, 0, 1], 8080))
-        });
+        let target: std::net::SocketAddr = authority
+            .parse()
+            .unwrap_or_else(|_| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
         for i in 0..n {
             let from = std::net::Ipv4Addr::new(127, 0, 2 + (i / 250) as u8, 1 + (i % 250) as u8);
             let (stop, reconnects) = (stop.clone(), reconnects.clone());
@@ -346,7 +350,10 @@ impl Serve {
     fn start(binary: &str, args: &BenchSlowArgs, redis: &PrivateRedis) -> anyhow::Result<Self> {
         let port = free_port()?;
         let authority = format!("127.0.0.1:{port}");
-        let db = format!("fs_bench_slow_{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+        let db = format!(
+            "fs_bench_slow_{}",
+            &uuid::Uuid::now_v7().simple().to_string()[20..]
+        );
         let token = uuid::Uuid::now_v7().simple().to_string();
         let nofile = format!("--nofile={}:{}", args.nofile, args.nofile);
         let child = Command::new("prlimit")
@@ -404,7 +411,12 @@ impl Serve {
         let auth = [("authorization", bearer.as_str())];
         let mut conn = Conn::open(&self.authority).await?;
         let (status, _) = conn
-            .send(Method::POST, "/api/admin/products", &auth, Some(body.to_string()))
+            .send(
+                Method::POST,
+                "/api/admin/products",
+                &auth,
+                Some(body.to_string()),
+            )
             .await?;
         anyhow::ensure!(status == StatusCode::CREATED, "create: {status}");
         let open = format!("/api/admin/products/{id}/open");
@@ -427,7 +439,9 @@ impl Drop for Serve {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// A Redis server of the bench's own (nothing else's commands in its stats).
@@ -439,7 +453,14 @@ struct PrivateRedis {
 impl PrivateRedis {
     fn start(port: u16) -> anyhow::Result<Self> {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
             .args(["--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()?;
@@ -490,7 +511,16 @@ impl Drop for PrivateRedis {
 fn print(r: &Report) {
     println!(
         "{:<28} {:>6} {:>9} {:>8} {:>8} {:>10} {:>12} {:>10} {:>10} {:>8}",
-        "binary", "slow", "orders/s", "p50 ms", "p99 ms", "unanswered", "healthz ok", "hz p99 ms", "reconnects", "cpu %"
+        "binary",
+        "slow",
+        "orders/s",
+        "p50 ms",
+        "p99 ms",
+        "unanswered",
+        "healthz ok",
+        "hz p99 ms",
+        "reconnects",
+        "cpu %"
     );
     for p in &r.phases {
         println!(

@@ -636,7 +636,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let newer = c.admit(ip).unwrap();
         let third = c.admit(ip).unwrap();
-        assert!(oldest.conn.evict.is_cancelled(), "the longest waiting gave way");
+        assert!(
+            oldest.conn.evict.is_cancelled(),
+            "the longest waiting gave way"
+        );
         assert!(!newer.conn.evict.is_cancelled());
         assert_eq!(c.open(), 3, "counted until it has closed");
         drop(oldest);
@@ -645,13 +648,19 @@ mod tests {
         // one that was answered outlives one that never was.
         drop(newer.conn.busy());
         let fourth = c.admit(ip).unwrap();
-        assert!(!newer.conn.evict.is_cancelled(), "a client between requests gave way");
+        assert!(
+            !newer.conn.evict.is_cancelled(),
+            "a client between requests gave way"
+        );
         assert!(third.conn.evict.is_cancelled());
         drop(third);
         // Every connection busy: the next is refused, nobody is evicted.
         let _busy = (newer.conn.busy(), fourth.conn.busy());
         assert_eq!(c.admit(ip).err(), Some(Ended::RefusedFull));
-        assert_eq!((c.ended(Ended::Evicted), c.ended(Ended::RefusedFull)), (2, 1));
+        assert_eq!(
+            (c.ended(Ended::Evicted), c.ended(Ended::RefusedFull)),
+            (2, 1)
+        );
     }
 
     #[test]

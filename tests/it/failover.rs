@@ -60,22 +60,45 @@ async fn order_until_answered(app: &TestApp, sku: &str, user: u64, key: &str) ->
     panic!("{key}: no definitive answer after 400 tries");
 }
 
-/// For each accepted order `(id, user, choice)`: once it is confirmed,
-/// choice 0 cancels it and 1 pays it (retried through 503s and transport
-/// errors until answered), 2 leaves it. Returns (cancelled, paid).
+/// An accepted order, for the buyers' cancels and pays: what to do with
+/// it (0 cancel, 1 pay, 2 nothing), and whether it was accepted while the
+/// master's replication was cut.
+struct Accepted {
+    id: String,
+    user: u64,
+    choice: u64,
+    in_cut: bool,
+}
+
+/// For each accepted order: once it is confirmed, cancels or pays it
+/// (retried through 503s and transport errors until answered). The cancels
+/// of orders accepted during the cut wait for `failed_over`, and go all at
+/// once then: they reach the new master, which lost those orders, before
+/// reconciliation does. Returns (cancelled, paid).
 async fn cancel_and_pay(
     app: std::sync::Arc<TestApp>,
-    mut orders: tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>,
+    mut orders: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
+    failed_over: tokio::sync::watch::Receiver<bool>,
 ) -> (usize, usize) {
     let mut acting = JoinSet::new();
-    while let Some((id, user, choice)) = orders.recv().await {
+    while let Some(Accepted {
+        id,
+        user,
+        choice,
+        in_cut,
+    }) = orders.recv().await
+    {
         let action = match choice {
             0 => "cancel",
             1 => "pay",
             _ => continue,
         };
         let app = app.clone();
+        let mut failed_over = failed_over.clone();
         acting.spawn(async move {
+            if in_cut && action == "cancel" {
+                let _ = failed_over.wait_for(|done| *done).await;
+            }
             // An order lost with its master before the workers read it never
             // becomes confirmed: given up on after a while (counted above).
             for _ in 0..300 {
@@ -173,10 +196,13 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     // failover (a cancel reaching the new master before reconciliation).
     let end = Instant::now() + Duration::from_secs(12);
     let (after_tx, after_rx) = tokio::sync::mpsc::unbounded_channel();
-    let afterwards = tokio::spawn(cancel_and_pay(app.clone(), after_rx));
+    let (failed_over, failed_over_rx) = tokio::sync::watch::channel(false);
+    let cutting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let afterwards = tokio::spawn(cancel_and_pay(app.clone(), after_rx, failed_over_rx));
     let mut buyers = JoinSet::new();
     for buyer in 0..8u64 {
         let (app, sku, after) = (app.clone(), sku.clone(), after_tx.clone());
+        let cutting = cutting.clone();
         buyers.spawn(async move {
             let mut fates = Vec::new();
             let mut n = 0u64;
@@ -186,7 +212,12 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
                 let key = format!("b{buyer}-{n}");
                 let fate = order_until_answered(&app, &sku, user, &key).await;
                 if let Fate::Accepted { order_id, user } = &fate {
-                    let _ = after.send((order_id.clone(), *user, n % 3));
+                    let _ = after.send(Accepted {
+                        id: order_id.clone(),
+                        user: *user,
+                        choice: n % 3,
+                        in_cut: cutting.load(std::sync::atomic::Ordering::Relaxed),
+                    });
                 }
                 fates.push((key, fate));
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -198,10 +229,13 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
 
     // Two seconds in: the link is cut; 1.5 s later the master dies.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    cutting.store(true, std::sync::atomic::Ordering::Relaxed);
     cut_replication(port).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     signal(server_pid(port).await, "-9");
     await_failover(base, &victim, &app.key(&sku, "orders")).await;
+    cutting.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = failed_over.send(true);
     let promoted_ms = crate::helpers::now_ms();
     restart_node(base, port);
 
@@ -247,11 +281,20 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     .await;
     let rows = app.order_rows(&sku).await;
     let mut in_books: HashMap<&str, usize> = HashMap::new();
-    let mut per_user: HashMap<i64, i64> = HashMap::new();
-    for (id, user, quantity) in &rows {
+    for (id, _, _) in &rows {
         *in_books.entry(id.as_str()).or_default() += 1;
-        *per_user.entry(*user).or_default() += quantity;
     }
+    // Units held: a cancelled order's went back on sale (and to its buyer's
+    // allowance).
+    let held: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, CAST(SUM(quantity) AS SIGNED) FROM tb_order \
+         WHERE product_id = ? AND status <> 'cancelled' GROUP BY user_id",
+    )
+    .bind(&sku)
+    .fetch_all(&app.mysql)
+    .await
+    .unwrap();
+    let per_user: HashMap<i64, i64> = held.into_iter().collect();
     let doubled: Vec<(Option<String>, i64)> = sqlx::query_as(
         "SELECT idempotency_key, COUNT(*) FROM tb_order WHERE product_id = ? \
          GROUP BY idempotency_key HAVING COUNT(*) > 1",
@@ -264,7 +307,7 @@ async fn cut_and_kill(base: u16, replicas: u32) -> usize {
         .iter()
         .filter(|(_, u)| **u > LIMIT as i64)
         .collect();
-    let units: i64 = rows.iter().map(|r| r.2).sum();
+    let units: i64 = per_user.values().sum();
     let audit = app.audit(&sku).await;
     eprintln!(
         "WAIT {replicas}: {} rows, {units} units; keys with two orders {doubled:?}; users over the limit {over:?}; repaired {}",
