@@ -1,4 +1,4 @@
-//! Every setting in the README's configuration table starts the real
+//! Every setting in the configuration table (docs/configuration.md) starts the real
 //! binary: given as its environment variable and as its flag, `flashsale
 //! serve --dry-run` (or `worker --dry-run`) accepts it and runs with a
 //! value it did not have without it, the same from either source. The
@@ -169,10 +169,13 @@ fn cases() -> BTreeMap<&'static str, Case> {
     c
 }
 
-/// The README's configuration table: each row's variables and defaults.
+/// The configuration table (docs/configuration.md): each row's variables and defaults.
 fn readme_rows() -> Vec<(Vec<String>, String)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("docs/configuration.md");
     let table = readme
         .split("## Configuration")
         .nth(1)
@@ -240,7 +243,7 @@ fn the_readme_table_and_help_list_the_same_settings_and_defaults() {
             assert_eq!(
                 written.trim_matches('`'),
                 shown,
-                "{var}: the README says {written}, --help {shown}"
+                "{var}: docs/configuration.md says {written}, --help {shown}"
             );
         }
     }
@@ -253,11 +256,11 @@ fn the_readme_table_and_help_list_the_same_settings_and_defaults() {
         .collect();
     assert!(
         undocumented.is_empty(),
-        "in --help, not in the README: {undocumented:?}"
+        "in --help, not in docs/configuration.md: {undocumented:?}"
     );
     assert!(
         unknown.is_empty(),
-        "in the README, not in --help: {unknown:?}"
+        "in docs/configuration.md, not in --help: {unknown:?}"
     );
 }
 
