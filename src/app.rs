@@ -20,17 +20,17 @@ use crate::worker::Workers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("redis: {0}")]
+    #[error("redis")]
     Redis(#[from] SaleError),
-    #[error("mysql: {0}")]
+    #[error("mysql")]
     Store(#[from] StoreError),
-    #[error("cannot listen: {0}")]
+    #[error("cannot listen")]
     Bind(#[from] std::io::Error),
     #[error(
         "{0}: the admin routes create and open sales; set ADMIN_TOKEN to a long random secret (e.g. `openssl rand -hex 24`), or turn them off with ADMIN_ROUTES=false"
     )]
     AdminToken(&'static str),
-    #[error("buyer identity: {0}")]
+    #[error("buyer identity")]
     Auth(#[from] crate::http::auth::AuthError),
 }
 
@@ -78,7 +78,7 @@ impl App {
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
         let http = &settings.http;
         let auth = Self::check(settings)?;
-        let sales = settings.redis.sales()?.with_memory(http.memory.clone());
+        let sales = settings.redis.sales_with(http.memory.clone())?;
         let db = settings.db.db()?;
         let listener = listen(http.listen_addr)?;
         let metrics = Arc::new(Metrics::new());
@@ -207,7 +207,7 @@ pub async fn run_workers(
             })
             .await;
             if let Err(e) = served {
-                tracing::error!(error = %e, "worker metrics listener failed");
+                tracing::error!(error = %crate::domain::Chain(&e), "worker metrics listener failed");
             }
         });
     }

@@ -13,7 +13,8 @@ use crate::config::{
 };
 use crate::domain::ProductId;
 use crate::sale::Sales;
-use crate::sale::inspect::StreamReport;
+use crate::sale::keys::GROUP;
+use crate::sale::queue::{PendingEntry, QueueView};
 use crate::store::Db;
 
 /// Redis for an operator command: one request at a time, patient.
@@ -176,14 +177,23 @@ pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
     let products = match args.product.as_deref() {
         Some(p) => vec![ProductId::parse(p).context("--product")?],
         None => {
-            let mut all = sales.open_sales().await?;
+            let mut all = sales.lifecycle.open_sales().await?;
             all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
             all
         }
     };
     let mut reports = Vec::with_capacity(products.len());
-    for p in &products {
-        reports.push(sales.inspect(p, args.pending).await?);
+    for product in products {
+        let view = sales.queue.view(&product).await?;
+        let pending_entries = match (view.has_group, args.pending) {
+            (true, limit) if limit > 0 => sales.queue.pending(&product, limit).await?,
+            _ => Vec::new(),
+        };
+        reports.push(StreamReport {
+            product_id: product.to_string(),
+            view,
+            pending_entries,
+        });
     }
     if args.json {
         println!("{}", serde_json::to_string(&reports)?);
@@ -191,6 +201,16 @@ pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
         print!("{}", render_streams(&reports));
     }
     Ok(())
+}
+
+/// One sale's queue as `flashsale streams` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct StreamReport {
+    pub product_id: String,
+    #[serde(flatten)]
+    pub view: QueueView,
+    /// The oldest pending entries (at most `--pending`).
+    pub pending_entries: Vec<PendingEntry>,
 }
 
 /// The reports as a table per sale.
@@ -201,37 +221,39 @@ pub fn render_streams(reports: &[StreamReport]) -> String {
         out.push_str("no open sales\n");
     }
     for r in reports {
-        let stock = r.stock.map_or("-".to_owned(), |s| s.to_string());
+        let v = &r.view;
+        let stock = v.stock.map_or("-".to_owned(), |s| s.to_string());
         let _ = writeln!(out, "sale {}  stock {stock}", r.product_id);
-        let _ = writeln!(out, "  stream {}  length {}", r.stream_key, r.length);
-        match &r.group {
-            Some(g) => {
-                let lag = g.lag.map_or("?".to_owned(), |l| l.to_string());
+        let _ = writeln!(out, "  stream {}  length {}", v.stream_key, v.stream_length);
+        match &v.last_delivered_id {
+            Some(last) if v.has_group => {
+                let lag = v.lag.map_or("?".to_owned(), |l| l.to_string());
                 let _ = writeln!(
                     out,
-                    "  group {}  consumers {}  pending {}  lag {lag}  last delivered {}",
-                    g.name, g.consumers, g.pending, g.last_delivered_id
+                    "  group {GROUP}  consumers {}  pending {}  lag {lag}  last delivered {last}",
+                    v.consumers.len(),
+                    v.pending,
                 );
             }
-            None => out.push_str("  no consumer group\n"),
+            _ => out.push_str("  no consumer group\n"),
         }
-        if !r.consumers.is_empty() {
+        if !v.consumers.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:<32} {:>8} {:>10}",
                 "consumer", "pending", "idle ms"
             );
-            for c in &r.consumers {
+            for c in &v.consumers {
                 let _ = writeln!(out, "  {:<32} {:>8} {:>10}", c.name, c.pending, c.idle_ms);
             }
         }
-        if !r.pending.is_empty() {
+        if !r.pending_entries.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:<24} {:<32} {:>10} {:>10}",
                 "pending entry", "consumer", "idle ms", "deliveries"
             );
-            for p in &r.pending {
+            for p in &r.pending_entries {
                 let _ = writeln!(
                     out,
                     "  {:<24} {:<32} {:>10} {:>10}",
@@ -242,7 +264,7 @@ pub fn render_streams(reports: &[StreamReport]) -> String {
         let _ = writeln!(
             out,
             "  dead letters {}  ({})",
-            r.dead_letters, r.dead_letter_key
+            v.dead_letters, v.dead_letter_key
         );
     }
     out

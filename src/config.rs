@@ -595,7 +595,17 @@ impl RedisSettings {
     /// The sales over this Redis: handles made without connecting (Redis
     /// need not answer yet).
     pub fn sales(&self) -> Result<Sales, SaleError> {
-        Ok(Sales::new(self.redis()?, self.key_prefix.clone()).with_wait(self.wait))
+        self.sales_with(MemorySettings::default())
+    }
+
+    /// [`Self::sales`], answering orders from memory as `memory` says.
+    pub fn sales_with(&self, memory: MemorySettings) -> Result<Sales, SaleError> {
+        Ok(Sales::new(
+            self.redis()?,
+            self.key_prefix.clone(),
+            memory,
+            self.wait,
+        ))
     }
 
     /// A handle to this Redis itself, below the sales (for benchmarks of

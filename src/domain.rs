@@ -252,6 +252,23 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// An error and its causes, outermost first (`a: b: c`), for a log line.
+/// Each layer's error says only what failed at its level (`redis`,
+/// `mysql`), and its cause is its `source`: printed once, here.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
 /// A buyer id: 1..=i64::MAX (it is a BIGINT in MySQL).
 pub fn user_id(v: u64) -> Result<u64, Invalid> {
     if v == 0 || v > i64::MAX as u64 {

@@ -34,6 +34,8 @@
 //! `flashsale-bench`): they use this library, and nothing here knows them.
 
 pub mod app;
+#[cfg(feature = "bench")]
+pub mod bench_support;
 pub mod books;
 pub mod cli;
 pub mod config;

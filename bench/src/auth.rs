@@ -303,11 +303,15 @@ async fn micro_bench(
         };
         let (uncached, cached) = (auth(0)?, auth(16)?);
         anyhow::ensure!(
-            cached.identify_bearer(&token).ok() == Some(1),
+            flashsale::bench_support::identify_bearer(&cached, &token).ok() == Some(1),
             "the server refuses the bench's token"
         );
-        let verify = per_call(verify_n, || uncached.identify_bearer(&token))?;
-        let cached = per_call(cached_n, || cached.identify_bearer(&token))?;
+        let verify = per_call(verify_n, || {
+            flashsale::bench_support::identify_bearer(&uncached, &token)
+        })?;
+        let cached = per_call(cached_n, || {
+            flashsale::bench_support::identify_bearer(&cached, &token)
+        })?;
         Ok(MicroFigures {
             algorithm: format!("{:?}", tokens.algorithm()),
             verify_ns: verify.cpu_ns,

@@ -69,7 +69,12 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> anyhow::Result<()> {
         Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
         args.concurrency.min(512) as u32,
     )?;
-    let sales = Sales::new(redis.clone(), super::bench_prefix(&args.redis.key_prefix));
+    let sales = Sales::new(
+        redis.clone(),
+        super::bench_prefix(&args.redis.key_prefix),
+        flashsale::sale::MemorySettings::default(),
+        None,
+    );
     println!(
         "place_order.lua straight against {}: {} orders per mode (blocked: 10 per caller), concurrency {}",
         args.redis.redis_url, args.requests, args.concurrency
@@ -153,7 +158,7 @@ pub async fn run_mode(
                 match mode {
                     ConnMode::Pool => pooled_order(&sales, &redis, &product, user).await?,
                     _ => {
-                        sales.place_order(&product, user, 1, None, false).await?;
+                        super::place(&sales, &product, user, None).await?;
                     }
                 }
                 latencies.push(t.elapsed());
@@ -195,14 +200,14 @@ async fn pooled_order(
     product: &ProductId,
     user: u64,
 ) -> Result<(), SaleError> {
-    let mut conn = redis.pool().get().await?;
+    let mut conn = flashsale::bench_support::blocking_pool(redis).get().await?;
     let keys = sales.keys(product);
     let order_id = OrderId::generate(product);
     redis
-        .bounded(flashsale::sale::place_order_on(
+        .bounded(flashsale::bench_support::place_order_on(
             &mut *conn,
             &keys,
-            &flashsale::sale::OrderCall {
+            &flashsale::bench_support::OrderCall {
                 order_id: &order_id,
                 user_id: user,
                 product,

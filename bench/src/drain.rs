@@ -31,7 +31,12 @@ pub struct BenchDrainArgs {
 
 pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let redis = Redis::new(&args.redis.target(), Duration::from_secs(10), 8)?;
-    let sales = Sales::new(redis, super::bench_prefix(&args.redis.key_prefix));
+    let sales = Sales::new(
+        redis,
+        super::bench_prefix(&args.redis.key_prefix),
+        flashsale::sale::MemorySettings::default(),
+        None,
+    );
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
     db.create_and_migrate().await?;
@@ -120,7 +125,7 @@ async fn one_size(
         waiting_room: None,
     })
     .await?;
-    sales.open(&product, &spec).await?;
+    sales.lifecycle.open(&product, &spec).await?;
     fill(sales, &product, n, 64).await?;
     let orders = stream_orders(sales, &product).await?;
 
@@ -157,13 +162,13 @@ async fn one_size(
 
     let left: i64 = sqlx::query_scalar("SELECT available_qty FROM tb_product WHERE product_id = ?")
         .bind(product.as_str())
-        .fetch_one(db.pool())
+        .fetch_one(flashsale::bench_support::pool(db))
         .await?;
     anyhow::ensure!(left == 0, "drain left available_qty at {left}, expected 0");
     delete_rows(db, &product).await?;
     sqlx::query("DELETE FROM tb_product WHERE product_id = ?")
         .bind(product.as_str())
-        .execute(db.pool())
+        .execute(flashsale::bench_support::pool(db))
         .await?;
     remove_sale_keys(sales, &product).await?;
     Ok((raw, drain))
@@ -175,6 +180,7 @@ async fn stream_orders(
     product: &flashsale::domain::ProductId,
 ) -> anyhow::Result<Vec<PendingOrder>> {
     sales
+        .ledger
         .stream_entries(product)
         .await?
         .into_iter()
@@ -190,14 +196,14 @@ async fn raw_insert(
     batch: usize,
 ) -> anyhow::Result<Moved> {
     sqlx::query("DROP TABLE IF EXISTS bench_raw_order")
-        .execute(db.pool())
+        .execute(flashsale::bench_support::pool(db))
         .await?;
     sqlx::query("CREATE TABLE bench_raw_order LIKE tb_order")
-        .execute(db.pool())
+        .execute(flashsale::bench_support::pool(db))
         .await?;
     let (started, before) = (Instant::now(), clocks(mysql));
     for chunk in orders.chunks(batch) {
-        db.insert_orders_raw("bench_raw_order", chunk).await?;
+        flashsale::bench_support::insert_orders_raw(db, "bench_raw_order", chunk).await?;
     }
     let raw = moved(
         orders.len(),
@@ -206,7 +212,7 @@ async fn raw_insert(
         clocks(mysql),
     );
     sqlx::query("DROP TABLE bench_raw_order")
-        .execute(db.pool())
+        .execute(flashsale::bench_support::pool(db))
         .await?;
     Ok(raw)
 }
@@ -214,7 +220,7 @@ async fn raw_insert(
 async fn delete_rows(db: &Db, product: &flashsale::domain::ProductId) -> anyhow::Result<()> {
     sqlx::query("DELETE FROM tb_order WHERE product_id = ?")
         .bind(product.as_str())
-        .execute(db.pool())
+        .execute(flashsale::bench_support::pool(db))
         .await?;
     Ok(())
 }

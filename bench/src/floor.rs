@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use super::cpu::ThreadGroup;
 use flashsale::domain::ProductId;
 use flashsale::http::error::ApiError;
-use flashsale::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales};
+use flashsale::sale::{Decision, MemorySettings, NewOrder, Redis, RedisTarget, Sales, Vouched};
 
 /// The body `serve` answers a sold-out order with.
 const SOLD_OUT: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;
@@ -132,9 +132,12 @@ async fn serve(listener: std::net::TcpListener, kind: Kind, mut stopped: oneshot
     let sales = match kind {
         Kind::Constant => None,
         Kind::Script { redis, prefix } => match Redis::new(&redis, Duration::from_secs(5), 4) {
-            Ok(redis) => Some(Arc::new(
-                Sales::new(redis, prefix).with_memory(MemorySettings::off()),
-            )),
+            Ok(redis) => Some(Arc::new(Sales::new(
+                redis,
+                prefix,
+                MemorySettings::off(),
+                None,
+            ))),
             Err(e) => {
                 tracing::error!(error = %e, "the floor cannot reach Redis");
                 return;
@@ -185,21 +188,22 @@ async fn answer(
     };
     Ok(
         match sales
-            .place_order(
-                &product,
-                order.user_id,
-                order.quantity,
-                key.as_deref(),
-                false,
-            )
+            .orders
+            .place(NewOrder {
+                product: &product,
+                user_id: order.user_id,
+                quantity: order.quantity,
+                idempotency_key: key.as_deref(),
+                vouched: Vouched::No,
+            })
             .await
         {
-            Ok(placed) => {
+            Ok(Decision::Placed(placed)) => {
                 let body = format!(r#"{{"order_id":"{}"}}"#, placed.order.order_id);
                 json(StatusCode::ACCEPTED, Bytes::from(body))
             }
-            Err(e @ (SaleError::Rejected(_) | SaleError::Remembered(_))) => {
-                refusal(StatusCode::CONFLICT, ApiError::from(e).code())
+            Ok(Decision::Refused { why, .. }) => {
+                refusal(StatusCode::CONFLICT, ApiError::from(why).code())
             }
             Err(_) => refusal(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         },

@@ -46,6 +46,26 @@ pub use self::rehearsal::BenchArgs;
 use flashsale::domain::{MAX_TIME_MS, ProductId};
 use flashsale::sale::{SaleError, SaleSpec, Sales};
 
+/// One unit for `user` through the order path (memory, then the script),
+/// with no admission.
+pub async fn place(
+    sales: &Sales,
+    product: &ProductId,
+    user: u64,
+    idempotency_key: Option<&str>,
+) -> Result<flashsale::sale::Decision, SaleError> {
+    sales
+        .orders
+        .place(flashsale::sale::NewOrder {
+            product,
+            user_id: user,
+            quantity: 1,
+            idempotency_key,
+            vouched: flashsale::sale::Vouched::No,
+        })
+        .await
+}
+
 /// The key prefix of benchmark sales: beside, never inside, the deployment's
 /// own (so a running `serve`'s workers never see them).
 pub fn bench_prefix(prefix: &str) -> String {
@@ -61,7 +81,7 @@ pub fn bench_product(tag: &str) -> ProductId {
 /// Opens a sale in Redis only, always in its window, one unit per user.
 pub async fn open_bench_sale(sales: &Sales, stock: u64) -> Result<ProductId, SaleError> {
     let product = bench_product("redis");
-    sales.open(&product, &bench_spec(stock)).await?;
+    sales.lifecycle.open(&product, &bench_spec(stock)).await?;
     Ok(product)
 }
 
@@ -93,7 +113,7 @@ pub async fn fill(
                 if user > n {
                     return Ok::<_, SaleError>(());
                 }
-                sales.place_order(&product, user, 1, None, false).await?;
+                place(&sales, &product, user, None).await?;
             }
         }));
     }
@@ -115,5 +135,5 @@ pub fn show<R: serde::Serialize>(json: bool, report: &R, table: fn(&R)) -> anyho
 
 /// Deletes every key of a benchmark sale and its registry entry.
 pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), SaleError> {
-    sales.remove(product).await
+    sales.lifecycle.remove(product).await
 }

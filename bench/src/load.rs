@@ -23,7 +23,7 @@ use super::plan::Planned;
 use super::tokens::Tokens;
 use flashsale::domain::ProductId;
 use flashsale::http::error::ApiError;
-use flashsale::sale::{SaleError, Sales};
+use flashsale::sale::{Decision, Sales};
 
 /// What one request got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,15 +348,9 @@ impl Caller for DirectCaller {
         let Ok(product) = ProductId::parse(&product_of(&self.products, i, p)) else {
             return Answer::Refused("invalid_request".into());
         };
-        match self
-            .sales
-            .place_order(&product, p.user, 1, key.as_deref(), false)
-            .await
-        {
-            Ok(placed) => Answer::Accepted(placed.order.order_id.to_string()),
-            Err(e @ (SaleError::Rejected(_) | SaleError::Remembered(_))) => {
-                Answer::Refused(ApiError::from(e).code().into())
-            }
+        match super::place(&self.sales, &product, p.user, key.as_deref()).await {
+            Ok(Decision::Placed(placed)) => Answer::Accepted(placed.order.order_id.to_string()),
+            Ok(Decision::Refused { why, .. }) => Answer::Refused(ApiError::from(why).code().into()),
             Err(_) => Answer::Refused("unavailable".into()),
         }
     }

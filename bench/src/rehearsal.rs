@@ -498,7 +498,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     );
     let mut sold_out = true;
     for p in products.iter() {
-        sold_out &= target.sales.stock(p).await? == Some(0);
+        sold_out &= target.sales.orders.stock(p).await? == Some(0);
     }
     let sold_out_phase = if pre_start_ms > 0 && sold_out {
         let until = Instant::now() + Duration::from_millis(pre_start_ms as u64);
@@ -834,7 +834,8 @@ async fn per_node(
 ) -> anyhow::Result<BTreeMap<String, f64>> {
     let mut node_of_sale = Vec::new();
     for p in products {
-        node_of_sale.push(t.redis.node_of(&t.sales.keys(p).orders).await?);
+        node_of_sale
+            .push(flashsale::bench_support::node_of(&t.redis, &t.sales.keys(p).orders).await?);
     }
     let mut per_node: BTreeMap<String, f64> = BTreeMap::new();
     for p in plan.iter().take(run.answers.len()).filter(|p| !p.unknown) {
@@ -866,7 +867,12 @@ async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
         ..(&args.redis).into()
     }
     .redis()?;
-    let sales = Sales::new(redis.clone(), args.redis.key_prefix.clone());
+    let sales = Sales::new(
+        redis.clone(),
+        args.redis.key_prefix.clone(),
+        MemorySettings::default(),
+        None,
+    );
     let db = DbSettings {
         timeout: Duration::from_secs(10),
         max_connections: 4,
@@ -1154,7 +1160,12 @@ async fn floor_runs(
     )
     .await?;
     let prefix = super::bench_prefix(&args.redis.key_prefix);
-    let sales = Sales::new(t.redis.clone(), prefix.clone());
+    let sales = Sales::new(
+        t.redis.clone(),
+        prefix.clone(),
+        MemorySettings::default(),
+        None,
+    );
     let products = open_bench_sales(args, &sales, "floor").await?;
     let kind = Kind::Script {
         redis: args.redis.target(),
@@ -1208,7 +1219,7 @@ async fn open_bench_sales(
         .map(|_| super::bench_product(tag))
         .collect();
     for product in &products {
-        sales.open(product, &spec).await?;
+        sales.lifecycle.open(product, &spec).await?;
     }
     Ok(Arc::new(products))
 }
@@ -1220,8 +1231,12 @@ async fn direct_run(
     t: &Target,
     plan: Arc<Vec<Planned>>,
 ) -> anyhow::Result<RunFigures> {
-    let sales = Sales::new(t.redis.clone(), super::bench_prefix(&args.redis.key_prefix))
-        .with_memory(MemorySettings::off());
+    let sales = Sales::new(
+        t.redis.clone(),
+        super::bench_prefix(&args.redis.key_prefix),
+        MemorySettings::off(),
+        None,
+    );
     let products = open_bench_sales(args, &sales, "direct").await?;
     let callers = (0..args.concurrency.max(1))
         .map(|_| DirectCaller {
@@ -1265,7 +1280,10 @@ fn watch_persisted(db: Db, products: Arc<Vec<ProductId>>) -> watch::Receiver<Per
                 ids.push_bind(p.as_str());
             }
             query.push(")");
-            let count: Result<i64, _> = query.build_query_scalar().fetch_one(db.pool()).await;
+            let count: Result<i64, _> = query
+                .build_query_scalar()
+                .fetch_one(flashsale::bench_support::pool(&db))
+                .await;
             if let Ok(n) = count {
                 tx.send_if_modified(|seen| {
                     let changed = seen.rows != n;
@@ -1410,7 +1428,7 @@ async fn books_checks(
          FROM tb_order WHERE product_id = ?",
     )
     .bind(product.as_str())
-    .fetch_one(t.db.pool())
+    .fetch_one(flashsale::bench_support::pool(&t.db))
     .await?;
     check(
         "tb_order rows == accepted orders",
@@ -1430,14 +1448,14 @@ async fn books_checks(
     )
     .bind(product.as_str())
     .bind(args.limit_per_user as i64)
-    .fetch_one(t.db.pool())
+    .fetch_one(flashsale::bench_support::pool(&t.db))
     .await?;
     check(
         "no user over the limit",
         over == 0,
         format!("{over} users over {}", args.limit_per_user),
     );
-    let stock = t.sales.stock(product).await?.unwrap_or(0);
+    let stock = t.sales.orders.stock(product).await?.unwrap_or(0);
     check(
         "redis stock + units sold == stock",
         stock + sold == args.stock,
@@ -1446,7 +1464,7 @@ async fn books_checks(
     let available: i64 =
         sqlx::query_scalar("SELECT available_qty FROM tb_product WHERE product_id = ?")
             .bind(product.as_str())
-            .fetch_one(t.db.pool())
+            .fetch_one(flashsale::bench_support::pool(&t.db))
             .await?;
     check(
         "tb_product.available_qty == stock - sold",
@@ -1464,7 +1482,7 @@ async fn cleanup(t: &Target, product: &ProductId) -> anyhow::Result<()> {
     ] {
         sqlx::query(sql)
             .bind(product.as_str())
-            .execute(t.db.pool())
+            .execute(flashsale::bench_support::pool(&t.db))
             .await?;
     }
     super::remove_sale_keys(&t.sales, product).await?;

@@ -386,7 +386,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
         ] {
             sqlx::query(sql)
                 .bind(product.as_str())
-                .execute(db.pool())
+                .execute(flashsale::bench_support::pool(&db))
                 .await?;
         }
         super::remove_sale_keys(&sales, product).await?;

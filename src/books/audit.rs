@@ -92,7 +92,7 @@ pub async fn audit_sale(
     {
         return Ok(retired_figures(product, &rows, &recorded));
     }
-    let redis = sales.snapshot(&id).await?;
+    let redis = sales.ledger.snapshot(&id).await?;
     Ok(figures(product, &rows, &redis))
 }
 

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::BooksError;
 use crate::domain::{ProductId, now_ms};
-use crate::sale::Sales;
+use crate::sale::{QueueView, Sales};
 use crate::store::Db;
 
 /// What one check saw of a sale.
@@ -151,13 +151,13 @@ impl Verdicts {
 
 /// Looks at one sale: Redis, then MySQL, then Redis again.
 pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, BooksError> {
-    let backlog = |r: &crate::sale::inspect::StreamReport| match &r.group {
-        Some(g) => g.lag.map(|lag| lag + g.pending),
+    let backlog = |v: &QueueView| match v.has_group {
+        true => v.lag.map(|lag| lag + v.pending),
         // No group yet: nothing was ever read, so nothing may be waiting.
-        None => (r.length == 0).then_some(0),
+        false => (v.stream_length == 0).then_some(0),
     };
-    let stock = |r: &crate::sale::inspect::StreamReport| r.stock.map(|s| s as i64);
-    let before = sales.inspect(product, 0).await?;
+    let stock = |v: &QueueView| v.stock.map(|s| s.max(0));
+    let before = sales.queue.view(product).await?;
     let available_qty = db
         .product(product)
         .await?
@@ -166,6 +166,7 @@ pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, B
     let (unreturned_units, newest_unreturned_ms) = db.unreturned_units(product).await?;
     let dead_letter_units = if before.dead_letters > 0 {
         sales
+            .ledger
             .dead_letters(product)
             .await?
             .iter()
@@ -174,7 +175,7 @@ pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, B
     } else {
         0
     };
-    let after = sales.inspect(product, 0).await?;
+    let after = sales.queue.view(product).await?;
     Ok(Look {
         backlog: (backlog(&before), backlog(&after)),
         stock: (stock(&before), stock(&after)),

@@ -127,17 +127,20 @@ impl Books {
                 Err(refusal(&row, user.unwrap_or(0)))
             }
             Transition::NotFound => {
-                let Some(order) = self.sales.find_order(id, product).await? else {
+                let Some(order) = self.sales.orders.find(id, product).await? else {
                     return Err(BooksError::NotFound);
                 };
                 if user.is_some_and(|u| order.user_id != u) {
                     return Err(BooksError::Forbidden);
                 }
-                self.sales.request_cancel(&order).await?;
+                self.sales.orders.request_cancel(&order).await?;
                 // Persisted meanwhile? Then cancel it now (the request is moot).
                 if self.db.order(id).await?.is_some() {
                     let done = Box::pin(self.cancel(id, product, user)).await?;
-                    self.sales.drop_cancel_request(product, id.as_str()).await?;
+                    self.sales
+                        .orders
+                        .drop_cancel_request(product, id.as_str())
+                        .await?;
                     return Ok(done);
                 }
                 Ok(Cancelled::Requested(order))
@@ -148,7 +151,7 @@ impl Books {
     /// The Redis half of a cancel, then `released = 1`.
     pub async fn release(&self, row: &OrderRow) -> Result<(), BooksError> {
         let order = pending_of(row)?;
-        self.sales.release(&order).await?;
+        self.sales.orders.release(&order).await?;
         self.db.mark_released(&row.order_id).await?;
         Ok(())
     }
@@ -157,7 +160,7 @@ impl Books {
     /// committed, and the sweeper finishes the release.
     async fn release_logged(&self, row: &OrderRow) {
         if let Err(e) = self.release(row).await {
-            tracing::warn!(order_id = %row.order_id, error = %e, "units not yet back in Redis; the sweeper will retry");
+            tracing::warn!(order_id = %row.order_id, error = %crate::domain::Chain(&e), "units not yet back in Redis; the sweeper will retry");
         }
     }
 
@@ -192,15 +195,15 @@ impl Books {
     /// the orders persisted since; returns how many were applied.
     pub async fn apply_cancel_requests(&self, product: &ProductId) -> Result<usize, BooksError> {
         let mut applied = 0;
-        for (id, user) in self.sales.cancel_requests(product).await? {
+        for (id, user) in self.sales.orders.cancel_requests(product).await? {
             let Some((order_id, _)) = OrderId::parse(&id) else {
-                self.sales.drop_cancel_request(product, &id).await?;
+                self.sales.orders.drop_cancel_request(product, &id).await?;
                 continue;
             };
             match self.cancel(&order_id, product, Some(user)).await {
                 Ok(Cancelled::Done(_))
                 | Err(BooksError::InvalidTransition(_) | BooksError::NotFound) => {
-                    self.sales.drop_cancel_request(product, &id).await?;
+                    self.sales.orders.drop_cancel_request(product, &id).await?;
                     applied += 1;
                 }
                 Ok(Cancelled::Requested(_)) => {} // still pending
@@ -217,7 +220,7 @@ impl Books {
         product: &ProductId,
         user: u64,
     ) -> Result<BooksError, BooksError> {
-        Ok(match self.sales.find_order(id, product).await? {
+        Ok(match self.sales.orders.find(id, product).await? {
             None => BooksError::NotFound,
             Some(o) if o.user_id != user => BooksError::Forbidden,
             Some(_) => BooksError::InvalidTransition("pending".into()),

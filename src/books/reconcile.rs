@@ -53,7 +53,7 @@ pub async fn reconcile(
     db: &Db,
     product: &ProductId,
 ) -> Result<Reconciled, BooksError> {
-    if sales.stock(product).await?.is_none() {
+    if sales.orders.stock(product).await?.is_none() {
         return Ok(Reconciled {
             product_id: product.to_string(),
             in_redis: false,
@@ -61,7 +61,10 @@ pub async fn reconcile(
         });
     }
     let rows = db.orders_of_product(product).await?;
-    let restored = sales.restore_booked(product, &booked(&rows)?, true).await?;
+    let restored = sales
+        .ledger
+        .restore_booked(product, &booked(&rows)?, true)
+        .await?;
     if !restored.is_empty() {
         tracing::warn!(
             product_id = %product,

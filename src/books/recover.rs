@@ -44,11 +44,14 @@ pub async fn recover(
         ));
     }
     let rows = db.orders_of_product(product_id).await?;
-    if sales.has_sale(product_id).await? && !force {
+    if sales.ledger.has_sale(product_id).await? && !force {
         return Err(BooksError::Refused("Redis still has this sale".into()));
     }
     let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
-    let unpersisted = sales.unpersisted_orders(product_id, &persisted).await?;
+    let unpersisted = sales
+        .ledger
+        .unpersisted_orders(product_id, &persisted)
+        .await?;
     if unpersisted > 0 && !force {
         return Err(BooksError::Refused(format!(
             "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
@@ -58,12 +61,17 @@ pub async fn recover(
     // Closed while it is rebuilt: without the sale hash every order is
     // refused. The stock starts full and the books' orders are taken off it.
     sales
+        .ledger
         .reset(product_id, product.initial_qty.max(0) as u64)
         .await?;
     let booked = super::reconcile::booked(&rows)?;
-    let restored = sales.restore_booked(product_id, &booked, false).await?;
+    let restored = sales
+        .ledger
+        .restore_booked(product_id, &booked, false)
+        .await?;
     let stock = restored.stock.max(0);
     let (opened, _) = sales
+        .lifecycle
         .open(product_id, &super::sale_spec(&product, stock as u64))
         .await?;
     if !opened {

@@ -149,7 +149,7 @@ pub async fn assess(
     after: Duration,
 ) -> Result<Assessment, BooksError> {
     let id = product_id(product)?;
-    let (redis_now, window) = sales.clock(&id).await?;
+    let (redis_now, window) = sales.lifecycle.clock(&id).await?;
     let Some((_, end_ms)) = window else {
         return Ok(Assessment::blocked(vec![Blocker::MissingInRedis]));
     };
@@ -160,7 +160,7 @@ pub async fn assess(
     if redis_now < ends_ms || now_ms() < ends_ms {
         blockers.push(Blocker::NotEnded { ends_ms });
     }
-    let watch = sales.watch(&id).await?;
+    let watch = sales.queue.view(&id).await?;
     match watch.undelivered() {
         Some(0) if watch.pending == 0 => {}
         undelivered => blockers.push(Blocker::Pending {
@@ -295,16 +295,20 @@ impl Retirer {
                         // No key written for a sale Redis does not have.
                         ["missing_in_redis"] => {}
                         _ => {
-                            if let Err(e) = self.sales.record_unsettled(&id, &codes.join(",")).await
+                            if let Err(e) = self
+                                .sales
+                                .queue
+                                .record_unsettled(&id, &codes.join(","))
+                                .await
                             {
-                                tracing::debug!(product_id = %id, error = %e, "cannot record why the sale is not retired");
+                                tracing::debug!(product_id = %id, error = %crate::domain::Chain(&e), "cannot record why the sale is not retired");
                             }
                         }
                     }
                     pass.unsettled.push((id, blockers));
                 }
                 Err(e) => {
-                    tracing::warn!(product_id = %id, error = %e, "cannot retire the sale; the next pass retries");
+                    tracing::warn!(product_id = %id, error = %crate::domain::Chain(&e), "cannot retire the sale; the next pass retries");
                     pass.failed += 1;
                 }
             }
@@ -328,7 +332,7 @@ impl Retirer {
             let page = with_ids(&page);
             // Step 2 again, for a crash between steps 1 and 2: one command a page.
             let ids: Vec<ProductId> = page.iter().map(|(_, id)| id.clone()).collect();
-            self.sales.forget_all(&ids).await?;
+            self.sales.lifecycle.forget_all(&ids).await?;
             for (product, id) in page {
                 if product.retired.unwrap_or(i64::MAX) > due_by {
                     continue;
@@ -337,7 +341,7 @@ impl Retirer {
                 match self.purge(&id).await {
                     Ok(()) => pass.purged.push(id),
                     Err(e) => {
-                        tracing::warn!(product_id = %id, error = %e, "cannot purge the retired sale; the next pass retries");
+                        tracing::warn!(product_id = %id, error = %crate::domain::Chain(&e), "cannot purge the retired sale; the next pass retries");
                         pass.failed += 1;
                     }
                 }
@@ -391,7 +395,7 @@ impl Retirer {
             }
         }
         if upto >= Step::Leave {
-            self.sales.forget(&id).await?;
+            self.sales.lifecycle.forget(&id).await?;
         }
         if upto >= Step::Purge {
             self.purge(&id).await?;
@@ -401,7 +405,7 @@ impl Retirer {
 
     /// Step 3 of a retired sale.
     async fn purge(&self, id: &ProductId) -> Result<(), BooksError> {
-        self.sales.unlink(id).await?;
+        self.sales.lifecycle.unlink(id).await?;
         self.db.mark_purged(id, now_ms()).await?;
         tracing::debug!(product_id = %id, "retired sale's Redis keys deleted");
         Ok(())
@@ -461,7 +465,7 @@ pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, Bo
     let now = now_ms();
     // The Redis node's end decides orders; MySQL takes the same instant.
     let ended = match product.opened {
-        Some(_) => sales.close(id).await?,
+        Some(_) => sales.lifecycle.close(id).await?,
         None => None,
     };
     let closed = db

@@ -67,7 +67,7 @@ impl Sweeper {
             .repair_releases(self.release_grace, BATCH)
             .await?;
         let mut requests_applied = 0;
-        for product in self.sales.open_sales().await? {
+        for product in self.sales.lifecycle.open_sales().await? {
             requests_applied += self.books.apply_cancel_requests(&product).await?;
         }
         Ok(Swept {

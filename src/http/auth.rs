@@ -156,17 +156,17 @@ pub enum AuthError {
     JwtSettingsWithoutKey,
     #[error("AUTH_USER_HEADER and AUTH_TRUSTED_PROXIES go together: set both or neither")]
     HeaderWithoutProxies,
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     ReadKey {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} holds no usable key: {source}")]
+    #[error("{path} holds no usable key")]
     BadKey {
         path: PathBuf,
         source: jsonwebtoken::errors::Error,
     },
-    #[error("{path} is not a JWKS document: {source}")]
+    #[error("{path} is not a JWKS document")]
     BadJwks {
         path: PathBuf,
         source: serde_json::Error,
@@ -392,7 +392,8 @@ impl Auth {
     /// The user a bearer token (without `Bearer `) names, as a request
     /// carrying it would be identified: the cache, else verifying. For the
     /// bench (`flashsale-bench auth`), which times exactly this.
-    pub fn identify_bearer(&self, token: &str) -> Result<u64, ApiError> {
+    #[cfg(feature = "bench")]
+    pub(crate) fn identify_bearer(&self, token: &str) -> Result<u64, ApiError> {
         let jwt = self.jwt.as_ref().ok_or(ApiError::Unauthorized(
             "requests must come through the authenticating gateway",
         ))?;

@@ -304,24 +304,30 @@ impl From<Invalid> for ApiError {
     }
 }
 
+/// A sale's refusal of an order, as the client hears it.
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        match r {
+            Rejection::NoSale => Self::ProductNotFound(NOT_ON_SALE),
+            Rejection::NotStarted {
+                starts_at_ms,
+                in_ms,
+            } => Self::SaleNotStarted {
+                starts_at: starts_at_ms,
+                in_ms,
+            },
+            Rejection::Ended => Self::SaleEnded,
+            Rejection::SoldOut => Self::SoldOut,
+            Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
+            Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
+            Rejection::AdmissionRequired => Self::AdmissionRequired(ADMISSION_REQUIRED),
+        }
+    }
+}
+
 impl From<SaleError> for ApiError {
     fn from(e: SaleError) -> Self {
         match e {
-            SaleError::Rejected(r) | SaleError::Remembered(r) => match r {
-                Rejection::NoSale => Self::ProductNotFound(NOT_ON_SALE),
-                Rejection::NotStarted {
-                    starts_at_ms,
-                    in_ms,
-                } => Self::SaleNotStarted {
-                    starts_at: starts_at_ms,
-                    in_ms,
-                },
-                Rejection::Ended => Self::SaleEnded,
-                Rejection::SoldOut => Self::SoldOut,
-                Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
-                Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
-                Rejection::AdmissionRequired => Self::AdmissionRequired(ADMISSION_REQUIRED),
-            },
             e @ SaleError::NotReplicated { .. } => Self::NotReplicated(e),
             e if e.is_unavailable() => Self::Unavailable(Box::new(Redis(e))),
             e => Self::Internal(Box::new(Redis(e))),

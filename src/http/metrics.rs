@@ -13,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use crate::metrics::Metrics;
+use crate::sale::QueueView;
 use crate::sale::Sales;
 use crate::sale::room::RoomState;
-use crate::sale::watch::SaleWatch;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -74,25 +74,27 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
     ] {
         gauge.reset();
     }
-    match sales.open_sales().await {
+    match sales.lifecycle.open_sales().await {
         Ok(open) => {
             for product in open.iter().take(MAX_SALES_SCRAPED) {
-                match sales.watch(product).await {
+                match sales.queue.view(product).await {
                     Ok(w) => set_sale_gauges(m, product.as_str(), &w),
                     Err(e) => {
-                        tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the sale")
+                        tracing::warn!(product_id = %product, error = %crate::domain::Chain(&e), "metrics: cannot read the sale")
                     }
                 }
-                match sales.room(product).await {
+                match sales.room.room(product).await {
                     Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::warn!(product_id = %product, error = %e, "metrics: cannot read the waiting room")
+                        tracing::warn!(product_id = %product, error = %crate::domain::Chain(&e), "metrics: cannot read the waiting room")
                     }
                 }
             }
         }
-        Err(e) => tracing::warn!(error = %e, "metrics: cannot list the open sales"),
+        Err(e) => {
+            tracing::warn!(error = %crate::domain::Chain(&e), "metrics: cannot list the open sales")
+        }
     }
     (
         [(
@@ -124,7 +126,7 @@ fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
         .set(figures.wait_at_back_ms.div_ceil(1000) as i64);
 }
 
-fn set_sale_gauges(m: &Metrics, product_id: &str, w: &SaleWatch) {
+fn set_sale_gauges(m: &Metrics, product_id: &str, w: &QueueView) {
     let id = [product_id];
     m.sale_stock
         .with_label_values(&id)

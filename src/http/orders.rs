@@ -22,7 +22,7 @@ use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
 use crate::sale::room::{Admission, Refused};
-use crate::sale::{Placed, Progress, Rejection, SaleError};
+use crate::sale::{self, Decision, NewOrder, Placed, Progress, Rejection, Vouched};
 use crate::store::{CANCELLED, CONFIRMED, OrderRow};
 
 #[derive(Deserialize, ToSchema)]
@@ -208,40 +208,39 @@ async fn decide(
     let product = ProductId::parse_owned(body.product_id)?;
     let quantity = domain::quantity(body.quantity)?;
     state.guards.check_user(user_id)?;
-    let admitted = match parts.headers.get(&ADMISSION_TOKEN) {
-        None => false,
+    let vouched = match parts.headers.get(&ADMISSION_TOKEN) {
+        None => Vouched::No,
         // Boxed: its future (which may read the room from Redis) would
         // otherwise be laid out in every order's, and copied with it, for
         // the orders without a room too.
         Some(token) => {
-            Box::pin(admission(
-                state,
-                token,
-                &product,
-                user_id,
-                idempotency_key.is_some(),
-            ))
-            .await?
+            let keyed = match idempotency_key {
+                Some(_) => Keyed::Yes,
+                None => Keyed::No,
+            };
+            Box::pin(admission(state, token, &product, user_id, keyed)).await?
         }
     };
     let decided = state
         .sales
-        .place_order(
-            &product,
+        .orders
+        .place(NewOrder {
+            product: &product,
             user_id,
             quantity,
-            idempotency_key.as_deref(),
-            admitted,
-        )
+            idempotency_key: idempotency_key.as_deref(),
+            vouched,
+        })
         .await;
     Ok(match decided {
-        Ok(placed) => placed_answer(placed, quantity),
-        Err(SaleError::Remembered(Rejection::NoSale) | SaleError::Rejected(Rejection::NoSale))
-            if let Some(key) = idempotency_key.as_deref() =>
-        {
+        Ok(Decision::Placed(placed)) => placed_answer(placed, quantity),
+        Ok(Decision::Refused {
+            why: Rejection::NoSale,
+            ..
+        }) if let Some(key) = idempotency_key.as_deref() => {
             Box::pin(retry_of_retired(state, user_id, &product, key, quantity)).await?
         }
-        Err(e @ SaleError::Remembered(_)) => Answer::refused(e.into(), AnsweredBy::Memory),
+        Ok(Decision::Refused { why, by }) => Answer::refused(why.into(), by.into()),
         Err(e) => Answer::refused(e.into(), AnsweredBy::Redis),
     })
 }
@@ -260,7 +259,7 @@ async fn retry_of_retired(
 ) -> Result<Answer, ApiError> {
     let Some(row) = state.db.order_by_key(user_id, product, key).await? else {
         return Ok(Answer::refused(
-            SaleError::Rejected(Rejection::NoSale).into(),
+            Rejection::NoSale.into(),
             AnsweredBy::Service,
         ));
     };
@@ -286,14 +285,14 @@ async fn admission(
     token: &HeaderValue,
     product: &ProductId,
     user_id: u64,
-    keyed: bool,
-) -> Result<bool, ApiError> {
+    keyed: Keyed,
+) -> Result<Vouched, ApiError> {
     let token = token.to_str().unwrap_or("");
-    match state.sales.admission(product, user_id, token).await? {
-        Admission::Admitted => Ok(true),
-        Admission::NoRoom => Ok(false),
-        Admission::Refused(_) | Admission::Outside(_) if keyed => Ok(false),
-        Admission::Outside(r) => Err(SaleError::Remembered(r).into()),
+    match state.sales.room.admission(product, user_id, token).await? {
+        Admission::Admitted => Ok(Vouched::Admitted),
+        Admission::NoRoom => Ok(Vouched::No),
+        Admission::Refused(_) | Admission::Outside(_) if keyed == Keyed::Yes => Ok(Vouched::No),
+        Admission::Outside(r) => Err(r.into()),
         Admission::Refused(Refused::Expired) => Err(ApiError::AdmissionExpired),
         Admission::Refused(Refused::OtherUser) => Err(ApiError::AdmissionRequired(
             "this admission is another buyer's",
@@ -302,6 +301,14 @@ async fn admission(
             "this admission is not one this sale's waiting room gave",
         )),
     }
+}
+
+/// Whether an order carries an Idempotency-Key (its retry must reach the
+/// script, which alone can answer it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keyed {
+    Yes,
+    No,
 }
 
 /// 202 with the order, or a replay's answer.
@@ -358,6 +365,15 @@ pub enum AnsweredBy {
     Service,
 }
 
+impl From<sale::AnsweredBy> for AnsweredBy {
+    fn from(by: sale::AnsweredBy) -> Self {
+        match by {
+            sale::AnsweredBy::Memory => Self::Memory,
+            sale::AnsweredBy::Redis => Self::Redis,
+        }
+    }
+}
+
 impl AnsweredBy {
     pub fn label(self) -> &'static str {
         match self {
@@ -395,14 +411,14 @@ pub async fn get(
     PathParam(order_id): PathParam<String>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
-    let pending = state.sales.find_order(&order_id, &product).await?;
+    let pending = state.sales.orders.find(&order_id, &product).await?;
     let view = match state.db.order(&order_id).await {
         Ok(Some(row)) => row.into(),
         Ok(None) => pending
             .map(OrderView::from)
             .ok_or(ApiError::OrderNotFound)?,
         Err(e) if e.is_unavailable() && pending.is_some() => {
-            match state.sales.order_progress(&order_id, &product).await? {
+            match state.sales.orders.progress(&order_id, &product).await? {
                 Some((order, progress)) => OrderView::provisional(order, progress),
                 None => return Err(e.into()),
             }

@@ -208,7 +208,7 @@ pub async fn open(
         return Err(ApiError::SaleClosed);
     }
     let spec = crate::books::sale_spec(&product, product.available_qty.max(0) as u64);
-    let (opened, stock) = state.sales.open(&id, &spec).await?;
+    let (opened, stock) = state.sales.lifecycle.open(&id, &spec).await?;
     state.db.mark_opened(&id).await?;
     if opened {
         tracing::info!(product_id = %id, stock, "sale opened");
@@ -250,7 +250,7 @@ async fn view(state: &AppState, id: &ProductId, product: Product) -> Result<Prod
             ProductView::new(product, None, recorded)
         }
         None => {
-            let stock = state.sales.stock(id).await?;
+            let stock = state.sales.orders.stock(id).await?;
             ProductView::new(product, stock, None)
         }
     })

@@ -136,7 +136,7 @@ pub async fn join(
 ) -> Result<Json<TicketView>, ApiError> {
     let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
     let product = sale_id(&product_id)?;
-    let (ticket, new) = match state.sales.join_room(&product, user_id).await? {
+    let (ticket, new) = match state.sales.room.join(&product, user_id).await? {
         Joined::Ticket { ticket, new } => (ticket, new),
         Joined::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
         Joined::NoRoom => return Err(ApiError::NoWaitingRoom),
@@ -231,7 +231,7 @@ async fn standing_of(
     product: &ProductId,
     ticket: &str,
 ) -> Result<StandingView, ApiError> {
-    let room = match state.sales.room_lookup(product).await? {
+    let room = match state.sales.room.lookup(product).await? {
         RoomLookup::Room(room) => room,
         RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
         RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
@@ -291,7 +291,8 @@ pub async fn set_pace(
     }
     let Some(room) = state
         .sales
-        .set_room_rate(&product, body.admit_per_sec)
+        .room
+        .set_rate(&product, body.admit_per_sec)
         .await?
     else {
         return Err(ApiError::NoWaitingRoom);

@@ -110,7 +110,7 @@ where
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {
-                tracing::trace!(error = %e, %peer, "connection ended with an error");
+                tracing::trace!(error = %crate::domain::Chain(&e), %peer, "connection ended with an error");
             }
             drop(admitted);
         });
@@ -132,7 +132,7 @@ async fn accept_failed(e: std::io::Error) {
     }
     // Out of descriptors despite the cap (something else holds them): a
     // short pause, not axum's second, which would stall every newcomer.
-    tracing::error!(error = %e, "accepting a connection failed; retrying in 50 ms");
+    tracing::error!(error = %crate::domain::Chain(&e), "accepting a connection failed; retrying in 50 ms");
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 

@@ -243,7 +243,7 @@ impl Redis {
     }
 
     /// The pool of dedicated connections, for blocking reads.
-    pub fn pool(&self) -> &Pool {
+    pub(crate) fn pool(&self) -> &Pool {
         &self.pool
     }
 
@@ -256,6 +256,15 @@ impl Redis {
         self.timeout
     }
 
+    /// Runs `call` on the shared connection, within the configured timeout.
+    pub async fn call<T, F>(&self, call: impl FnOnce(Conn) -> F) -> Result<T, SaleError>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.shared().await?;
+        self.bounded(call(conn)).await
+    }
+
     /// Runs one Redis call with the configured timeout.
     pub async fn bounded<T>(
         &self,
@@ -265,44 +274,6 @@ impl Redis {
             Ok(result) => Ok(result?),
             Err(_) => Err(SaleError::Timeout(self.timeout)),
         }
-    }
-
-    /// The server holding `key`: `host:port` of its slot's master on a
-    /// cluster (from `CLUSTER KEYSLOT` and `CLUSTER SLOTS`), `single` otherwise.
-    pub async fn node_of(&self, key: &str) -> Result<String, SaleError> {
-        if !self.is_cluster() {
-            return Ok("single".into());
-        }
-        let mut conn = self.shared().await?;
-        let slot: i64 = self
-            .bounded(
-                redis::cmd("CLUSTER")
-                    .arg("KEYSLOT")
-                    .arg(key)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        let ranges: Vec<Value> = self
-            .bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn))
-            .await?;
-        let int = |v: &Value| match v {
-            Value::Int(n) => *n,
-            _ => -1,
-        };
-        for range in ranges {
-            if let Value::Array(parts) = range
-                && parts.len() > 2
-                && int(&parts[0]) <= slot
-                && slot <= int(&parts[1])
-                && let Value::Array(node) = &parts[2]
-                && node.len() > 1
-            {
-                let host: String = redis::FromRedisValue::from_redis_value(node[0].clone())
-                    .map_err(redis::RedisError::from)?;
-                return Ok(format!("{host}:{}", int(&node[1])));
-            }
-        }
-        Err(SaleError::Corrupt(format!("no master serves slot {slot}")))
     }
 
     /// For each hash tag: an id of the Redis master that serves it, which

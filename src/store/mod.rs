@@ -24,9 +24,9 @@ pub use retire::FinalAudit;
 pub enum StoreError {
     #[error("a product with this id exists")]
     ProductExists,
-    #[error("mysql: {0}")]
+    #[error("mysql")]
     Db(#[from] sqlx::Error),
-    #[error("migrations: {0}")]
+    #[error("migrations")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("mysql did not answer within {0:?}")]
     Timeout(Duration),
@@ -145,7 +145,7 @@ impl Db {
                 }
                 Err(e) => tracing::warn!(
                     attempt,
-                    error = %e,
+                    error = %crate::domain::Chain(&e),
                     retry_in_ms = wait.as_millis() as u64,
                     "cannot create or migrate the database yet; orders are still taken, MySQL work waits"
                 ),
@@ -203,7 +203,7 @@ impl Db {
         Ok(())
     }
 
-    pub fn pool(&self) -> &MySqlPool {
+    pub(crate) fn pool(&self) -> &MySqlPool {
         &self.pool
     }
 
@@ -236,7 +236,7 @@ impl Db {
             attempt += 1;
             match op().await {
                 Err(e) if attempt < attempts && retry(&e) => {
-                    tracing::debug!(error = %e, attempt, "trying again");
+                    tracing::debug!(error = %crate::domain::Chain(&e), attempt, "trying again");
                 }
                 done => return done,
             }

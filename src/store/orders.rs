@@ -186,7 +186,8 @@ impl Db {
 
     /// A bare multi-row `INSERT` into `table` (a twin of tb_order), autocommit:
     /// the floor `flashsale-bench drain` compares the workers' drain against.
-    pub async fn insert_orders_raw(
+    #[cfg(feature = "bench")]
+    pub(crate) async fn insert_orders_raw(
         &self,
         table: &str,
         orders: &[PendingOrder],

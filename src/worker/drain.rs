@@ -279,14 +279,14 @@ impl SaleWorker {
         entries: &[Entry],
         good: Batch<'a>,
     ) -> Result<(Batch<'a>, Batch<'a>), WorkerError> {
-        self.sales.confirm_replicated(&self.product).await?;
+        self.sales.orders.confirm_replicated(&self.product).await?;
         let last = entries
             .iter()
             .map(|e| e.id.as_str())
             .max_by_key(|id| entry_order(id))
             .unwrap_or("0-0");
         let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
-        let voided = self.sales.claim(&self.product, last, &ids).await?;
+        let voided = self.sales.orders.claim(&self.product, last, &ids).await?;
         let (void, kept): (Vec<_>, Vec<_>) = good
             .into_iter()
             .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
@@ -310,7 +310,7 @@ impl SaleWorker {
             Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, "batch refused; persisting its rows one by one");
+                tracing::warn!(error = %crate::domain::Chain(&e), "batch refused; persisting its rows one by one");
                 self.persist_row_by_row(good, bad).await?
             }
         };
@@ -428,7 +428,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
         match result {
             Ok(()) => backoff = cfg.backoff_min,
             Err(e) => {
-                tracing::warn!(product_id = %w.product, error = %e, retry_in = ?backoff, "drain failed; backing off");
+                tracing::warn!(product_id = %w.product, error = %crate::domain::Chain(&e), retry_in = ?backoff, "drain failed; backing off");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(backoff) => {}
@@ -438,7 +438,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
         }
     }
     if let Err(e) = w.finish().await {
-        tracing::warn!(product_id = %w.product, error = %e, "batch read ahead left pending");
+        tracing::warn!(product_id = %w.product, error = %crate::domain::Chain(&e), "batch read ahead left pending");
     }
     tracing::debug!(product_id = %w.product, "drain stopped");
 }

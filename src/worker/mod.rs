@@ -28,7 +28,7 @@ use crate::books::retire::{RetireSettings, Retirer};
 use crate::books::{self, Books, Sweeper};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
-use crate::sale::watch::BooksVerdict;
+use crate::sale::queue::BooksVerdict;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 
@@ -198,7 +198,7 @@ impl Workers {
         let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
         let mut stopping: Vec<JoinHandle<()>> = Vec::new();
         loop {
-            match self.sales.open_sales().await {
+            match self.sales.lifecycle.open_sales().await {
                 Ok(open) => {
                     let open: std::collections::HashSet<ProductId> = open.into_iter().collect();
                     let gone: Vec<ProductId> = running
@@ -223,7 +223,9 @@ impl Workers {
                     }
                     stopping.retain(|t| !t.is_finished());
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot read the registry of open sales"),
+                Err(e) => {
+                    tracing::warn!(error = %crate::domain::Chain(&e), "cannot read the registry of open sales")
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -256,7 +258,7 @@ impl Workers {
             match retirer.pass().await {
                 Ok(pass) => self.count_states(&pass).await,
                 Err(e) => {
-                    tracing::warn!(error = %e, "retirement pass failed; the next one retries")
+                    tracing::warn!(error = %crate::domain::Chain(&e), "retirement pass failed; the next one retries")
                 }
             }
             tokio::select! {
@@ -282,7 +284,7 @@ impl Workers {
         m.sales
             .with_label_values(&["ended_unsettled"])
             .set(unsettled);
-        if let Ok(open) = self.sales.open_sales().await {
+        if let Ok(open) = self.sales.lifecycle.open_sales().await {
             m.sales
                 .with_label_values(&["open"])
                 .set((open.len() as i64 - unsettled).max(0));
@@ -302,7 +304,7 @@ impl Workers {
         }
         let mut verdicts = books::live::Verdicts::default();
         loop {
-            match self.sales.open_sales().await {
+            match self.sales.lifecycle.open_sales().await {
                 Ok(open) => {
                     for product in &open {
                         let checked = books::live::check(
@@ -322,13 +324,15 @@ impl Workers {
                                     difference: v.difference,
                                     judged_ms: crate::domain::now_ms(),
                                 };
-                                if let Err(e) = self.sales.record_books(product, recorded).await {
-                                    tracing::warn!(%product, error = %e, "cannot record the books verdict");
+                                if let Err(e) =
+                                    self.sales.queue.record_books(product, recorded).await
+                                {
+                                    tracing::warn!(%product, error = %crate::domain::Chain(&e), "cannot record the books verdict");
                                 }
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                tracing::warn!(%product, error = %e, "cannot check the books")
+                                tracing::warn!(%product, error = %crate::domain::Chain(&e), "cannot check the books")
                             }
                         }
                     }
@@ -336,7 +340,9 @@ impl Workers {
                         self.metrics.forget_books(gone.as_str());
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot read the registry of open sales"),
+                Err(e) => {
+                    tracing::warn!(error = %crate::domain::Chain(&e), "cannot read the registry of open sales")
+                }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -350,7 +356,7 @@ impl Workers {
 async fn sweep(sweeper: Sweeper, every: Duration, shutdown: CancellationToken) {
     loop {
         if let Err(e) = sweeper.sweep().await {
-            tracing::warn!(error = %e, "sweep failed; next pass retries");
+            tracing::warn!(error = %crate::domain::Chain(&e), "sweep failed; next pass retries");
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,

@@ -41,8 +41,8 @@ impl Reconciler {
     /// One check: reconciles the sales whose master changed (or that were
     /// never reconciled by this process); returns how many were reconciled.
     pub async fn check(&mut self) -> Result<usize, BooksError> {
-        let open = self.sales.open_sales().await?;
-        let epochs = self.sales.master_epochs(&open).await?;
+        let open = self.sales.lifecycle.open_sales().await?;
+        let epochs = self.sales.lifecycle.master_epochs(&open).await?;
         self.seen.retain(|p, _| open.contains(p));
         let mut done = 0;
         for (product, epoch) in open.into_iter().zip(epochs) {
@@ -61,7 +61,7 @@ impl Reconciler {
 pub async fn run(mut reconciler: Reconciler, every: Duration, shutdown: CancellationToken) {
     loop {
         if let Err(e) = reconciler.check().await {
-            tracing::warn!(error = %e, "reconciliation check failed; the next one retries");
+            tracing::warn!(error = %crate::domain::Chain(&e), "reconciliation check failed; the next one retries");
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,

@@ -110,7 +110,12 @@ async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_
     // A worker (here one without WAIT, so that it gets that far) acks the
     // voided entries without a row.
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let sales = flashsale::sale::Sales::new(app.redis_below(), app.prefix.clone());
+    let sales = flashsale::sale::Sales::new(
+        app.redis_below(),
+        app.prefix.clone(),
+        flashsale::sale::MemorySettings::default(),
+        None,
+    );
     let workers = flashsale::worker::Workers::new(
         sales,
         app.db.clone(),

@@ -547,7 +547,8 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
         let mut settings = base();
         settings.http.auth = auth;
         let err = App::build(&settings).await.err().expect("refused");
-        assert!(err.to_string().contains(says), "says {says:?}: {err}");
+        let err = flashsale::domain::Chain(&err).to_string();
+        assert!(err.contains(says), "says {says:?}: {err}");
     }
     let mut settings = base();
     settings.http.auth = AuthSettings::off();

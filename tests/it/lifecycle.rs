@@ -486,6 +486,7 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     assert_eq!(app.bought(&sku, 1).await, 0);
     // A reconciliation that read the books before the second cancel.
     app.sales
+        .ledger
         .restore_booked(&pid(&sku), &[stale_view], true)
         .await
         .unwrap();

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 /// The master (host:port) serving `key`'s slot.
 pub async fn master_of(redis: &flashsale::sale::Redis, key: &str) -> String {
-    redis.node_of(key).await.expect("CLUSTER SLOTS")
+    flashsale::bench_support::node_of(redis, key)
+        .await
+        .expect("CLUSTER SLOTS")
 }
 
 /// The port of a `host:port` address.
@@ -89,7 +91,7 @@ pub async fn await_failover(base: u16, victim: &str, key: &str) {
                 .query_async(&mut direct)
                 .await
                 .unwrap_or_default();
-            let moved = matches!(probe.node_of(key).await, Ok(node) if node != victim);
+            let moved = matches!(flashsale::bench_support::node_of(&probe, key).await, Ok(node) if node != victim);
             info.contains("cluster_state:ok") && moved
         }
     })

@@ -155,10 +155,10 @@ async fn streams_reports_pending_entries_as_xpending_does() {
     let reports: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
     let report = &reports[0];
     assert_eq!(report["product_id"], sku.as_str());
-    assert_eq!(report["length"], 3);
+    assert_eq!(report["stream_length"], 3);
     assert_eq!(report["stock"], 7);
-    assert_eq!(report["group"]["pending"], count);
-    assert_eq!(report["group"]["lag"], 1);
+    assert_eq!(report["pending"], count);
+    assert_eq!(report["lag"], 1);
     let consumers = report["consumers"].as_array().unwrap();
     for (name, pending) in &per_consumer {
         let c = consumers
@@ -167,7 +167,7 @@ async fn streams_reports_pending_entries_as_xpending_does() {
             .unwrap();
         assert_eq!(c["pending"].to_string(), *pending);
     }
-    let pending = report["pending"].as_array().unwrap();
+    let pending = report["pending_entries"].as_array().unwrap();
     assert_eq!(pending.len() as u64, count);
     assert!(
         pending
@@ -381,9 +381,9 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
     let sku = app.new_sale(5, 1).await;
     app.place_order(1, &sku, 1).await;
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let report = app.sales.inspect(&product, 10).await.unwrap();
-    assert_eq!((report.length, report.stock), (1, Some(4)));
-    assert_eq!(report.group.as_ref().map(|g| g.lag), Some(Some(1)));
+    let view = app.sales.queue.view(&product).await.unwrap();
+    assert_eq!((view.stream_length, view.stock), (1, Some(4)));
+    assert_eq!((view.has_group, view.lag), (true, Some(1)));
 }
 
 #[tokio::test]

@@ -256,13 +256,14 @@ async fn released_units_return_once_even_when_released_twice(backend: Backend) {
         flashsale::domain::OrderId::parse(placed["order_id"].as_str().unwrap()).unwrap();
     let order = app
         .sales
-        .find_order(&id, &product)
+        .orders
+        .find(&id, &product)
         .await
         .unwrap()
         .expect("recorded");
     assert_eq!(app.stock(&sku).await, Some(1));
-    assert_eq!(app.sales.release(&order).await.unwrap(), (true, 3));
-    assert_eq!(app.sales.release(&order).await.unwrap(), (false, 3));
+    assert_eq!(app.sales.orders.release(&order).await.unwrap(), (true, 3));
+    assert_eq!(app.sales.orders.release(&order).await.unwrap(), (false, 3));
     assert_eq!(app.bought(&sku, 4).await, 0);
     // The user's allowance is back too.
     assert_eq!(

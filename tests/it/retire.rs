@@ -100,6 +100,7 @@ async fn product_row(app: &TestApp, sku: &str) -> flashsale::store::Product {
 
 async fn registered(app: &TestApp, sku: &str) -> bool {
     app.sales
+        .lifecycle
         .open_sales()
         .await
         .unwrap()
@@ -206,7 +207,7 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
     assert_eq!(row.blockers, vec![Blocker::DeadLetters { count: 1 }]);
     let rendered = flashsale::cli::render_sales(&listed);
     assert!(rendered.contains("dead_letters"), "{rendered}");
-    let watched = app.sales.watch(&pid(&sku)).await.unwrap();
+    let watched = app.sales.queue.view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("dead_letters"));
 
     // The operator looked and dropped it (it never took stock).
@@ -511,7 +512,7 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     assert!(!rendered.contains("settled:"), "{rendered}");
     // The workers' pass records it for every instance's dashboard.
     assert_eq!(reasons(&workers, &sku).await, Some(vec!["unpaid"]));
-    let watched = app.sales.watch(&pid(&sku)).await.unwrap();
+    let watched = app.sales.queue.view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("unpaid"));
 
     // Paid, only the wait is left: settled, and it says until when.

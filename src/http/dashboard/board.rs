@@ -16,9 +16,9 @@ use tokio::sync::Mutex;
 
 use crate::domain::{ProductId, now_ms};
 use crate::metrics::Metrics;
+use crate::sale::QueueView;
 use crate::sale::Sales;
 use crate::sale::room::RoomFigures;
-use crate::sale::watch::SaleWatch;
 
 /// How often the numbers are read (the page polls at this pace).
 pub const TICK: Duration = Duration::from_secs(1);
@@ -128,7 +128,7 @@ pub struct SaleView {
     /// `upcoming`, `live`, `ended` (by this process's clock), or `unknown`.
     pub state: &'static str,
     #[serde(flatten)]
-    pub watch: SaleWatch,
+    pub watch: QueueView,
     /// Orders accepted per second since the previous read (`None` on the
     /// first, or after a gap), every instance's.
     pub accepted_per_s: Option<f64>,
@@ -191,7 +191,7 @@ impl Board {
         let now = Instant::now();
         let at_ms = now_ms();
         let instance = self.instance(reads, now);
-        let (mut open, redis_error) = match self.sales.open_sales().await {
+        let (mut open, redis_error) = match self.sales.lifecycle.open_sales().await {
             Ok(open) => (open, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
@@ -208,13 +208,13 @@ impl Board {
             let read = if unavailable {
                 Err("redis unavailable".to_owned())
             } else {
-                self.sales.watch(product).await.map_err(|e| {
+                self.sales.queue.view(product).await.map_err(|e| {
                     unavailable = e.is_unavailable();
                     e.to_string()
                 })
             };
             let mut sale = view(product, read, track, now, at_ms);
-            if !unavailable && let Ok(Some(room)) = self.sales.room(product).await {
+            if !unavailable && let Ok(Some(room)) = self.sales.room.room(product).await {
                 sale.room = Some(RoomView {
                     admit_per_sec: room.rate,
                     figures: room.figures(at_ms),
@@ -304,14 +304,14 @@ impl Board {
 /// A sale's view from this tick's read and what the track remembers.
 fn view(
     product: &ProductId,
-    read: Result<SaleWatch, String>,
+    read: Result<QueueView, String>,
     track: &mut Track,
     now: Instant,
     at_ms: i64,
 ) -> SaleView {
     let (watch, error) = match read {
         Ok(w) => (w, None),
-        Err(e) => (SaleWatch::default(), Some(e)),
+        Err(e) => (QueueView::default(), Some(e)),
     };
     let mut accepted_per_s = None;
     if error.is_none() {

@@ -1,0 +1,135 @@
+//! A sale's life in Redis: opening it (and listing it in the registry the
+//! workers drain), the clock that decides its window, closing it early,
+//! and its end (out of the registry, keys deleted). The steps that need the
+//! books around them are `books::retire`'s.
+
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+
+use super::core::Core;
+use super::room::Room;
+use super::{SaleError, SaleSpec, scripts};
+use crate::domain::ProductId;
+
+/// The lifecycle handle.
+#[derive(Clone)]
+pub struct Lifecycle {
+    core: Arc<Core>,
+    room: Room,
+}
+
+impl Lifecycle {
+    pub(super) fn new(core: Arc<Core>, room: Room) -> Self {
+        Self { core, room }
+    }
+
+    /// Loads a sale into Redis unless it is open already, and lists it in the
+    /// registry the workers drain; returns `(opened_now, stock_left)`.
+    pub async fn open(
+        &self,
+        product: &ProductId,
+        spec: &SaleSpec,
+    ) -> Result<(bool, u64), SaleError> {
+        let core = &self.core;
+        let keys = core.keys(product);
+        let opened = core
+            .call(|mut c| async move { scripts::open_sale(&mut c, &keys, spec).await })
+            .await?;
+        // A command of its own: the registry lives in another slot than the
+        // sale. Repeated on every open, so opening again repairs a crash
+        // between the two.
+        let registry = core.registry();
+        core.call(|mut c| async move { c.sadd::<_, _, ()>(&registry, product.as_str()).await })
+            .await?;
+        if opened.0 {
+            // Whatever was remembered of an earlier sale of this id is void.
+            core.memory.forget(product);
+            self.room.forget(product);
+        }
+        core.memory.opened(product);
+        Ok(opened)
+    }
+
+    /// Ends an open sale now, by its Redis node's clock: every order from
+    /// the next on is refused `sale_ended`. Its end (epoch ms), or `None`
+    /// when Redis does not have the sale.
+    pub async fn close(&self, product: &ProductId) -> Result<Option<i64>, SaleError> {
+        let keys = self.core.keys(product);
+        let end = self
+            .core
+            .call(|mut c| async move { scripts::close_sale(&mut c, &keys).await })
+            .await?;
+        // This instance learns the new window at its next order.
+        self.core.memory.forget(product);
+        Ok(end)
+    }
+
+    /// The clock of the Redis node that decides the sale's orders (epoch
+    /// ms), and the sale's window (`None` when Redis does not have it).
+    pub async fn clock(&self, product: &ProductId) -> Result<(i64, Option<(i64, i64)>), SaleError> {
+        let keys = self.core.keys(product);
+        self.core
+            .call(|mut c| async move { scripts::sale_clock(&mut c, &keys).await })
+            .await
+    }
+
+    /// The sales listed in the registry.
+    pub async fn open_sales(&self) -> Result<Vec<ProductId>, SaleError> {
+        self.core.open_sales().await
+    }
+
+    /// Whether no sale has this id, by this process's last read of the
+    /// registry (no Redis call); false when it cannot say.
+    pub fn is_no_sale(&self, product: &ProductId) -> bool {
+        self.core.is_no_sale(product)
+    }
+
+    /// For each sale: an id of the Redis master serving it, which changes
+    /// when its data may have changed under us (a failover, a restart).
+    pub async fn master_epochs(&self, products: &[ProductId]) -> Result<Vec<String>, SaleError> {
+        let tags: Vec<&str> = products.iter().map(ProductId::as_str).collect();
+        self.core.redis.master_epochs(&tags).await
+    }
+
+    /// Deletes every key of a sale and drops it from the registry: the sale
+    /// is gone from Redis (its orders must be in the books first).
+    pub async fn remove(&self, product: &ProductId) -> Result<(), SaleError> {
+        self.unlink(product).await?;
+        self.forget(product).await
+    }
+
+    /// Drops a sale from the registry (its keys stay).
+    pub async fn forget(&self, product: &ProductId) -> Result<(), SaleError> {
+        self.forget_all(std::slice::from_ref(product)).await
+    }
+
+    /// Drops sales from the registry, in one command (their keys stay).
+    pub async fn forget_all(&self, products: &[ProductId]) -> Result<(), SaleError> {
+        if products.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = products.iter().map(ProductId::as_str).collect();
+        let registry = self.core.registry();
+        self.core
+            .call(|mut c| async move { c.srem::<_, _, ()>(&registry, &ids).await })
+            .await?;
+        for product in products {
+            self.core.memory.removed(product);
+        }
+        Ok(())
+    }
+
+    /// Deletes every key of the sale, `UNLINK`: Redis frees a large sale's
+    /// memory (a million order records) in the background, never stalling
+    /// the orders of other sales. The registry is not touched.
+    pub async fn unlink(&self, product: &ProductId) -> Result<(), SaleError> {
+        let keys = self.core.keys(product);
+        self.core
+            .call(|mut c| async move { c.unlink::<_, ()>(&keys.all()[..]).await })
+            .await?;
+        self.core.memory.forget(product);
+        self.room.forget(product);
+        Ok(())
+    }
+}

@@ -1,0 +1,417 @@
+//! The orders of a sale, in Redis: placing one (the order path: memory
+//! first, then `place_order.lua`, where stock is deducted and the order
+//! enqueued in one atomic step), taking back one its replicas did not
+//! confirm, the workers' claim of a batch, an order's record and progress,
+//! cancel requests, and giving an order's units back.
+
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+
+use super::conn::{Conn, Wait};
+use super::core::{Calls, Core};
+use super::keys::SaleKeys;
+use super::memory::Heard;
+use super::room::Room;
+use super::scripts::{self, OrderCall, PlaceReply, Voided};
+use super::{AcceptedRecord, Decision, Placed, Progress, Rejection, SaleError, Vouched};
+use crate::domain::{Chain, OrderId, PendingOrder, ProductId};
+
+/// The orders handle.
+#[derive(Clone)]
+pub struct Orders {
+    core: Arc<Core>,
+    /// The waiting rooms: an order without an admission is refused from them.
+    room: Room,
+}
+
+/// One order to decide.
+#[derive(Debug, Clone, Copy)]
+pub struct NewOrder<'a> {
+    pub product: &'a ProductId,
+    pub user_id: u64,
+    pub quantity: u64,
+    pub idempotency_key: Option<&'a str>,
+    pub vouched: Vouched,
+}
+
+impl Orders {
+    pub(super) fn new(core: Arc<Core>, room: Room) -> Self {
+        Self { core, room }
+    }
+
+    /// Decides one order atomically; see `lua/place_order.lua`. A refusal
+    /// is a [`Decision`], with who gave it (memory or the script); an
+    /// error is a failure to get an answer.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %order.product))]
+    pub async fn place(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
+        let core = &self.core;
+        let product = order.product;
+        let recall = core.memory.recall(
+            product,
+            order.user_id,
+            order.quantity,
+            order.idempotency_key.is_some(),
+        );
+        if recall.refresh_known {
+            core.refresh_known_sales();
+        }
+        if recall.refresh_sale {
+            core.refresh_sale_clock(product);
+        }
+        if recall.renew_sold_out {
+            core.renew_sold_out(product);
+        }
+        if let Some(answer) = recall.answer {
+            return Ok(Decision::remembered(answer));
+        }
+        // A keyed order may be the retry of an accepted one: only the script
+        // can answer it.
+        if order.vouched == Vouched::No
+            && order.idempotency_key.is_none()
+            && let Some(refusal) = self.room.refusal_without_admission(product)
+        {
+            return Ok(Decision::remembered(refusal));
+        }
+        // Boxed: the Redis call's future is most of this one's size, which
+        // every caller's future would otherwise carry and copy, for the
+        // answers from memory above too (BENCHMARKS.md, "The order path
+        // against the floor").
+        Box::pin(self.place_in_redis(order)).await
+    }
+
+    async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
+        let core = &self.core;
+        let product = order.product;
+        let keys = core.keys(product);
+        let order_id = OrderId::generate(product);
+        let idem = order
+            .idempotency_key
+            .map(|k| format!("{}:{k}", order.user_id));
+        let call = OrderCall {
+            order_id: &order_id,
+            user_id: order.user_id,
+            product,
+            quantity: order.quantity,
+            idempotency_field: idem.as_deref(),
+            idempotency_key: order.idempotency_key,
+            admitted: order.vouched == Vouched::Admitted,
+        };
+        Calls::count(&core.calls.orders);
+        let sent = core.memory.now();
+        let reply = match core.wait {
+            None => {
+                let mut conn = core.redis.shared().await?;
+                core.redis
+                    .bounded(scripts::place_order(&mut conn, &keys, &call))
+                    .await?
+            }
+            Some(wait) => self.place_and_wait(&keys, &call, wait).await?,
+        };
+        let received = core.memory.now();
+        let learn = |heard| {
+            core.memory
+                .learn(product, order.user_id, heard, sent, received);
+        };
+        let placed = |order, replayed| Decision::Placed(Placed { order, replayed });
+        Ok(match reply {
+            PlaceReply::Accepted {
+                price,
+                created_ms,
+                allowance_left,
+            } => {
+                learn(Heard::Accepted {
+                    now_ms: created_ms,
+                    allowance_left,
+                });
+                let accepted = PendingOrder {
+                    order_id,
+                    user_id: order.user_id,
+                    product_id: product.clone(),
+                    quantity: order.quantity,
+                    price,
+                    created_ms,
+                    idempotency_key: order.idempotency_key.map(str::to_owned),
+                };
+                placed(accepted, false)
+            }
+            PlaceReply::Replayed { order_id, record } => {
+                learn(Heard::Other);
+                placed(
+                    AcceptedRecord::parse(&record, order_id, product.clone())?,
+                    true,
+                )
+            }
+            PlaceReply::OutsideWindow {
+                start_ms,
+                end_ms,
+                now_ms,
+            } => {
+                learn(Heard::OutsideWindow {
+                    start_ms,
+                    end_ms,
+                    now_ms,
+                });
+                refused(if now_ms < start_ms {
+                    Rejection::NotStarted {
+                        starts_at_ms: start_ms,
+                        in_ms: (start_ms - now_ms) as u64,
+                    }
+                } else {
+                    Rejection::Ended
+                })
+            }
+            PlaceReply::Rejected(why) => {
+                if why == Rejection::AdmissionRequired {
+                    // The next orders without an admission are refused here.
+                    self.room.renew(product);
+                }
+                learn(match why {
+                    Rejection::NoSale => Heard::NoSale,
+                    Rejection::SoldOut => Heard::SoldOut,
+                    Rejection::LimitExceeded { allowance } => Heard::Limit { allowance },
+                    _ => Heard::Other,
+                });
+                refused(why)
+            }
+        })
+    }
+
+    /// The order script and its WAIT on a connection to themselves (WAIT
+    /// blocks it, and counts that connection's own writes). A 202, first
+    /// answer or replay, only once the replicas have the order: a failover
+    /// must not lose an acknowledged one.
+    async fn place_and_wait(
+        &self,
+        keys: &SaleKeys,
+        call: &OrderCall<'_>,
+        wait: Wait,
+    ) -> Result<PlaceReply, SaleError> {
+        let core = &self.core;
+        let mut pooled = core.alone().await?;
+        let (reply, acked) = core
+            .redis
+            .bounded(scripts::place_order_and_wait(&mut pooled, keys, call, wait))
+            .await?;
+        match (&reply, wait.confirmed(acked)) {
+            (PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. }, _) | (_, Ok(())) => {
+                Ok(reply)
+            }
+            (PlaceReply::Replayed { .. }, Err(e)) => Err(e),
+            // A 503 for a new order: take it back, so that it never reaches
+            // the books unless a later answer is a 202. (Unless a worker
+            // claimed it meanwhile, after its own WAIT: then the replicas
+            // have it after all.)
+            (PlaceReply::Accepted { .. }, Err(e)) => {
+                match self.void(&mut pooled, keys, call).await {
+                    Some(Voided::Claimed) => Ok(reply),
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Takes back an order whose WAIT failed (see `lua/void_order.lua`), on
+    /// the connection that placed it; `None` when Redis did not answer (the
+    /// order then stands, like one a keyed retry answered: see the docs).
+    async fn void(&self, conn: &mut Conn, keys: &SaleKeys, call: &OrderCall<'_>) -> Option<Voided> {
+        let order_id = call.order_id;
+        let voided = self
+            .core
+            .redis
+            .bounded(scripts::void_order(
+                conn,
+                keys,
+                order_id,
+                call.idempotency_field,
+            ))
+            .await;
+        match voided {
+            Ok(Voided::Void) => {
+                self.core.memory.released(call.product, Some(call.user_id));
+                tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
+            }
+            Ok(Voided::Claimed) => {}
+            Ok(other) => {
+                tracing::warn!(order_id = %order_id, outcome = ?other, "unconfirmed order not voided; it stands");
+            }
+            Err(ref e) => {
+                tracing::warn!(order_id = %order_id, error = %Chain(e), "unconfirmed order not voided; it stands");
+            }
+        }
+        voided.ok()
+    }
+
+    /// Before a worker persists a batch: raises the sale's claimed mark to
+    /// `last_entry` (no order up to it can be voided from now on) and
+    /// returns the batch's orders that were voided, to be acked without a
+    /// row. Call it after [`Orders::confirm_replicated`].
+    pub async fn claim(
+        &self,
+        product: &ProductId,
+        last_entry: &str,
+        order_ids: &[&str],
+    ) -> Result<Vec<String>, SaleError> {
+        let keys = self.core.keys(product);
+        self.core
+            .call(|mut c| async move {
+                scripts::claim_batch(&mut c, &keys, last_entry, order_ids).await
+            })
+            .await
+    }
+
+    /// With WAIT configured: returns once the replicas hold everything
+    /// written to the sale so far (its stream entries included), else
+    /// `NotReplicated`. A write to the sale's slot and a WAIT behind it, on
+    /// a connection of their own. The workers call it before persisting a
+    /// batch: MySQL must never hold an order that a promoted replica would
+    /// not know (it would sell the units again).
+    pub async fn confirm_replicated(&self, product: &ProductId) -> Result<(), SaleError> {
+        let Some(wait) = self.core.wait else {
+            return Ok(());
+        };
+        let keys = self.core.keys(product);
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&keys.replicated)
+            .arg(crate::domain::now_ms())
+            .arg("PX")
+            .arg(60_000);
+        let mut pooled = self.core.alone().await?;
+        let (_, acked) = self
+            .core
+            .redis
+            .bounded(super::conn::then_wait(
+                &mut pooled,
+                &keys.orders,
+                pipe,
+                wait,
+            ))
+            .await?;
+        wait.confirmed(acked)
+    }
+
+    /// Units left, or `None` when the sale is not open in Redis.
+    pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
+        let stock_key = self.core.keys(product).stock;
+        let stock: Option<i64> = self
+            .core
+            .call(|mut c| async move { c.get(&stock_key).await })
+            .await?;
+        Ok(stock.map(|s| s.max(0) as u64))
+    }
+
+    /// An accepted order's record, if the sale still holds it.
+    pub async fn find(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<PendingOrder>, SaleError> {
+        let accepted = self.core.keys(product).accepted;
+        let record: Option<String> = self
+            .core
+            .call(|mut c| async move { c.hget(&accepted, order_id.as_str()).await })
+            .await?;
+        record
+            .map(|r| AcceptedRecord::parse(&r, order_id.clone(), product.clone()))
+            .transpose()
+    }
+
+    /// An accepted order's record and how far it got, if the sale still holds it.
+    pub async fn progress(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<(PendingOrder, Progress)>, SaleError> {
+        let keys = self.core.keys(product);
+        let found = self
+            .core
+            .call(|mut c| async move { scripts::order_state(&mut c, &keys, order_id).await })
+            .await?;
+        found
+            .map(|(record, progress)| {
+                let order = AcceptedRecord::parse(&record, order_id.clone(), product.clone())?;
+                Ok((order, progress))
+            })
+            .transpose()
+    }
+
+    /// Remembers a cancel asked while the order is still pending (in the
+    /// stream, not yet in MySQL); it is applied once the order is persisted.
+    pub async fn request_cancel(&self, order: &PendingOrder) -> Result<(), SaleError> {
+        let cancels = self.core.keys(&order.product_id).cancels;
+        self.core
+            .call(|mut c| async move {
+                c.hset::<_, _, _, ()>(&cancels, order.order_id.as_str(), order.user_id)
+                    .await
+            })
+            .await
+    }
+
+    /// The cancels asked for `product`'s pending orders: (order id, user id).
+    pub async fn cancel_requests(
+        &self,
+        product: &ProductId,
+    ) -> Result<Vec<(String, u64)>, SaleError> {
+        let cancels = self.core.keys(product).cancels;
+        self.core
+            .call(|mut c| async move { c.hgetall(&cancels).await })
+            .await
+    }
+
+    /// A cancel request was applied (or is moot).
+    pub async fn drop_cancel_request(
+        &self,
+        product: &ProductId,
+        order_id: &str,
+    ) -> Result<(), SaleError> {
+        let cancels = self.core.keys(product).cancels;
+        self.core
+            .call(|mut c| async move { c.hdel::<_, _, ()>(&cancels, order_id).await })
+            .await
+    }
+
+    /// Returns an order's units to the sale, at most once per order, and
+    /// only if this Redis took them; returns `(released_now, stock_left)`.
+    /// See `lua/release_stock.lua`.
+    ///
+    /// With WAIT configured, only once the replicas have the release (else
+    /// `NotReplicated`): the caller marks the order released after this, and
+    /// a release a failover lost must stay unmarked, for the sweeper to redo.
+    pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
+        let core = &self.core;
+        let keys = core.keys(&order.product_id);
+        let (released, replicated) = match core.wait {
+            None => {
+                let released = core
+                    .call(|mut c| async move { scripts::release_stock(&mut c, &keys, order).await })
+                    .await?;
+                (released, Ok(()))
+            }
+            Some(wait) => {
+                let mut pooled = core.alone().await?;
+                let (released, acked) = core
+                    .redis
+                    .bounded(scripts::release_stock_and_wait(
+                        &mut pooled,
+                        &keys,
+                        order,
+                        wait,
+                    ))
+                    .await?;
+                (released, wait.confirmed(acked))
+            }
+        };
+        // The units are back on the master either way.
+        core.memory.released(&order.product_id, Some(order.user_id));
+        replicated?;
+        Ok(released)
+    }
+}
+
+fn refused(why: Rejection) -> Decision {
+    Decision::Refused {
+        why,
+        by: super::AnsweredBy::Redis,
+    }
+}
