@@ -87,15 +87,21 @@ impl App {
             .clone()
             .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg).with_metrics(metrics.clone()));
         let dashboard = (http.admin_routes)
-            .then_some(http.admin_token.as_deref())
+            .then_some(http.admin_token.clone())
             .flatten()
-            .map(|token| http::dashboard::Dashboard {
-                sessions: http::dashboard::session::Sessions::new(token, http.dashboard_session),
-                board: http::dashboard::Board::new(
-                    sales.clone(),
-                    metrics.clone(),
-                    workers.is_some(),
-                ),
+            .map(|token| {
+                Arc::new(http::dashboard::Dashboard {
+                    sessions: http::dashboard::session::Sessions::new(
+                        &token,
+                        http.dashboard_session,
+                    ),
+                    board: http::dashboard::Board::new(
+                        sales.clone(),
+                        metrics.clone(),
+                        workers.is_some(),
+                    ),
+                    admin_token: token,
+                })
             });
         let state = AppState::new(Shared {
             books: crate::books::Books::new(sales.clone(), db.clone()),

@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, header};
 use jsonwebtoken::errors::ErrorKind;
@@ -34,7 +33,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::AppState;
 use super::error::ApiError;
 
 /// How buyers are identified (from `AUTH*` and `JWT_*`; see the README).
@@ -282,20 +280,17 @@ impl Caller {
 
 impl Caller {
     /// Who sent the request with head `parts` from `peer` (a gateway's
-    /// header is believed only from its trusted addresses).
-    pub fn of(state: &AppState, parts: &Parts, peer: Option<SocketAddr>) -> Result<Self, ApiError> {
-        match &state.auth {
+    /// header is believed only from its trusted addresses); `None`:
+    /// `AUTH=none`.
+    pub fn of(
+        auth: Option<&Auth>,
+        parts: &Parts,
+        peer: Option<SocketAddr>,
+    ) -> Result<Self, ApiError> {
+        match auth {
             None => Ok(Self::Anyone),
             Some(auth) => auth.identify(parts, peer).map(Self::Buyer),
         }
-    }
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        Self::of(state, parts, super::extract::peer(&parts.extensions))
     }
 }
 

@@ -24,6 +24,9 @@ use tokio::time::Instant;
 
 use super::error::ApiError;
 
+/// Largest request body accepted (a product with a 1,024-character title fits).
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
 /// `req`'s head and its body read into memory (at most `limit` bytes, by
 /// `deadline`), or the answer that closes the connection. Any body type:
 /// the order path reads hyper's own, the router's routes axum's.

@@ -40,6 +40,14 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+/// The peer address `serve` puts on the router's requests (`None` when a
+/// request did not come through it).
+pub fn peer(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(addr)| *addr)
+}
+
 /// Descriptors kept for everything but client connections (Redis, MySQL,
 /// the listener, files) when the cap is derived from the open-file limit.
 const RESERVED_FDS: usize = 256;

@@ -1,14 +1,15 @@
 //! Extractors that answer bad input in the API's own error format.
 
 use axum::body::Bytes;
-use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
-use axum::http::{Extensions, HeaderMap, header, request::Parts};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{HeaderMap, header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
-use super::{AppState, error::ApiError};
+use super::auth::Caller;
+use super::error::ApiError;
+use super::state::AppState;
 
 /// A JSON body. Unlike `axum::Json`, a rejection names the offending field
 /// (`quantity: invalid type: string "x", expected u64`) and uses the API's
@@ -29,13 +30,7 @@ where
     }
 }
 
-/// The peer address `serve` puts on the router's requests (`None` when a
-/// request did not come through it).
-pub fn peer(extensions: &Extensions) -> Option<SocketAddr> {
-    extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| *addr)
-}
+pub use super::conn::peer;
 
 /// A JSON body that may be left out (no bytes at all, or JSON `null`); when
 /// sent, it is checked as [`JsonBody`] checks it.
@@ -165,5 +160,14 @@ impl FromRequestParts<AppState> for Admin {
         } else {
             Err(ApiError::Unauthorized("wrong admin token"))
         }
+    }
+}
+
+/// The buyer behind a request (see [`super::auth`]).
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Caller::of(state.auth.as_ref(), parts, peer(&parts.extensions))
     }
 }

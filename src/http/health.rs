@@ -4,7 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
-use super::{AppState, error::ApiError};
+use super::error::ApiError;
+use super::state::AppState;
 
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "health", responses((status = 200, description = "Up", body = Object)))]

@@ -319,10 +319,11 @@ where
 {
     let limits = &guards.limits;
     let deadline = tokio::time::Instant::now() + limits.request_timeout;
-    let (parts, body) = match super::body::read_whole(req, super::MAX_BODY_BYTES, deadline).await {
-        Ok(read) => read,
-        Err(refused) => return refused,
-    };
+    let (parts, body) =
+        match super::body::read_whole(req, super::body::MAX_BODY_BYTES, deadline).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
+        };
     if let Err(refused) = check_headers(&parts.headers, limits) {
         return refused.into_response();
     }
@@ -403,7 +404,7 @@ pub(super) fn admit_order<'g>(
 /// Routes that take an order or user id: the address's lookup bucket.
 pub async fn guard_lookup(State(guards): State<Arc<Guards>>, req: Request, next: Next) -> Response {
     if let Some(lookups) = &guards.lookups
-        && let Some(ip) = guards.client_ip(req.headers(), super::extract::peer(req.extensions()))
+        && let Some(ip) = guards.client_ip(req.headers(), super::conn::peer(req.extensions()))
         && let Err(wait) = lookups.check(&ip)
     {
         return rate_limited(wait).into_response();

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::state::AppState;
 use crate::metrics::Metrics;
 use crate::sale::QueueView;
 use crate::sale::Sales;

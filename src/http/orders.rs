@@ -13,11 +13,11 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{self, IdempotencyKey, OptionalJsonBody, PathParam, QueryParams};
 use super::limits;
+use super::state::AppState;
 use crate::books::Cancelled;
 use crate::domain::PendingOrder;
 use crate::domain::{self, OrderId, ProductId};
@@ -191,7 +191,7 @@ async fn answer_order(
 /// so this keeps the route (and its 405 for other methods) in the table.
 /// The router's own guard has read the body already.
 pub async fn place_route(State(state): State<AppState>, parts: Parts, body: Bytes) -> Response {
-    let peer = extract::peer(&parts.extensions);
+    let peer = super::conn::peer(&parts.extensions);
     answer_order(&state, peer, parts, body).await
 }
 
@@ -201,7 +201,7 @@ async fn decide(
     peer: Option<SocketAddr>,
     body: &[u8],
 ) -> Result<Answer, ApiError> {
-    let caller = Caller::of(state, parts, peer)?;
+    let caller = Caller::of(state.auth.as_ref(), parts, peer)?;
     let IdempotencyKey(idempotency_key) = IdempotencyKey::from_request_parts(parts, state).await?;
     let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;

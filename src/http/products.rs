@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
+use super::state::AppState;
 use crate::books::retire;
 use crate::domain::{self, Invalid, MAX_STOCK, ProductId, WaitingRoom};
 use crate::store::{FinalAudit, NewProduct, Product};

@@ -10,12 +10,12 @@ use axum::{BoxError, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody, NOT_ON_SALE};
 use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
 use super::limits;
 use super::orders::Owner;
+use super::state::AppState;
 use crate::domain::{MAX_ADMIT_PER_SEC, ProductId, now_ms};
 use crate::sale::room::{Joined, RoomLookup, RoomState, Standing};
 
@@ -176,7 +176,7 @@ pub async fn standing(
     parts: axum::http::request::Parts,
     PathParam((product_id, ticket)): PathParam<(String, String)>,
 ) -> Result<Json<StandingView>, ApiError> {
-    let peer = super::extract::peer(&parts.extensions);
+    let peer = super::conn::peer(&parts.extensions);
     state.guards.check_poll(&parts.headers, peer)?;
     let product = sale_id(&product_id)?;
     Ok(Json(standing_of(&state, &product, &ticket).await?))

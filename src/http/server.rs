@@ -28,7 +28,9 @@ use tokio::net::TcpListener;
 use tower_service::Service as _;
 
 use super::conn::{Conn, Connections};
-use super::{AppState, orders, room, router};
+use super::router::router;
+use super::state::AppState;
+use super::{orders, room};
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
 /// requests in flight finish (idle connections are closed at once). Every

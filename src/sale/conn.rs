@@ -28,7 +28,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
-use super::SaleError;
+use super::types::SaleError;
 
 /// Where Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]

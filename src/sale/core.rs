@@ -1,7 +1,6 @@
 //! The private core every sale handle shares (as mini-redis's `Db` shares
 //! its `Shared`): the Redis handle, the key prefix, this process's memory
-//! of Redis's answers, the waiting rooms as last read, the WAIT setting and
-//! the call counters. Handles reach Redis only through [`Core::call`] (the
+//! of Redis's answers, the WAIT setting and the call counters. Handles reach Redis only through [`Core::call`] (the
 //! shared connection, within the Redis timeout) and, to WAIT, through
 //! [`Core::alone`]; nothing outside `sale` sees the core.
 
@@ -14,8 +13,8 @@ use redis::AsyncCommands;
 use super::conn::{Conn, Redis, Wait};
 use super::keys::{self, SaleKeys};
 use super::memory::{self, Memory};
-use super::room::Rooms;
-use super::{SaleError, scripts};
+use super::scripts;
+use super::types::SaleError;
 use crate::domain::{Chain, ProductId};
 
 pub(super) struct Core {
@@ -25,8 +24,6 @@ pub(super) struct Core {
     /// Replicas a write must reach before it counts (`None`: no WAIT).
     pub(super) wait: Option<Wait>,
     pub(super) calls: Calls,
-    /// Each sale's waiting room as last read (the room handle's own).
-    pub(super) rooms: Rooms,
 }
 
 /// The Redis calls of the order path and its upkeep (the savings of the

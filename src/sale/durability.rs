@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Redis, SaleError};
+use super::conn::Redis;
+use super::types::SaleError;
 
 /// What is risky in Redis's persistence settings; empty when AOF is on with
 /// fsync `everysec` or `always`.

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use redis::AsyncCommands;
 
 use super::core::Core;
-use super::{Booked, Entry, RESTORE_CHUNK, Repairs, Restored, SaleError, scripts};
+use super::entry::Entry;
+use super::scripts;
+use super::types::{Booked, RESTORE_CHUNK, Repairs, Restored, SaleError};
 use crate::domain::ProductId;
 
 /// The ledger handle.

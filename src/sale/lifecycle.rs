@@ -8,8 +8,9 @@ use std::sync::Arc;
 use redis::AsyncCommands;
 
 use super::core::Core;
-use super::room::Room;
-use super::{SaleError, SaleSpec, scripts};
+use super::room::{Room, RoomKey};
+use super::scripts;
+use super::types::{SaleError, SaleSpec};
 use crate::domain::ProductId;
 
 /// The lifecycle handle.
@@ -33,8 +34,13 @@ impl Lifecycle {
     ) -> Result<(bool, u64), SaleError> {
         let core = &self.core;
         let keys = core.keys(product);
+        // A fresh key for every open: used only if this call loads the sale.
+        let room_key = match spec.waiting_room {
+            Some(_) => RoomKey::generate(),
+            None => String::new(),
+        };
         let opened = core
-            .call(|mut c| async move { scripts::open_sale(&mut c, &keys, spec).await })
+            .call(|mut c| async move { scripts::open_sale(&mut c, &keys, spec, &room_key).await })
             .await?;
         // A command of its own: the registry lives in another slot than the
         // sale. Repeated on every open, so opening again repairs a crash

@@ -81,7 +81,6 @@ impl Sales {
             memory: Memory::new(memory),
             wait: wait.filter(|w| w.replicas > 0),
             calls: core::Calls::default(),
-            rooms: room::Rooms::default(),
         });
         let room = Room::new(core.clone());
         Self {

@@ -14,7 +14,9 @@ use super::keys::SaleKeys;
 use super::memory::Heard;
 use super::room::Room;
 use super::scripts::{self, OrderCall, PlaceReply, Voided};
-use super::{AcceptedRecord, Decision, Placed, Progress, Rejection, SaleError, Vouched};
+use super::types::{
+    AcceptedRecord, AnsweredBy, Decision, Placed, Progress, Rejection, SaleError, Vouched,
+};
 use crate::domain::{Chain, OrderId, PendingOrder, ProductId};
 
 /// The orders handle.
@@ -412,6 +414,6 @@ impl Orders {
 fn refused(why: Rejection) -> Decision {
     Decision::Refused {
         why,
-        by: super::AnsweredBy::Redis,
+        by: AnsweredBy::Redis,
     }
 }

@@ -18,9 +18,9 @@ use redis::streams::{
 use redis::{FromRedisValue, RedisResult, Value};
 use serde::Serialize;
 
-use super::SaleError;
 use super::core::Core;
 use super::keys::GROUP;
+use super::types::SaleError;
 use crate::domain::ProductId;
 
 /// The queue handle.

@@ -8,7 +8,9 @@ use std::sync::LazyLock;
 use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value, aio::ConnectionLike};
 use rust_decimal::Decimal;
 
-use super::{Progress, Rejection, SaleKeys, SaleSpec};
+use super::conn::{Conn, Wait};
+use super::keys::SaleKeys;
+use super::types::{Booked, BookedState, Progress, Rejection, Restored, SaleSpec, booked_record};
 use crate::domain::PendingOrder;
 use crate::domain::{OrderId, ProductId};
 
@@ -148,9 +150,9 @@ pub async fn claim_batch(
 pub async fn restore_booked(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
-    booked: &[super::Booked],
+    booked: &[Booked],
     count_as_repair: bool,
-) -> RedisResult<super::Restored> {
+) -> RedisResult<Restored> {
     let mut call = RESTORE_BOOKED.prepare_invoke();
     call.key(&keys.accepted)
         .key(&keys.stock)
@@ -162,9 +164,9 @@ pub async fn restore_booked(
     for b in booked {
         let o = &b.order;
         let state = match b.state {
-            super::BookedState::Sold => "sold",
-            super::BookedState::Cancelled => "cancelled",
-            super::BookedState::Returned => "returned",
+            BookedState::Sold => "sold",
+            BookedState::Cancelled => "cancelled",
+            BookedState::Returned => "returned",
         };
         let field = o
             .idempotency_key
@@ -175,12 +177,12 @@ pub async fn restore_booked(
             .arg(o.user_id)
             .arg(o.quantity)
             .arg(state)
-            .arg(super::booked_record(o))
+            .arg(booked_record(o))
             .arg(field);
     }
     let (orders, units, releases, idempotency_records, stock): (u64, u64, u64, u64, i64) =
         call.invoke_async(conn).await?;
-    Ok(super::Restored {
+    Ok(Restored {
         orders,
         units,
         releases,
@@ -189,19 +191,15 @@ pub async fn restore_booked(
     })
 }
 
-/// `open_sale.lua`: returns `(opened_now, stock_left)`.
+/// `open_sale.lua`: returns `(opened_now, stock_left)`. `room_key`: the
+/// waiting room's key (hex), kept only if this call loads the sale.
 pub async fn open_sale(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     spec: &SaleSpec,
+    room_key: &str,
 ) -> RedisResult<(bool, u64)> {
     let room = spec.waiting_room.as_ref();
-    // A fresh key for every open: used only if this call loads the sale.
-    let room_key = if room.is_some() {
-        super::room::new_key()
-    } else {
-        String::new()
-    };
     OPEN_SALE
         .key(&keys.sale)
         .key(&keys.stock)
@@ -239,7 +237,7 @@ fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInv
         .arg(order.order_id.as_str())
         .arg(order.user_id)
         .arg(order.quantity)
-        .arg(super::booked_record(order));
+        .arg(booked_record(order));
     call
 }
 
@@ -279,10 +277,10 @@ pub async fn place_order(
 /// order. On a replay the script writes too, so the WAIT covers the first
 /// order whichever answer this is.
 pub async fn place_order_and_wait(
-    conn: &mut super::Conn,
+    conn: &mut Conn,
     keys: &SaleKeys,
     order: &OrderCall<'_>,
-    wait: super::Wait,
+    wait: Wait,
 ) -> RedisResult<(PlaceReply, u32)> {
     invoke_and_wait(conn, &keys.orders, &place_order_call(keys, order), wait).await
 }
@@ -291,10 +289,10 @@ pub async fn place_order_and_wait(
 /// `(released_now, stock_left)` and the replicas that have the release. A
 /// repeated release writes too, so the WAIT covers the first one.
 pub async fn release_stock_and_wait(
-    conn: &mut super::Conn,
+    conn: &mut Conn,
     keys: &SaleKeys,
     order: &PendingOrder,
-    wait: super::Wait,
+    wait: Wait,
 ) -> RedisResult<((bool, u64), u32)> {
     invoke_and_wait(conn, &keys.stock, &release_stock_call(keys, order), wait).await
 }
@@ -302,10 +300,10 @@ pub async fn release_stock_and_wait(
 /// A script call, then `WAIT`, as one pipeline to the master holding `key`
 /// (one of the script's keys); see [`super::conn::then_wait`].
 async fn invoke_and_wait<T: FromRedisValue>(
-    conn: &mut super::Conn,
+    conn: &mut Conn,
     key: &str,
     call: &redis::ScriptInvocation<'_>,
-    wait: super::Wait,
+    wait: Wait,
 ) -> RedisResult<(T, u32)> {
     let pipe = || {
         let mut pipe = redis::pipe();

@@ -13,8 +13,11 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, RedisResult, Script, aio::ConnectionLike};
 
+use super::conn::Redis;
+use super::entry::Entry;
 use super::keys::GROUP;
-use super::{Entry, Redis, SaleError, SaleKeys};
+use super::keys::SaleKeys;
+use super::types::SaleError;
 
 /// One sale's stream, for one consumer of its group.
 #[derive(Clone)]

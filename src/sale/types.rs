@@ -158,7 +158,7 @@ pub struct Placed {
     pub replayed: bool,
 }
 
-/// An order as the books (MySQL) hold it, for [`super::Ledger::restore_booked`].
+/// An order as the books (MySQL) hold it, for `Ledger::restore_booked`.
 #[derive(Debug, Clone)]
 pub struct Booked {
     pub order: PendingOrder,
@@ -175,7 +175,7 @@ pub enum BookedState {
     Returned,
 }
 
-/// What [`super::Ledger::restore_booked`] put back.
+/// What `Ledger::restore_booked` put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Restored {
     /// Orders Redis did not know.

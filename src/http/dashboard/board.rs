@@ -426,6 +426,14 @@ fn quantiles(bounds: &[f64], cumulative: &[u64]) -> Option<Quantiles> {
     })
 }
 
+/// The dashboard of one process: its sessions, its shared reads, and the
+/// admin token its sign-in takes.
+pub struct Dashboard {
+    pub sessions: super::session::Sessions,
+    pub board: Board,
+    pub admin_token: std::sync::Arc<str>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

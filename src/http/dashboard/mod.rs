@@ -26,17 +26,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use subtle::ConstantTimeEq;
 
-use super::AppState;
-use super::error::ApiError;
-use super::limits;
-pub use board::Board;
-use session::{COOKIE, COOKIE_PATH, Sessions};
+use std::sync::Arc;
 
-/// The dashboard of one process: its sessions and its shared reads.
-pub struct Dashboard {
-    pub sessions: Sessions,
-    pub board: Board,
-}
+use super::error::ApiError;
+use super::limits::{self, Guards};
+pub use board::{Board, Dashboard};
+use session::{COOKIE, COOKIE_PATH};
 
 const PAGE: &str = include_str!("assets/dashboard.html");
 const LOGIN: &str = include_str!("assets/login.html");
@@ -46,7 +41,12 @@ const STYLE: &str = include_str!("assets/dashboard.css");
 /// Nothing but this origin's own script, style and data; never framed.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-pub fn routes(state: &AppState) -> Router<AppState> {
+/// The dashboard's routes, over its own state (merged into the API's
+/// router with the admin routes); `guards` throttle the sign-ins.
+pub fn routes<S>(dashboard: Arc<Dashboard>, guards: Arc<Guards>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
     Router::new()
         .route("/admin", get(|| async { see_other("/admin/dashboard") }))
         .route("/admin/dashboard", get(page))
@@ -54,10 +54,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .route(
             "/admin/login",
             // Throttled per address, as the lookups are.
-            post(login).route_layer(from_fn_with_state(
-                state.guards.clone(),
-                limits::guard_lookup,
-            )),
+            post(login).route_layer(from_fn_with_state(guards, limits::guard_lookup)),
         )
         .route("/admin/logout", post(logout))
         .route(
@@ -68,22 +65,23 @@ pub fn routes(state: &AppState) -> Router<AppState> {
             "/admin/assets/dashboard.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE) }),
         )
+        .with_state(dashboard)
 }
 
 /// `GET /admin/dashboard`: the page, or the login form (401) without a session.
-async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match signed_in(&state, &headers) {
+async fn page(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    match signed_in(&dashboard, &headers) {
         Ok(()) => html(StatusCode::OK, PAGE.to_owned()),
         Err(_) => login_form(StatusCode::UNAUTHORIZED, None),
     }
 }
 
 /// `GET /admin/dashboard/data`: the latest numbers (JSON), 401 without a session.
-async fn data(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    signed_in(&state, &headers)?;
-    let Some(dashboard) = &state.dashboard else {
-        return Err(ApiError::RouteNotFound);
-    };
+async fn data(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    signed_in(&dashboard, &headers)?;
     let json = dashboard.board.latest().await;
     Ok((
         [
@@ -97,13 +95,12 @@ async fn data(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
 
 /// `POST /admin/login` (a form: `token=<ADMIN_TOKEN>`): the session cookie
 /// and a redirect to the page, or the form again (401).
-async fn login(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let (Some(dashboard), Some(expected)) = (&state.dashboard, state.admin_token.as_deref()) else {
-        return login_form(
-            StatusCode::UNAUTHORIZED,
-            Some("the dashboard is disabled: the server has no ADMIN_TOKEN"),
-        );
-    };
+async fn login(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let expected = &*dashboard.admin_token;
     let presented = url::form_urlencoded::parse(&body)
         .find(|(name, _)| name == "token")
         .map(|(_, value)| value.into_owned())
@@ -137,12 +134,7 @@ async fn logout() -> Response {
 }
 
 /// Whether the request carries a valid session cookie.
-fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(dashboard) = &state.dashboard else {
-        return Err(ApiError::Unauthorized(
-            "the dashboard is disabled: the server has no ADMIN_TOKEN",
-        ));
-    };
+fn signed_in(dashboard: &Dashboard, headers: &HeaderMap) -> Result<(), ApiError> {
     let valid = headers
         .get_all(header::COOKIE)
         .iter()

@@ -31,7 +31,7 @@ pub use clock::{LocalClock, Reading, Sample};
 pub use known::{Known, KnownSales};
 pub use soldout::{Marked, SoldOutMarks};
 
-use super::Rejection;
+use super::types::Rejection;
 use crate::domain::ProductId;
 
 /// What is answered from memory, and for how long.

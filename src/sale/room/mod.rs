@@ -18,27 +18,29 @@
 
 pub mod pass;
 pub mod queue;
-mod state;
+pub(super) mod state;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::core::{Calls, Core};
 use super::keys::SaleKeys;
-use super::{Rejection, SaleError};
+use super::types::{Rejection, SaleError};
 use crate::domain::{Chain, ProductId};
 pub use pass::{Number, Refused, RoomKey, Ticket};
-pub use state::{RoomFigures, RoomState, Standing};
+use state::Read;
+pub use state::{RoomFigures, RoomState, Rooms, Standing};
 
 /// The waiting rooms' handle: joining, where a ticket stands, admissions
 /// and the pace, over the rooms as this process last read them.
 #[derive(Clone)]
 pub struct Room {
     core: Arc<Core>,
+    /// Each sale's room as this process last read it: the room's own.
+    rooms: Arc<Rooms>,
 }
 
 /// How old a room's reading may be before a poll renews it (in the background).
@@ -50,11 +52,6 @@ static JOIN: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_join.lua")));
 static ROOM_TICK: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_tick.lua")));
-
-/// A new room key, as hex, for a sale being opened.
-pub fn new_key() -> String {
-    RoomKey::generate()
-}
 
 /// A sale's room, or why there is none.
 #[derive(Debug, Clone)]
@@ -91,7 +88,7 @@ pub enum Admission {
     Refused(Refused),
     /// The room's sale is certainly not taking orders now (not started, or
     /// over): that is the answer, whatever the admission.
-    Outside(super::Rejection),
+    Outside(Rejection),
 }
 
 /// What joining did.
@@ -112,64 +109,12 @@ pub enum Joined {
     SoldOut,
 }
 
-/// Each sale's room as this process last read it (`None`: the sale has no
-/// room, or no sale), and whether a read is under way.
-#[derive(Default)]
-pub struct Rooms {
-    sales: RwLock<HashMap<ProductId, Arc<Slot>>>,
-}
-
-#[derive(Default)]
-struct Slot {
-    state: RwLock<Option<Read>>,
-    refreshing: AtomicBool,
-}
-
-#[derive(Clone)]
-struct Read {
-    room: Option<Arc<RoomState>>,
-    at: Instant,
-}
-
-impl Rooms {
-    fn slot(&self, product: &ProductId) -> Arc<Slot> {
-        if let Some(slot) = self
-            .sales
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(product)
-        {
-            return slot.clone();
-        }
-        self.sales
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(product.clone())
-            .or_default()
-            .clone()
-    }
-
-    fn remembered(&self, product: &ProductId) -> Option<Read> {
-        let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
-        sales
-            .get(product)?
-            .state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn forget(&self, product: &ProductId) {
-        self.sales
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(product);
-    }
-}
-
 impl Room {
     pub(super) fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self {
+            core,
+            rooms: Arc::default(),
+        }
     }
 
     /// `user_id` joins the sale's waiting room (`room_join.lua`). An id
@@ -235,7 +180,7 @@ impl Room {
 
     /// [`Self::room`], telling a sale without a room from no sale at all.
     pub async fn lookup(&self, product: &ProductId) -> Result<RoomLookup, SaleError> {
-        let read = match self.core.rooms.remembered(product) {
+        let read = match self.rooms.remembered(product) {
             Some(read) => {
                 // Old, or taken before the start when the start has passed
                 // (the draw needs a reading from after it): renewed, once at
@@ -276,7 +221,7 @@ impl Room {
         user_id: u64,
         token: &str,
     ) -> Result<Admission, SaleError> {
-        let room = match self.core.rooms.remembered(product) {
+        let room = match self.rooms.remembered(product) {
             Some(read) => read.room,
             None if self.core.is_no_sale(product) => None,
             None => self.tick_room(product, None).await?.room(),
@@ -300,7 +245,7 @@ impl Room {
     /// to have a room (no Redis call): not started or over while certainly
     /// so, else `admission_required`. `None`: no room known here.
     pub(super) fn refusal_without_admission(&self, product: &ProductId) -> Option<Rejection> {
-        let room = self.core.rooms.remembered(product)?.room?;
+        let room = self.rooms.remembered(product)?.room?;
         Some(
             room.outside_window(crate::domain::now_ms())
                 .unwrap_or(Rejection::AdmissionRequired),
@@ -318,7 +263,7 @@ impl Room {
 
     /// Reads the sale's room again, in the background (one read at a time).
     pub(super) fn renew(&self, product: &ProductId) {
-        let slot = self.core.rooms.slot(product);
+        let slot = self.rooms.slot(product);
         if slot.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -352,10 +297,10 @@ impl Room {
         if !exists {
             // No such sale: nothing to remember (ids nobody opened would
             // otherwise fill the table).
-            self.core.rooms.forget(product);
+            self.rooms.forget(product);
             return Ok(Ticked::NoSale);
         }
-        let slot = self.core.rooms.slot(product);
+        let slot = self.rooms.slot(product);
         *slot.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Read {
             room: room.clone(),
             at: Instant::now(),
@@ -365,7 +310,7 @@ impl Room {
 
     /// Forgets what this process knew of the sale's room.
     pub(super) fn forget(&self, product: &ProductId) {
-        self.core.rooms.forget(product);
+        self.rooms.forget(product);
     }
 }
 

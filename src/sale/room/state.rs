@@ -1,10 +1,17 @@
 //! A sale's room as an instance last read it ([`RoomState`]), and what
 //! follows from it without Redis: where a ticket stands, whether an order's
-//! window is certainly shut, the room's figures for the operator.
+//! window is certainly shut, the room's figures for the operator; and the
+//! rooms as this process last read them ([`Rooms`]).
 
-use super::{RoomKey, Ticket, queue};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use super::super::types::Rejection;
+use super::pass::{RoomKey, Ticket};
+use super::queue;
 use crate::domain::ProductId;
-use crate::sale::Rejection;
 
 /// How far outside a room sale's window this process's clock must be for
 /// its orders to be refused `sale_not_started` / `sale_ended` here, rather
@@ -184,5 +191,60 @@ impl RoomState {
             admission: self.key.admission(product, ticket.user_id, expires_ms),
             expires_ms,
         }
+    }
+}
+
+/// Each sale's room as this process last read it (`None`: the sale has no
+/// room, or no sale), and whether a read is under way.
+#[derive(Default)]
+pub struct Rooms {
+    sales: RwLock<HashMap<ProductId, Arc<Slot>>>,
+}
+
+#[derive(Default)]
+pub(super) struct Slot {
+    pub(super) state: RwLock<Option<Read>>,
+    pub(super) refreshing: AtomicBool,
+}
+
+#[derive(Clone)]
+pub(super) struct Read {
+    pub(super) room: Option<Arc<RoomState>>,
+    pub(super) at: Instant,
+}
+
+impl Rooms {
+    pub(super) fn slot(&self, product: &ProductId) -> Arc<Slot> {
+        if let Some(slot) = self
+            .sales
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(product)
+        {
+            return slot.clone();
+        }
+        self.sales
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(product.clone())
+            .or_default()
+            .clone()
+    }
+
+    pub(super) fn remembered(&self, product: &ProductId) -> Option<Read> {
+        let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
+        sales
+            .get(product)?
+            .state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(super) fn forget(&self, product: &ProductId) {
+        self.sales
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(product);
     }
 }

@@ -1,0 +1,68 @@
+//! The router: every route but the two `serve` answers straight from the
+//! connection (`POST /api/orders` and the waiting room's polls, which the
+//! router keeps too), the admin routes when on, the guards as layers.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+
+use super::body::MAX_BODY_BYTES;
+use super::error::ApiError;
+use super::state::AppState;
+use super::{dashboard, health, limits, metrics, openapi, orders, products, room};
+
+pub fn router(state: AppState) -> Router {
+    let guards = state.guards.clone();
+    let mut api = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/metrics", get(metrics::metrics))
+        .route("/api/products/{product_id}", get(products::get))
+        .route("/api/orders", post(orders::place_route))
+        .route(
+            "/api/sales/{product_id}/queue/{ticket}",
+            get(room::standing),
+        )
+        .merge(
+            // Everything that takes an order or user id: throttled per
+            // address, so ids cannot be tried by the thousand.
+            Router::new()
+                .route("/api/orders/{order_id}", get(orders::get))
+                .route("/api/orders/{order_id}/pay", post(orders::pay))
+                .route("/api/orders/{order_id}/cancel", post(orders::cancel))
+                .route("/api/users/{user_id}/orders", get(orders::list_for_user))
+                .route("/api/sales/{product_id}/queue", post(room::join))
+                .route_layer(from_fn_with_state(guards.clone(), limits::guard_lookup)),
+        );
+    if state.admin_routes {
+        api = api
+            .route("/api/admin/products", post(products::create))
+            .route(
+                "/api/admin/products/{product_id}/open",
+                post(products::open),
+            )
+            .route(
+                "/api/admin/products/{product_id}/audit",
+                get(products::audit),
+            )
+            .route(
+                "/api/admin/products/{product_id}/close",
+                post(products::close),
+            )
+            .route(
+                "/api/admin/products/{product_id}/room",
+                post(room::set_pace),
+            )
+            .merge(match &state.dashboard {
+                Some(d) => dashboard::routes(d.clone(), guards.clone()),
+                None => Router::new(),
+            });
+    }
+    api.fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(from_fn_with_state(guards, limits::guard_request))
+        .with_state(state)
+}

@@ -1,0 +1,48 @@
+//! What every handler can reach: the service's parts, built once at
+//! start and shared by every request.
+
+use std::sync::Arc;
+
+use super::dashboard::board::Dashboard;
+use super::{auth, conn, limits};
+use crate::books::Books;
+use crate::sale::Sales;
+use crate::store::Db;
+
+/// What every handler can reach. Cloned for every request (axum's `State`),
+/// so it is one `Arc`: cloning the parts (connection handles, pools, the key
+/// prefix) each time had a measurable cost on the sold-out path (BENCHMARKS.md).
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
+    pub sales: Sales,
+    pub db: Db,
+    pub books: Books,
+    /// `None`: the admin routes answer 401.
+    pub admin_token: Option<Arc<str>>,
+    /// Serve the admin routes at all.
+    pub admin_routes: bool,
+    /// The operator's page (`None`: no admin routes or no ADMIN_TOKEN).
+    pub dashboard: Option<Arc<Dashboard>>,
+    /// `None`: `AUTH=none`, the body's `user_id` is believed.
+    pub auth: Option<auth::Auth>,
+    pub guards: Arc<limits::Guards>,
+    /// The open connections and their bounds.
+    pub connections: Arc<conn::Connections>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
