@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, WorkerSettings, weak_admin_token};
+use crate::domain::Chain;
 use crate::http::auth::Auth;
 use crate::http::conn::Connections;
 use crate::http::limits::{Guards, sweep_buckets};
@@ -98,7 +99,10 @@ impl App {
                     board: http::dashboard::Board::new(
                         sales.clone(),
                         metrics.clone(),
-                        workers.is_some(),
+                        match workers {
+                            Some(_) => http::dashboard::board::Workers::Here,
+                            None => http::dashboard::board::Workers::Elsewhere,
+                        },
                     ),
                     admin_token: token,
                 })
@@ -213,7 +217,7 @@ pub async fn run_workers(
             })
             .await;
             if let Err(e) = served {
-                tracing::error!(error = %crate::domain::Chain(&e), "worker metrics listener failed");
+                tracing::error!(error = %Chain(&e), "worker metrics listener failed");
             }
         });
     }

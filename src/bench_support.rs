@@ -37,7 +37,7 @@ pub async fn insert_orders_raw(
 
 /// The user a bearer token (without `Bearer `) names, as a request
 /// carrying it would be identified: the cache, else verifying.
-pub fn identify_bearer(auth: &Auth, token: &str) -> Result<u64, ApiError> {
+pub fn identify_bearer(auth: &Auth, token: &str) -> Result<crate::domain::UserId, ApiError> {
     auth.identify_bearer(token)
 }
 

@@ -11,7 +11,7 @@ use crate::books::{audit, recover, retire};
 use crate::config::{
     AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, SalesArgs, StreamsArgs,
 };
-use crate::domain::ProductId;
+use crate::domain::{ProductId, SaleState};
 use crate::sale::Sales;
 use crate::sale::keys::GROUP;
 use crate::sale::queue::{PendingEntry, QueueView};
@@ -107,7 +107,11 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
 pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
     let product = ProductId::parse(&args.product).context("--product")?;
-    let done = recover::recover(&sales, &db, &product, args.force).await?;
+    let overwrite = match args.force {
+        true => recover::Overwrite::Force,
+        false => recover::Overwrite::Refuse,
+    };
+    let done = recover::recover(&sales, &db, &product, overwrite).await?;
     println!(
         "recovered {}: stock {}, {} buyers' counts, {} cancelled orders marked released",
         done.product_id, done.stock, done.buyers, done.released
@@ -143,13 +147,13 @@ pub fn render_sales(listed: &[retire::Listed]) -> String {
             _ => None,
         });
         let detail = match (s.state, s.purged) {
-            ("retired", true) => "keys deleted".to_owned(),
-            ("retired", false) => "keys kept for the grace".to_owned(),
-            ("ended", _) => match waits_until {
+            (SaleState::Retired, true) => "keys deleted".to_owned(),
+            (SaleState::Retired, false) => "keys kept for the grace".to_owned(),
+            (SaleState::Ended, _) => match waits_until {
                 Some(t) => format!("settled: retires at the first pass after {t}"),
                 None => "settled: retires at the next pass".to_owned(),
             },
-            ("unsettled", _) => "waits for:".to_owned(),
+            (SaleState::Unsettled, _) => "waits for:".to_owned(),
             _ => String::new(),
         };
         let _ = writeln!(
@@ -161,7 +165,7 @@ pub fn render_sales(listed: &[retire::Listed]) -> String {
             ms(s.closed),
             ms(s.retired)
         );
-        if s.state == "unsettled" {
+        if s.state == SaleState::Unsettled {
             for b in &s.blockers {
                 let _ = writeln!(out, "    {:<20} {}", b.code(), b.describe());
             }

@@ -158,9 +158,9 @@ impl fmt::Display for OrderId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingOrder {
     pub order_id: OrderId,
-    pub user_id: u64,
+    pub user_id: UserId,
     pub product_id: ProductId,
-    pub quantity: u64,
+    pub quantity: Quantity,
     pub price: Decimal,
     pub created_ms: i64,
     /// The Idempotency-Key it was placed with, if any.
@@ -269,41 +269,216 @@ impl std::fmt::Display for Chain<'_> {
     }
 }
 
-/// A buyer id: 1..=i64::MAX (it is a BIGINT in MySQL).
-pub fn user_id(v: u64) -> Result<u64, Invalid> {
-    if v == 0 || v > i64::MAX as u64 {
-        return Err(invalid(format!(
-            "user_id must be between 1 and {}",
-            i64::MAX
-        )));
-    }
-    Ok(v)
+/// Where an order stands, as clients see it. The books (`tb_order.status`)
+/// hold the last three; `pending` is an order still in its sale's stream,
+/// `cancelling` one whose cancel waits for it to be persisted.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    Pending,
+    Cancelling,
+    /// In the books, awaiting payment.
+    Confirmed,
+    Paid,
+    Cancelled,
 }
 
-/// A buyer id written as text (a token's claim, a gateway's header): its
-/// canonical digits only, so that one buyer has one spelling. `"+4101"`,
-/// `"04101"`, `" 4101"` or `"4101.0"` are refused, not read as 4101.
-pub fn user_id_text(s: &str) -> Result<u64, Invalid> {
-    let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
-    if !canonical {
-        return Err(invalid(
-            "user_id must be digits without a sign or leading zeros".to_owned(),
-        ));
+impl OrderStatus {
+    /// As written in `tb_order.status` and in answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Cancelling => "cancelling",
+            Self::Confirmed => "confirmed",
+            Self::Paid => "paid",
+            Self::Cancelled => "cancelled",
+        }
     }
-    user_id(
-        s.parse()
-            .map_err(|_| invalid(format!("user_id must be between 1 and {}", i64::MAX)))?,
-    )
 }
 
-/// Units in one order: 1..=MAX_QUANTITY.
-pub fn quantity(v: u64) -> Result<u64, Invalid> {
-    if v == 0 || v > MAX_QUANTITY {
-        return Err(invalid(format!(
-            "quantity must be between 1 and {MAX_QUANTITY}"
-        )));
+impl std::fmt::Display for OrderStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
-    Ok(v)
+}
+
+/// A status as the books hold it (`tb_order.status`).
+impl TryFrom<String> for OrderStatus {
+    type Error = Invalid;
+
+    fn try_from(s: String) -> Result<Self, Invalid> {
+        match s.as_str() {
+            "confirmed" => Ok(Self::Confirmed),
+            "paid" => Ok(Self::Paid),
+            "cancelled" => Ok(Self::Cancelled),
+            other => Err(invalid(format!("{other:?} is no status of the books"))),
+        }
+    }
+}
+
+/// Where a sale is in its life (`docs/end-of-life.md`): `created` (not
+/// opened), `closed` (closed before it opened), `upcoming`, `live`,
+/// `ended` (not retired yet), `unsettled` (ended, and something other than
+/// time holds it: `flashsale sales` says what), `retired`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleState {
+    Created,
+    Closed,
+    Upcoming,
+    Live,
+    Ended,
+    Unsettled,
+    Retired,
+}
+
+impl SaleState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Closed => "closed",
+            Self::Upcoming => "upcoming",
+            Self::Live => "live",
+            Self::Ended => "ended",
+            Self::Unsettled => "unsettled",
+            Self::Retired => "retired",
+        }
+    }
+}
+
+impl std::fmt::Display for SaleState {
+    /// Padded as asked (`{:<10}`), for tables.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A buyer id: 1..=i64::MAX (it is a BIGINT in MySQL). Only made valid.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "u64", into = "u64")]
+pub struct UserId(u64);
+
+impl UserId {
+    pub fn new(v: u64) -> Result<Self, Invalid> {
+        if v == 0 || v > i64::MAX as u64 {
+            return Err(invalid(format!(
+                "user_id must be between 1 and {}",
+                i64::MAX
+            )));
+        }
+        Ok(Self(v))
+    }
+
+    /// A buyer id written as text (a token's claim, a gateway's header):
+    /// its canonical digits only, so that one buyer has one spelling.
+    /// `"+4101"`, `"04101"`, `" 4101"` or `"4101.0"` are refused, not read
+    /// as 4101.
+    pub fn parse(s: &str) -> Result<Self, Invalid> {
+        let canonical =
+            !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !s.starts_with('0');
+        if !canonical {
+            return Err(invalid(
+                "user_id must be digits without a sign or leading zeros".to_owned(),
+            ));
+        }
+        Self::new(
+            s.parse()
+                .map_err(|_| invalid(format!("user_id must be between 1 and {}", i64::MAX)))?,
+        )
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// As MySQL's BIGINT holds it (it fits: at most i64::MAX).
+    pub fn as_i64(self) -> i64 {
+        self.0 as i64
+    }
+}
+
+impl TryFrom<u64> for UserId {
+    type Error = Invalid;
+    fn try_from(v: u64) -> Result<Self, Invalid> {
+        Self::new(v)
+    }
+}
+
+impl From<UserId> for u64 {
+    fn from(u: UserId) -> u64 {
+        u.0
+    }
+}
+
+/// Sent to Redis (a script's argument, a hash's value) as its digits.
+impl redis::ToRedisArgs for UserId {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        self.0.write_redis_args(out);
+    }
+}
+
+impl redis::ToSingleRedisArg for UserId {}
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Units in one order: 1..=MAX_QUANTITY. Only made valid.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "u64", into = "u64")]
+pub struct Quantity(u64);
+
+impl Quantity {
+    /// One unit.
+    pub const ONE: Self = Self(1);
+
+    pub fn new(v: u64) -> Result<Self, Invalid> {
+        if v == 0 || v > MAX_QUANTITY {
+            return Err(invalid(format!(
+                "quantity must be between 1 and {MAX_QUANTITY}"
+            )));
+        }
+        Ok(Self(v))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl TryFrom<u64> for Quantity {
+    type Error = Invalid;
+    fn try_from(v: u64) -> Result<Self, Invalid> {
+        Self::new(v)
+    }
+}
+
+impl From<Quantity> for u64 {
+    fn from(q: Quantity) -> u64 {
+        q.0
+    }
+}
+
+impl redis::ToRedisArgs for Quantity {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        self.0.write_redis_args(out);
+    }
+}
+
+impl redis::ToSingleRedisArg for Quantity {}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// A unit price: non-negative, at most 18 decimal places (the column's scale).
@@ -352,9 +527,9 @@ mod tests {
 
     #[test]
     fn a_user_id_in_text_is_its_canonical_digits_only() {
-        assert_eq!(user_id_text("4101").unwrap(), 4101);
+        assert_eq!(UserId::parse("4101").unwrap().get(), 4101);
         assert_eq!(
-            user_id_text("9223372036854775807").unwrap(),
+            UserId::parse("9223372036854775807").unwrap().get(),
             i64::MAX as u64
         );
         for bad in [
@@ -370,7 +545,7 @@ mod tests {
             "9223372036854775808",
             "99999999999999999999",
         ] {
-            assert!(user_id_text(bad).is_err(), "{bad:?} accepted");
+            assert!(UserId::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 
@@ -432,10 +607,10 @@ mod tests {
 
     #[test]
     fn numbers_are_bounded() {
-        assert!(user_id(0).is_err());
-        assert!(user_id(u64::MAX).is_err());
-        assert!(quantity(0).is_err());
-        assert!(quantity(MAX_QUANTITY + 1).is_err());
+        assert!(UserId::new(0).is_err());
+        assert!(UserId::new(u64::MAX).is_err());
+        assert!(Quantity::new(0).is_err());
+        assert!(Quantity::new(MAX_QUANTITY + 1).is_err());
         assert!(price("-0.01".parse().unwrap()).is_err());
         assert!(price("0".parse().unwrap()).is_ok());
         assert!(time_ms("start_time", -1).is_err());

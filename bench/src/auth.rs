@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, median, run};
 use super::tokens::Tokens;
+use flashsale::domain::UserId;
 use flashsale::http::auth::{Auth, AuthSettings};
 
 #[derive(Debug, Clone, Args)]
@@ -303,14 +304,17 @@ async fn micro_bench(
         };
         let (uncached, cached) = (auth(0)?, auth(16)?);
         anyhow::ensure!(
-            flashsale::bench_support::identify_bearer(&cached, &token).ok() == Some(1),
+            flashsale::bench_support::identify_bearer(&cached, &token)
+                .ok()
+                .map(UserId::get)
+                == Some(1),
             "the server refuses the bench's token"
         );
         let verify = per_call(verify_n, || {
-            flashsale::bench_support::identify_bearer(&uncached, &token)
+            flashsale::bench_support::identify_bearer(&uncached, &token).map(UserId::get)
         })?;
         let cached = per_call(cached_n, || {
-            flashsale::bench_support::identify_bearer(&cached, &token)
+            flashsale::bench_support::identify_bearer(&cached, &token).map(UserId::get)
         })?;
         Ok(MicroFigures {
             algorithm: format!("{:?}", tokens.algorithm()),

@@ -209,9 +209,9 @@ async fn pooled_order(
             &keys,
             &flashsale::bench_support::OrderCall {
                 order_id: &order_id,
-                user_id: user,
+                user_id: super::user_id(user)?,
                 product,
-                quantity: 1,
+                quantity: super::ONE,
                 idempotency_field: None,
                 idempotency_key: None,
                 admitted: false,

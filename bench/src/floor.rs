@@ -160,9 +160,9 @@ async fn serve(listener: std::net::TcpListener, kind: Kind, mut stopped: oneshot
 
 #[derive(Deserialize)]
 struct Order {
-    user_id: u64,
+    user_id: flashsale::domain::UserId,
     product_id: String,
-    quantity: u64,
+    quantity: flashsale::domain::Quantity,
 }
 
 async fn answer(

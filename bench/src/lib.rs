@@ -46,6 +46,14 @@ pub use self::rehearsal::BenchArgs;
 use flashsale::domain::{MAX_TIME_MS, ProductId};
 use flashsale::sale::{SaleError, SaleSpec, Sales};
 
+/// One unit.
+pub const ONE: flashsale::domain::Quantity = flashsale::domain::Quantity::ONE;
+
+/// A bench's buyer number as a user id (numbers start at 1).
+pub fn user_id(n: u64) -> Result<flashsale::domain::UserId, SaleError> {
+    flashsale::domain::UserId::new(n).map_err(|e| SaleError::Corrupt(e.0))
+}
+
 /// One unit for `user` through the order path (memory, then the script),
 /// with no admission.
 pub async fn place(
@@ -58,8 +66,8 @@ pub async fn place(
         .orders
         .place(flashsale::sale::NewOrder {
             product,
-            user_id: user,
-            quantity: 1,
+            user_id: user_id(user)?,
+            quantity: ONE,
             idempotency_key,
             vouched: flashsale::sale::Vouched::No,
         })

@@ -16,9 +16,10 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::BooksError;
+use crate::domain::OrderStatus;
 use crate::domain::ProductId;
 use crate::sale::{SaleSnapshot, Sales};
-use crate::store::{CANCELLED, CONFIRMED, Db, FinalAudit, OrderRow, PAID, Product};
+use crate::store::{Db, FinalAudit, OrderRow, Product};
 
 /// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
@@ -123,16 +124,20 @@ pub fn retired_figures(product: &Product, rows: &[OrderRow], recorded: &FinalAud
 
 /// The audit's arithmetic, from what MySQL and Redis hold of one sale.
 pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> SaleAudit {
-    let units = |status: &str| {
+    let units = |status: OrderStatus| {
         rows.iter()
             .filter(|r| r.status == status)
             .map(|r| r.quantity)
             .sum::<i64>()
     };
-    let (confirmed, paid, cancelled) = (units(CONFIRMED), units(PAID), units(CANCELLED));
+    let (confirmed, paid, cancelled) = (
+        units(OrderStatus::Confirmed),
+        units(OrderStatus::Paid),
+        units(OrderStatus::Cancelled),
+    );
     let cancelled_unreturned: i64 = rows
         .iter()
-        .filter(|r| r.status == CANCELLED && !r.released)
+        .filter(|r| r.status == OrderStatus::Cancelled && !r.released)
         .map(|r| r.quantity)
         .sum();
     let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
@@ -281,14 +286,14 @@ mod tests {
         }
     }
 
-    fn row(id: &str, quantity: i64, status: &str, released: bool) -> OrderRow {
+    fn row(id: &str, quantity: i64, status: OrderStatus, released: bool) -> OrderRow {
         OrderRow {
             order_id: id.into(),
             user_id: 1,
             product_id: "sku-1".into(),
             quantity,
             price: rust_decimal::Decimal::ONE,
-            status: status.into(),
+            status,
             created: 0,
             updated: 0,
             released,
@@ -300,10 +305,10 @@ mod tests {
     /// yet back, 1 accepted on its way, 1 in dead letters, 4 in stock.
     fn mid_sale() -> (Product, Vec<OrderRow>, SaleSnapshot) {
         let rows = vec![
-            row("o1", 2, CONFIRMED, false),
-            row("o2", 1, PAID, false),
-            row("o3", 1, CANCELLED, true),
-            row("o4", 1, CANCELLED, false),
+            row("o1", 2, OrderStatus::Confirmed, false),
+            row("o2", 1, OrderStatus::Paid, false),
+            row("o3", 1, OrderStatus::Cancelled, true),
+            row("o4", 1, OrderStatus::Cancelled, false),
         ];
         let redis = SaleSnapshot {
             stock: Some(4),
@@ -390,7 +395,10 @@ mod tests {
 
     #[test]
     fn more_sold_than_the_stock_is_an_oversell() {
-        let rows = vec![row("o1", 8, CONFIRMED, false), row("o2", 3, PAID, false)];
+        let rows = vec![
+            row("o1", 8, OrderStatus::Confirmed, false),
+            row("o2", 3, OrderStatus::Paid, false),
+        ];
         let redis = SaleSnapshot {
             stock: Some(-1),
             ..Default::default()

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 pub use sweeper::{Sweeper, Swept};
 
-use crate::domain::{OrderId, PendingOrder, ProductId, now_ms};
+use crate::domain::Chain;
+use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId, now_ms};
 use crate::sale::{SaleError, SaleSpec, Sales};
 use crate::store::{Db, OrderRow, Product, StoreError, Transition};
 
@@ -91,14 +92,14 @@ impl Books {
         &self,
         id: &OrderId,
         product: &ProductId,
-        user: u64,
+        user: UserId,
     ) -> Result<OrderRow, BooksError> {
         match self.db.pay(id, user).await? {
-            Transition::Done(row) | Transition::Already(row) if row.user_id == user as i64 => {
+            Transition::Done(row) | Transition::Already(row) if row.user_id == user.as_i64() => {
                 Ok(row)
             }
             Transition::Done(row) | Transition::Already(row) | Transition::Refused(row) => {
-                Err(refusal(&row, user))
+                Err(refusal(&row, Some(user)))
             }
             Transition::NotFound => Err(self.pending_refusal(id, product, user).await?),
         }
@@ -110,22 +111,20 @@ impl Books {
         &self,
         id: &OrderId,
         product: &ProductId,
-        user: Option<u64>,
+        user: Option<UserId>,
     ) -> Result<Cancelled, BooksError> {
         match self.db.cancel(id, user).await? {
             Transition::Done(row) => {
                 self.release_logged(&row).await;
                 Ok(Cancelled::Done(row))
             }
-            Transition::Already(row) if user.is_none_or(|u| row.user_id == u as i64) => {
+            Transition::Already(row) if user.is_none_or(|u| row.user_id == u.as_i64()) => {
                 if !row.released {
                     self.release_logged(&row).await;
                 }
                 Ok(Cancelled::Done(row))
             }
-            Transition::Already(row) | Transition::Refused(row) => {
-                Err(refusal(&row, user.unwrap_or(0)))
-            }
+            Transition::Already(row) | Transition::Refused(row) => Err(refusal(&row, user)),
             Transition::NotFound => {
                 let Some(order) = self.sales.orders.find(id, product).await? else {
                     return Err(BooksError::NotFound);
@@ -160,7 +159,7 @@ impl Books {
     /// committed, and the sweeper finishes the release.
     async fn release_logged(&self, row: &OrderRow) {
         if let Err(e) = self.release(row).await {
-            tracing::warn!(order_id = %row.order_id, error = %crate::domain::Chain(&e), "units not yet back in Redis; the sweeper will retry");
+            tracing::warn!(order_id = %row.order_id, error = %Chain(&e), "units not yet back in Redis; the sweeper will retry");
         }
     }
 
@@ -196,7 +195,7 @@ impl Books {
     pub async fn apply_cancel_requests(&self, product: &ProductId) -> Result<usize, BooksError> {
         let mut applied = 0;
         for (id, user) in self.sales.orders.cancel_requests(product).await? {
-            let Some((order_id, _)) = OrderId::parse(&id) else {
+            let (Some((order_id, _)), Ok(user)) = (OrderId::parse(&id), UserId::new(user)) else {
                 self.sales.orders.drop_cancel_request(product, &id).await?;
                 continue;
             };
@@ -218,7 +217,7 @@ impl Books {
         &self,
         id: &OrderId,
         product: &ProductId,
-        user: u64,
+        user: UserId,
     ) -> Result<BooksError, BooksError> {
         Ok(match self.sales.orders.find(id, product).await? {
             None => BooksError::NotFound,
@@ -228,23 +227,31 @@ impl Books {
     }
 }
 
-fn refusal(row: &OrderRow, user: u64) -> BooksError {
-    if row.user_id != user as i64 {
+/// Why `user` (`None`: the service itself) cannot take `row` where it asked.
+fn refusal(row: &OrderRow, user: Option<UserId>) -> BooksError {
+    if user.is_none_or(|u| row.user_id != u.as_i64()) {
         BooksError::Forbidden
     } else {
-        BooksError::InvalidTransition(row.status.clone())
+        BooksError::InvalidTransition(row.status.to_string())
     }
 }
 
 /// The Redis view of a persisted order (what `release_stock.lua` needs).
 fn pending_of(row: &OrderRow) -> Result<PendingOrder, BooksError> {
-    let (order_id, product_id) = OrderId::parse(&row.order_id)
-        .ok_or_else(|| BooksError::Corrupt(format!("order id {:?} in tb_order", row.order_id)))?;
+    let corrupt =
+        |what: &str| BooksError::Corrupt(format!("{what} of order {:?} in tb_order", row.order_id));
+    let (order_id, product_id) = OrderId::parse(&row.order_id).ok_or_else(|| corrupt("id"))?;
     Ok(PendingOrder {
         order_id,
-        user_id: row.user_id as u64,
+        user_id: u64::try_from(row.user_id)
+            .ok()
+            .and_then(|u| UserId::new(u).ok())
+            .ok_or_else(|| corrupt("user_id"))?,
         product_id,
-        quantity: row.quantity as u64,
+        quantity: u64::try_from(row.quantity)
+            .ok()
+            .and_then(|q| Quantity::new(q).ok())
+            .ok_or_else(|| corrupt("quantity"))?,
         price: row.price,
         created_ms: row.created,
         idempotency_key: row.idempotency_key.clone(),

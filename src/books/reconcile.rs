@@ -16,9 +16,10 @@
 use serde::Serialize;
 
 use super::{BooksError, pending_of};
+use crate::domain::OrderStatus;
 use crate::domain::ProductId;
-use crate::sale::{Booked, BookedState, Restored, Sales};
-use crate::store::{CANCELLED, CONFIRMED, Db, OrderRow, PAID};
+use crate::sale::{Booked, BookedState, Restore, Restored, Sales};
+use crate::store::{Db, OrderRow};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Reconciled {
@@ -33,11 +34,11 @@ pub struct Reconciled {
 pub(crate) fn booked(rows: &[OrderRow]) -> Result<Vec<Booked>, BooksError> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let state = match r.status.as_str() {
-            s if s == CONFIRMED || s == PAID => BookedState::Sold,
-            s if s == CANCELLED && r.released => BookedState::Returned,
-            s if s == CANCELLED => BookedState::Cancelled,
-            _ => continue,
+        let state = match r.status {
+            OrderStatus::Confirmed | OrderStatus::Paid => BookedState::Sold,
+            OrderStatus::Cancelled if r.released => BookedState::Returned,
+            OrderStatus::Cancelled => BookedState::Cancelled,
+            OrderStatus::Pending | OrderStatus::Cancelling => continue,
         };
         out.push(Booked {
             order: pending_of(r)?,
@@ -63,7 +64,7 @@ pub async fn reconcile(
     let rows = db.orders_of_product(product).await?;
     let restored = sales
         .ledger
-        .restore_booked(product, &booked(&rows)?, true)
+        .restore_booked(product, &booked(&rows)?, Restore::Repair)
         .await?;
     if !restored.is_empty() {
         tracing::warn!(

@@ -19,9 +19,20 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use super::BooksError;
-use crate::domain::ProductId;
-use crate::sale::{BookedState, SaleError, Sales};
+use crate::domain::{ProductId, UserId};
+use crate::sale::{BookedState, Restore, SaleError, Sales};
 use crate::store::Db;
+
+/// Whether a rebuild may go ahead over what Redis still holds of the sale
+/// (its hash, or orders in its stream MySQL does not have: those would be
+/// forgotten).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Refuse (the default).
+    Refuse,
+    /// `--force`: rebuild anyway.
+    Force,
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Recovered {
@@ -35,7 +46,7 @@ pub async fn recover(
     sales: &Sales,
     db: &Db,
     product_id: &ProductId,
-    force: bool,
+    overwrite: Overwrite,
 ) -> Result<Recovered, BooksError> {
     let product = db.product(product_id).await?.ok_or(BooksError::NotFound)?;
     if product.retired.is_some() {
@@ -44,7 +55,7 @@ pub async fn recover(
         ));
     }
     let rows = db.orders_of_product(product_id).await?;
-    if sales.ledger.has_sale(product_id).await? && !force {
+    if sales.ledger.has_sale(product_id).await? && overwrite == Overwrite::Refuse {
         return Err(BooksError::Refused("Redis still has this sale".into()));
     }
     let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
@@ -52,7 +63,7 @@ pub async fn recover(
         .ledger
         .unpersisted_orders(product_id, &persisted)
         .await?;
-    if unpersisted > 0 && !force {
+    if unpersisted > 0 && overwrite == Overwrite::Refuse {
         return Err(BooksError::Refused(format!(
             "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
         )));
@@ -67,7 +78,7 @@ pub async fn recover(
     let booked = super::reconcile::booked(&rows)?;
     let restored = sales
         .ledger
-        .restore_booked(product_id, &booked, false)
+        .restore_booked(product_id, &booked, Restore::Rebuild)
         .await?;
     let stock = restored.stock.max(0);
     let (opened, _) = sales
@@ -80,7 +91,7 @@ pub async fn recover(
         );
     }
     db.mark_all_released(product_id).await?;
-    let buyers: HashSet<u64> = booked
+    let buyers: HashSet<UserId> = booked
         .iter()
         .filter(|b| b.state == BookedState::Sold)
         .map(|b| b.order.user_id)

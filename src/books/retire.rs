@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use super::BooksError;
 use super::audit::{self, SaleAudit};
-use crate::domain::{ProductId, now_ms};
+use crate::domain::{Chain, ProductId, SaleState, now_ms};
 use crate::sale::Sales;
 use crate::store::{Db, FinalAudit, Product};
 
@@ -289,26 +289,26 @@ impl Retirer {
                         .into_iter()
                         .filter(|b| !matches!(b, Blocker::NotEnded { .. }))
                         .collect();
-                    let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
-                    match codes[..] {
+                    match blockers[..] {
                         [] => continue,
                         // No key written for a sale Redis does not have.
-                        ["missing_in_redis"] => {}
+                        [Blocker::MissingInRedis] => {}
                         _ => {
+                            let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
                             if let Err(e) = self
                                 .sales
                                 .queue
                                 .record_unsettled(&id, &codes.join(","))
                                 .await
                             {
-                                tracing::debug!(product_id = %id, error = %crate::domain::Chain(&e), "cannot record why the sale is not retired");
+                                tracing::debug!(product_id = %id, error = %Chain(&e), "cannot record why the sale is not retired");
                             }
                         }
                     }
                     pass.unsettled.push((id, blockers));
                 }
                 Err(e) => {
-                    tracing::warn!(product_id = %id, error = %crate::domain::Chain(&e), "cannot retire the sale; the next pass retries");
+                    tracing::warn!(product_id = %id, error = %Chain(&e), "cannot retire the sale; the next pass retries");
                     pass.failed += 1;
                 }
             }
@@ -341,7 +341,7 @@ impl Retirer {
                 match self.purge(&id).await {
                     Ok(()) => pass.purged.push(id),
                     Err(e) => {
-                        tracing::warn!(product_id = %id, error = %crate::domain::Chain(&e), "cannot purge the retired sale; the next pass retries");
+                        tracing::warn!(product_id = %id, error = %Chain(&e), "cannot purge the retired sale; the next pass retries");
                         pass.failed += 1;
                     }
                 }
@@ -433,24 +433,25 @@ impl Pace {
     }
 }
 
-/// A product's lifecycle state, from its row alone.
-pub fn state_of(product: &Product, now_ms: i64) -> &'static str {
+/// A product's lifecycle state, from its row alone (never `Unsettled`:
+/// that takes [`assess`]).
+pub fn state_of(product: &Product, now_ms: i64) -> SaleState {
     if product.retired.is_some() {
-        "retired"
+        SaleState::Retired
     } else if product.opened.is_none() {
         if product.closed.is_some() {
-            "closed"
+            SaleState::Closed
         } else {
-            "created"
+            SaleState::Created
         }
     } else if now_ms >= product.end_time {
         // Before its start too, for a sale closed before it opened to
         // buyers (its planned start is kept).
-        "ended"
+        SaleState::Ended
     } else if now_ms < product.start_time {
-        "upcoming"
+        SaleState::Upcoming
     } else {
-        "live"
+        SaleState::Live
     }
 }
 
@@ -480,11 +481,10 @@ pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, Bo
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {
     pub product_id: String,
-    /// `upcoming`, `live`, `ended` (settled: retires at the next pass, or
-    /// once RETIRE_AFTER_SECS has passed when `blockers` is that wait
-    /// alone), `unsettled` (ended, waiting: every reason in `blockers`),
-    /// `retired`.
-    pub state: &'static str,
+    /// `ended`: settled, it retires at the next pass, or once
+    /// RETIRE_AFTER_SECS has passed when `blockers` is that wait alone;
+    /// `unsettled`: every reason is in `blockers`.
+    pub state: SaleState,
     pub start_time: i64,
     pub end_time: i64,
     /// Closed early by an admin at (epoch ms).
@@ -504,13 +504,13 @@ pub async fn list(sales: &Sales, db: &Db, after: Duration) -> Result<Vec<Listed>
     for product in db.opened_products().await? {
         let mut blockers = Vec::new();
         let state = match state_of(&product, now) {
-            "ended" => {
+            SaleState::Ended => {
                 let assessed = assess(sales, db, &product, after).await?;
                 blockers = assessed.blockers;
                 match blockers[..] {
                     // Settled (the wait for RETIRE_AFTER_SECS is kept, for when).
-                    [] | [Blocker::NotEnded { .. }] => "ended",
-                    _ => "unsettled",
+                    [] | [Blocker::NotEnded { .. }] => SaleState::Ended,
+                    _ => SaleState::Unsettled,
                 }
             }
             state => state,

@@ -34,6 +34,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
+use crate::domain::UserId;
 
 /// How buyers are identified (from `AUTH*` and `JWT_*`; see the README).
 #[derive(Clone)]
@@ -249,20 +250,20 @@ pub enum Caller {
     /// `AUTH=none`: nobody is verified; the body's `user_id` is believed.
     Anyone,
     /// A verified buyer.
-    Buyer(u64),
+    Buyer(UserId),
 }
 
 impl Caller {
     /// The user a request acts as: the verified buyer (a `claimed` id must
     /// match it: 403), or with `AUTH=none` the `claimed` one (then required).
-    pub fn acting_as(self, claimed: Option<u64>) -> Result<u64, ApiError> {
+    pub fn acting_as(self, claimed: Option<u64>) -> Result<UserId, ApiError> {
         match (self, claimed) {
             (Self::Buyer(me), None) => Ok(me),
-            (Self::Buyer(me), Some(claimed)) if claimed == me => Ok(me),
+            (Self::Buyer(me), Some(claimed)) if claimed == me.get() => Ok(me),
             (Self::Buyer(_), Some(_)) => Err(ApiError::Forbidden(
                 "user_id is not the authenticated buyer",
             )),
-            (Self::Anyone, Some(claimed)) => Ok(crate::domain::user_id(claimed)?),
+            (Self::Anyone, Some(claimed)) => Ok(UserId::new(claimed)?),
             (Self::Anyone, None) => Err(ApiError::InvalidRequest(
                 "user_id is required (the server runs with AUTH=none)".into(),
             )),
@@ -270,7 +271,7 @@ impl Caller {
     }
 
     /// May this caller see `owner`'s orders?
-    pub fn may_see(self, owner: u64) -> bool {
+    pub fn may_see(self, owner: UserId) -> bool {
         match self {
             Self::Anyone => true,
             Self::Buyer(me) => me == owner,
@@ -329,7 +330,7 @@ impl Auth {
     }
 
     /// The buyer a request comes from, or why it is refused (401).
-    fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<u64, ApiError> {
+    fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<UserId, ApiError> {
         if let Some((name, proxies)) = &self.header
             && peer.is_some_and(|peer| proxies.iter().any(|p| p.contains(peer.ip())))
         {
@@ -346,7 +347,7 @@ impl Auth {
                 return value
                     .to_str()
                     .ok()
-                    .and_then(|v| crate::domain::user_id_text(v).ok())
+                    .and_then(|v| UserId::parse(v).ok())
                     .ok_or(ApiError::Unauthorized(
                         "the gateway's user header does not hold a user id",
                     ));
@@ -373,7 +374,7 @@ impl Auth {
     }
 
     /// The user a token names: from the cache, else verified (and cached).
-    fn verify(&self, jwt: &Jwt, token: &str) -> Result<u64, ApiError> {
+    fn verify(&self, jwt: &Jwt, token: &str) -> Result<UserId, ApiError> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = jsonwebtoken::get_current_timestamp();
         if let Some(user) = self.cache.get(&digest, now) {
@@ -388,7 +389,7 @@ impl Auth {
     /// carrying it would be identified: the cache, else verifying. For the
     /// bench (`flashsale-bench auth`), which times exactly this.
     #[cfg(feature = "bench")]
-    pub(crate) fn identify_bearer(&self, token: &str) -> Result<u64, ApiError> {
+    pub(crate) fn identify_bearer(&self, token: &str) -> Result<UserId, ApiError> {
         let jwt = self.jwt.as_ref().ok_or(ApiError::Unauthorized(
             "requests must come through the authenticating gateway",
         ))?;
@@ -453,7 +454,7 @@ impl Jwt {
     }
 
     /// The user and expiry (epoch s) of a valid token; 401 otherwise.
-    fn verify(&self, token: &str) -> Result<(u64, u64), ApiError> {
+    fn verify(&self, token: &str) -> Result<(UserId, u64), ApiError> {
         let key = match self.keys.as_slice() {
             [only] if only.kid.is_none() => only,
             keys => {
@@ -480,11 +481,10 @@ impl Jwt {
         .map_err(refused)?
         .claims;
         let user = match claims.get(&self.user_claim) {
-            Some(Value::Number(n)) => n.as_u64(),
-            Some(Value::String(s)) => crate::domain::user_id_text(s).ok(),
+            Some(Value::Number(n)) => n.as_u64().and_then(|u| UserId::new(u).ok()),
+            Some(Value::String(s)) => UserId::parse(s).ok(),
             _ => None,
         }
-        .and_then(|u| crate::domain::user_id(u).ok())
         .ok_or(ApiError::Unauthorized(
             "the token's user claim is not a user id",
         ))?;
@@ -625,7 +625,7 @@ struct TokenCache {
 const SHARDS: usize = 16;
 
 /// A token's SHA-256 → (user id, `exp` in epoch seconds).
-type Shard = HashMap<[u8; 32], (u64, u64)>;
+type Shard = HashMap<[u8; 32], (UserId, u64)>;
 
 impl TokenCache {
     fn new(entries: usize) -> Self {
@@ -639,7 +639,7 @@ impl TokenCache {
         &self.shards[usize::from(digest[0]) % SHARDS]
     }
 
-    fn get(&self, digest: &[u8; 32], now_secs: u64) -> Option<u64> {
+    fn get(&self, digest: &[u8; 32], now_secs: u64) -> Option<UserId> {
         if self.per_shard == 0 {
             return None;
         }
@@ -651,7 +651,7 @@ impl TokenCache {
             .map(|(user, _)| *user)
     }
 
-    fn insert(&self, digest: [u8; 32], user: u64, exp: u64, now_secs: u64) {
+    fn insert(&self, digest: [u8; 32], user: UserId, exp: u64, now_secs: u64) {
         if self.per_shard == 0 || exp <= now_secs {
             return;
         }
@@ -700,6 +700,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_and_forgets_expired_tokens() {
+        let uid = |n| UserId::new(n).unwrap();
         let cache = TokenCache::new(SHARDS);
         let d = |i: u8| {
             let mut d = [0; 32];
@@ -707,14 +708,14 @@ mod tests {
             d[1] = i;
             d
         };
-        cache.insert(d(0), 7, 100, 50);
-        assert_eq!(cache.get(&d(0), 99), Some(7));
+        cache.insert(d(0), uid(7), 100, 50);
+        assert_eq!(cache.get(&d(0), 99), Some(uid(7)));
         assert_eq!(cache.get(&d(0), 100), None, "expired");
         // Shard 0 holds one entry: a second one waits for the first to expire.
-        cache.insert(d(16), 8, 100, 50);
+        cache.insert(d(16), uid(8), 100, 50);
         assert_eq!(cache.get(&d(16), 60), None);
-        cache.insert(d(16), 8, 200, 150);
-        assert_eq!(cache.get(&d(16), 160), Some(8));
+        cache.insert(d(16), uid(8), 200, 150);
+        assert_eq!(cache.get(&d(16), 160), Some(uid(8)));
         assert_eq!(cache.len(), 1);
     }
 }

@@ -42,6 +42,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::error::ApiError;
+use crate::domain::UserId;
 
 /// A token bucket: `per_second` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,9 +235,9 @@ impl Guards {
     }
 
     /// Takes a token from `user_id`'s bucket: 429 when it is empty.
-    pub fn check_user(&self, user_id: u64) -> Result<(), ApiError> {
+    pub fn check_user(&self, user_id: UserId) -> Result<(), ApiError> {
         match &self.users {
-            Some(b) => b.check(&user_id).map_err(rate_limited),
+            Some(b) => b.check(&user_id.get()).map_err(rate_limited),
             None => Ok(()),
         }
     }

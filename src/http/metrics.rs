@@ -12,6 +12,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
+use crate::domain::Chain;
 use crate::metrics::Metrics;
 use crate::sale::QueueView;
 use crate::sale::Sales;
@@ -80,20 +81,20 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
                 match sales.queue.view(product).await {
                     Ok(w) => set_sale_gauges(m, product.as_str(), &w),
                     Err(e) => {
-                        tracing::warn!(product_id = %product, error = %crate::domain::Chain(&e), "metrics: cannot read the sale")
+                        tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale")
                     }
                 }
                 match sales.room.room(product).await {
                     Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::warn!(product_id = %product, error = %crate::domain::Chain(&e), "metrics: cannot read the waiting room")
+                        tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the waiting room")
                     }
                 }
             }
         }
         Err(e) => {
-            tracing::warn!(error = %crate::domain::Chain(&e), "metrics: cannot list the open sales")
+            tracing::warn!(error = %Chain(&e), "metrics: cannot list the open sales")
         }
     }
     (

@@ -19,11 +19,11 @@ use super::extract::{self, IdempotencyKey, OptionalJsonBody, PathParam, QueryPar
 use super::limits;
 use super::state::AppState;
 use crate::books::Cancelled;
-use crate::domain::PendingOrder;
-use crate::domain::{self, OrderId, ProductId};
+use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderStatus, PendingOrder, Quantity, UserId};
 use crate::sale::room::{Admission, Refused};
-use crate::sale::{self, Decision, NewOrder, Placed, Progress, Rejection, Vouched};
-use crate::store::{CANCELLED, CONFIRMED, OrderRow};
+use crate::sale::{self, Decision, Keyed, NewOrder, Placed, Progress, Rejection, Vouched};
+use crate::store::OrderRow;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -50,8 +50,7 @@ pub struct OrderView {
     /// `pending` (accepted, in the stream) until a worker persists it, then
     /// `confirmed`; `paid` or `cancelled` later (`cancelling` while a cancel
     /// waits for the order to be persisted).
-    #[schema(example = "pending")]
-    status: String,
+    status: OrderStatus,
     user_id: u64,
     product_id: String,
     quantity: u64,
@@ -69,13 +68,13 @@ impl OrderView {
     /// An order as Redis last knew it, while MySQL cannot say more.
     fn provisional(order: PendingOrder, progress: Progress) -> Self {
         let status = match progress {
-            Progress::Queued | Progress::DeadLettered => "pending",
-            Progress::Persisted => CONFIRMED,
-            Progress::CancelRequested => "cancelling",
-            Progress::Released => CANCELLED,
+            Progress::Queued | Progress::DeadLettered => OrderStatus::Pending,
+            Progress::Persisted => OrderStatus::Confirmed,
+            Progress::CancelRequested => OrderStatus::Cancelling,
+            Progress::Released => OrderStatus::Cancelled,
         };
         Self {
-            status: status.into(),
+            status,
             provisional: true,
             ..order.into()
         }
@@ -86,10 +85,10 @@ impl From<PendingOrder> for OrderView {
     fn from(o: PendingOrder) -> Self {
         Self {
             order_id: o.order_id.to_string(),
-            status: "pending".into(),
-            user_id: o.user_id,
+            status: OrderStatus::Pending,
+            user_id: o.user_id.get(),
             product_id: o.product_id.to_string(),
-            quantity: o.quantity,
+            quantity: o.quantity.get(),
             price: o.price,
             created: o.created_ms,
             provisional: false,
@@ -206,7 +205,7 @@ async fn decide(
     let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;
     let product = ProductId::parse_owned(body.product_id)?;
-    let quantity = domain::quantity(body.quantity)?;
+    let quantity = Quantity::new(body.quantity)?;
     state.guards.check_user(user_id)?;
     let vouched = match parts.headers.get(&ADMISSION_TOKEN) {
         None => Vouched::No,
@@ -214,10 +213,7 @@ async fn decide(
         // otherwise be laid out in every order's, and copied with it, for
         // the orders without a room too.
         Some(token) => {
-            let keyed = match idempotency_key {
-                Some(_) => Keyed::Yes,
-                None => Keyed::No,
-            };
+            let keyed = Keyed::of(idempotency_key.as_ref());
             Box::pin(admission(state, token, &product, user_id, keyed)).await?
         }
     };
@@ -252,10 +248,10 @@ async fn decide(
 /// not have come here (boxed: not laid out in every order's future).
 async fn retry_of_retired(
     state: &AppState,
-    user_id: u64,
+    user_id: UserId,
     product: &ProductId,
     key: &str,
-    quantity: u64,
+    quantity: Quantity,
 ) -> Result<Answer, ApiError> {
     let Some(row) = state.db.order_by_key(user_id, product, key).await? else {
         return Ok(Answer::refused(
@@ -263,13 +259,17 @@ async fn retry_of_retired(
             AnsweredBy::Service,
         ));
     };
-    if row.quantity != quantity as i64 {
+    if row.quantity != quantity.get() as i64 {
         return Ok(Answer::refused(
             ApiError::IdempotencyKeyReused,
             AnsweredBy::Service,
         ));
     }
-    Ok(order_answer(row.into(), true, AnsweredBy::Service))
+    Ok(order_answer(
+        row.into(),
+        Placement::Replayed,
+        AnsweredBy::Service,
+    ))
 }
 
 /// The header that carries an admission from the sale's waiting room.
@@ -284,7 +284,7 @@ async fn admission(
     state: &AppState,
     token: &HeaderValue,
     product: &ProductId,
-    user_id: u64,
+    user_id: UserId,
     keyed: Keyed,
 ) -> Result<Vouched, ApiError> {
     let token = token.to_str().unwrap_or("");
@@ -303,26 +303,30 @@ async fn admission(
     }
 }
 
-/// Whether an order carries an Idempotency-Key (its retry must reach the
-/// script, which alone can answer it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Keyed {
-    Yes,
-    No,
-}
-
 /// 202 with the order, or a replay's answer.
-fn placed_answer(placed: Placed, quantity: u64) -> Answer {
+fn placed_answer(placed: Placed, quantity: Quantity) -> Answer {
     if placed.replayed && placed.order.quantity != quantity {
         return Answer::refused(ApiError::IdempotencyKeyReused, AnsweredBy::Redis);
     }
-    order_answer(placed.order.into(), placed.replayed, AnsweredBy::Redis)
+    let placement = match placed.replayed {
+        true => Placement::Replayed,
+        false => Placement::New,
+    };
+    order_answer(placed.order.into(), placement, AnsweredBy::Redis)
 }
 
 /// 202 with the order; a replay says so (`Idempotent-Replayed: true`).
-fn order_answer(order: OrderView, replayed: bool, answered_by: AnsweredBy) -> Answer {
+/// Whether a 202 answers a new order, or one placed before under the same
+/// Idempotency-Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    New,
+    Replayed,
+}
+
+fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy) -> Answer {
     let mut response = (StatusCode::ACCEPTED, Json(order)).into_response();
-    let outcome = if replayed {
+    let outcome = if placement == Placement::Replayed {
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -425,7 +429,7 @@ pub async fn get(
         }
         Err(e) => return Err(e.into()),
     };
-    if !caller.may_see(view.user_id) {
+    if UserId::new(view.user_id).is_ok_and(|owner| !caller.may_see(owner)) {
         return Err(ApiError::OrderNotFound);
     }
     Ok(Json(view))
@@ -474,7 +478,7 @@ pub async fn list_for_user(
     PathParam(user_id): PathParam<u64>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<UserOrders>, ApiError> {
-    let user_id = domain::user_id(user_id)?;
+    let user_id = UserId::new(user_id)?;
     if !caller.may_see(user_id) {
         return Err(ApiError::Forbidden(
             "a buyer may list only their own orders",
@@ -491,7 +495,10 @@ pub async fn list_for_user(
         .orders_of_user(user_id, params.before, limit)
         .await?;
     let orders: Vec<OrderView> = rows.into_iter().map(OrderView::from).collect();
-    Ok(Json(UserOrders { user_id, orders }))
+    Ok(Json(UserOrders {
+        user_id: user_id.get(),
+        orders,
+    }))
 }
 
 /// The body of pay and cancel: who asks. Optional: the verified identity is
@@ -508,7 +515,7 @@ fn target(
     caller: Caller,
     body: Option<Owner>,
     order_id: &str,
-) -> Result<(u64, OrderId, ProductId), ApiError> {
+) -> Result<(UserId, OrderId, ProductId), ApiError> {
     let user = caller.acting_as(body.and_then(|b| b.user_id))?;
     let (id, product) = OrderId::parse(order_id).ok_or(ApiError::OrderNotFound)?;
     Ok((user, id, product))
@@ -592,7 +599,7 @@ pub async fn cancel(
         Cancelled::Done(row) => Json(OrderView::from(row)).into_response(),
         Cancelled::Requested(order) => {
             let mut view = OrderView::from(order);
-            view.status = "cancelling".into();
+            view.status = OrderStatus::Cancelling;
             (StatusCode::ACCEPTED, Json(view)).into_response()
         }
     })

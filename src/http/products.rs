@@ -12,7 +12,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
 use super::state::AppState;
 use crate::books::retire;
-use crate::domain::{self, Invalid, MAX_STOCK, ProductId, WaitingRoom};
+use crate::domain::{self, Invalid, MAX_STOCK, ProductId, SaleState, WaitingRoom};
 use crate::store::{FinalAudit, NewProduct, Product};
 
 /// Longest title (the `tb_product.title` column).
@@ -100,10 +100,7 @@ pub struct ProductView {
     /// Units left: live from Redis, or for a retired sale the units it
     /// ended with (`null` while the sale is not open).
     stock: Option<u64>,
-    /// `created` (not opened), `upcoming`, `live`, `ended` (not retired
-    /// yet), `closed` (closed before it opened) or `retired`.
-    #[schema(example = "live")]
-    state: &'static str,
+    state: SaleState,
     /// The sale's waiting room (`null`: none).
     waiting_room: Option<WaitingRoom>,
     /// A retired sale's final figures, as recorded at its retirement

@@ -31,6 +31,7 @@ use super::conn::{Conn, Connections};
 use super::router::router;
 use super::state::AppState;
 use super::{orders, room};
+use crate::domain::Chain;
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
 /// requests in flight finish (idle connections are closed at once). Every
@@ -112,7 +113,7 @@ where
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {
-                tracing::trace!(error = %crate::domain::Chain(&e), %peer, "connection ended with an error");
+                tracing::trace!(error = %Chain(&e), %peer, "connection ended with an error");
             }
             drop(admitted);
         });
@@ -134,7 +135,7 @@ async fn accept_failed(e: std::io::Error) {
     }
     // Out of descriptors despite the cap (something else holds them): a
     // short pause, not axum's second, which would stall every newcomer.
-    tracing::error!(error = %crate::domain::Chain(&e), "accepting a connection failed; retrying in 50 ms");
+    tracing::error!(error = %Chain(&e), "accepting a connection failed; retrying in 50 ms");
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 

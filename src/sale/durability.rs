@@ -11,6 +11,7 @@ use redis::Value;
 
 use super::conn::Redis;
 use super::types::SaleError;
+use crate::domain::Chain;
 
 /// What is risky in Redis's persistence settings; empty when AOF is on with
 /// fsync `everysec` or `always`.
@@ -88,13 +89,13 @@ pub async fn check_persistence_when_up(redis: &Redis) {
             // refuses CONFIG): asking again would not change that.
             Err(e) if !not_up_yet(&e) => {
                 tracing::warn!(
-                    error = %crate::domain::Chain(&e),
+                    error = %Chain(&e),
                     "could not check Redis persistence (CONFIG GET); make sure AOF is on (appendonly yes, appendfsync everysec)"
                 );
                 return;
             }
             Err(e) => tracing::warn!(
-                error = %crate::domain::Chain(&e),
+                error = %Chain(&e),
                 retry_in_ms = wait.as_millis() as u64,
                 "Redis does not answer yet: orders get 503 until it does"
             ),

@@ -4,7 +4,7 @@
 use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::domain::PendingOrder;
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, ProductId, Quantity, UserId};
 
 /// One stream entry as read from Redis: its id and its field/value pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,19 +44,16 @@ impl Entry {
                 "order {raw_id} of product {product_id:?} found in the stream of {product}"
             ));
         }
-        let order = PendingOrder {
+        let out_of_range = |_| format!("order {raw_id} has a zero or out-of-range number");
+        Ok(PendingOrder {
             order_id,
-            user_id: self.number("user_id")?,
+            user_id: UserId::new(self.number("user_id")?).map_err(out_of_range)?,
             product_id: product.clone(),
-            quantity: self.number("quantity")?,
+            quantity: Quantity::new(self.number("quantity")?).map_err(out_of_range)?,
             price: self.number("price")?,
             created_ms: self.number("created_ms")?,
             idempotency_key: self.text("idempotency_key").ok().map(str::to_owned),
-        };
-        if order.user_id == 0 || order.user_id > i64::MAX as u64 || order.quantity == 0 {
-            return Err(format!("order {raw_id} has a zero or out-of-range number"));
-        }
-        Ok(order)
+        })
     }
 
     /// Decodes `[id, [field, value, ...]]`; a deleted entry (`[id, nil]`) has no fields.
@@ -150,7 +147,7 @@ mod tests {
         assert_eq!(entries[0].id, "1-0");
         assert_eq!(entries[0].field("quantity"), Some("2"));
         let order = entries[0].order(&sku).unwrap();
-        assert_eq!((order.user_id, order.quantity), (42, 2));
+        assert_eq!((order.user_id.get(), order.quantity.get()), (42, 2));
         assert_eq!(order.price.to_string(), "4999.5");
         assert_eq!(order.idempotency_key, None);
         // Found in another sale's stream: poison, not an order of that sale.

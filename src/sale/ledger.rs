@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use super::core::Core;
 use super::entry::Entry;
 use super::scripts;
-use super::types::{Booked, RESTORE_CHUNK, Repairs, Restored, SaleError};
+use super::types::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored, SaleError};
 use crate::domain::ProductId;
 
 /// The ledger handle.
@@ -157,21 +157,21 @@ impl Ledger {
     /// `lua/restore_booked.lua`): orders Redis lost come back with their
     /// units, buyer counts and idempotency records; releases it lost are
     /// done again. Idempotent, chunk by chunk atomic, safe while the sale
-    /// takes orders. `count_as_repair` records it in the sale's repaired hash.
+    /// takes orders. A [`Restore::Repair`] is recorded in the sale's repaired hash.
     pub async fn restore_booked(
         &self,
         product: &ProductId,
         booked: &[Booked],
-        count_as_repair: bool,
+        why: Restore,
     ) -> Result<Restored, SaleError> {
         let mut total = Restored::default();
         for chunk in booked.chunks(RESTORE_CHUNK) {
             let keys = self.core.keys(product);
             let done = self
                 .core
-                .call(|mut c| async move {
-                    scripts::restore_booked(&mut c, &keys, chunk, count_as_repair).await
-                })
+                .call(
+                    |mut c| async move { scripts::restore_booked(&mut c, &keys, chunk, why).await },
+                )
                 .await?;
             total = total.add(done);
         }

@@ -15,9 +15,9 @@ use super::memory::Heard;
 use super::room::Room;
 use super::scripts::{self, OrderCall, PlaceReply, Voided};
 use super::types::{
-    AcceptedRecord, AnsweredBy, Decision, Placed, Progress, Rejection, SaleError, Vouched,
+    AcceptedRecord, AnsweredBy, Decision, Keyed, Placed, Progress, Rejection, SaleError, Vouched,
 };
-use crate::domain::{Chain, OrderId, PendingOrder, ProductId};
+use crate::domain::{Chain, OrderId, PendingOrder, ProductId, Quantity, UserId};
 
 /// The orders handle.
 #[derive(Clone)]
@@ -31,8 +31,8 @@ pub struct Orders {
 #[derive(Debug, Clone, Copy)]
 pub struct NewOrder<'a> {
     pub product: &'a ProductId,
-    pub user_id: u64,
-    pub quantity: u64,
+    pub user_id: UserId,
+    pub quantity: Quantity,
     pub idempotency_key: Option<&'a str>,
     pub vouched: Vouched,
 }
@@ -51,9 +51,9 @@ impl Orders {
         let product = order.product;
         let recall = core.memory.recall(
             product,
-            order.user_id,
-            order.quantity,
-            order.idempotency_key.is_some(),
+            order.user_id.get(),
+            order.quantity.get(),
+            Keyed::of(order.idempotency_key),
         );
         if recall.refresh_known {
             core.refresh_known_sales();
@@ -113,7 +113,7 @@ impl Orders {
         let received = core.memory.now();
         let learn = |heard| {
             core.memory
-                .learn(product, order.user_id, heard, sent, received);
+                .learn(product, order.user_id.get(), heard, sent, received);
         };
         let placed = |order, replayed| Decision::Placed(Placed { order, replayed });
         Ok(match reply {
@@ -230,7 +230,9 @@ impl Orders {
             .await;
         match voided {
             Ok(Voided::Void) => {
-                self.core.memory.released(call.product, Some(call.user_id));
+                self.core
+                    .memory
+                    .released(call.product, Some(call.user_id.get()));
                 tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
             }
             Ok(Voided::Claimed) => {}
@@ -405,7 +407,8 @@ impl Orders {
             }
         };
         // The units are back on the master either way.
-        core.memory.released(&order.product_id, Some(order.user_id));
+        core.memory
+            .released(&order.product_id, Some(order.user_id.get()));
         replicated?;
         Ok(released)
     }

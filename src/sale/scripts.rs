@@ -10,9 +10,11 @@ use rust_decimal::Decimal;
 
 use super::conn::{Conn, Wait};
 use super::keys::SaleKeys;
-use super::types::{Booked, BookedState, Progress, Rejection, Restored, SaleSpec, booked_record};
+use super::types::{
+    Booked, BookedState, Progress, Rejection, Restore, Restored, SaleSpec, booked_record,
+};
 use crate::domain::PendingOrder;
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, ProductId, Quantity, UserId};
 
 static OPEN_SALE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/open_sale.lua")));
@@ -151,7 +153,7 @@ pub async fn restore_booked(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     booked: &[Booked],
-    count_as_repair: bool,
+    why: Restore,
 ) -> RedisResult<Restored> {
     let mut call = RESTORE_BOOKED.prepare_invoke();
     call.key(&keys.accepted)
@@ -160,7 +162,10 @@ pub async fn restore_booked(
         .key(&keys.released)
         .key(&keys.idem)
         .key(&keys.repaired)
-        .arg(if count_as_repair { "1" } else { "0" });
+        .arg(match why {
+            Restore::Repair => "1",
+            Restore::Rebuild => "0",
+        });
     for b in booked {
         let o = &b.order;
         let state = match b.state {
@@ -325,9 +330,9 @@ async fn invoke_and_wait<T: FromRedisValue>(
 /// What `place_order.lua` is asked to decide.
 pub struct OrderCall<'a> {
     pub order_id: &'a OrderId,
-    pub user_id: u64,
+    pub user_id: UserId,
     pub product: &'a ProductId,
-    pub quantity: u64,
+    pub quantity: Quantity,
     pub idempotency_field: Option<&'a str>,
     /// The key alone (kept with the order, for MySQL).
     pub idempotency_key: Option<&'a str>,

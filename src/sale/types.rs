@@ -7,7 +7,7 @@ use std::time::Duration;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use crate::domain::{OrderId, PendingOrder, ProductId};
+use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 
 /// A failure to get an answer from Redis.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +97,23 @@ pub enum Vouched {
     No,
 }
 
+/// Whether an order carries an Idempotency-Key: its retry must get its
+/// order back, which only the script can answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyed {
+    Yes,
+    No,
+}
+
+impl Keyed {
+    pub fn of<T>(key: Option<T>) -> Self {
+        match key {
+            Some(_) => Self::Yes,
+            None => Self::No,
+        }
+    }
+}
+
 /// Why the order script refused an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
@@ -156,6 +173,15 @@ pub struct Placed {
     /// True when the idempotency key had been seen: this is the first order, and
     /// nothing was deducted this time.
     pub replayed: bool,
+}
+
+/// Why orders are restored from the books: a repair after Redis lost some
+/// writes (counted in the sale's `repaired` hash, shown by the audit), or
+/// the rebuild of a sale Redis lost whole (`flashsale recover`, not counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    Repair,
+    Rebuild,
 }
 
 /// An order as the books (MySQL) hold it, for `Ledger::restore_booked`.
@@ -253,11 +279,13 @@ impl AcceptedRecord {
     ) -> Result<PendingOrder, SaleError> {
         let r: Self = serde_json::from_str(json)
             .map_err(|e| SaleError::Corrupt(format!("order record {order_id}: {e}")))?;
+        let corrupt =
+            |e: crate::domain::Invalid| SaleError::Corrupt(format!("order record: {}", e.0));
         Ok(PendingOrder {
             order_id,
-            user_id: r.user_id,
+            user_id: UserId::new(r.user_id).map_err(corrupt)?,
             product_id,
-            quantity: r.quantity,
+            quantity: Quantity::new(r.quantity).map_err(corrupt)?,
             price: r.price,
             created_ms: r.created_ms,
             idempotency_key: r.idempotency_key,

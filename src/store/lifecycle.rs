@@ -8,12 +8,9 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, QueryBuilder};
 
 use super::orders::ROW;
-use super::{CONFIRMED, Db, OrderRow, StoreError};
+use super::{Db, OrderRow, StoreError};
 use crate::domain::now_ms;
-use crate::domain::{OrderId, ProductId};
-
-pub const PAID: &str = "paid";
-pub const CANCELLED: &str = "cancelled";
+use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 
 /// What a guarded status change found.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +26,8 @@ pub enum Transition {
 
 impl Db {
     /// `confirmed` → `paid`, for the order's owner.
-    pub async fn pay(&self, order_id: &OrderId, user_id: u64) -> Result<Transition, StoreError> {
-        self.until_settled(order_id, Some(user_id), PAID, || async {
+    pub async fn pay(&self, order_id: &OrderId, user_id: UserId) -> Result<Transition, StoreError> {
+        self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || async {
             let changed = self
                 .bounded(async {
                     // By the order id's unique key, always: on a young table
@@ -40,11 +37,11 @@ impl Db {
                         "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
                          WHERE order_id = ? AND user_id = ? AND status = ?",
                     )
-                    .bind(PAID)
+                    .bind(OrderStatus::Paid.as_str())
                     .bind(now_ms())
                     .bind(order_id.as_str())
-                    .bind(user_id as i64)
-                    .bind(CONFIRMED)
+                    .bind(user_id.as_i64())
+                    .bind(OrderStatus::Confirmed.as_str())
                     .execute(self.pool())
                     .await?
                     .rows_affected())
@@ -62,19 +59,19 @@ impl Db {
     pub async fn cancel(
         &self,
         order_id: &OrderId,
-        user_id: Option<u64>,
+        user_id: Option<UserId>,
     ) -> Result<Transition, StoreError> {
-        self.until_settled(order_id, user_id, CANCELLED, || {
+        self.until_settled(order_id, user_id, OrderStatus::Cancelled, || {
             self.bounded(async {
                 let mut tx = self.pool().begin().await?;
                 let row: Option<OrderRow> = sqlx::query_as(&format!(
                     "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
                 ))
                 .bind(order_id.as_str())
-                .bind(CONFIRMED)
+                .bind(OrderStatus::Confirmed.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u as i64))
+                let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
                 else {
                     return Ok(false);
                 };
@@ -95,8 +92,8 @@ impl Db {
     async fn until_settled<F, Fut>(
         &self,
         order_id: &OrderId,
-        owner: Option<u64>,
-        target: &str,
+        owner: Option<UserId>,
+        target: OrderStatus,
         attempt: F,
     ) -> Result<Transition, StoreError>
     where
@@ -116,8 +113,8 @@ impl Db {
             found = self.outcome(order_id, done, target).await?;
             match &found {
                 Transition::Refused(row)
-                    if row.status == CONFIRMED && owner.is_none_or(|u| row.user_id == u as i64) => {
-                }
+                    if row.status == OrderStatus::Confirmed
+                        && owner.is_none_or(|u| row.user_id == u.as_i64()) => {}
                 _ => return Ok(found),
             }
         }
@@ -163,7 +160,7 @@ impl Db {
                 "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND created < ? \
                  ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED"
             ))
-            .bind(CONFIRMED)
+            .bind(OrderStatus::Confirmed.as_str())
             .bind(created_before)
             .bind(limit)
             .fetch_all(&mut *tx)
@@ -180,7 +177,7 @@ impl Db {
         self.bounded(async {
             sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
                 .bind(order_id)
-                .bind(CANCELLED)
+                .bind(OrderStatus::Cancelled.as_str())
                 .execute(self.pool())
                 .await?;
             Ok(())
@@ -199,7 +196,7 @@ impl Db {
             Ok(sqlx::query_as(&format!(
                 "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND updated < ? LIMIT ?"
             ))
-            .bind(CANCELLED)
+            .bind(OrderStatus::Cancelled.as_str())
             .bind(updated_before)
             .bind(limit)
             .fetch_all(self.pool())
@@ -218,7 +215,7 @@ impl Db {
                 "SELECT SUM(quantity), MAX(updated) FROM tb_order \
                  WHERE status = ? AND released = 0 AND product_id = ?",
             )
-            .bind(CANCELLED)
+            .bind(OrderStatus::Cancelled.as_str())
             .bind(product.as_str())
             .fetch_one(self.pool())
             .await?;
@@ -250,7 +247,7 @@ impl Db {
         self.bounded(async {
             sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
                 .bind(product.as_str())
-                .bind(CANCELLED)
+                .bind(OrderStatus::Cancelled.as_str())
                 .execute(self.pool())
                 .await?;
             Ok(())
@@ -262,7 +259,7 @@ impl Db {
         &self,
         order_id: &OrderId,
         done: bool,
-        target: &str,
+        target: OrderStatus,
     ) -> Result<Transition, StoreError> {
         Ok(match self.order(order_id).await? {
             None => Transition::NotFound,
@@ -284,7 +281,7 @@ async fn cancel_rows(
     let now = now_ms();
     let mut update = QueryBuilder::<MySql>::new("UPDATE tb_order SET status = ");
     update
-        .push_bind(CANCELLED)
+        .push_bind(OrderStatus::Cancelled.as_str())
         .push(", released = 0, updated = ")
         .push_bind(now);
     update.push(" WHERE order_id IN (");

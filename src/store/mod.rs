@@ -9,13 +9,14 @@ mod retire;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::Chain;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use lifecycle::{CANCELLED, PAID, Transition};
-pub use orders::{CONFIRMED, OrderRow, Persisted};
+pub use lifecycle::Transition;
+pub use orders::{OrderRow, Persisted};
 pub use products::{NewProduct, Product};
 pub use retire::FinalAudit;
 
@@ -145,7 +146,7 @@ impl Db {
                 }
                 Err(e) => tracing::warn!(
                     attempt,
-                    error = %crate::domain::Chain(&e),
+                    error = %Chain(&e),
                     retry_in_ms = wait.as_millis() as u64,
                     "cannot create or migrate the database yet; orders are still taken, MySQL work waits"
                 ),
@@ -236,7 +237,7 @@ impl Db {
             attempt += 1;
             match op().await {
                 Err(e) if attempt < attempts && retry(&e) => {
-                    tracing::debug!(error = %crate::domain::Chain(&e), attempt, "trying again");
+                    tracing::debug!(error = %Chain(&e), attempt, "trying again");
                 }
                 done => return done,
             }

@@ -8,7 +8,7 @@ use sqlx::{MySql, QueryBuilder};
 use super::{Db, StoreError};
 use crate::domain::PendingOrder;
 use crate::domain::now_ms;
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 
 /// An order row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -18,7 +18,8 @@ pub struct OrderRow {
     pub product_id: String,
     pub quantity: i64,
     pub price: Decimal,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: OrderStatus,
     pub created: i64,
     pub updated: i64,
     /// For a cancelled order: its units are back in Redis too.
@@ -35,9 +36,6 @@ pub struct Persisted {
     /// Units of those rows, taken off `tb_product.available_qty`.
     pub units: u64,
 }
-
-/// Status of an order once it is in MySQL, awaiting payment.
-pub const CONFIRMED: &str = "confirmed";
 
 const COLUMNS: &str =
     "order_id, user_id, product_id, quantity, price, status, created, updated, idempotency_key";
@@ -76,11 +74,11 @@ fn insert_query<'q>(
     orders.iter().fold(sqlx::query(sql), |query, o| {
         query
             .bind(o.order_id.as_str())
-            .bind(o.user_id as i64)
+            .bind(o.user_id.as_i64())
             .bind(o.product_id.as_str())
-            .bind(o.quantity as i64)
+            .bind(o.quantity.get() as i64)
             .bind(o.price)
-            .bind(CONFIRMED)
+            .bind(OrderStatus::Confirmed.as_str())
             .bind(o.created_ms)
             .bind(now)
             .bind(o.idempotency_key.as_deref())
@@ -167,7 +165,7 @@ impl Db {
             insert_orders(&mut tx, &fresh, "INSERT").await?;
             fresh
         };
-        let units: u64 = fresh.iter().map(|o| o.quantity).sum();
+        let units: u64 = fresh.iter().map(|o| o.quantity.get()).sum();
         sqlx::query(
             "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \
              WHERE product_id = ?",
@@ -215,7 +213,7 @@ impl Db {
     /// A user's orders, newest first; at most `limit`, older than `before` (epoch ms) if given.
     pub async fn orders_of_user(
         &self,
-        user_id: u64,
+        user_id: UserId,
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
@@ -224,7 +222,7 @@ impl Db {
                 "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
                  ORDER BY created DESC, id DESC LIMIT ?"
             ))
-            .bind(user_id as i64)
+            .bind(user_id.as_i64())
             .bind(before.unwrap_or(i64::MAX))
             .bind(limit)
             .fetch_all(self.pool())

@@ -3,8 +3,8 @@
 
 use super::orders::ROW;
 use super::products::{COLUMNS, normalized};
-use super::{CONFIRMED, Db, OrderRow, Product, StoreError};
-use crate::domain::ProductId;
+use super::{Db, OrderRow, Product, StoreError};
+use crate::domain::{OrderStatus, ProductId, UserId};
 
 /// A retired sale's final audit, as recorded (`tb_sale_audit`).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -210,7 +210,7 @@ impl Db {
                 "SELECT COUNT(*), MIN(created) FROM tb_order WHERE product_id = ? AND status = ?",
             )
             .bind(product.as_str())
-            .bind(CONFIRMED)
+            .bind(OrderStatus::Confirmed.as_str())
             .fetch_one(self.pool())
             .await?)
         })
@@ -221,7 +221,7 @@ impl Db {
     /// (for a retry after the sale's Redis keys are gone).
     pub async fn order_by_key(
         &self,
-        user_id: u64,
+        user_id: UserId,
         product: &ProductId,
         key: &str,
     ) -> Result<Option<OrderRow>, StoreError> {
@@ -230,7 +230,7 @@ impl Db {
                 "SELECT {ROW} FROM tb_order WHERE user_id = ? AND product_id = ? \
                  AND idempotency_key = ? LIMIT 1"
             ))
-            .bind(user_id)
+            .bind(user_id.as_i64())
             .bind(product.as_str())
             .bind(key)
             .fetch_optional(self.pool())

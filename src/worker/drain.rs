@@ -13,12 +13,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{WorkerConfig, WorkerError};
+use crate::domain::Chain;
 use crate::domain::PendingOrder;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
 use crate::sale::Entry;
 use crate::sale::{SaleStream, Sales};
 use crate::store::{Db, Persisted};
+
+/// Where a batch came from: read by this worker, or reclaimed from an
+/// idle one (its entries may have been delivered, and failed, before: their
+/// delivery counts decide which go to dead letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Read,
+    Reclaimed,
+}
 
 /// Where the next read starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +115,7 @@ impl SaleWorker {
     pub async fn step(&mut self) -> Result<Outcome, WorkerError> {
         let entries = match self.ahead.take() {
             Some(entries) => entries,
-            None => self.next_batch(true).await?,
+            None => self.next_batch().await?,
         };
         if entries.is_empty() {
             return Ok(Outcome::default());
@@ -113,7 +123,7 @@ impl SaleWorker {
         self.last_entries = Instant::now();
         let (settled, ahead) = {
             let from = self.next_from();
-            tokio::join!(self.settle(entries, false), self.read(&from, None))
+            tokio::join!(self.settle(entries, Source::Read), self.read(&from, None))
         };
         match (&settled, ahead) {
             (Ok(_), Ok(ahead)) => {
@@ -130,13 +140,13 @@ impl SaleWorker {
     /// Settles a batch read ahead, if any (before shutting down).
     pub async fn finish(&mut self) -> Result<Outcome, WorkerError> {
         match self.ahead.take() {
-            Some(entries) => self.settle(entries, false).await,
+            Some(entries) => self.settle(entries, Source::Read).await,
             None => Ok(Outcome::default()),
         }
     }
 
     /// Reads the next batch (own pending entries, then new ones).
-    async fn next_batch(&mut self, block: bool) -> Result<Vec<Entry>, WorkerError> {
+    async fn next_batch(&mut self) -> Result<Vec<Entry>, WorkerError> {
         if let Cursor::Own(after) = self.cursor.clone() {
             let entries = self.read(&after, None).await?;
             self.advance(&entries);
@@ -144,8 +154,7 @@ impl SaleWorker {
                 return Ok(entries);
             }
         }
-        let block = block.then_some(self.cfg.block);
-        self.read(">", block).await
+        self.read(">", Some(self.cfg.block)).await
     }
 
     /// The id the next read starts from: own pending after the cursor, or new.
@@ -185,7 +194,7 @@ impl SaleWorker {
             if !entries.is_empty() {
                 self.metrics.reclaimed.inc_by(entries.len() as u64);
                 tracing::info!(count = entries.len(), "reclaimed idle entries");
-                let o = self.settle(entries, true).await?;
+                let o = self.settle(entries, Source::Reclaimed).await?;
                 total = total.add(o);
             }
             start = claimed.next;
@@ -229,11 +238,7 @@ impl SaleWorker {
     /// Persists what parses in one transaction, acks it, and deals with the
     /// rest: parse, claim (after the replicas have the batch), persist, ack,
     /// then the poison entries.
-    async fn settle(
-        &self,
-        entries: Vec<Entry>,
-        check_deliveries: bool,
-    ) -> Result<Outcome, WorkerError> {
+    async fn settle(&self, entries: Vec<Entry>, source: Source) -> Result<Outcome, WorkerError> {
         self.metrics.batch_size.observe(entries.len() as f64);
         let (good, mut bad) = self.parse(&entries);
         let (good, void) = self.claim(&entries, good).await?;
@@ -252,7 +257,7 @@ impl SaleWorker {
             ..Outcome::default()
         };
         if !bad.is_empty() {
-            (outcome.dead, outcome.kept) = self.poison(bad, check_deliveries).await?;
+            (outcome.dead, outcome.kept) = self.poison(bad, source).await?;
         }
         Ok(outcome)
     }
@@ -310,7 +315,7 @@ impl SaleWorker {
             Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %crate::domain::Chain(&e), "batch refused; persisting its rows one by one");
+                tracing::warn!(error = %Chain(&e), "batch refused; persisting its rows one by one");
                 self.persist_row_by_row(good, bad).await?
             }
         };
@@ -357,9 +362,9 @@ impl SaleWorker {
     async fn poison(
         &self,
         bad: Vec<(&Entry, String)>,
-        check_deliveries: bool,
+        source: Source,
     ) -> Result<(usize, usize), WorkerError> {
-        let counts = if check_deliveries {
+        let counts = if source == Source::Reclaimed {
             let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
             self.stream
                 .deliveries(first, last, self.cfg.batch_size)
@@ -428,7 +433,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
         match result {
             Ok(()) => backoff = cfg.backoff_min,
             Err(e) => {
-                tracing::warn!(product_id = %w.product, error = %crate::domain::Chain(&e), retry_in = ?backoff, "drain failed; backing off");
+                tracing::warn!(product_id = %w.product, error = %Chain(&e), retry_in = ?backoff, "drain failed; backing off");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(backoff) => {}
@@ -438,7 +443,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
         }
     }
     if let Err(e) = w.finish().await {
-        tracing::warn!(product_id = %w.product, error = %crate::domain::Chain(&e), "batch read ahead left pending");
+        tracing::warn!(product_id = %w.product, error = %Chain(&e), "batch read ahead left pending");
     }
     tracing::debug!(product_id = %w.product, "drain stopped");
 }

@@ -26,6 +26,7 @@ pub use drain::{Outcome, SaleWorker};
 
 use crate::books::retire::{RetireSettings, Retirer};
 use crate::books::{self, Books, Sweeper};
+use crate::domain::Chain;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
 use crate::sale::queue::BooksVerdict;
@@ -224,7 +225,7 @@ impl Workers {
                     stopping.retain(|t| !t.is_finished());
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::domain::Chain(&e), "cannot read the registry of open sales")
+                    tracing::warn!(error = %Chain(&e), "cannot read the registry of open sales")
                 }
             }
             tokio::select! {
@@ -258,7 +259,7 @@ impl Workers {
             match retirer.pass().await {
                 Ok(pass) => self.count_states(&pass).await,
                 Err(e) => {
-                    tracing::warn!(error = %crate::domain::Chain(&e), "retirement pass failed; the next one retries")
+                    tracing::warn!(error = %Chain(&e), "retirement pass failed; the next one retries")
                 }
             }
             tokio::select! {
@@ -327,12 +328,12 @@ impl Workers {
                                 if let Err(e) =
                                     self.sales.queue.record_books(product, recorded).await
                                 {
-                                    tracing::warn!(%product, error = %crate::domain::Chain(&e), "cannot record the books verdict");
+                                    tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
                                 }
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                tracing::warn!(%product, error = %crate::domain::Chain(&e), "cannot check the books")
+                                tracing::warn!(%product, error = %Chain(&e), "cannot check the books")
                             }
                         }
                     }
@@ -341,7 +342,7 @@ impl Workers {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::domain::Chain(&e), "cannot read the registry of open sales")
+                    tracing::warn!(error = %Chain(&e), "cannot read the registry of open sales")
                 }
             }
             tokio::select! {
@@ -356,7 +357,7 @@ impl Workers {
 async fn sweep(sweeper: Sweeper, every: Duration, shutdown: CancellationToken) {
     loop {
         if let Err(e) = sweeper.sweep().await {
-            tracing::warn!(error = %crate::domain::Chain(&e), "sweep failed; next pass retries");
+            tracing::warn!(error = %Chain(&e), "sweep failed; next pass retries");
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,

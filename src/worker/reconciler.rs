@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::books::BooksError;
 use crate::books::reconcile::reconcile;
+use crate::domain::Chain;
 use crate::domain::ProductId;
 use crate::sale::Sales;
 use crate::store::Db;
@@ -61,7 +62,7 @@ impl Reconciler {
 pub async fn run(mut reconciler: Reconciler, every: Duration, shutdown: CancellationToken) {
     loop {
         if let Err(e) = reconciler.check().await {
-            tracing::warn!(error = %crate::domain::Chain(&e), "reconciliation check failed; the next one retries");
+            tracing::warn!(error = %Chain(&e), "reconciliation check failed; the next one retries");
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,

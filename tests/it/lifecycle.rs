@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use flashsale::books::audit;
-use flashsale::domain::{OrderId, PendingOrder, ProductId};
-use flashsale::sale::{Booked, BookedState};
+use flashsale::books::recover::Overwrite;
+use flashsale::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
+use flashsale::sale::{Booked, BookedState, Restore};
 use flashsale::worker::Workers;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -258,7 +259,10 @@ async fn a_cancel_interrupted_between_mysql_and_redis_is_repaired(backend: Backe
         .remove(0);
     let (id, _) = flashsale::domain::OrderId::parse(&row.order_id).unwrap();
     // The MySQL half commits; the process dies before the Redis half.
-    app.db.cancel(&id, Some(1)).await.unwrap();
+    app.db
+        .cancel(&id, Some(UserId::new(1).unwrap()))
+        .await
+        .unwrap();
     assert_eq!(app.available_qty(&sku).await, 5);
     assert_eq!(app.stock(&sku).await, Some(4), "not yet back in Redis");
     assert_eq!(
@@ -327,9 +331,10 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
         status_code(app.place_order(4, &sku, 1).await).await.1,
         "product_not_found"
     );
-    let done = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false)
-        .await
-        .unwrap();
+    let done =
+        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
+            .await
+            .unwrap();
     assert_eq!((done.stock, done.buyers, done.released), (7, 2, 1));
     assert_eq!(app.stock(&sku).await, Some(7));
     // A retry with a key answers the order placed before the loss.
@@ -354,7 +359,9 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     app.drained(&sku, 8).await; // 2 + 1 + 2 (cancelled) + 1 + 2
     books_balance(&app, &sku).await;
     // Recovering a sale Redis has is refused.
-    let again = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false).await;
+    let again =
+        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
+            .await;
     assert!(matches!(
         again,
         Err(flashsale::books::BooksError::Refused(_))
@@ -457,9 +464,9 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     let stale_view = Booked {
         order: PendingOrder {
             order_id,
-            user_id: 2,
+            user_id: UserId::new(2).unwrap(),
             product_id,
-            quantity: 1,
+            quantity: Quantity::ONE,
             price: row.price,
             created_ms: row.created,
             idempotency_key: row.idempotency_key.clone(),
@@ -487,7 +494,7 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     // A reconciliation that read the books before the second cancel.
     app.sales
         .ledger
-        .restore_booked(&pid(&sku), &[stale_view], true)
+        .restore_booked(&pid(&sku), &[stale_view], Restore::Repair)
         .await
         .unwrap();
     assert_eq!(
@@ -529,7 +536,9 @@ async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Bac
         .query_async(&mut r)
         .await
         .unwrap();
-    let refused = flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), false).await;
+    let refused =
+        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
+            .await;
     assert!(
         matches!(refused, Err(flashsale::books::BooksError::Refused(ref why)) if why.contains("stream")),
         "{refused:?}"

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use flashsale::books::retire::{self, Blocker, RetireSettings, Step};
-use flashsale::domain::{OrderId, ProductId};
+use flashsale::domain::{OrderId, ProductId, SaleState};
 use flashsale::worker::{WorkerConfig, Workers};
 use redis::AsyncCommands;
 use reqwest::StatusCode;
@@ -146,7 +146,10 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
     // Buyer 1 pays; buyer 4's cancel stops between MySQL and Redis.
     assert_eq!(app.act(&ids[0], "pay", 1).await.0, StatusCode::OK);
     let (id4, _) = OrderId::parse(&ids[3]).unwrap();
-    app.db.cancel(&id4, Some(4)).await.unwrap();
+    app.db
+        .cancel(&id4, Some(flashsale::domain::UserId::new(4).unwrap()))
+        .await
+        .unwrap();
     assert_eq!(
         reasons(&workers, &sku).await,
         Some(vec!["unreturned_cancels", "unpaid"])
@@ -203,7 +206,7 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
         .await
         .unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
-    assert_eq!(row.state, "unsettled");
+    assert_eq!(row.state, SaleState::Unsettled);
     assert_eq!(row.blockers, vec![Blocker::DeadLetters { count: 1 }]);
     let rendered = flashsale::cli::render_sales(&listed);
     assert!(rendered.contains("dead_letters"), "{rendered}");
@@ -476,13 +479,10 @@ async fn one_pass_retires_and_purges_every_ended_sale_page_by_page(backend: Back
     let listed = retire::list(&app.sales, &app.db, Duration::ZERO)
         .await
         .unwrap();
-    let states: Vec<&str> = listed.iter().map(|l| l.state).collect();
-    assert_eq!(
-        states,
-        [
-            "retired", "retired", "retired", "retired", "retired", "live"
-        ]
-    );
+    let states: Vec<SaleState> = listed.iter().map(|l| l.state).collect();
+    let mut expected = vec![SaleState::Retired; 5];
+    expected.push(SaleState::Live);
+    assert_eq!(states, expected);
 }
 
 /// A sale that just ended names what holds it from its first moment, the
@@ -504,7 +504,7 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     let after = Duration::from_secs(3600);
     let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
-    assert_eq!(row.state, "unsettled", "{row:?}");
+    assert_eq!(row.state, SaleState::Unsettled, "{row:?}");
     let codes: Vec<&str> = row.blockers.iter().map(Blocker::code).collect();
     assert_eq!(codes, ["not_ended", "unpaid"]);
     let rendered = flashsale::cli::render_sales(&listed);
@@ -521,7 +521,7 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     }
     let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
-    assert_eq!(row.state, "ended", "{row:?}");
+    assert_eq!(row.state, SaleState::Ended, "{row:?}");
     let rendered = flashsale::cli::render_sales(&listed);
     assert!(
         rendered.contains("settled: retires at the first pass after"),

@@ -375,7 +375,7 @@ crate::on_both_backends!(
 /// placeholders (9 a row), and such a batch could never be persisted.
 #[tokio::test]
 async fn the_largest_batch_is_persisted_in_one_call() {
-    use flashsale::domain::{OrderId, PendingOrder, now_ms};
+    use flashsale::domain::{OrderId, PendingOrder, Quantity, UserId, now_ms};
     use flashsale::worker::MAX_BATCH_SIZE;
     let app = spawn_app_on(Backend::Single, |s| s.workers = None).await;
     let sku = app.new_sale(MAX_BATCH_SIZE as u64, 1).await;
@@ -383,9 +383,9 @@ async fn the_largest_batch_is_persisted_in_one_call() {
     let orders: Vec<PendingOrder> = (1..=MAX_BATCH_SIZE as u64)
         .map(|user_id| PendingOrder {
             order_id: OrderId::generate(&product),
-            user_id,
+            user_id: UserId::new(user_id).unwrap(),
             product_id: product.clone(),
-            quantity: 1,
+            quantity: Quantity::ONE,
             price: "4999.00".parse().unwrap(),
             created_ms: now_ms(),
             idempotency_key: Some(format!("key-{user_id}")),

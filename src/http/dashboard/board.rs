@@ -35,12 +35,19 @@ const LATENCY_WINDOW: Duration = Duration::from_secs(60);
 pub const MAX_SALES_SHOWN: usize = 50;
 
 /// The shared reads, and what is remembered between ticks (stock history,
+/// Whether this process runs the stream workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    Here,
+    Elsewhere,
+}
+
 /// the counters of the previous tick for rates).
 pub struct Board {
     sales: Sales,
     metrics: Arc<Metrics>,
-    /// This process runs the stream workers (their counters are here).
-    workers_here: bool,
+    /// Where the stream workers run (their counters are this process's).
+    workers: Workers,
     tick: Duration,
     reads: Mutex<Reads>,
 }
@@ -160,11 +167,11 @@ struct Counters {
 }
 
 impl Board {
-    pub fn new(sales: Sales, metrics: Arc<Metrics>, workers_here: bool) -> Self {
+    pub fn new(sales: Sales, metrics: Arc<Metrics>, workers: Workers) -> Self {
         Self {
             sales,
             metrics,
-            workers_here,
+            workers,
             tick: TICK,
             reads: Mutex::new(Reads::default()),
         }
@@ -289,7 +296,7 @@ impl Board {
             quantiles(&bounds, &window)
         });
         Instance {
-            workers: self.workers_here,
+            workers: self.workers == Workers::Here,
             orders_total: counters.orders,
             orders_per_s: rates.map(|r| r.0),
             answered_total: counters.answered,

@@ -31,7 +31,7 @@ pub use clock::{LocalClock, Reading, Sample};
 pub use known::{Known, KnownSales};
 pub use soldout::{Marked, SoldOutMarks};
 
-use super::types::Rejection;
+use super::types::{Keyed, Rejection};
 use crate::domain::ProductId;
 
 /// What is answered from memory, and for how long.
@@ -212,8 +212,7 @@ impl Memory {
     }
 
     /// Answers an order from memory if it can; says which reads are due.
-    /// `keyed`: the order has an Idempotency-Key.
-    pub fn recall(&self, product: &ProductId, user: u64, quantity: u64, keyed: bool) -> Recall {
+    pub fn recall(&self, product: &ProductId, user: u64, quantity: u64, keyed: Keyed) -> Recall {
         let mut recall = Recall {
             refresh_known: self.known.claim_refresh(),
             ..Recall::default()
@@ -236,7 +235,7 @@ impl Memory {
             && !sale.refreshing.swap(true, Ordering::AcqRel);
         if let Some(r) = self.outside_window(window.bounds, redis_time, keyed) {
             recall.answer = Some(r);
-        } else if keyed {
+        } else if keyed == Keyed::Yes {
             // Only Redis knows the key's order.
         } else if let Marked::Yes { renew } = self.sold_out.check(product) {
             recall.answer = Some(Rejection::SoldOut);
@@ -255,7 +254,7 @@ impl Memory {
         &self,
         window: Option<(i64, i64)>,
         redis_time: Option<(i64, i64)>,
-        keyed: bool,
+        keyed: Keyed,
     ) -> Option<Rejection> {
         let margin = self.settings.window_margin?.as_millis() as i64;
         let ((start, end), (earliest, latest)) = (window?, redis_time?);
@@ -266,7 +265,7 @@ impl Memory {
                 in_ms: (start - estimate).max(0) as u64,
             });
         }
-        (!keyed && earliest - margin >= end).then_some(Rejection::Ended)
+        (keyed == Keyed::No && earliest - margin >= end).then_some(Rejection::Ended)
     }
 
     /// Learns from the order script's answer to a call sent at `sent` and
@@ -449,7 +448,7 @@ mod tests {
         );
     }
 
-    fn answer(memory: &Memory, product: &ProductId, keyed: bool) -> Option<Rejection> {
+    fn answer(memory: &Memory, product: &ProductId, keyed: Keyed) -> Option<Rejection> {
         memory.recall(product, 1, 1, keyed).answer
     }
 
@@ -466,7 +465,7 @@ mod tests {
             redis_now + 20_000,
             redis_now,
         );
-        match answer(&memory, &p, false) {
+        match answer(&memory, &p, Keyed::No) {
             Some(Rejection::NotStarted {
                 starts_at_ms,
                 in_ms,
@@ -479,7 +478,7 @@ mod tests {
         // Starts within the margin: ask Redis.
         let q = sku(2);
         heard_outside(&memory, &q, redis_now + 30, redis_now + 20_000, redis_now);
-        assert_eq!(answer(&memory, &q, false), None);
+        assert_eq!(answer(&memory, &q, Keyed::No), None);
         // Ended 10 s ago: ended, but not for a keyed retry.
         let r = sku(3);
         heard_outside(
@@ -489,12 +488,12 @@ mod tests {
             redis_now - 10_000,
             redis_now,
         );
-        assert_eq!(answer(&memory, &r, false), Some(Rejection::Ended));
-        assert_eq!(answer(&memory, &r, true), None);
+        assert_eq!(answer(&memory, &r, Keyed::No), Some(Rejection::Ended));
+        assert_eq!(answer(&memory, &r, Keyed::Yes), None);
         // Ended 30 ms ago (within the margin): ask Redis.
         let s = sku(4);
         heard_outside(&memory, &s, redis_now - 20_000, redis_now - 30, redis_now);
-        assert_eq!(answer(&memory, &s, false), None);
+        assert_eq!(answer(&memory, &s, Keyed::No), None);
     }
 
     #[test]
@@ -511,13 +510,13 @@ mod tests {
             let now = memory.now();
             memory.learn(&p, 1, Heard::Other, now, now);
             memory.refreshed(&p, Some((truth - 1_000, truth + 60_000)), truth, now, now);
-            assert_eq!(answer(&memory, &p, false), None, "skew {skew}");
+            assert_eq!(answer(&memory, &p, Keyed::No), None, "skew {skew}");
             // Starts in 3 s: not started.
             let q = sku(11);
             heard_outside(&memory, &q, truth + 3_000, truth + 60_000, truth);
             assert!(
                 matches!(
-                    answer(&memory, &q, false),
+                    answer(&memory, &q, Keyed::No),
                     Some(Rejection::NotStarted { .. })
                 ),
                 "skew {skew}"
@@ -526,7 +525,7 @@ mod tests {
             let r = sku(12);
             heard_outside(&memory, &r, truth - 60_000, truth - 1_000, truth);
             assert_eq!(
-                answer(&memory, &r, false),
+                answer(&memory, &r, Keyed::No),
                 Some(Rejection::Ended),
                 "skew {skew}"
             );
@@ -549,19 +548,23 @@ mod tests {
             now,
         );
         assert_eq!(
-            memory.recall(&p, 7, 1, false).answer,
+            memory.recall(&p, 7, 1, Keyed::No).answer,
             Some(Rejection::LimitExceeded { allowance: 0 })
         );
-        assert_eq!(memory.recall(&p, 7, 1, true).answer, None);
-        assert_eq!(memory.recall(&p, 8, 1, false).answer, None, "another buyer");
+        assert_eq!(memory.recall(&p, 7, 1, Keyed::Yes).answer, None);
+        assert_eq!(
+            memory.recall(&p, 8, 1, Keyed::No).answer,
+            None,
+            "another buyer"
+        );
         memory.released(&p, Some(7));
-        assert_eq!(memory.recall(&p, 7, 1, false).answer, None);
+        assert_eq!(memory.recall(&p, 7, 1, Keyed::No).answer, None);
         memory.learn(&p, 7, Heard::SoldOut, now, now);
         assert_eq!(
-            memory.recall(&p, 9, 1, false).answer,
+            memory.recall(&p, 9, 1, Keyed::No).answer,
             Some(Rejection::SoldOut)
         );
-        assert_eq!(memory.recall(&p, 9, 1, true).answer, None);
+        assert_eq!(memory.recall(&p, 9, 1, Keyed::Yes).answer, None);
     }
 
     #[test]
@@ -579,7 +582,7 @@ mod tests {
         memory.learn(&p, 7, Heard::SoldOut, now, now);
         memory.learn(&p, 7, Heard::Limit { allowance: 0 }, now, now);
         memory.known.replace(vec![], Instant::now());
-        let recall = memory.recall(&p, 7, 1, false);
+        let recall = memory.recall(&p, 7, 1, Keyed::No);
         assert_eq!(recall.answer, None);
         assert!(!recall.refresh_known && !recall.refresh_sale);
     }

@@ -29,7 +29,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 use super::core::{Calls, Core};
 use super::keys::SaleKeys;
 use super::types::{Rejection, SaleError};
-use crate::domain::{Chain, ProductId};
+use crate::domain::{Chain, ProductId, UserId};
 pub use pass::{Number, Refused, RoomKey, Ticket};
 use state::Read;
 pub use state::{RoomFigures, RoomState, Rooms, Standing};
@@ -120,7 +120,7 @@ impl Room {
     /// `user_id` joins the sale's waiting room (`room_join.lua`). An id
     /// that no sale has (by this process's read of the registry) is
     /// answered without Redis.
-    pub async fn join(&self, product: &ProductId, user_id: u64) -> Result<Joined, SaleError> {
+    pub async fn join(&self, product: &ProductId, user_id: UserId) -> Result<Joined, SaleError> {
         if self.core.is_no_sale(product) {
             return Ok(Joined::NoSale);
         }
@@ -153,7 +153,13 @@ impl Room {
                     .await?
                     .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into()))?;
                 Joined::Ticket {
-                    ticket: room.key.ticket(product, Ticket { user_id, number }),
+                    ticket: room.key.ticket(
+                        product,
+                        Ticket {
+                            user_id: user_id.get(),
+                            number,
+                        },
+                    ),
                     new: new == 1,
                 }
             }
@@ -218,7 +224,7 @@ impl Room {
     pub async fn admission(
         &self,
         product: &ProductId,
-        user_id: u64,
+        user_id: UserId,
         token: &str,
     ) -> Result<Admission, SaleError> {
         let room = match self.rooms.remembered(product) {
@@ -234,7 +240,7 @@ impl Room {
             return Ok(Admission::Outside(outside));
         }
         Ok(
-            match room.key.check_admission(product, user_id, token, now) {
+            match room.key.check_admission(product, user_id.get(), token, now) {
                 Ok(()) => Admission::Admitted,
                 Err(refused) => Admission::Refused(refused),
             },

@@ -19,13 +19,21 @@ use super::pass::Number;
 /// Rounds of the Feistel network (4: a strong pseudorandom permutation).
 const ROUNDS: u8 = 4;
 
+/// The count of the buyers who joined before the start: final once the
+/// draw is done (a reading taken after the start), still counting before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Early {
+    Counting(u64),
+    Final(u64),
+}
+
 /// The place (from 1) in the line of a buyer with `number`, once the draw is
-/// done (`None` for an early joiner before it: `early_total` is not final).
-pub fn place(number: Number, early_total: u64, drawn: bool, seed: &[u8; 32]) -> Option<u64> {
-    match number {
-        Number::Early(n) if drawn && n <= early_total => Some(draw(n - 1, early_total, seed) + 1),
-        Number::Early(_) => None,
-        Number::Late(n) => Some(early_total + n),
+/// done (`None` for an early joiner before it: the count is not final).
+pub fn place(number: Number, early: Early, seed: &[u8; 32]) -> Option<u64> {
+    match (number, early) {
+        (Number::Early(n), Early::Final(total)) if n <= total => Some(draw(n - 1, total, seed) + 1),
+        (Number::Early(_), _) => None,
+        (Number::Late(n), Early::Final(total) | Early::Counting(total)) => Some(total + n),
     }
 }
 
@@ -117,14 +125,14 @@ mod tests {
 
     #[test]
     fn late_joiners_stand_after_every_early_joiner_in_arrival_order() {
-        assert_eq!(place(Number::Late(1), 50, true, &SEED), Some(51));
-        assert_eq!(place(Number::Late(3), 50, false, &SEED), Some(53));
+        assert_eq!(place(Number::Late(1), Early::Final(50), &SEED), Some(51));
+        assert_eq!(place(Number::Late(3), Early::Counting(50), &SEED), Some(53));
         assert_eq!(
-            place(Number::Early(3), 50, false, &SEED),
+            place(Number::Early(3), Early::Counting(50), &SEED),
             None,
             "before the draw"
         );
-        let p = place(Number::Early(3), 50, true, &SEED).unwrap();
+        let p = place(Number::Early(3), Early::Final(50), &SEED).unwrap();
         assert!((1..=50).contains(&p));
     }
 }

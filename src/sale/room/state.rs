@@ -156,7 +156,11 @@ impl RoomState {
         if self.stock <= 0 {
             return Standing::SoldOut;
         }
-        let Some(place) = queue::place(ticket.number, self.early, self.drawn(), &self.seed) else {
+        let early = match self.drawn() {
+            true => queue::Early::Final(self.early),
+            false => queue::Early::Counting(self.early),
+        };
+        let Some(place) = queue::place(ticket.number, early, &self.seed) else {
             return Standing::BeforeDraw {
                 draw_at_ms: self.start_ms,
             };
