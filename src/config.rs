@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::http::auth::{AuthSettings, TrustedProxies};
 use crate::http::conn::ConnectionSettings;
-use crate::http::limits::{Limits, Rate};
+use crate::http::limits::{Limits, Rate, defaults as limit_defaults};
+use crate::sale::memory::defaults as memory_defaults;
 use crate::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales, Wait};
 use crate::store::{Db, StoreError};
 use crate::worker::WorkerConfig;
@@ -115,7 +116,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ADMIN_ROUTES", default_value_t = true, action = clap::ArgAction::Set)]
     pub admin_routes: bool,
     /// How long a dashboard login lasts (`/admin/dashboard`), in seconds.
-    #[arg(long, env = "DASHBOARD_SESSION_SECS", default_value_t = 900)]
+    #[arg(long, env = "DASHBOARD_SESSION_SECS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS / 1000))]
     pub dashboard_session_secs: u64,
     #[command(flatten)]
     pub auth: AuthArgs,
@@ -172,26 +174,26 @@ pub struct MemoryArgs {
     /// How long a sale's sold-out answer is trusted in memory before Redis is
     /// asked again (0 disables the marker): the bound on claiming "sold out"
     /// after stock came back through another instance.
-    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = 1000)]
+    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = memory_defaults::SOLD_OUT_CACHE_MS)]
     pub sold_out_cache_ms: u64,
     /// How long a buyer's remaining allowance is trusted (0: never): the
     /// bound on refusing `limit_exceeded` after a cancel through another instance.
-    #[arg(long, env = "LIMIT_CACHE_MS", default_value_t = 2000)]
+    #[arg(long, env = "LIMIT_CACHE_MS", default_value_t = memory_defaults::LIMIT_CACHE_MS)]
     pub limit_cache_ms: u64,
     /// Buyers whose allowance is remembered, per sale.
-    #[arg(long, env = "LIMIT_CACHE_ENTRIES", default_value_t = 100_000)]
+    #[arg(long, env = "LIMIT_CACHE_ENTRIES", default_value_t = memory_defaults::LIMIT_CACHE_ENTRIES)]
     pub limit_cache_entries: usize,
     /// How long a read of the registry of open sales is trusted to answer
     /// `product_not_found` (0: ask Redis): the bound on finding a sale
     /// opened through another instance.
-    #[arg(long, env = "UNKNOWN_PRODUCT_CACHE_MS", default_value_t = 1000)]
+    #[arg(long, env = "UNKNOWN_PRODUCT_CACHE_MS", default_value_t = memory_defaults::UNKNOWN_PRODUCT_CACHE_MS)]
     pub unknown_product_cache_ms: u64,
     /// Answer `sale_not_started` / `sale_ended` from memory while Redis's
     /// clock is certainly outside the window.
     #[arg(long, env = "WINDOW_FROM_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
     pub window_from_memory: bool,
     /// ... by at least this much: requests nearer a boundary go to Redis.
-    #[arg(long, env = "WINDOW_MARGIN_MS", default_value_t = 50)]
+    #[arg(long, env = "WINDOW_MARGIN_MS", default_value_t = memory_defaults::WINDOW_MARGIN_MS)]
     pub window_margin_ms: u64,
 }
 
@@ -237,10 +239,10 @@ pub struct AuthArgs {
     #[arg(long, env = "JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
     /// Clock skew tolerated on `exp` and `nbf`.
-    #[arg(long, env = "JWT_LEEWAY_SECS", default_value_t = 30)]
+    #[arg(long, env = "JWT_LEEWAY_SECS", default_value_t = crate::http::auth::JWT_LEEWAY_SECS)]
     pub jwt_leeway_secs: u64,
     /// The claim that holds the user id (a number, or digits in a string).
-    #[arg(long, env = "JWT_USER_CLAIM", default_value = "sub")]
+    #[arg(long, env = "JWT_USER_CLAIM", default_value = crate::http::auth::JWT_USER_CLAIM)]
     pub jwt_user_claim: String,
     /// Behind a gateway that authenticates buyers: the header it sets to the
     /// user id (e.g. `X-User-Id`), believed only from AUTH_TRUSTED_PROXIES.
@@ -250,7 +252,7 @@ pub struct AuthArgs {
     #[arg(long, env = "AUTH_TRUSTED_PROXIES")]
     pub auth_trusted_proxies: Option<TrustedProxies>,
     /// Verified tokens remembered (by SHA-256, until they expire); 0: verify every request.
-    #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = 100_000)]
+    #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = crate::http::auth::AUTH_TOKEN_CACHE_SIZE)]
     pub auth_token_cache_size: usize,
 }
 
@@ -288,13 +290,13 @@ const DAY_MS: u64 = 86_400_000;
 pub struct ConnectionArgs {
     /// A request head must arrive whole within this long of the
     /// connection's accept, or of its first byte after an answer.
-    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5000,
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = crate::http::conn::HEADER_READ_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub header_read_timeout_ms: u64,
     /// A kept-alive connection waits this long for its next request (and
     /// an answer this long for a client that stopped reading). Behind a
     /// load balancer, keep it above the balancer's own idle timeout.
-    #[arg(long, env = "IDLE_TIMEOUT_MS", default_value_t = 75_000,
+    #[arg(long, env = "IDLE_TIMEOUT_MS", default_value_t = crate::http::conn::IDLE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub idle_timeout_ms: u64,
     /// Open connections at most; at the cap a new one takes the place of
@@ -349,36 +351,37 @@ pub struct LimitArgs {
     #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = crate::http::limits::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// Upper bound on handling any request; past it, 503 `unavailable`.
-    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = limit_defaults::REQUEST_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub request_timeout_ms: u64,
     /// Rate limits on `POST /api/orders`, lookups and polls (false turns all off).
     #[arg(long, env = "RATE_LIMITS", default_value_t = true, action = clap::ArgAction::Set)]
     pub rate_limits: bool,
     /// Orders per second per user, sustained (0: no per-user limit).
-    #[arg(long, env = "RATE_LIMIT_USER_PER_SEC", default_value_t = 5)]
+    #[arg(long, env = "RATE_LIMIT_USER_PER_SEC", default_value_t = limit_defaults::USER_RATE.0)]
     pub rate_limit_user_per_sec: u32,
     /// Orders per user at once before the per-second rate applies.
-    #[arg(long, env = "RATE_LIMIT_USER_BURST", default_value_t = 10)]
+    #[arg(long, env = "RATE_LIMIT_USER_BURST", default_value_t = limit_defaults::USER_RATE.1)]
     pub rate_limit_user_burst: u32,
     /// Orders per second per client address (0: no per-address limit).
-    #[arg(long, env = "RATE_LIMIT_IP_PER_SEC", default_value_t = 200)]
+    #[arg(long, env = "RATE_LIMIT_IP_PER_SEC", default_value_t = limit_defaults::IP_RATE.0)]
     pub rate_limit_ip_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 400)]
+    #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = limit_defaults::IP_RATE.1)]
     pub rate_limit_ip_burst: u32,
     /// Order lookups, pays, cancels and waiting-room joins per second per
     /// client address (0: no limit): ids cannot be tried by the thousand.
-    #[arg(long, env = "RATE_LIMIT_LOOKUP_PER_SEC", default_value_t = 50)]
+    #[arg(long, env = "RATE_LIMIT_LOOKUP_PER_SEC", default_value_t = limit_defaults::LOOKUP_RATE.0)]
     pub rate_limit_lookup_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_LOOKUP_BURST", default_value_t = 100)]
+    #[arg(long, env = "RATE_LIMIT_LOOKUP_BURST", default_value_t = limit_defaults::LOOKUP_RATE.1)]
     pub rate_limit_lookup_burst: u32,
     /// Waiting-room polls per second per client address (0: no limit).
-    #[arg(long, env = "RATE_LIMIT_POLL_PER_SEC", default_value_t = 100)]
+    #[arg(long, env = "RATE_LIMIT_POLL_PER_SEC", default_value_t = limit_defaults::POLL_RATE.0)]
     pub rate_limit_poll_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_POLL_BURST", default_value_t = 200)]
+    #[arg(long, env = "RATE_LIMIT_POLL_BURST", default_value_t = limit_defaults::POLL_RATE.1)]
     pub rate_limit_poll_burst: u32,
     /// Clients tracked per limit; idle ones are evicted, and new ones are
     /// refused (429) while the table is full of active ones.
-    #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = 200_000)]
+    #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = limit_defaults::MAX_KEYS)]
     pub rate_limit_max_keys: usize,
     /// Behind a proxy: read the client address from this header's last entry
     /// (e.g. `X-Forwarded-For`). Only set it when a proxy you run sets it.
@@ -391,7 +394,7 @@ impl From<LimitArgs> for Limits {
         let rate = |on: bool, per_sec, burst| if on { Rate::new(per_sec, burst) } else { None };
         Self {
             max_in_flight: a.max_in_flight,
-            request_timeout: Duration::from_millis(a.request_timeout_ms.max(1)),
+            request_timeout: Duration::from_millis(a.request_timeout_ms),
             user_rate: rate(
                 a.rate_limits,
                 a.rate_limit_user_per_sec,
@@ -486,7 +489,7 @@ pub struct SalesArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// As the workers judge it: a sale retires no sooner than this after its end.
-    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = 60)]
+    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = crate::books::retire::RETIRE_AFTER_SECS)]
     pub retire_after_secs: u64,
     /// JSON instead of the table.
     #[arg(long)]
@@ -517,37 +520,40 @@ pub struct DrainArgs {
     #[arg(long, env = "CONSUMER_NAME")]
     pub consumer_name: Option<String>,
     /// Entries per read and rows per MySQL transaction (1-5000).
-    #[arg(long, env = "BATCH_SIZE", default_value_t = 500)]
+    #[arg(long, env = "BATCH_SIZE", default_value_t = crate::worker::defaults::BATCH_SIZE,
+          value_parser = batch_size)]
     pub batch_size: usize,
     /// How long a read waits for new entries (also bounds shutdown time).
-    #[arg(long, env = "BLOCK_MS", default_value_t = 2000)]
+    #[arg(long, env = "BLOCK_MS", default_value_t = crate::worker::defaults::BLOCK_MS,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub block_ms: u64,
     /// Pending entries idle this long are reclaimed from their consumer.
-    #[arg(long, env = "CLAIM_IDLE_MS", default_value_t = 15_000)]
+    #[arg(long, env = "CLAIM_IDLE_MS", default_value_t = crate::worker::defaults::CLAIM_IDLE_MS)]
     pub claim_idle_ms: u64,
     /// An entry that cannot be persisted goes to dead letters after this many deliveries.
-    #[arg(long, env = "MAX_DELIVERIES", default_value_t = 5)]
+    #[arg(long, env = "MAX_DELIVERIES", default_value_t = crate::worker::defaults::MAX_DELIVERIES,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_deliveries: u64,
     /// Acked entries stay in the stream this long before they are trimmed.
-    #[arg(long, env = "STREAM_RETENTION_SECS", default_value_t = 600)]
+    #[arg(long, env = "STREAM_RETENTION_SECS", default_value_t = crate::worker::defaults::STREAM_RETENTION_SECS)]
     pub stream_retention_secs: u64,
     /// Orders confirmed and not paid within this many seconds are cancelled.
-    #[arg(long, env = "PAYMENT_TIMEOUT_SECS", default_value_t = 900)]
+    #[arg(long, env = "PAYMENT_TIMEOUT_SECS", default_value_t = crate::worker::defaults::PAYMENT_TIMEOUT_SECS)]
     pub payment_timeout_secs: u64,
     /// Every open sale's books are checked this often (0: never); the
     /// verdict is `flashsale_sale_books_balanced`.
-    #[arg(long, env = "BOOKS_CHECK_MS", default_value_t = 5000)]
+    #[arg(long, env = "BOOKS_CHECK_MS", default_value_t = crate::worker::defaults::BOOKS_CHECK_MS)]
     pub books_check_ms: u64,
     /// Ended sales are looked at this often and retired once settled (0:
     /// never): final audit into MySQL, out of the registry, keys deleted.
-    #[arg(long, env = "RETIRE_CHECK_MS", default_value_t = 10_000)]
+    #[arg(long, env = "RETIRE_CHECK_MS", default_value_t = crate::worker::defaults::RETIRE_CHECK_MS)]
     pub retire_check_ms: u64,
     /// A sale retires no sooner than this many seconds after its end.
-    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = 60)]
+    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = crate::books::retire::RETIRE_AFTER_SECS)]
     pub retire_after_secs: u64,
     /// A retired sale's Redis keys are deleted this many seconds after its
     /// retirement (a last look with redis-cli).
-    #[arg(long, env = "RETIRE_GRACE_SECS", default_value_t = 60)]
+    #[arg(long, env = "RETIRE_GRACE_SECS", default_value_t = crate::books::retire::RETIRE_GRACE_SECS)]
     pub retire_grace_secs: u64,
 }
 
@@ -559,10 +565,10 @@ impl From<DrainArgs> for WorkerConfig {
                 .consumer_name
                 .filter(|n| !n.is_empty())
                 .unwrap_or(default.consumer),
-            batch_size: a.batch_size.clamp(1, crate::worker::MAX_BATCH_SIZE),
-            block: Duration::from_millis(a.block_ms.max(1)),
+            batch_size: a.batch_size,
+            block: Duration::from_millis(a.block_ms),
             claim_idle: Duration::from_millis(a.claim_idle_ms),
-            max_deliveries: a.max_deliveries.max(1),
+            max_deliveries: a.max_deliveries,
             retention: Duration::from_secs(a.stream_retention_secs),
             payment_timeout: Duration::from_secs(a.payment_timeout_secs),
             books_every: Duration::from_millis(a.books_check_ms),
@@ -691,7 +697,7 @@ impl From<ServeArgs> for Settings {
                 listen_addr: a.listen_addr,
                 admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
                 admin_routes: a.admin_routes,
-                dashboard_session: Duration::from_secs(a.dashboard_session_secs.max(1)),
+                dashboard_session: Duration::from_secs(a.dashboard_session_secs),
                 auth: a.auth.into(),
                 connections: (&a.connections).into(),
                 limits: a.limits.into(),
@@ -724,6 +730,15 @@ impl From<WorkerArgs> for WorkerSettings {
             connections: (&a.connections).into(),
         }
     }
+}
+
+/// `BATCH_SIZE`: 1 to `MAX_BATCH_SIZE` (refused otherwise, not clamped).
+fn batch_size(s: &str) -> Result<usize, String> {
+    let max = crate::worker::MAX_BATCH_SIZE;
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("must be a whole number from 1 to {max}"))
 }
 
 /// A key prefix must not contain braces: the first `{...}` of a key is its hash tag.

@@ -339,6 +339,13 @@ fn the_printout_hides_secrets_and_bad_values_are_refused() {
         ("HEADER_READ_TIMEOUT_MS", "0"),
         ("MAX_CONNECTIONS", "-1"),
         ("REDIS_KEY_PREFIX", "a{b}"),
+        // Refused, not clamped into range.
+        ("BATCH_SIZE", "0"),
+        ("BATCH_SIZE", "6000"),
+        ("BLOCK_MS", "0"),
+        ("MAX_DELIVERIES", "0"),
+        ("REQUEST_TIMEOUT_MS", "0"),
+        ("DASHBOARD_SESSION_SECS", "0"),
     ] {
         let refused = run(
             "serve",

@@ -51,11 +51,15 @@ pub struct RetireSettings {
     pub pace: Duration,
 }
 
+/// `RETIRE_AFTER_SECS` and `RETIRE_GRACE_SECS` by default.
+pub const RETIRE_AFTER_SECS: u64 = 60;
+pub const RETIRE_GRACE_SECS: u64 = 60;
+
 impl Default for RetireSettings {
     fn default() -> Self {
         Self {
-            after: Duration::from_secs(60),
-            grace: Duration::from_secs(60),
+            after: Duration::from_secs(RETIRE_AFTER_SECS),
+            grace: Duration::from_secs(RETIRE_GRACE_SECS),
             batch: 500,
             pace: Duration::from_millis(5),
         }

@@ -65,6 +65,11 @@ pub struct AuthSettings {
     pub token_cache_entries: usize,
 }
 
+/// `JWT_LEEWAY_SECS`, `JWT_USER_CLAIM` and `AUTH_TOKEN_CACHE_SIZE` by default.
+pub const JWT_LEEWAY_SECS: u64 = 30;
+pub const JWT_USER_CLAIM: &str = "sub";
+pub const AUTH_TOKEN_CACHE_SIZE: usize = 100_000;
+
 impl Default for AuthSettings {
     /// Nothing configured: [`Auth::new`] refuses it.
     fn default() -> Self {
@@ -76,11 +81,11 @@ impl Default for AuthSettings {
             jwt_algorithm: None,
             jwt_issuer: None,
             jwt_audience: None,
-            jwt_leeway: Duration::from_secs(30),
-            jwt_user_claim: "sub".into(),
+            jwt_leeway: Duration::from_secs(JWT_LEEWAY_SECS),
+            jwt_user_claim: JWT_USER_CLAIM.into(),
             user_header: None,
             trusted_proxies: Vec::new(),
-            token_cache_entries: 100_000,
+            token_cache_entries: AUTH_TOKEN_CACHE_SIZE,
         }
     }
 }

@@ -60,6 +60,10 @@ const MAX_EVICTING: usize = 64;
 /// is closed without an answer (each holds a descriptor while answered).
 const MAX_REFUSING: usize = 64;
 
+/// `HEADER_READ_TIMEOUT_MS` and `IDLE_TIMEOUT_MS` by default.
+pub const HEADER_READ_TIMEOUT_MS: u64 = 5_000;
+pub const IDLE_TIMEOUT_MS: u64 = 75_000;
+
 /// The connection bounds (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSettings {

@@ -96,16 +96,28 @@ pub struct Limits {
 /// (`flashsale-bench guards`, BENCHMARKS.md).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
+/// The limits' defaults: the one place they are written (the command line
+/// shows them, [`Limits::default`] uses them). Rates are (per second, burst).
+pub mod defaults {
+    pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+    pub const USER_RATE: (u32, u32) = (5, 10);
+    pub const IP_RATE: (u32, u32) = (200, 400);
+    pub const LOOKUP_RATE: (u32, u32) = (50, 100);
+    pub const POLL_RATE: (u32, u32) = (100, 200);
+    pub const MAX_KEYS: usize = 200_000;
+}
+
 impl Default for Limits {
     fn default() -> Self {
+        let rate = |(per_second, burst)| Rate::new(per_second, burst);
         Self {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            request_timeout: Duration::from_secs(5),
-            user_rate: Rate::new(5, 10),
-            ip_rate: Rate::new(200, 400),
-            lookup_rate: Rate::new(50, 100),
-            poll_rate: Rate::new(100, 200),
-            max_keys: 200_000,
+            request_timeout: Duration::from_millis(defaults::REQUEST_TIMEOUT_MS),
+            user_rate: rate(defaults::USER_RATE),
+            ip_rate: rate(defaults::IP_RATE),
+            lookup_rate: rate(defaults::LOOKUP_RATE),
+            poll_rate: rate(defaults::POLL_RATE),
+            max_keys: defaults::MAX_KEYS,
             client_ip_header: None,
             max_headers: 64,
             max_header_bytes: 8 * 1024,

@@ -37,6 +37,19 @@ use crate::store::{Db, StoreError};
 /// a row, and MySQL takes at most 65,535 placeholders in one statement.
 pub const MAX_BATCH_SIZE: usize = 5_000;
 
+/// The workers' settings' defaults: the one place they are written (the
+/// command line shows them, [`WorkerConfig::default`] uses them).
+pub mod defaults {
+    pub const BATCH_SIZE: usize = 500;
+    pub const BLOCK_MS: u64 = 2_000;
+    pub const CLAIM_IDLE_MS: u64 = 15_000;
+    pub const MAX_DELIVERIES: u64 = 5;
+    pub const STREAM_RETENTION_SECS: u64 = 600;
+    pub const PAYMENT_TIMEOUT_SECS: u64 = 900;
+    pub const BOOKS_CHECK_MS: u64 = 5_000;
+    pub const RETIRE_CHECK_MS: u64 = 10_000;
+}
+
 /// How the workers behave.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -79,21 +92,21 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             consumer: default_consumer_name(),
-            batch_size: 500,
-            block: Duration::from_secs(2),
-            claim_idle: Duration::from_secs(15),
-            max_deliveries: 5,
-            retention: Duration::from_secs(600),
+            batch_size: defaults::BATCH_SIZE,
+            block: Duration::from_millis(defaults::BLOCK_MS),
+            claim_idle: Duration::from_millis(defaults::CLAIM_IDLE_MS),
+            max_deliveries: defaults::MAX_DELIVERIES,
+            retention: Duration::from_secs(defaults::STREAM_RETENTION_SECS),
             trim_every: Duration::from_secs(5),
             registry_refresh: Duration::from_secs(2),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
-            payment_timeout: Duration::from_secs(15 * 60),
+            payment_timeout: Duration::from_secs(defaults::PAYMENT_TIMEOUT_SECS),
             sweep_every: Duration::from_secs(5),
             reconcile_every: Duration::from_secs(1),
             release_grace: Duration::from_secs(10),
-            books_every: Duration::from_secs(5),
-            retire_every: Duration::from_secs(10),
+            books_every: Duration::from_millis(defaults::BOOKS_CHECK_MS),
+            retire_every: Duration::from_millis(defaults::RETIRE_CHECK_MS),
             retire: RetireSettings::default(),
         }
     }

@@ -53,14 +53,24 @@ pub struct MemorySettings {
     pub clock_skew_ms: i64,
 }
 
+/// The memory's defaults: the one place they are written (the command
+/// line shows them, [`MemorySettings::default`] uses them).
+pub mod defaults {
+    pub const SOLD_OUT_CACHE_MS: u64 = 1_000;
+    pub const LIMIT_CACHE_MS: u64 = 2_000;
+    pub const LIMIT_CACHE_ENTRIES: usize = 100_000;
+    pub const UNKNOWN_PRODUCT_CACHE_MS: u64 = 1_000;
+    pub const WINDOW_MARGIN_MS: u64 = 50;
+}
+
 impl Default for MemorySettings {
     fn default() -> Self {
         Self {
-            sold_out_ttl: Duration::from_secs(1),
-            limit_ttl: Duration::from_secs(2),
-            limit_entries: 100_000,
-            unknown_ttl: Duration::from_secs(1),
-            window_margin: Some(Duration::from_millis(50)),
+            sold_out_ttl: Duration::from_millis(defaults::SOLD_OUT_CACHE_MS),
+            limit_ttl: Duration::from_millis(defaults::LIMIT_CACHE_MS),
+            limit_entries: defaults::LIMIT_CACHE_ENTRIES,
+            unknown_ttl: Duration::from_millis(defaults::UNKNOWN_PRODUCT_CACHE_MS),
+            window_margin: Some(Duration::from_millis(defaults::WINDOW_MARGIN_MS)),
             clock_skew_ms: 0,
         }
     }
