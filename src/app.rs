@@ -183,7 +183,7 @@ impl App {
         .await;
         token.cancel();
         if let Some(w) = workers {
-            let _ = w.await;
+            crate::worker::every::report_exit("stream workers", w).await;
         }
         served
     }

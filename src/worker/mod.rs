@@ -13,9 +13,11 @@
 //! registry, so their drains stop).
 
 pub mod drain;
+pub mod every;
+mod periodic;
 pub mod reconciler;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,11 +27,10 @@ use tokio_util::sync::CancellationToken;
 pub use drain::{Outcome, SaleWorker};
 
 use crate::books::retire::{RetireSettings, Retirer};
-use crate::books::{self, Books, Sweeper};
+use crate::books::{Books, Sweeper};
 use crate::domain::Chain;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
-use crate::sale::queue::BooksVerdict;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 
@@ -183,11 +184,11 @@ impl Workers {
         )
     }
 
-    /// Runs a drain task per open sale until `shutdown`; each task finishes
-    /// the batch in hand (commit, ack) before it stops. A sale dropped from the
-    /// registry has its drain stopped the same way.
-    /// Nothing starts before the database is ready (a drain would fail every
-    /// batch and spend the entries' deliveries).
+    /// Runs a drain per open sale until `shutdown`, each finishing the
+    /// batch in hand (commit, ack) before it stops, beside the periodic
+    /// passes ([`periodic`]). A sale dropped from the registry has its drain
+    /// stopped the same way. Nothing starts before the database is ready
+    /// (a drain would fail every batch and spend the entries' deliveries).
     pub async fn run(self, shutdown: CancellationToken) {
         if !self.db.is_ready() {
             tracing::info!("stream workers wait for the database to be ready");
@@ -197,184 +198,104 @@ impl Workers {
             }
         }
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
-        let sweeping = tokio::spawn(sweep(
-            self.sweeper(),
-            self.cfg.sweep_every,
-            shutdown.clone(),
-        ));
-        let reconciling = tokio::spawn(reconciler::run(
-            reconciler::Reconciler::new(self.sales.clone(), self.db.clone()),
-            self.cfg.reconcile_every,
-            shutdown.clone(),
-        ));
-        let watching = tokio::spawn(self.clone().watch_books(shutdown.clone()));
-        let retiring = tokio::spawn(self.clone().retire(shutdown.clone()));
-        let mut running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)> = HashMap::new();
-        let mut stopping: Vec<JoinHandle<()>> = Vec::new();
+        let passes = periodic::start(&self, &shutdown);
+        let mut drains = Drains::default();
         loop {
-            match self.sales.lifecycle.open_sales().await {
-                Ok(open) => {
-                    let open: std::collections::HashSet<ProductId> = open.into_iter().collect();
-                    let gone: Vec<ProductId> = running
-                        .iter()
-                        .filter(|(p, (task, _))| !open.contains(*p) || task.is_finished())
-                        .map(|(p, _)| p.clone())
-                        .collect();
-                    for product in gone {
-                        if let Some((task, stop)) = running.remove(&product) {
-                            stop.cancel();
-                            stopping.push(task);
-                        }
-                    }
-                    for product in open {
-                        if let std::collections::hash_map::Entry::Vacant(slot) =
-                            running.entry(product.clone())
-                        {
-                            let stop = shutdown.child_token();
-                            let task = drain::run_sale(self.sale_worker(product), stop.clone());
-                            slot.insert((tokio::spawn(task), stop));
-                        }
-                    }
-                    stopping.retain(|t| !t.is_finished());
-                }
-                Err(e) => {
-                    tracing::warn!(error = %Chain(&e), "cannot read the registry of open sales")
-                }
+            if let Err(e) = self.step(&mut drains, &shutdown).await {
+                tracing::warn!(error = %Chain(&e), "cannot read the registry of open sales");
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(self.cfg.registry_refresh) => {}
             }
         }
-        for task in running.into_values().map(|(t, _)| t).chain(stopping) {
-            let _ = task.await;
+        drains.stop_all().await;
+        for pass in passes {
+            let _ = pass.await;
         }
-        let _ = sweeping.await;
-        let _ = reconciling.await;
-        let _ = watching.await;
-        let _ = retiring.await;
         tracing::info!("stream workers stopped");
+    }
+
+    /// One look at the registry: a drain starts for each open sale that has
+    /// none running, and stops for each sale that left it.
+    pub async fn step(
+        &self,
+        drains: &mut Drains,
+        shutdown: &CancellationToken,
+    ) -> Result<(), SaleError> {
+        let open: HashSet<ProductId> = self
+            .sales
+            .lifecycle
+            .open_sales()
+            .await?
+            .into_iter()
+            .collect();
+        drains.stop_those_not_in(&open);
+        for product in open {
+            let workers = self.clone();
+            drains.start(product, shutdown, |product, stop| {
+                every::supervised("drain", stop.clone(), move || {
+                    drain::run_sale(workers.sale_worker(product.clone()), stop.clone())
+                })
+            });
+        }
+        Ok(())
     }
 
     /// The retirement passes, for driving pass by pass.
     pub fn retirer(&self) -> Retirer {
         Retirer::new(self.sales.clone(), self.db.clone(), self.cfg.retire)
     }
-
-    /// A retirement pass every `retire_every` until `shutdown`, with the
-    /// sales-by-state gauges set from what it found.
-    async fn retire(self, shutdown: CancellationToken) {
-        if self.cfg.retire_every.is_zero() {
-            return;
-        }
-        let retirer = self.retirer();
-        loop {
-            match retirer.pass().await {
-                Ok(pass) => self.count_states(&pass).await,
-                Err(e) => {
-                    tracing::warn!(error = %Chain(&e), "retirement pass failed; the next one retries")
-                }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.cfg.retire_every) => {}
-            }
-        }
-    }
-
-    async fn count_states(&self, pass: &books::retire::Pass) {
-        let m = &self.metrics;
-        m.sales_retired.inc_by(pass.retired.len() as u64);
-        m.sales_purged.inc_by(pass.purged.len() as u64);
-        m.sale_unsettled.reset();
-        for (product, blockers) in &pass.unsettled {
-            for b in blockers {
-                m.sale_unsettled
-                    .with_label_values(&[product.as_str(), b.code()])
-                    .set(1);
-            }
-        }
-        let unsettled = pass.unsettled.len() as i64;
-        m.sales
-            .with_label_values(&["ended_unsettled"])
-            .set(unsettled);
-        if let Ok(open) = self.sales.lifecycle.open_sales().await {
-            m.sales
-                .with_label_values(&["open"])
-                .set((open.len() as i64 - unsettled).max(0));
-        }
-        if let Ok(retired) = self.db.retired_count().await {
-            m.sales.with_label_values(&["retired"]).set(retired);
-        }
-    }
-
-    /// Checks every open sale's books every `books_every` until `shutdown`,
-    /// and exports the verdicts (`flashsale_sale_books_balanced`,
-    /// `flashsale_sale_books_difference`, and in the sale's `books` key for
-    /// the dashboards); a sale that leaves the registry leaves the gauges.
-    async fn watch_books(self, shutdown: CancellationToken) {
-        if self.cfg.books_every.is_zero() {
-            return;
-        }
-        let mut verdicts = books::live::Verdicts::default();
-        loop {
-            match self.sales.lifecycle.open_sales().await {
-                Ok(open) => {
-                    for product in &open {
-                        let checked = books::live::check(
-                            &self.sales,
-                            &self.db,
-                            product,
-                            self.cfg.release_grace,
-                            &mut verdicts,
-                        )
-                        .await;
-                        match checked {
-                            Ok(Some(v)) => {
-                                self.metrics
-                                    .books(product.as_str(), v.balanced, v.difference);
-                                let recorded = BooksVerdict {
-                                    balanced: v.balanced,
-                                    difference: v.difference,
-                                    judged_ms: crate::domain::now_ms(),
-                                };
-                                if let Err(e) =
-                                    self.sales.queue.record_books(product, recorded).await
-                                {
-                                    tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
-                                }
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                tracing::warn!(%product, error = %Chain(&e), "cannot check the books")
-                            }
-                        }
-                    }
-                    for gone in verdicts.retain(&open) {
-                        self.metrics.forget_books(gone.as_str());
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %Chain(&e), "cannot read the registry of open sales")
-                }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.cfg.books_every) => {}
-            }
-        }
-    }
 }
 
-/// Runs a pass of `sweeper` every `every` until `shutdown`.
-async fn sweep(sweeper: Sweeper, every: Duration, shutdown: CancellationToken) {
-    loop {
-        if let Err(e) = sweeper.sweep().await {
-            tracing::warn!(error = %Chain(&e), "sweep failed; next pass retries");
+/// The drain task of each open sale, and those stopping.
+#[derive(Default)]
+pub struct Drains {
+    running: HashMap<ProductId, (JoinHandle<()>, CancellationToken)>,
+    stopping: Vec<JoinHandle<()>>,
+}
+
+impl Drains {
+    /// Starts `product`'s drain with `spawn` unless one runs.
+    fn start(
+        &mut self,
+        product: ProductId,
+        shutdown: &CancellationToken,
+        spawn: impl FnOnce(ProductId, CancellationToken) -> JoinHandle<()>,
+    ) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.running.entry(product) {
+            let stop = shutdown.child_token();
+            let task = spawn(slot.key().clone(), stop.clone());
+            slot.insert((task, stop));
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(every) => {}
+    }
+
+    /// Stops the drains of the sales not in `open` (and forgets those that ended).
+    fn stop_those_not_in(&mut self, open: &HashSet<ProductId>) {
+        let gone: Vec<ProductId> = self
+            .running
+            .iter()
+            .filter(|(p, (task, _))| !open.contains(*p) || task.is_finished())
+            .map(|(p, _)| p.clone())
+            .collect();
+        for product in gone {
+            if let Some((task, stop)) = self.running.remove(&product) {
+                stop.cancel();
+                self.stopping.push(task);
+            }
+        }
+        self.stopping.retain(|t| !t.is_finished());
+    }
+
+    /// Waits for every drain to finish its batch and stop.
+    async fn stop_all(self) {
+        for task in self
+            .running
+            .into_values()
+            .map(|(t, _)| t)
+            .chain(self.stopping)
+        {
+            let _ = task.await;
         }
     }
 }

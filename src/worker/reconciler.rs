@@ -10,17 +10,12 @@
 //! again units the books hold: at most one check interval plus one pass
 //! after the new master serves (see the README).
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
-
 use crate::books::BooksError;
 use crate::books::reconcile::reconcile;
-use crate::domain::Chain;
 use crate::domain::ProductId;
 use crate::sale::Sales;
 use crate::store::Db;
+use std::collections::HashMap;
 
 /// The sales reconciled since their master last changed.
 pub struct Reconciler {
@@ -55,18 +50,5 @@ impl Reconciler {
             done += 1;
         }
         Ok(done)
-    }
-}
-
-/// Checks every `every` until `shutdown`.
-pub async fn run(mut reconciler: Reconciler, every: Duration, shutdown: CancellationToken) {
-    loop {
-        if let Err(e) = reconciler.check().await {
-            tracing::warn!(error = %Chain(&e), "reconciliation check failed; the next one retries");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(every) => {}
-        }
     }
 }

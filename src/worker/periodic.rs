@@ -1,0 +1,130 @@
+//! The workers' periodic passes beside the drains, each supervised and run
+//! every so often (see [`super::every`]): the books' sweeper (payment
+//! timeouts, interrupted cancels), reconciliation (what a failover lost in
+//! Redis), the live check of every open sale's books, and retirement.
+
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Workers;
+use super::every::{every, supervised};
+use super::reconciler::Reconciler;
+use crate::books::{self, BooksError};
+use crate::domain::{Chain, now_ms};
+use crate::sale::queue::BooksVerdict;
+
+/// Starts the passes; they stop at `shutdown`.
+pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let pass = |what: &'static str, run: fn(Workers, CancellationToken) -> Pass| {
+        let (workers, stop) = (workers.clone(), shutdown.clone());
+        supervised(what, shutdown.clone(), move || {
+            run(workers.clone(), stop.clone())
+        })
+    };
+    vec![
+        pass("sweeper", |w, stop| Box::pin(sweeping(w, stop))),
+        pass("reconciler", |w, stop| Box::pin(reconciling(w, stop))),
+        pass("books check", |w, stop| Box::pin(checking_books(w, stop))),
+        pass("retirement", |w, stop| Box::pin(retiring(w, stop))),
+    ]
+}
+
+type Pass = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+async fn sweeping(workers: Workers, stop: CancellationToken) {
+    let sweeper = workers.sweeper();
+    every("sweeper", workers.cfg.sweep_every, stop, || async {
+        sweeper.sweep().await.map(|_| ())
+    })
+    .await;
+}
+
+async fn reconciling(workers: Workers, stop: CancellationToken) {
+    let reconciler = Mutex::new(Reconciler::new(workers.sales.clone(), workers.db.clone()));
+    every("reconciler", workers.cfg.reconcile_every, stop, || async {
+        reconciler.lock().await.check().await.map(|_| ())
+    })
+    .await;
+}
+
+/// Every open sale's books every `books_every`, the verdicts exported
+/// (`flashsale_sale_books_balanced`, `_difference`, and the sale's `books`
+/// key for the dashboards); a sale that leaves the registry leaves them.
+async fn checking_books(workers: Workers, stop: CancellationToken) {
+    let verdicts = Mutex::new(books::live::Verdicts::default());
+    every("books check", workers.cfg.books_every, stop, || async {
+        let mut verdicts = verdicts.lock().await;
+        let open = workers.sales.lifecycle.open_sales().await?;
+        for product in &open {
+            let checked = books::live::check(
+                &workers.sales,
+                &workers.db,
+                product,
+                workers.cfg.release_grace,
+                &mut verdicts,
+            )
+            .await;
+            match checked {
+                Ok(Some(v)) => {
+                    workers
+                        .metrics
+                        .books(product.as_str(), v.balanced, v.difference);
+                    let recorded = BooksVerdict {
+                        balanced: v.balanced,
+                        difference: v.difference,
+                        judged_ms: now_ms(),
+                    };
+                    if let Err(e) = workers.sales.queue.record_books(product, recorded).await {
+                        tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%product, error = %Chain(&e), "cannot check the books"),
+            }
+        }
+        for gone in verdicts.retain(&open) {
+            workers.metrics.forget_books(gone.as_str());
+        }
+        Ok::<_, BooksError>(())
+    })
+    .await;
+}
+
+/// A retirement pass every `retire_every`, with the sales-by-state gauges
+/// set from what it found.
+async fn retiring(workers: Workers, stop: CancellationToken) {
+    let retirer = workers.retirer();
+    every("retirement", workers.cfg.retire_every, stop, || async {
+        let pass = retirer.pass().await?;
+        count_states(&workers, &pass).await;
+        Ok::<_, BooksError>(())
+    })
+    .await;
+}
+
+async fn count_states(workers: &Workers, pass: &books::retire::Pass) {
+    let m = &workers.metrics;
+    m.sales_retired.inc_by(pass.retired.len() as u64);
+    m.sales_purged.inc_by(pass.purged.len() as u64);
+    m.sale_unsettled.reset();
+    for (product, blockers) in &pass.unsettled {
+        for b in blockers {
+            m.sale_unsettled
+                .with_label_values(&[product.as_str(), b.code()])
+                .set(1);
+        }
+    }
+    let unsettled = pass.unsettled.len() as i64;
+    m.sales
+        .with_label_values(&["ended_unsettled"])
+        .set(unsettled);
+    if let Ok(open) = workers.sales.lifecycle.open_sales().await {
+        m.sales
+            .with_label_values(&["open"])
+            .set((open.len() as i64 - unsettled).max(0));
+    }
+    if let Ok(retired) = workers.db.retired_count().await {
+        m.sales.with_label_values(&["retired"]).set(retired);
+    }
+}
