@@ -2,32 +2,45 @@
 //!
 //! A flash-sale order service. The data flows top-down through the layout:
 //!
-//! - [`http`]: the JSON API (the server, which answers orders without the
-//!   router; the router, who is asking ([`http::auth`]), one module per
-//!   resource, one error mapping) and the operator's live page
+//! - [`http`]: the JSON API. `server` answers `POST /api/orders` straight
+//!   from the connection (`orders::place`), `router` the rest: who is asking
+//!   ([`http::auth`]), one module per resource (`orders`, `products`,
+//!   `room`), bounded connections (`conn`) and requests (`limits`), one
+//!   error mapping (`error`), and the operator's live page
 //!   ([`http::dashboard`]).
-//! - [`sale`]: the Redis side. One Lua script checks the sale, deducts stock and
-//!   appends the order to the sale's stream, atomically. Where stock is deducted.
-//! - [`worker`]: the stream workers: consumer-group reads, one MySQL
-//!   transaction per batch, then XACK; reclaimer, dead letters, trimming;
-//!   they also run the books' sweeper and reconciliation.
-//! - [`books`]: an order's life after its 202 (pay, cancel, payment timeout)
-//!   across MySQL and Redis; the audit; recovery of a sale Redis lost; a
-//!   sale's end of life (close, retire, purge).
-//! - [`store`]: MySQL access (`tb_product`, `tb_order`).
+//! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
+//!   MySQL transaction per batch, then XACK; reclaim, dead letters, trim)
+//!   and the periodic passes (`periodic`: sweeper, reconciliation,
+//!   retirement), each run by `every`.
+//! - [`books`]: an order's life after its 202 (pay, cancel, payment
+//!   timeout) across MySQL and Redis; the audit; recovery of a sale Redis
+//!   lost; a sale's end of life (close, retire, purge).
+//! - [`sale`]: the Redis side, as handles by role over one connection:
+//!   `orders` (one Lua script checks the sale, deducts stock and appends
+//!   the order to the sale's stream, atomically: where stock is deducted),
+//!   `room` (the waiting room), `lifecycle` (open, close, retire),
+//!   `queue` (what the stream holds), `ledger` (what the books need from
+//!   Redis), and `stream` (the workers' reads).
+//! - [`store`]: MySQL access (`tb_product`, `tb_order`, `tb_sale_audit`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
 //! - [`domain`]: validated ids and values shared by all layers, and the clock.
-//! - [`config`] and [`app`]: settings and startup; [`cli`]: the operator
-//!   commands (`audit`, `recover`, `streams`, `sales`); `main.rs` only calls them.
+//! - [`config`]: every setting, once (command line and environment);
+//!   [`app`]: startup; [`cli`]: the operator commands (`audit`, `recover`,
+//!   `streams`, `sales`); `main.rs` only calls them.
+//! - [`bench_support`] (feature `bench`): what the benchmarks call below the
+//!   public API.
 //!
-//! Imports go one way, down this graph (nothing imports a module above it):
+//! Imports go one way, down this graph (nothing imports a module above it;
+//! `tests/layout.rs` checks it):
 //!
 //! ```text
-//! app, cli, config
-//!   -> http, worker      (both -> metrics)
-//!     -> books
-//!       -> sale, store
-//!         -> domain
+//! bench_support
+//!   -> app, cli
+//!     -> config
+//!       -> http, worker      (both -> metrics)
+//!         -> books
+//!           -> sale, store
+//!             -> domain
 //! ```
 //!
 //! The benchmarks are the workspace's other crate, `bench/` (binary

@@ -359,7 +359,7 @@ where
 }
 
 /// [`guarded`] as the router's middleware, for every route but the order
-/// path (which `serve` hands to [`super::orders::endpoint`] directly).
+/// path (which `serve` hands to [`super::orders::place::endpoint`] directly).
 pub async fn guard_request(
     State(guards): State<Arc<Guards>>,
     req: Request,

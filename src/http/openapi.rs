@@ -36,7 +36,7 @@ use super::{health, orders, products, room};
         products::open,
         products::audit,
         products::close,
-        orders::place,
+        orders::place::place,
         orders::get,
         orders::pay,
         orders::cancel,

@@ -20,7 +20,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/api/products/{product_id}", get(products::get))
-        .route("/api/orders", post(orders::place_route))
+        .route("/api/orders", post(orders::place::route))
         .route(
             "/api/sales/{product_id}/queue/{ticket}",
             get(room::standing),

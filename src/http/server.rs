@@ -1,5 +1,5 @@
 //! The HTTP/1.1 server: accepts connections, answers `POST /api/orders`
-//! straight from the connection ([`orders::endpoint`]) and everything else
+//! straight from the connection ([`orders::place::endpoint`]) and everything else
 //! through the router.
 //!
 //! The order path is nearly all the traffic of a sale, and most of it is
@@ -184,7 +184,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             let (state, peer) = (self.state.clone(), self.peer);
             return Box::pin(async move {
                 let _busy = busy;
-                Ok(orders::endpoint(&state, Some(peer), req).await)
+                Ok(orders::place::endpoint(&state, Some(peer), req).await)
             });
         }
         // The waiting room's polls: every waiting buyer's, every few seconds.

@@ -1,0 +1,335 @@
+//! Who is asking: the buyer behind a request, from a credential the service
+//! verifies, never from a number in the body.
+//!
+//! Two sources, either or both:
+//! - a bearer JWT, verified with a shared secret (HS256/384/512) or a public
+//!   key (RS*, PS*, ES256/384, EdDSA) from a PEM or a JWKS file; issuer,
+//!   audience, leeway and the claim that names the user are configurable;
+//! - a header set by a gateway that has already authenticated the buyer
+//!   (`AUTH_USER_HEADER`, e.g. `X-User-Id`), honoured only when the TCP peer
+//!   is one of `AUTH_TRUSTED_PROXIES`; from anyone else it is ignored.
+//!
+//! Verifying a signature costs CPU on every request (measured: ES256 150 µs,
+//! RS256 51 µs, HMAC 1 µs; BENCHMARKS.md), so a verified token is remembered, by its SHA-256, until it expires:
+//! a buyer's repeated requests cost one hash and one map lookup. The memory
+//! is bounded ([`AuthSettings::token_cache_entries`]); a full cache only
+//! means more verifying, never a wrong answer.
+//!
+//! `AUTH=none` turns all of this off, for local trials: the body's `user_id`
+//! is then believed. The service refuses to start with neither an identity
+//! source nor that explicit choice.
+
+mod cache;
+mod jwt;
+mod net;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::http::request::Parts;
+use axum::http::{HeaderName, header};
+use jsonwebtoken::Algorithm;
+use sha2::{Digest, Sha256};
+
+use super::error::ApiError;
+use crate::domain::UserId;
+use cache::TokenCache;
+use jwt::Jwt;
+pub use net::{IpNet, TrustedProxies};
+
+/// How buyers are identified (from `AUTH*` and `JWT_*`; see the README).
+#[derive(Clone)]
+pub struct AuthSettings {
+    /// `AUTH=none`: no identity at all (local trials only).
+    pub off: bool,
+    /// HMAC secret (at least 32 bytes).
+    pub jwt_secret: Option<String>,
+    /// A PEM public key (RSA, EC or Ed25519).
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// A JWKS document (`{"keys": [...]}`); tokens pick a key by `kid`.
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// The one algorithm accepted; by default the key's own (HS256 for a secret).
+    pub jwt_algorithm: Option<Algorithm>,
+    /// Required `iss`, when set.
+    pub jwt_issuer: Option<String>,
+    /// Required `aud`, when set.
+    pub jwt_audience: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub jwt_leeway: Duration,
+    /// The claim that carries the user id (a number, or digits in a string).
+    pub jwt_user_claim: String,
+    /// A gateway's header naming the authenticated user.
+    pub user_header: Option<HeaderName>,
+    /// The only peers whose `user_header` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Verified tokens remembered at most (0: verify every request).
+    pub token_cache_entries: usize,
+}
+
+/// `JWT_LEEWAY_SECS`, `JWT_USER_CLAIM` and `AUTH_TOKEN_CACHE_SIZE` by default.
+pub const JWT_LEEWAY_SECS: u64 = 30;
+pub const JWT_USER_CLAIM: &str = "sub";
+pub const AUTH_TOKEN_CACHE_SIZE: usize = 100_000;
+
+impl Default for AuthSettings {
+    /// Nothing configured: [`Auth::new`] refuses it.
+    fn default() -> Self {
+        Self {
+            off: false,
+            jwt_secret: None,
+            jwt_public_key_file: None,
+            jwt_jwks_file: None,
+            jwt_algorithm: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_leeway: Duration::from_secs(JWT_LEEWAY_SECS),
+            jwt_user_claim: JWT_USER_CLAIM.into(),
+            user_header: None,
+            trusted_proxies: Vec::new(),
+            token_cache_entries: AUTH_TOKEN_CACHE_SIZE,
+        }
+    }
+}
+
+impl AuthSettings {
+    /// `AUTH=none`.
+    pub fn off() -> Self {
+        Self {
+            off: true,
+            ..Self::default()
+        }
+    }
+
+    /// HMAC-signed tokens with this secret.
+    pub fn hmac(secret: &str) -> Self {
+        Self {
+            jwt_secret: Some(secret.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    fn anything_set(&self) -> bool {
+        self.jwt_secret.is_some()
+            || self.jwt_public_key_file.is_some()
+            || self.jwt_jwks_file.is_some()
+            || self.user_header.is_some()
+            || !self.trusted_proxies.is_empty()
+    }
+}
+
+impl std::fmt::Debug for AuthSettings {
+    /// Without the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field("off", &self.off)
+            .field(
+                "jwt_secret",
+                &self.jwt_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("jwt_public_key_file", &self.jwt_public_key_file)
+            .field("jwt_jwks_file", &self.jwt_jwks_file)
+            .field("jwt_algorithm", &self.jwt_algorithm)
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("jwt_audience", &self.jwt_audience)
+            .field("jwt_leeway", &self.jwt_leeway)
+            .field("jwt_user_claim", &self.jwt_user_claim)
+            .field("user_header", &self.user_header)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("token_cache_entries", &self.token_cache_entries)
+            .finish()
+    }
+}
+
+/// Why the identity settings cannot be used: the service does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error(
+        "no buyer identity configured: set JWT_SECRET, JWT_PUBLIC_KEY_FILE or JWT_JWKS_FILE to verify bearer tokens, or AUTH_USER_HEADER with AUTH_TRUSTED_PROXIES behind a gateway that authenticates buyers; or AUTH=none for a local trial (anyone may then order, read and cancel as anyone)"
+    )]
+    NotConfigured,
+    #[error("AUTH=none, yet identity settings are set ({0}): choose one")]
+    OffButConfigured(&'static str),
+    #[error("set only one of JWT_SECRET, JWT_PUBLIC_KEY_FILE and JWT_JWKS_FILE")]
+    SeveralKeys,
+    #[error(
+        "JWT_SECRET is shorter than 32 bytes: use a long random secret (e.g. `openssl rand -hex 32`)"
+    )]
+    WeakSecret,
+    #[error("JWT_ALGORITHM={0:?} does not fit the configured key")]
+    AlgorithmMismatch(Algorithm),
+    #[error("JWT_ALGORITHM or JWT_ISSUER/JWT_AUDIENCE set without a JWT key")]
+    JwtSettingsWithoutKey,
+    #[error("AUTH_USER_HEADER and AUTH_TRUSTED_PROXIES go together: set both or neither")]
+    HeaderWithoutProxies,
+    #[error("cannot read {path}")]
+    ReadKey {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} holds no usable key")]
+    BadKey {
+        path: PathBuf,
+        source: jsonwebtoken::errors::Error,
+    },
+    #[error("{path} is not a JWKS document")]
+    BadJwks {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// Who sent a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// `AUTH=none`: nobody is verified; the body's `user_id` is believed.
+    Anyone,
+    /// A verified buyer.
+    Buyer(UserId),
+}
+
+impl Caller {
+    /// The user a request acts as: the verified buyer (a `claimed` id must
+    /// match it: 403), or with `AUTH=none` the `claimed` one (then required).
+    pub fn acting_as(self, claimed: Option<u64>) -> Result<UserId, ApiError> {
+        match (self, claimed) {
+            (Self::Buyer(me), None) => Ok(me),
+            (Self::Buyer(me), Some(claimed)) if claimed == me.get() => Ok(me),
+            (Self::Buyer(_), Some(_)) => Err(ApiError::Forbidden(
+                "user_id is not the authenticated buyer",
+            )),
+            (Self::Anyone, Some(claimed)) => Ok(UserId::new(claimed)?),
+            (Self::Anyone, None) => Err(ApiError::InvalidRequest(
+                "user_id is required (the server runs with AUTH=none)".into(),
+            )),
+        }
+    }
+
+    /// May this caller see `owner`'s orders?
+    pub fn may_see(self, owner: UserId) -> bool {
+        match self {
+            Self::Anyone => true,
+            Self::Buyer(me) => me == owner,
+        }
+    }
+}
+
+impl Caller {
+    /// Who sent the request with head `parts` from `peer` (a gateway's
+    /// header is believed only from its trusted addresses); `None`:
+    /// `AUTH=none`.
+    pub fn of(
+        auth: Option<&Auth>,
+        parts: &Parts,
+        peer: Option<SocketAddr>,
+    ) -> Result<Self, ApiError> {
+        match auth {
+            None => Ok(Self::Anyone),
+            Some(auth) => auth.identify(parts, peer).map(Self::Buyer),
+        }
+    }
+}
+
+/// The verifiers, built once at start.
+pub struct Auth {
+    jwt: Option<Jwt>,
+    header: Option<(HeaderName, Vec<IpNet>)>,
+    cache: TokenCache,
+}
+
+impl Auth {
+    /// `None` for `AUTH=none`; an error for settings that cannot work.
+    pub fn new(settings: &AuthSettings) -> Result<Option<Self>, AuthError> {
+        if settings.off {
+            return match settings.anything_set() {
+                true => Err(AuthError::OffButConfigured(
+                    "JWT_* or AUTH_USER_HEADER/AUTH_TRUSTED_PROXIES",
+                )),
+                false => Ok(None),
+            };
+        }
+        let header = match (&settings.user_header, settings.trusted_proxies.is_empty()) {
+            (Some(name), false) => Some((name.clone(), settings.trusted_proxies.clone())),
+            (None, true) => None,
+            _ => return Err(AuthError::HeaderWithoutProxies),
+        };
+        let jwt = Jwt::new(settings)?;
+        if jwt.is_none() && header.is_none() {
+            return Err(AuthError::NotConfigured);
+        }
+        Ok(Some(Self {
+            jwt,
+            header,
+            cache: TokenCache::new(settings.token_cache_entries),
+        }))
+    }
+
+    /// The buyer a request comes from, or why it is refused (401).
+    fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<UserId, ApiError> {
+        if let Some((name, proxies)) = &self.header
+            && peer.is_some_and(|peer| proxies.iter().any(|p| p.contains(peer.ip())))
+        {
+            let mut values = parts.headers.get_all(name).iter();
+            if let Some(value) = values.next() {
+                // A gateway that appends its header instead of replacing it
+                // would pass the client's own value on too: with several,
+                // nobody is believed.
+                if values.next().is_some() {
+                    return Err(ApiError::Unauthorized(
+                        "the gateway's user header appears more than once",
+                    ));
+                }
+                return value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| UserId::parse(v).ok())
+                    .ok_or(ApiError::Unauthorized(
+                        "the gateway's user header does not hold a user id",
+                    ));
+            }
+        }
+        let Some(jwt) = &self.jwt else {
+            return Err(ApiError::Unauthorized(
+                "requests must come through the authenticating gateway",
+            ));
+        };
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .ok_or(ApiError::Unauthorized(
+                "missing Authorization: Bearer <token>",
+            ))?;
+        self.verify(jwt, token)
+    }
+
+    /// The user a token names: from the cache, else verified (and cached).
+    fn verify(&self, jwt: &Jwt, token: &str) -> Result<UserId, ApiError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some(user) = self.cache.get(&digest, now) {
+            return Ok(user);
+        }
+        let (user, exp) = jwt.verify(token)?;
+        self.cache.insert(digest, user, exp, now);
+        Ok(user)
+    }
+
+    /// The user a bearer token (without `Bearer `) names, as a request
+    /// carrying it would be identified: the cache, else verifying. For the
+    /// bench (`flashsale-bench auth`), which times exactly this.
+    #[cfg(feature = "bench")]
+    pub(crate) fn identify_bearer(&self, token: &str) -> Result<UserId, ApiError> {
+        let jwt = self.jwt.as_ref().ok_or(ApiError::Unauthorized(
+            "requests must come through the authenticating gateway",
+        ))?;
+        self.verify(jwt, token)
+    }
+}

@@ -1,0 +1,306 @@
+//! Orders: placed by one script call in Redis ([`place`]), looked up in
+//! Redis or MySQL, paid and cancelled through the books (here).
+
+pub mod place;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::Caller;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{OptionalJsonBody, PathParam, QueryParams};
+use super::state::AppState;
+use crate::books::{BooksError, Cancelled};
+use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId};
+use crate::sale::Progress;
+use crate::store::OrderRow;
+
+/// An order as clients see it.
+#[derive(Serialize, ToSchema)]
+pub struct OrderView {
+    order_id: String,
+    /// `pending` (accepted, in the stream) until a worker persists it, then
+    /// `confirmed`; `paid` or `cancelled` later (`cancelling` while a cancel
+    /// waits for the order to be persisted).
+    status: OrderStatus,
+    user_id: u64,
+    product_id: String,
+    quantity: u64,
+    price: Decimal,
+    created: i64,
+    /// Present (`true`) only when MySQL was unavailable and the order was
+    /// answered from Redis: `status` is then the last state Redis knows
+    /// (`pending`, `confirmed`, `cancelling` or `cancelled`; a payment is
+    /// known to MySQL only). Ask again later for the books' answer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    provisional: bool,
+}
+
+impl OrderView {
+    /// An order as Redis last knew it, while MySQL cannot say more.
+    fn provisional(order: PendingOrder, progress: Progress) -> Self {
+        let status = match progress {
+            Progress::Queued | Progress::DeadLettered => OrderStatus::Pending,
+            Progress::Persisted => OrderStatus::Confirmed,
+            Progress::CancelRequested => OrderStatus::Cancelling,
+            Progress::Released => OrderStatus::Cancelled,
+        };
+        Self {
+            status,
+            provisional: true,
+            ..order.into()
+        }
+    }
+}
+
+impl From<PendingOrder> for OrderView {
+    fn from(o: PendingOrder) -> Self {
+        Self {
+            order_id: o.order_id.to_string(),
+            status: OrderStatus::Pending,
+            user_id: o.user_id.get(),
+            product_id: o.product_id.to_string(),
+            quantity: o.quantity.get(),
+            price: o.price,
+            created: o.created_ms,
+            provisional: false,
+        }
+    }
+}
+
+impl From<OrderRow> for OrderView {
+    fn from(o: OrderRow) -> Self {
+        Self {
+            order_id: o.order_id,
+            status: o.status,
+            user_id: o.user_id as u64,
+            product_id: o.product_id,
+            quantity: o.quantity as u64,
+            price: o.price.normalize(),
+            created: o.created,
+            provisional: false,
+        }
+    }
+}
+
+/// `GET /api/orders/{order_id}`.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{order_id}",
+    operation_id = "get_order",
+    tag = "orders",
+    summary = "Look one of your orders up",
+    params(("order_id" = String, Path)),
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "OK (`provisional` while MySQL is unavailable)", body = OrderView),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
+        (status = 503, description = "`unavailable`: MySQL is unavailable and Redis does not hold the order", body = ErrorBody),
+    )
+)]
+///
+/// Redis first, then MySQL: a worker persists an order before it may forget
+/// it in Redis, so an accepted order is always found in one of the two.
+/// While MySQL is unavailable, an order Redis holds is answered from Redis,
+/// marked `provisional`, rather than with a 503. Another buyer's order is
+/// answered as if it did not exist.
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(order_id): PathParam<String>,
+) -> Result<Json<OrderView>, ApiError> {
+    let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+    let pending = state.sales.orders.find(&order_id, &product).await?;
+    let view = match state.db.order(&order_id).await {
+        Ok(Some(row)) => row.into(),
+        Ok(None) => pending
+            .map(OrderView::from)
+            .ok_or(ApiError::OrderNotFound)?,
+        Err(e) if e.is_unavailable() && pending.is_some() => {
+            match state.sales.orders.progress(&order_id, &product).await? {
+                Some((order, progress)) => OrderView::provisional(order, progress),
+                None => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if UserId::new(view.user_id).is_ok_and(|owner| !caller.may_see(owner)) {
+        return Err(ApiError::OrderNotFound);
+    }
+    Ok(Json(view))
+}
+
+/// Most orders one listing returns.
+const MAX_LIST: u32 = 200;
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// At most this many orders (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+    /// Only orders created before this time (epoch ms): the next page starts
+    /// at the last order's `created`.
+    before: Option<i64>,
+}
+
+/// A page of a user's orders.
+#[derive(Serialize, ToSchema)]
+pub struct UserOrders {
+    user_id: u64,
+    orders: Vec<OrderView>,
+}
+
+/// `GET /api/users/{user_id}/orders`: a user's persisted orders, newest first.
+/// Orders still `pending` in a stream are not listed yet.
+#[utoipa::path(
+    get,
+    path = "/api/users/{user_id}/orders",
+    operation_id = "list_user_orders",
+    tag = "orders",
+    summary = "Your persisted orders, newest first",
+    params(("user_id" = u64, Path, minimum = 1), ListParams),
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "OK", body = UserOrders),
+        (status = 403, description = "`forbidden`: another buyer's orders", body = ErrorBody),
+    )
+)]
+pub async fn list_for_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(user_id): PathParam<u64>,
+    QueryParams(params): QueryParams<ListParams>,
+) -> Result<Json<UserOrders>, ApiError> {
+    let user_id = UserId::new(user_id)?;
+    if !caller.may_see(user_id) {
+        return Err(ApiError::Forbidden(
+            "a buyer may list only their own orders",
+        ));
+    }
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_LIST {
+        return Err(ApiError::InvalidRequest(format!(
+            "limit must be between 1 and {MAX_LIST}"
+        )));
+    }
+    let rows = state
+        .db
+        .orders_of_user(user_id, params.before, limit)
+        .await?;
+    let orders: Vec<OrderView> = rows.into_iter().map(OrderView::from).collect();
+    Ok(Json(UserOrders {
+        user_id: user_id.get(),
+        orders,
+    }))
+}
+
+/// The body of pay and cancel: who asks. Optional: the verified identity is
+/// used (a `user_id` given must be it); required only with `AUTH=none`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_i64)]
+    pub(super) user_id: Option<u64>,
+}
+
+/// What a pay or cancel acts on: the user it acts as, and the order.
+fn target(
+    caller: Caller,
+    body: Option<Owner>,
+    order_id: &str,
+) -> Result<(UserId, OrderId, ProductId), ApiError> {
+    let user = caller.acting_as(body.and_then(|b| b.user_id))?;
+    let (id, product) = OrderId::parse(order_id).ok_or(ApiError::OrderNotFound)?;
+    Ok((user, id, product))
+}
+
+/// The refusal for someone else's order: with a verified buyer, a 404 (no
+/// hint that the order exists).
+fn hide_strangers(caller: Caller, e: BooksError) -> ApiError {
+    match (caller, e) {
+        (Caller::Buyer(_), BooksError::Forbidden) => ApiError::OrderNotFound,
+        (_, e) => e.into(),
+    }
+}
+
+/// `POST /api/orders/{order_id}/pay`: records that the owner paid.
+/// `confirmed` → `paid`; repeating it answers the paid order again.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{order_id}/pay",
+    operation_id = "pay_order",
+    tag = "orders",
+    summary = "Pay a confirmed order",
+    params(("order_id" = String, Path)),
+    request_body = Option<Owner>,
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "Paid (again: idempotent)", body = OrderView),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer (or, with `AUTH=none`, not the order's)", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: pending, cancelled or otherwise not payable", body = ErrorBody),
+    )
+)]
+pub async fn pay(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(order_id): PathParam<String>,
+    OptionalJsonBody(body): OptionalJsonBody<Owner>,
+) -> Result<Json<OrderView>, ApiError> {
+    let (user, id, product) = target(caller, body, &order_id)?;
+    let row = state
+        .books
+        .pay(&id, &product, user)
+        .await
+        .map_err(|e| hide_strangers(caller, e))?;
+    Ok(Json(row.into()))
+}
+
+/// `POST /api/orders/{order_id}/cancel`: the owner gives the order up; its
+/// units go back on sale. 200 with the cancelled order; 202 with status
+/// `cancelling` when the order is still pending (applied once persisted).
+#[utoipa::path(
+    post,
+    path = "/api/orders/{order_id}/cancel",
+    operation_id = "cancel_order",
+    tag = "orders",
+    summary = "Cancel an order; its units go back on sale",
+    params(("order_id" = String, Path)),
+    request_body = Option<Owner>,
+    security(("buyer" = [])),
+    responses(
+        (status = 200, description = "Cancelled (again: idempotent)", body = OrderView),
+        (status = 202, description = "Still pending: status `cancelling`, applied once persisted", body = OrderView),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer (or, with `AUTH=none`, not the order's)", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: already paid", body = ErrorBody),
+    )
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(order_id): PathParam<String>,
+    OptionalJsonBody(body): OptionalJsonBody<Owner>,
+) -> Result<Response, ApiError> {
+    let (user, id, product) = target(caller, body, &order_id)?;
+    let cancelled = state
+        .books
+        .cancel(&id, &product, Some(user))
+        .await
+        .map_err(|e| hide_strangers(caller, e))?;
+    Ok(match cancelled {
+        Cancelled::Done(row) => Json(OrderView::from(row)).into_response(),
+        Cancelled::Requested(order) => {
+            let mut view = OrderView::from(order);
+            view.status = OrderStatus::Cancelling;
+            (StatusCode::ACCEPTED, Json(view)).into_response()
+        }
+    })
+}
