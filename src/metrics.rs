@@ -93,7 +93,28 @@ const HOT_OUTCOMES: [&str; 10] = [
     "rate_limited",
     "overloaded",
 ];
-const ANSWERED_BY: [&str; 3] = ["memory", "redis", "service"];
+
+/// Who decided an order's answer: this process's memory of Redis's
+/// answers, Redis itself, or the service before asking the sale (bad
+/// input, identity, limits, shedding). The label `answered_by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    Memory,
+    Redis,
+    Service,
+}
+
+impl AnsweredBy {
+    pub const ALL: [Self; 3] = [Self::Memory, Self::Redis, Self::Service];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+            Self::Service => "service",
+        }
+    }
+}
 const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
 
 /// The order path's series, each resolved on first use and kept: a label
@@ -103,7 +124,7 @@ const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
 /// something, as before.
 #[derive(Default)]
 struct OrderSeries {
-    requests: [OnceLock<IntCounter>; HOT_OUTCOMES.len() * ANSWERED_BY.len()],
+    requests: [OnceLock<IntCounter>; HOT_OUTCOMES.len() * AnsweredBy::ALL.len()],
     latency: [OnceLock<Histogram>; CLASSES.len()],
 }
 
@@ -115,29 +136,46 @@ fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
 impl Metrics {
     /// Counts an answer to `POST /api/orders` (`outcome`: `accepted`,
     /// `replayed` or the error code) and times it by class.
-    pub fn count_order(&self, outcome: &'static str, answered_by: &'static str, seconds: f64) {
+    pub fn count_order(&self, outcome: &'static str, answered_by: AnsweredBy, seconds: f64) {
         let class = match outcome {
             "accepted" | "replayed" => 0,
             "rate_limited" | "overloaded" => 2,
             _ => 1,
         };
-        let hot = HOT_OUTCOMES.iter().position(|o| *o == outcome);
-        let by = ANSWERED_BY.iter().position(|b| *b == answered_by);
-        match hot.zip(by) {
-            Some((o, b)) => self.order_series.requests[o * ANSWERED_BY.len() + b]
-                .get_or_init(|| {
-                    self.order_requests
-                        .with_label_values(&[outcome, answered_by])
-                })
+        let labels = [outcome, answered_by.label()];
+        match HOT_OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(o) => self.order_series.requests[o * AnsweredBy::ALL.len() + answered_by as usize]
+                .get_or_init(|| self.order_requests.with_label_values(&labels))
                 .inc(),
-            None => self
-                .order_requests
-                .with_label_values(&[outcome, answered_by])
-                .inc(),
+            None => self.order_requests.with_label_values(&labels).inc(),
         }
         self.order_series.latency[class]
             .get_or_init(|| self.order_latency.with_label_values(&[CLASSES[class]]))
             .observe(seconds);
+    }
+
+    /// Every answer to `POST /api/orders` counted so far: its outcome (as
+    /// [`Metrics::count_order`] took it), who answered, how many.
+    pub fn order_counts(&self) -> Vec<(String, AnsweredBy, u64)> {
+        let mut counts = Vec::new();
+        for family in prometheus::core::Collector::collect(&self.order_requests) {
+            for metric in family.get_metric() {
+                let label = |name: &str| {
+                    metric
+                        .get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value())
+                };
+                let by = label("answered_by")
+                    .and_then(|v| AnsweredBy::ALL.into_iter().find(|b| b.label() == v));
+                if let (Some(outcome), Some(by)) = (label("outcome"), by) {
+                    let n = metric.get_counter().get_value() as u64;
+                    counts.push((outcome.to_owned(), by, n));
+                }
+            }
+        }
+        counts
     }
 
     /// A sale's books verdict (`books::live`).

@@ -140,61 +140,13 @@ pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> Sa
         .filter(|r| r.status == OrderStatus::Cancelled && !r.released)
         .map(|r| r.quantity)
         .sum();
-    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
-    let dead_ids: HashSet<&str> = redis
-        .dead_letters
-        .iter()
-        .filter_map(|d| d.order_id.as_deref())
-        .collect();
     let dead_letters: i64 = redis.dead_letters.iter().map(|d| d.quantity).sum();
-    // Accepted, and neither in the books nor dead-lettered: still on its way.
-    let pending: i64 = redis
-        .accepted
-        .iter()
-        .filter(|(id, _)| !persisted.contains(id.as_str()) && !dead_ids.contains(id.as_str()))
-        .map(|(_, units)| units)
-        .sum();
+    let pending = on_its_way(rows, redis);
 
-    let initial = product.initial_qty;
-    let in_redis = redis
-        .stock
-        .map(|s| s + pending + confirmed + paid + dead_letters + cancelled_unreturned);
-    let checks = vec![
-        Check {
-            name: "redis: initial == stock + pending + confirmed + paid + dead letters + cancelled not yet returned",
-            ok: in_redis == Some(initial),
-            detail: match in_redis {
-                Some(total) => format!("{initial} vs {total}"),
-                None => "the sale is missing in Redis (see `flashsale recover`)".into(),
-            },
-        },
-        Check {
-            name: "mysql: available_qty == initial - confirmed - paid",
-            ok: product.available_qty == initial - confirmed - paid,
-            detail: format!(
-                "{} vs {}",
-                product.available_qty,
-                initial - confirmed - paid
-            ),
-        },
-        Check {
-            name: "not oversold: confirmed + paid <= initial",
-            ok: confirmed + paid <= initial,
-            detail: format!("{} vs {initial}", confirmed + paid),
-        },
-        Check {
-            name: "no dead letters (orders answered 202 that are not in the books)",
-            ok: redis.dead_letters.is_empty(),
-            detail: format!(
-                "{} dead letters, {dead_letters} units",
-                redis.dead_letters.len()
-            ),
-        },
-    ];
-    SaleAudit {
+    let mut audit = SaleAudit {
         product_id: product.product_id.clone(),
         repaired: redis.repairs,
-        initial,
+        initial: product.initial_qty,
         redis_stock: redis.stock,
         pending,
         confirmed,
@@ -205,8 +157,61 @@ pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> Sa
         available_qty: product.available_qty,
         orders: rows.len() as i64,
         retired: None,
-        checks,
-    }
+        checks: Vec::new(),
+    };
+    audit.checks = checks(&audit, redis.dead_letters.len());
+    audit
+}
+
+/// Units accepted by Redis and neither in the books nor dead-lettered:
+/// still on their way to MySQL.
+fn on_its_way(rows: &[OrderRow], redis: &SaleSnapshot) -> i64 {
+    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+    let dead_ids: HashSet<&str> = redis
+        .dead_letters
+        .iter()
+        .filter_map(|d| d.order_id.as_deref())
+        .collect();
+    redis
+        .accepted
+        .iter()
+        .filter(|(id, _)| !persisted.contains(id.as_str()) && !dead_ids.contains(id.as_str()))
+        .map(|(_, units)| units)
+        .sum()
+}
+
+/// The audit's checks, from its figures.
+fn checks(a: &SaleAudit, dead_letter_count: usize) -> Vec<Check> {
+    let initial = a.initial;
+    let (confirmed, paid) = (a.confirmed, a.paid);
+    let in_redis = a
+        .redis_stock
+        .map(|s| s + a.pending + confirmed + paid + a.dead_letters + a.cancelled_unreturned);
+    vec![
+        Check {
+            name: "redis: initial == stock + pending + confirmed + paid + dead letters + cancelled not yet returned",
+            ok: in_redis == Some(initial),
+            detail: match in_redis {
+                Some(total) => format!("{initial} vs {total}"),
+                None => "the sale is missing in Redis (see `flashsale recover`)".into(),
+            },
+        },
+        Check {
+            name: "mysql: available_qty == initial - confirmed - paid",
+            ok: a.available_qty == initial - confirmed - paid,
+            detail: format!("{} vs {}", a.available_qty, initial - confirmed - paid),
+        },
+        Check {
+            name: "not oversold: confirmed + paid <= initial",
+            ok: confirmed + paid <= initial,
+            detail: format!("{} vs {initial}", confirmed + paid),
+        },
+        Check {
+            name: "no dead letters (orders answered 202 that are not in the books)",
+            ok: dead_letter_count == 0,
+            detail: format!("{dead_letter_count} dead letters, {} units", a.dead_letters),
+        },
+    ]
 }
 
 /// The audit as a table.

@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::BooksError;
 use crate::domain::{ProductId, UserId};
 use crate::sale::{BookedState, Restore, SaleError, Sales};
-use crate::store::Db;
+use crate::store::{Db, OrderRow, Product};
 
 /// Whether a rebuild may go ahead over what Redis still holds of the sale
 /// (its hash, or orders in its stream MySQL does not have: those would be
@@ -49,25 +49,8 @@ pub async fn recover(
     overwrite: Overwrite,
 ) -> Result<Recovered, BooksError> {
     let product = db.product(product_id).await?.ok_or(BooksError::NotFound)?;
-    if product.retired.is_some() {
-        return Err(BooksError::Refused(
-            "the sale is retired: its books are final and it never opens again".into(),
-        ));
-    }
     let rows = db.orders_of_product(product_id).await?;
-    if sales.ledger.has_sale(product_id).await? && overwrite == Overwrite::Refuse {
-        return Err(BooksError::Refused("Redis still has this sale".into()));
-    }
-    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
-    let unpersisted = sales
-        .ledger
-        .unpersisted_orders(product_id, &persisted)
-        .await?;
-    if unpersisted > 0 && overwrite == Overwrite::Refuse {
-        return Err(BooksError::Refused(format!(
-            "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
-        )));
-    }
+    may_recover(sales, (product_id, &product), &rows, overwrite).await?;
 
     // Closed while it is rebuilt: without the sale hash every order is
     // refused. The stock starts full and the books' orders are taken off it.
@@ -107,4 +90,31 @@ pub async fn recover(
         buyers: buyers.len(),
         released,
     })
+}
+
+/// Refused when recovering the sale would lose something: a retired
+/// sale's final books, or (unless `overwrite`) what Redis still holds.
+async fn may_recover(
+    sales: &Sales,
+    (id, product): (&ProductId, &Product),
+    rows: &[OrderRow],
+    overwrite: Overwrite,
+) -> Result<(), BooksError> {
+    if product.retired.is_some() {
+        return Err(BooksError::Refused(
+            "the sale is retired: its books are final and it never opens again".into(),
+        ));
+    }
+    if sales.ledger.has_sale(id).await? && overwrite == Overwrite::Refuse {
+        return Err(BooksError::Refused("Redis still has this sale".into()));
+    }
+    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+    let unpersisted = sales.ledger.unpersisted_orders(id, &persisted).await?;
+    if unpersisted > 0 && overwrite == Overwrite::Refuse {
+        return Err(BooksError::Refused(format!(
+            "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
+        )));
+    }
+
+    Ok(())
 }

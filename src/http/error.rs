@@ -99,7 +99,7 @@ pub enum ApiError {
 /// The body of every error answer.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// Machine-readable; one of [`CODES`].
+    /// Machine-readable; one of [`Code`].
     error: &'static str,
     /// For a human; may change.
     message: String,
@@ -109,80 +109,105 @@ pub struct ErrorBody {
     starts_at: Option<i64>,
 }
 
-/// Every `error` code the API answers, with its HTTP status.
-pub const CODES: &[(&str, u16)] = &[
-    ("invalid_request", 400),
-    ("unauthorized", 401),
-    ("forbidden", 403),
-    ("admission_required", 403),
-    ("admission_expired", 403),
-    ("not_found", 404),
-    ("product_not_found", 404),
-    ("order_not_found", 404),
-    ("no_waiting_room", 404),
-    ("ticket_not_found", 404),
-    ("method_not_allowed", 405),
-    ("request_timeout", 408),
-    ("product_exists", 409),
-    ("sale_not_started", 409),
-    ("sale_ended", 409),
-    ("sale_closed", 409),
-    ("sold_out", 409),
-    ("insufficient_stock", 409),
-    ("limit_exceeded", 409),
-    ("invalid_transition", 409),
-    ("queue_not_open", 409),
-    ("payload_too_large", 413),
-    ("unsupported_media_type", 415),
-    ("idempotency_key_reused", 422),
-    ("rate_limited", 429),
-    ("headers_too_large", 431),
-    ("internal", 500),
-    ("overloaded", 503),
-    ("unavailable", 503),
-];
+/// Declares [`Code`]: each code once, with its text and HTTP status.
+macro_rules! codes {
+    ($($variant:ident = $text:literal, $status:ident;)*) => {
+        /// Every `error` code the API answers: the body's `error` field, and
+        /// the list the OpenAPI document gives.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Code {
+            $($variant),*
+        }
+
+        impl Code {
+            pub const ALL: &[Code] = &[$(Code::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text),*
+                }
+            }
+
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(Code::$variant => StatusCode::$status),*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    InvalidRequest = "invalid_request", BAD_REQUEST;
+    Unauthorized = "unauthorized", UNAUTHORIZED;
+    Forbidden = "forbidden", FORBIDDEN;
+    AdmissionRequired = "admission_required", FORBIDDEN;
+    AdmissionExpired = "admission_expired", FORBIDDEN;
+    NotFound = "not_found", NOT_FOUND;
+    ProductNotFound = "product_not_found", NOT_FOUND;
+    OrderNotFound = "order_not_found", NOT_FOUND;
+    NoWaitingRoom = "no_waiting_room", NOT_FOUND;
+    TicketNotFound = "ticket_not_found", NOT_FOUND;
+    MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED;
+    RequestTimeout = "request_timeout", REQUEST_TIMEOUT;
+    ProductExists = "product_exists", CONFLICT;
+    SaleNotStarted = "sale_not_started", CONFLICT;
+    SaleEnded = "sale_ended", CONFLICT;
+    SaleClosed = "sale_closed", CONFLICT;
+    SoldOut = "sold_out", CONFLICT;
+    InsufficientStock = "insufficient_stock", CONFLICT;
+    LimitExceeded = "limit_exceeded", CONFLICT;
+    InvalidTransition = "invalid_transition", CONFLICT;
+    QueueNotOpen = "queue_not_open", CONFLICT;
+    PayloadTooLarge = "payload_too_large", PAYLOAD_TOO_LARGE;
+    UnsupportedMediaType = "unsupported_media_type", UNSUPPORTED_MEDIA_TYPE;
+    IdempotencyKeyReused = "idempotency_key_reused", UNPROCESSABLE_ENTITY;
+    RateLimited = "rate_limited", TOO_MANY_REQUESTS;
+    HeadersTooLarge = "headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE;
+    Internal = "internal", INTERNAL_SERVER_ERROR;
+    Overloaded = "overloaded", SERVICE_UNAVAILABLE;
+    Unavailable = "unavailable", SERVICE_UNAVAILABLE;
+}
 
 impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
-        use StatusCode as S;
+    /// The error's code (and so its HTTP status).
+    pub fn kind(&self) -> Code {
         match self {
-            Self::InvalidRequest(_) => (S::BAD_REQUEST, "invalid_request"),
-            Self::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::BodyTimeout => (S::REQUEST_TIMEOUT, "request_timeout"),
-            Self::HeadersTooLarge(_) => (S::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
-            Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
-            Self::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden(_) => (S::FORBIDDEN, "forbidden"),
-            Self::RouteNotFound => (S::NOT_FOUND, "not_found"),
-            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::ProductNotFound(_) => (S::NOT_FOUND, "product_not_found"),
-            Self::OrderNotFound => (S::NOT_FOUND, "order_not_found"),
-            Self::ProductExists => (S::CONFLICT, "product_exists"),
-            Self::SaleNotStarted { .. } => (S::CONFLICT, "sale_not_started"),
-            Self::SaleEnded => (S::CONFLICT, "sale_ended"),
-            Self::SaleClosed => (S::CONFLICT, "sale_closed"),
-            Self::SoldOut => (S::CONFLICT, "sold_out"),
-            Self::InsufficientStock { .. } => (S::CONFLICT, "insufficient_stock"),
-            Self::LimitExceeded { .. } => (S::CONFLICT, "limit_exceeded"),
-            Self::IdempotencyKeyReused => (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
-            Self::InvalidTransition(_) => (S::CONFLICT, "invalid_transition"),
-            Self::AdmissionRequired(_) => (S::FORBIDDEN, "admission_required"),
-            Self::AdmissionExpired => (S::FORBIDDEN, "admission_expired"),
-            Self::NoWaitingRoom => (S::NOT_FOUND, "no_waiting_room"),
-            Self::QueueNotOpen { .. } => (S::CONFLICT, "queue_not_open"),
-            Self::TicketNotFound => (S::NOT_FOUND, "ticket_not_found"),
-            Self::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "rate_limited"),
-            Self::Overloaded => (S::SERVICE_UNAVAILABLE, "overloaded"),
-            Self::Unavailable(_) | Self::NotReplicated(_) => {
-                (S::SERVICE_UNAVAILABLE, "unavailable")
-            }
-            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+            Self::InvalidRequest(_) => Code::InvalidRequest,
+            Self::PayloadTooLarge => Code::PayloadTooLarge,
+            Self::BodyTimeout => Code::RequestTimeout,
+            Self::HeadersTooLarge(_) => Code::HeadersTooLarge,
+            Self::UnsupportedMediaType => Code::UnsupportedMediaType,
+            Self::Unauthorized(_) => Code::Unauthorized,
+            Self::Forbidden(_) => Code::Forbidden,
+            Self::RouteNotFound => Code::NotFound,
+            Self::MethodNotAllowed => Code::MethodNotAllowed,
+            Self::ProductNotFound(_) => Code::ProductNotFound,
+            Self::OrderNotFound => Code::OrderNotFound,
+            Self::ProductExists => Code::ProductExists,
+            Self::SaleNotStarted { .. } => Code::SaleNotStarted,
+            Self::SaleEnded => Code::SaleEnded,
+            Self::SaleClosed => Code::SaleClosed,
+            Self::SoldOut => Code::SoldOut,
+            Self::InsufficientStock { .. } => Code::InsufficientStock,
+            Self::LimitExceeded { .. } => Code::LimitExceeded,
+            Self::IdempotencyKeyReused => Code::IdempotencyKeyReused,
+            Self::InvalidTransition(_) => Code::InvalidTransition,
+            Self::AdmissionRequired(_) => Code::AdmissionRequired,
+            Self::AdmissionExpired => Code::AdmissionExpired,
+            Self::NoWaitingRoom => Code::NoWaitingRoom,
+            Self::QueueNotOpen { .. } => Code::QueueNotOpen,
+            Self::TicketNotFound => Code::TicketNotFound,
+            Self::RateLimited { .. } => Code::RateLimited,
+            Self::Overloaded => Code::Overloaded,
+            Self::Unavailable(_) | Self::NotReplicated(_) => Code::Unavailable,
+            Self::Internal(_) => Code::Internal,
         }
     }
 
     /// The machine-readable code, as in the body's `error` field.
     pub fn code(&self) -> &'static str {
-        self.status_and_code().1
+        self.kind().as_str()
     }
 }
 
@@ -235,7 +260,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
+        let kind = self.kind();
+        let (status, code) = (kind.status(), kind.as_str());
         let starts_at = match &self {
             Self::SaleNotStarted { starts_at, .. } => Some(*starts_at),
             _ => None,
@@ -387,59 +413,26 @@ impl From<QueryRejection> for ApiError {
 mod tests {
     use super::*;
 
-    /// One of each variant: the OpenAPI document lists exactly these codes.
+    /// Each code is one text, and `docs/api.md`'s table gives each with its
+    /// status (the OpenAPI document lists [`Code::ALL`] itself).
     #[test]
-    fn every_code_and_status_is_listed() {
-        let all = [
-            ApiError::InvalidRequest(String::new()),
-            ApiError::PayloadTooLarge,
-            ApiError::BodyTimeout,
-            ApiError::HeadersTooLarge(String::new()),
-            ApiError::UnsupportedMediaType,
-            ApiError::Unauthorized(""),
-            ApiError::Forbidden(""),
-            ApiError::RouteNotFound,
-            ApiError::MethodNotAllowed,
-            ApiError::ProductNotFound(""),
-            ApiError::OrderNotFound,
-            ApiError::ProductExists,
-            ApiError::SaleNotStarted {
-                starts_at: 0,
-                in_ms: 0,
-            },
-            ApiError::SaleEnded,
-            ApiError::SaleClosed,
-            ApiError::SoldOut,
-            ApiError::InsufficientStock { left: 1 },
-            ApiError::LimitExceeded { allowance: 1 },
-            ApiError::IdempotencyKeyReused,
-            ApiError::InvalidTransition(String::new()),
-            ApiError::AdmissionRequired(""),
-            ApiError::AdmissionExpired,
-            ApiError::NoWaitingRoom,
-            ApiError::QueueNotOpen { opens_at: 0 },
-            ApiError::TicketNotFound,
-            ApiError::NotReplicated(SaleError::NotReplicated {
-                acked: 0,
-                wanted: 1,
-            }),
-            ApiError::RateLimited {
-                retry_after_secs: 1,
-            },
-            ApiError::Overloaded,
-            ApiError::Unavailable("".into()),
-            ApiError::Internal("".into()),
-        ];
+    fn every_code_is_unique_and_documented_with_its_status() {
+        let doc = include_str!("../../docs/api.md");
         let mut seen = std::collections::BTreeSet::new();
-        for e in &all {
-            let (status, code) = e.status_and_code();
+        for code in Code::ALL {
+            assert!(seen.insert(code.as_str()), "{code:?} repeats a text");
+            let status = code.status();
+            assert!(status.is_client_error() || status.is_server_error());
+            let row = format!("| {} |", status.as_u16());
+            let listed = doc
+                .lines()
+                .any(|l| l.starts_with(&row) && l.contains(&format!("`{}`", code.as_str())));
             assert!(
-                CODES.contains(&(code, status.as_u16())),
-                "{code} ({status}) is missing from CODES"
+                listed,
+                "docs/api.md does not list {} ({status})",
+                code.as_str()
             );
-            seen.insert(code);
         }
-        assert_eq!(seen.len(), CODES.len(), "CODES lists a code no error has");
     }
 
     /// The bodies written once are the bodies serde would write.

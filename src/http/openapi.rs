@@ -19,7 +19,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
-use super::error::CODES;
+use super::error::Code;
 use super::{health, orders, products, room};
 
 #[derive(OpenApi)]
@@ -95,7 +95,7 @@ impl Modify for CommonAnswers {
             ),
         );
         // The `error` field: exactly the codes the API answers.
-        let codes: Vec<&str> = CODES.iter().map(|(code, _)| *code).collect();
+        let codes: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
         components.schemas.insert(
             "ErrorBody".into(),
             RefOr::T(Schema::Object(

@@ -12,6 +12,7 @@ use super::conn::{Conn, Wait};
 use super::core::{Calls, Core};
 use super::keys::SaleKeys;
 use super::memory::Heard;
+use super::memory::clock::Reading;
 use super::room::Room;
 use super::scripts::{self, OrderCall, PlaceReply, Voided};
 use super::types::{
@@ -111,6 +112,21 @@ impl Orders {
             Some(wait) => self.place_and_wait(&keys, &call, wait).await?,
         };
         let received = core.memory.now();
+        self.decide(reply, &order, order_id, (sent, received))
+    }
+
+    /// What the script's reply means for the order, learnt by this
+    /// process's memory of the sale (`heard`: when the call was sent and
+    /// its reply received).
+    fn decide(
+        &self,
+        reply: PlaceReply,
+        order: &NewOrder<'_>,
+        order_id: OrderId,
+        (sent, received): (Reading, Reading),
+    ) -> Result<Decision, SaleError> {
+        let core = &self.core;
+        let product = order.product;
         let learn = |heard| {
             core.memory
                 .learn(product, order.user_id.get(), heard, sent, received);
@@ -154,26 +170,14 @@ impl Orders {
                     end_ms,
                     now_ms,
                 });
-                refused(if now_ms < start_ms {
-                    Rejection::NotStarted {
-                        starts_at_ms: start_ms,
-                        in_ms: (start_ms - now_ms) as u64,
-                    }
-                } else {
-                    Rejection::Ended
-                })
+                refused(Rejection::outside_window(start_ms, now_ms))
             }
             PlaceReply::Rejected(why) => {
                 if why == Rejection::AdmissionRequired {
                     // The next orders without an admission are refused here.
                     self.room.renew(product);
                 }
-                learn(match why {
-                    Rejection::NoSale => Heard::NoSale,
-                    Rejection::SoldOut => Heard::SoldOut,
-                    Rejection::LimitExceeded { allowance } => Heard::Limit { allowance },
-                    _ => Heard::Other,
-                });
+                learn(Heard::of(&why));
                 refused(why)
             }
         })

@@ -138,6 +138,21 @@ pub enum Rejection {
     AdmissionRequired,
 }
 
+impl Rejection {
+    /// The refusal of an order Redis's clock (`now_ms`) puts outside the
+    /// sale's window, which starts at `start_ms`.
+    pub fn outside_window(start_ms: i64, now_ms: i64) -> Self {
+        if now_ms < start_ms {
+            Self::NotStarted {
+                starts_at_ms: start_ms,
+                in_ms: (start_ms - now_ms) as u64,
+            }
+        } else {
+            Self::Ended
+        }
+    }
+}
+
 /// The settings a sale is opened with (from its `tb_product` row).
 #[derive(Debug, Clone)]
 pub struct SaleSpec {

@@ -29,11 +29,11 @@ impl Db {
     pub async fn pay(&self, order_id: &OrderId, user_id: UserId) -> Result<Transition, StoreError> {
         self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || async {
             let changed = self
-                .bounded(async {
+                .call(|pool| async move {
                     // By the order id's unique key, always: on a young table
                     // MariaDB may pick `idx_user` instead, whose gap locks
                     // deadlock with a worker inserting that user's orders.
-                    Ok(sqlx::query(
+                    sqlx::query(
                         "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
                          WHERE order_id = ? AND user_id = ? AND status = ?",
                     )
@@ -42,11 +42,11 @@ impl Db {
                     .bind(order_id.as_str())
                     .bind(user_id.as_i64())
                     .bind(OrderStatus::Confirmed.as_str())
-                    .execute(self.pool())
-                    .await?
-                    .rows_affected())
+                    .execute(pool)
+                    .await
                 })
-                .await?;
+                .await?
+                .rows_affected();
             Ok(changed == 1)
         })
         .await
@@ -62,22 +62,22 @@ impl Db {
         user_id: Option<UserId>,
     ) -> Result<Transition, StoreError> {
         self.until_settled(order_id, user_id, OrderStatus::Cancelled, || {
-            self.bounded(async {
-                let mut tx = self.pool().begin().await?;
-                let row: Option<OrderRow> = sqlx::query_as(&format!(
-                    "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
-                ))
-                .bind(order_id.as_str())
-                .bind(OrderStatus::Confirmed.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
-                else {
-                    return Ok(false);
-                };
-                cancel_rows(&mut tx, std::slice::from_ref(&row)).await?;
-                tx.commit().await?;
-                Ok(true)
+            self.transaction(|tx| {
+                Box::pin(async move {
+                    let row: Option<OrderRow> = sqlx::query_as(&format!(
+                        "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
+                    ))
+                    .bind(order_id.as_str())
+                    .bind(OrderStatus::Confirmed.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                    let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
+                    else {
+                        return Ok(false);
+                    };
+                    cancel_rows(tx, std::slice::from_ref(&row)).await?;
+                    Ok(true)
+                })
             })
         })
         .await
@@ -174,15 +174,15 @@ impl Db {
 
     /// The second half of a cancel is done: the units are back in Redis.
     pub async fn mark_released(&self, order_id: &str) -> Result<(), StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
                 .bind(order_id)
                 .bind(OrderStatus::Cancelled.as_str())
-                .execute(self.pool())
-                .await?;
-            Ok(())
+                .execute(pool)
+                .await
         })
         .await
+        .map(drop)
     }
 
     /// Cancelled orders whose Redis half did not happen (a crash between the
@@ -192,15 +192,13 @@ impl Db {
         updated_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.bounded(async {
-            Ok(sqlx::query_as(&format!(
+        self.call(|pool| async move {
+            sqlx::query_as(&format!(
                 "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND updated < ? LIMIT ?"
             ))
             .bind(OrderStatus::Cancelled.as_str())
             .bind(updated_before)
-            .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+            .bind(limit).fetch_all(pool).await
         })
         .await
     }
@@ -210,19 +208,20 @@ impl Db {
     /// 0 when there is none). Reads the few cancelled, unreleased rows
     /// through the index `(status, released, created)`.
     pub async fn unreturned_units(&self, product: &ProductId) -> Result<(i64, i64), StoreError> {
-        self.bounded(async {
-            let (units, newest): (Option<rust_decimal::Decimal>, Option<i64>) = sqlx::query_as(
-                "SELECT SUM(quantity), MAX(updated) FROM tb_order \
-                 WHERE status = ? AND released = 0 AND product_id = ?",
-            )
-            .bind(OrderStatus::Cancelled.as_str())
-            .bind(product.as_str())
-            .fetch_one(self.pool())
+        let (units, newest): (Option<rust_decimal::Decimal>, Option<i64>) = self
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT SUM(quantity), MAX(updated) FROM tb_order \
+                     WHERE status = ? AND released = 0 AND product_id = ?",
+                )
+                .bind(OrderStatus::Cancelled.as_str())
+                .bind(product.as_str())
+                .fetch_one(pool)
+                .await
+            })
             .await?;
-            let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
-            Ok((units, newest.unwrap_or(0)))
-        })
-        .await
+        let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
+        Ok((units, newest.unwrap_or(0)))
     }
 
     /// Every order of a product (for the audit and for recovery).
@@ -230,13 +229,11 @@ impl Db {
         &self,
         product: &ProductId,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.bounded(async {
-            Ok(
-                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
-                    .bind(product.as_str())
-                    .fetch_all(self.pool())
-                    .await?,
-            )
+        self.call(|pool| async move {
+            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
         })
         .await
     }
@@ -244,15 +241,15 @@ impl Db {
     /// Marks every cancelled order of a product released (recovery rebuilt
     /// the Redis stock without their units).
     pub async fn mark_all_released(&self, product: &ProductId) -> Result<(), StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
                 .bind(product.as_str())
                 .bind(OrderStatus::Cancelled.as_str())
-                .execute(self.pool())
-                .await?;
-            Ok(())
+                .execute(pool)
+                .await
         })
         .await
+        .map(drop)
     }
 
     async fn outcome(

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::domain::Chain;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{MySql, Transaction};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -208,8 +209,37 @@ impl Db {
         &self.pool
     }
 
+    /// One statement on the pool, refused while MySQL is not ready and
+    /// bounded by the configured timeout: the store's one way to MySQL.
+    async fn call<'a, T, Fut>(
+        &'a self,
+        op: impl FnOnce(&'a MySqlPool) -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        self.bounded(async { Ok(op(&self.pool).await?) }).await
+    }
+
+    /// One transaction, bounded like [`Db::call`]: committed when `op`
+    /// returns `Ok` (a read-only one too, which releases its locks), rolled
+    /// back when it fails. `op`'s future is boxed, as in sqlx's own
+    /// `Connection::transaction`: it borrows the transaction.
+    async fn transaction<'a, T>(
+        &'a self,
+        op: impl for<'t> FnOnce(&'t mut Transaction<'a, MySql>) -> InTransaction<'t, T>,
+    ) -> Result<T, StoreError> {
+        self.bounded(async {
+            let mut tx: Transaction<'a, MySql> = self.pool.begin().await?;
+            let done = op(&mut tx).await?;
+            tx.commit().await?;
+            Ok(done)
+        })
+        .await
+    }
+
     /// Runs one storage call with the configured timeout.
-    pub async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
@@ -246,13 +276,15 @@ impl Db {
 
     /// `SELECT 1`: is MySQL answering?
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
-            Ok(())
-        })
-        .await
+        self.call(|pool| sqlx::query("SELECT 1").execute(pool))
+            .await
+            .map(drop)
     }
 }
+
+/// The future of a step inside a transaction (see [`Db::transaction`]).
+type InTransaction<'t, T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 't>>;
 
 /// Creates the database named in `url` if missing; returns its name.
 async fn create_database(url: &str) -> Result<String, StoreError> {

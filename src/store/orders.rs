@@ -6,9 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
 use super::{Db, StoreError};
-use crate::domain::PendingOrder;
-use crate::domain::now_ms;
-use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
+use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId, now_ms};
 
 /// An order row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -98,6 +96,22 @@ async fn insert_orders(
         .rows_affected())
 }
 
+/// Which of `orders` `tb_order` holds already (their ids).
+async fn existing_ids(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    orders: &[&PendingOrder],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut select =
+        QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
+    let mut ids = select.separated(", ");
+    for o in orders {
+        ids.push_bind(o.order_id.as_str());
+    }
+    select.push(")");
+    let existing: Vec<String> = select.build_query_scalar().fetch_all(&mut **tx).await?;
+    Ok(existing.into_iter().collect())
+}
+
 impl Db {
     /// Persists a batch of one sale's orders in ONE transaction: inserts the
     /// orders not yet in `tb_order` and takes exactly their units off
@@ -140,19 +154,7 @@ impl Db {
             // A redelivery: some rows exist. Start over and learn which.
             tx.rollback().await?;
             tx = self.pool().begin().await?;
-            let mut select =
-                QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
-            let mut ids = select.separated(", ");
-            for o in &unique {
-                ids.push_bind(o.order_id.as_str());
-            }
-            select.push(")");
-            let existing: HashSet<String> = select
-                .build_query_scalar()
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
+            let existing = existing_ids(&mut tx, &unique).await?;
             let fresh: Vec<&PendingOrder> = unique
                 .into_iter()
                 .filter(|o| !existing.contains(o.order_id.as_str()))
@@ -199,13 +201,11 @@ impl Db {
     }
 
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
-        self.bounded(async {
-            Ok(
-                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
-                    .bind(order_id.as_str())
-                    .fetch_optional(self.pool())
-                    .await?,
-            )
+        self.call(|pool| async move {
+            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
+                .bind(order_id.as_str())
+                .fetch_optional(pool)
+                .await
         })
         .await
     }
@@ -217,16 +217,16 @@ impl Db {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.bounded(async {
-            Ok(sqlx::query_as(&format!(
+        self.call(|pool| async move {
+            sqlx::query_as(&format!(
                 "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
                  ORDER BY created DESC, id DESC LIMIT ?"
             ))
             .bind(user_id.as_i64())
             .bind(before.unwrap_or(i64::MAX))
             .bind(limit)
-            .fetch_all(self.pool())
-            .await?)
+            .fetch_all(pool)
+            .await
         })
         .await
     }

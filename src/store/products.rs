@@ -116,28 +116,26 @@ impl Db {
             .bind(row.closed)
             .bind(row.retired)
             .bind(row.purged);
-        self.bounded(async {
-            match insert.execute(self.pool()).await {
-                Ok(_) => Ok(()),
-                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                    Err(StoreError::ProductExists)
+        self.call(|pool| insert.execute(pool))
+            .await
+            .map_err(|e| match e {
+                StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    StoreError::ProductExists
                 }
-                Err(e) => Err(e.into()),
-            }
-        })
-        .await?;
+                e => e,
+            })?;
         Ok(row)
     }
 
     pub async fn product(&self, product_id: &ProductId) -> Result<Option<Product>, StoreError> {
         let row: Option<Product> = self
-            .bounded(async {
-                Ok(sqlx::query_as(&format!(
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE product_id = ?"
                 ))
                 .bind(product_id.as_str())
-                .fetch_optional(self.pool())
-                .await?)
+                .fetch_optional(pool)
+                .await
             })
             .await?;
         Ok(row.map(normalized))
@@ -147,7 +145,7 @@ impl Db {
 impl Db {
     /// A waiting room's new admission rate.
     pub async fn set_room_rate(&self, product_id: &ProductId, rate: u32) -> Result<(), StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query(
                 "UPDATE tb_product SET room_admit_per_sec = ?, updated = ? \
                  WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
@@ -155,35 +153,35 @@ impl Db {
             .bind(rate)
             .bind(now_ms())
             .bind(product_id.as_str())
-            .execute(self.pool())
-            .await?;
-            Ok(())
+            .execute(pool)
+            .await
         })
         .await
+        .map(drop)
     }
 
     /// Records that the product's sale was opened (the first time only).
     pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query("UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL")
                 .bind(now_ms())
                 .bind(product_id.as_str())
-                .execute(self.pool())
-                .await?;
-            Ok(())
+                .execute(pool)
+                .await
         })
         .await
+        .map(drop)
     }
 
     /// Every product whose sale has been opened, oldest first.
     pub async fn opened_products(&self) -> Result<Vec<Product>, StoreError> {
         let rows: Vec<Product> = self
-            .bounded(async {
-                Ok(sqlx::query_as(&format!(
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE opened IS NOT NULL ORDER BY id"
                 ))
-                .fetch_all(self.pool())
-                .await?)
+                .fetch_all(pool)
+                .await
             })
             .await?;
         Ok(rows.into_iter().map(normalized).collect())

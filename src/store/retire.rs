@@ -42,7 +42,7 @@ impl Db {
         closed_at: i64,
         end_at: i64,
     ) -> Result<Option<Product>, StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query(
                 "UPDATE tb_product SET closed = COALESCE(closed, ?), \
                  end_time = LEAST(end_time, ?), updated = ? \
@@ -52,11 +52,11 @@ impl Db {
             .bind(end_at)
             .bind(closed_at)
             .bind(product.as_str())
-            .execute(self.pool())
-            .await?;
-            Ok(())
+            .execute(pool)
+            .await
         })
-        .await?;
+        .await
+        .map(drop)?;
         self.product(product).await
     }
 
@@ -97,8 +97,8 @@ impl Db {
     ) -> Result<Vec<Product>, StoreError> {
         let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
         let rows: Vec<Product> = self
-            .bounded(async {
-                Ok(sqlx::query_as(&format!(
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
                      AND ({key} > ? OR ({key} = ? AND product_id > ?)) \
                      ORDER BY {key}, product_id LIMIT ?"
@@ -108,8 +108,8 @@ impl Db {
                 .bind(from)
                 .bind(id)
                 .bind(limit)
-                .fetch_all(self.pool())
-                .await?)
+                .fetch_all(pool)
+                .await
             })
             .await?;
         Ok(rows.into_iter().map(normalized).collect())
@@ -118,83 +118,81 @@ impl Db {
     /// Records a sale's retirement with its final audit, in one
     /// transaction, unless it is retired already; true when this call did.
     pub async fn record_retirement(&self, audit: &FinalAudit) -> Result<bool, StoreError> {
-        self.bounded(async {
-            let mut tx = self.pool().begin().await?;
-            let marked = sqlx::query(
-                "UPDATE tb_product SET retired = ?, updated = ? \
+        self.transaction(|tx| {
+            Box::pin(async move {
+                let marked = sqlx::query(
+                    "UPDATE tb_product SET retired = ?, updated = ? \
                  WHERE product_id = ? AND retired IS NULL",
-            )
-            .bind(audit.retired)
-            .bind(audit.retired)
-            .bind(&audit.product_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if marked == 0 {
-                return Ok(false);
-            }
-            sqlx::query(&format!(
-                "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
+                )
+                .bind(audit.retired)
+                .bind(audit.retired)
+                .bind(&audit.product_id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if marked == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(&format!(
+                    "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .bind(&audit.product_id)
-            .bind(audit.initial_qty)
-            .bind(audit.redis_stock)
-            .bind(audit.confirmed)
-            .bind(audit.paid)
-            .bind(audit.cancelled)
-            .bind(audit.available_qty)
-            .bind(audit.orders)
-            .bind(audit.repaired_orders)
-            .bind(audit.repaired_units)
-            .bind(audit.repaired_releases)
-            .bind(audit.repaired_idem)
-            .bind(audit.retired)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(true)
+                ))
+                .bind(&audit.product_id)
+                .bind(audit.initial_qty)
+                .bind(audit.redis_stock)
+                .bind(audit.confirmed)
+                .bind(audit.paid)
+                .bind(audit.cancelled)
+                .bind(audit.available_qty)
+                .bind(audit.orders)
+                .bind(audit.repaired_orders)
+                .bind(audit.repaired_units)
+                .bind(audit.repaired_releases)
+                .bind(audit.repaired_idem)
+                .bind(audit.retired)
+                .execute(&mut **tx)
+                .await?;
+                Ok(true)
+            })
         })
         .await
     }
 
     /// Records that a retired sale's Redis keys are deleted.
     pub async fn mark_purged(&self, product: &ProductId, now_ms: i64) -> Result<(), StoreError> {
-        self.bounded(async {
+        self.call(|pool| async move {
             sqlx::query(
                 "UPDATE tb_product SET purged = ? WHERE product_id = ? AND purged IS NULL \
                  AND retired IS NOT NULL",
             )
             .bind(now_ms)
             .bind(product.as_str())
-            .execute(self.pool())
-            .await?;
-            Ok(())
+            .execute(pool)
+            .await
         })
         .await
+        .map(drop)
     }
 
     /// A retired sale's final audit.
     pub async fn final_audit(&self, product: &ProductId) -> Result<Option<FinalAudit>, StoreError> {
-        self.bounded(async {
-            Ok(sqlx::query_as(&format!(
+        self.call(|pool| async move {
+            sqlx::query_as(&format!(
                 "SELECT {AUDIT_COLUMNS} FROM tb_sale_audit WHERE product_id = ?"
             ))
             .bind(product.as_str())
-            .fetch_optional(self.pool())
-            .await?)
+            .fetch_optional(pool)
+            .await
         })
         .await
     }
 
     /// How many sales were retired.
     pub async fn retired_count(&self) -> Result<i64, StoreError> {
-        self.bounded(async {
-            Ok(
-                sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
-                    .fetch_one(self.pool())
-                    .await?,
-            )
+        self.call(|pool| async move {
+            sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
+                .fetch_one(pool)
+                .await
         })
         .await
     }
@@ -205,14 +203,14 @@ impl Db {
         &self,
         product: &ProductId,
     ) -> Result<(i64, Option<i64>), StoreError> {
-        self.bounded(async {
-            Ok(sqlx::query_as(
+        self.call(|pool| async move {
+            sqlx::query_as(
                 "SELECT COUNT(*), MIN(created) FROM tb_order WHERE product_id = ? AND status = ?",
             )
             .bind(product.as_str())
             .bind(OrderStatus::Confirmed.as_str())
-            .fetch_one(self.pool())
-            .await?)
+            .fetch_one(pool)
+            .await
         })
         .await
     }
@@ -225,16 +223,16 @@ impl Db {
         product: &ProductId,
         key: &str,
     ) -> Result<Option<OrderRow>, StoreError> {
-        self.bounded(async {
-            Ok(sqlx::query_as(&format!(
+        self.call(|pool| async move {
+            sqlx::query_as(&format!(
                 "SELECT {ROW} FROM tb_order WHERE user_id = ? AND product_id = ? \
                  AND idempotency_key = ? LIMIT 1"
             ))
             .bind(user_id.as_i64())
             .bind(product.as_str())
             .bind(key)
-            .fetch_optional(self.pool())
-            .await?)
+            .fetch_optional(pool)
+            .await
         })
         .await
     }

@@ -163,7 +163,16 @@ where
 async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     let base = 7200;
     let _cluster = crate::helpers::OwnCluster::start(base);
-    let app = spawn_app_on(Backend::OwnCluster(base), wait_for_one_replica).await;
+    // A WAIT long enough that the retry below (50 ms later, through
+    // another instance) arrives within it on a loaded machine, and short
+    // enough that three of them stay within the node timeout.
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        s.redis.wait = Some(flashsale::sale::Wait {
+            replicas: 1,
+            timeout: std::time::Duration::from_millis(500),
+        });
+    })
+    .await;
     let sku = app.new_sale(10, 2).await;
     let replica = replica_pid(&app, &sku).await;
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});

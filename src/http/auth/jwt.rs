@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
@@ -147,35 +147,14 @@ fn key_material(
         })?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
-        use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, KeyAlgorithm, PublicKeyUse};
-        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        if matches!(
+            jwk.common.public_key_use,
+            Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+        ) {
             continue;
         }
-        let default = match (&jwk.common.key_algorithm, &jwk.algorithm) {
-            (Some(alg), _) => match alg {
-                KeyAlgorithm::HS256 => Algorithm::HS256,
-                KeyAlgorithm::HS384 => Algorithm::HS384,
-                KeyAlgorithm::HS512 => Algorithm::HS512,
-                KeyAlgorithm::ES256 => Algorithm::ES256,
-                KeyAlgorithm::ES384 => Algorithm::ES384,
-                KeyAlgorithm::RS256 => Algorithm::RS256,
-                KeyAlgorithm::RS384 => Algorithm::RS384,
-                KeyAlgorithm::RS512 => Algorithm::RS512,
-                KeyAlgorithm::PS256 => Algorithm::PS256,
-                KeyAlgorithm::PS384 => Algorithm::PS384,
-                KeyAlgorithm::PS512 => Algorithm::PS512,
-                KeyAlgorithm::EdDSA => Algorithm::EdDSA,
-                _ => continue,
-            },
-            (None, AlgorithmParameters::EllipticCurve(ec)) => match ec.curve {
-                EllipticCurve::P256 => Algorithm::ES256,
-                EllipticCurve::P384 => Algorithm::ES384,
-                _ => continue,
-            },
-            (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
-            (None, AlgorithmParameters::OctetKeyPair(_)) => Algorithm::EdDSA,
-            (None, AlgorithmParameters::OctetKey(_)) => Algorithm::HS256,
-            (None, _) => continue,
+        let Some(default) = jwk_algorithm(jwk) else {
+            continue;
         };
         let key = DecodingKey::from_jwk(jwk).map_err(|source| AuthError::BadKey {
             path: path.clone(),
@@ -184,6 +163,38 @@ fn key_material(
         keys.push((jwk.common.key_id.clone(), key, default));
     }
     Ok(keys)
+}
+
+/// The algorithm a key of a JWKS is for: its `alg`, else its key type's
+/// usual one (`None`: a key this service cannot use).
+fn jwk_algorithm(jwk: &Jwk) -> Option<Algorithm> {
+    use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, KeyAlgorithm};
+    Some(match (&jwk.common.key_algorithm, &jwk.algorithm) {
+        (Some(alg), _) => match alg {
+            KeyAlgorithm::HS256 => Algorithm::HS256,
+            KeyAlgorithm::HS384 => Algorithm::HS384,
+            KeyAlgorithm::HS512 => Algorithm::HS512,
+            KeyAlgorithm::ES256 => Algorithm::ES256,
+            KeyAlgorithm::ES384 => Algorithm::ES384,
+            KeyAlgorithm::RS256 => Algorithm::RS256,
+            KeyAlgorithm::RS384 => Algorithm::RS384,
+            KeyAlgorithm::RS512 => Algorithm::RS512,
+            KeyAlgorithm::PS256 => Algorithm::PS256,
+            KeyAlgorithm::PS384 => Algorithm::PS384,
+            KeyAlgorithm::PS512 => Algorithm::PS512,
+            KeyAlgorithm::EdDSA => Algorithm::EdDSA,
+            _ => return None,
+        },
+        (None, AlgorithmParameters::EllipticCurve(ec)) => match ec.curve {
+            EllipticCurve::P256 => Algorithm::ES256,
+            EllipticCurve::P384 => Algorithm::ES384,
+            _ => return None,
+        },
+        (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
+        (None, AlgorithmParameters::OctetKeyPair(_)) => Algorithm::EdDSA,
+        (None, AlgorithmParameters::OctetKey(_)) => Algorithm::HS256,
+        (None, _) => return None,
+    })
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, AuthError> {

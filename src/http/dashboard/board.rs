@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::domain::{ProductId, now_ms};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::sale::QueueView;
 use crate::sale::Sales;
 use crate::sale::room::RoomFigures;
@@ -241,34 +241,11 @@ impl Board {
 
     fn instance(&self, reads: &mut Reads, now: Instant) -> Instance {
         let counters = counters(&self.metrics);
-        let recent = |then: &Instant| now.duration_since(*then) <= RATE_SPAN;
         let rates = reads
             .counters
             .as_ref()
-            .filter(|(then, _)| recent(then))
-            .map(|(then, before)| {
-                let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
-                let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
-                let (o, p) = (&counters.orders, &before.orders);
-                let (a, q) = (&counters.answered, &before.answered);
-                (
-                    Outcomes {
-                        accepted: rate(o.accepted, p.accepted),
-                        sold_out: rate(o.sold_out, p.sold_out),
-                        limit: rate(o.limit, p.limit),
-                        shed: rate(o.shed, p.shed),
-                        rate_limited: rate(o.rate_limited, p.rate_limited),
-                        errors: rate(o.errors, p.errors),
-                        other: rate(o.other, p.other),
-                    },
-                    AnsweredBy {
-                        memory: rate(a.memory, q.memory),
-                        redis: rate(a.redis, q.redis),
-                        service: rate(a.service, q.service),
-                    },
-                    rate(counters.rows, before.rows),
-                )
-            });
+            .filter(|(then, _)| now.duration_since(*then) <= RATE_SPAN)
+            .map(|(then, before)| Rates::between(before, &counters, now.duration_since(*then)));
         reads.counters = Some((now, counters.clone()));
         let (bounds, cumulative) = persist_buckets(&self.metrics);
         reads.persist.push_back((now, cumulative.clone()));
@@ -298,12 +275,45 @@ impl Board {
         Instance {
             workers: self.workers == Workers::Here,
             orders_total: counters.orders,
-            orders_per_s: rates.map(|r| r.0),
+            orders_per_s: rates.as_ref().map(|r| r.orders),
             answered_total: counters.answered,
-            answered_per_s: rates.map(|r| r.1),
+            answered_per_s: rates.as_ref().map(|r| r.answered),
             rows_persisted: counters.rows,
-            rows_persisted_per_s: rates.map(|r| r.2),
+            rows_persisted_per_s: rates.map(|r| r.rows),
             accept_to_persist_ms,
+        }
+    }
+}
+
+/// The counters' rates per second between two reads.
+struct Rates {
+    orders: Outcomes<f64>,
+    answered: AnsweredBy<f64>,
+    rows: f64,
+}
+
+impl Rates {
+    fn between(before: &Counters, now: &Counters, elapsed: Duration) -> Self {
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+        let (o, p) = (&now.orders, &before.orders);
+        let (a, q) = (&now.answered, &before.answered);
+        Self {
+            orders: Outcomes {
+                accepted: rate(o.accepted, p.accepted),
+                sold_out: rate(o.sold_out, p.sold_out),
+                limit: rate(o.limit, p.limit),
+                shed: rate(o.shed, p.shed),
+                rate_limited: rate(o.rate_limited, p.rate_limited),
+                errors: rate(o.errors, p.errors),
+                other: rate(o.other, p.other),
+            },
+            answered: AnsweredBy {
+                memory: rate(a.memory, q.memory),
+                redis: rate(a.redis, q.redis),
+                service: rate(a.service, q.service),
+            },
+            rows: rate(now.rows, before.rows),
         }
     }
 }
@@ -363,34 +373,23 @@ fn counters(m: &Metrics) -> Counters {
         rows: m.rows_persisted.get(),
         ..Counters::default()
     };
-    for family in m.order_requests.collect() {
-        for metric in family.get_metric() {
-            let label = |name: &str| {
-                metric
-                    .get_label()
-                    .iter()
-                    .find(|l| l.name() == name)
-                    .map(|l| l.value().to_owned())
-                    .unwrap_or_default()
-            };
-            let n = metric.get_counter().get_value() as u64;
-            let o = &mut c.orders;
-            *match label("outcome").as_str() {
-                "accepted" | "replayed" => &mut o.accepted,
-                "sold_out" | "insufficient_stock" => &mut o.sold_out,
-                "limit_exceeded" => &mut o.limit,
-                "overloaded" => &mut o.shed,
-                "rate_limited" => &mut o.rate_limited,
-                "unavailable" | "internal" => &mut o.errors,
-                _ => &mut o.other,
-            } += n;
-            let a = &mut c.answered;
-            *match label("answered_by").as_str() {
-                "memory" => &mut a.memory,
-                "redis" => &mut a.redis,
-                _ => &mut a.service,
-            } += n;
-        }
+    for (outcome, by, n) in m.order_counts() {
+        let o = &mut c.orders;
+        *match outcome.as_str() {
+            "accepted" | "replayed" => &mut o.accepted,
+            "sold_out" | "insufficient_stock" => &mut o.sold_out,
+            "limit_exceeded" => &mut o.limit,
+            "overloaded" => &mut o.shed,
+            "rate_limited" => &mut o.rate_limited,
+            "unavailable" | "internal" => &mut o.errors,
+            _ => &mut o.other,
+        } += n;
+        let a = &mut c.answered;
+        *match by {
+            metrics::AnsweredBy::Memory => &mut a.memory,
+            metrics::AnsweredBy::Redis => &mut a.redis,
+            metrics::AnsweredBy::Service => &mut a.service,
+        } += n;
     }
     c
 }
@@ -459,15 +458,15 @@ mod tests {
     #[test]
     fn a_process_counts_answers_by_class() {
         let m = Metrics::new();
-        m.count_order("accepted", "redis", 0.001);
-        m.count_order("replayed", "redis", 0.001);
-        m.count_order("sold_out", "memory", 0.001);
-        m.count_order("insufficient_stock", "redis", 0.001);
-        m.count_order("limit_exceeded", "memory", 0.001);
-        m.count_order("overloaded", "service", 0.001);
-        m.count_order("rate_limited", "service", 0.001);
-        m.count_order("unavailable", "redis", 0.001);
-        m.count_order("sale_ended", "memory", 0.001);
+        m.count_order("accepted", metrics::AnsweredBy::Redis, 0.001);
+        m.count_order("replayed", metrics::AnsweredBy::Redis, 0.001);
+        m.count_order("sold_out", metrics::AnsweredBy::Memory, 0.001);
+        m.count_order("insufficient_stock", metrics::AnsweredBy::Redis, 0.001);
+        m.count_order("limit_exceeded", metrics::AnsweredBy::Memory, 0.001);
+        m.count_order("overloaded", metrics::AnsweredBy::Service, 0.001);
+        m.count_order("rate_limited", metrics::AnsweredBy::Service, 0.001);
+        m.count_order("unavailable", metrics::AnsweredBy::Redis, 0.001);
+        m.count_order("sale_ended", metrics::AnsweredBy::Memory, 0.001);
         m.rows_persisted.inc_by(5);
         let c = counters(&m);
         let o = c.orders;

@@ -21,6 +21,7 @@ use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{self, IdempotencyKey};
 use crate::http::limits;
 use crate::http::state::AppState;
+use crate::metrics::AnsweredBy;
 use crate::sale::room::{Admission, Refused};
 use crate::sale::{self, Decision, Keyed, NewOrder, Placed, Rejection, Vouched};
 
@@ -111,7 +112,7 @@ async fn answer_order(
     };
     state.metrics.count_order(
         answer.outcome,
-        answer.answered_by.label(),
+        answer.answered_by,
         started.elapsed().as_secs_f64(),
     );
     answer.response
@@ -290,31 +291,11 @@ impl Answer {
     }
 }
 
-/// Who decided an order's answer: this process's memory of Redis's
-/// answers, Redis itself, or the service before asking the sale (bad
-/// input, identity, limits, shedding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnsweredBy {
-    Memory,
-    Redis,
-    Service,
-}
-
 impl From<sale::AnsweredBy> for AnsweredBy {
     fn from(by: sale::AnsweredBy) -> Self {
         match by {
             sale::AnsweredBy::Memory => Self::Memory,
             sale::AnsweredBy::Redis => Self::Redis,
-        }
-    }
-}
-
-impl AnsweredBy {
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Redis => "redis",
-            Self::Service => "service",
         }
     }
 }

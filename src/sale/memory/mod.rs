@@ -170,6 +170,18 @@ pub enum Heard {
     Other,
 }
 
+impl Heard {
+    /// What a refusal by the order script tells the memory.
+    pub fn of(why: &Rejection) -> Self {
+        match *why {
+            Rejection::NoSale => Self::NoSale,
+            Rejection::SoldOut => Self::SoldOut,
+            Rejection::LimitExceeded { allowance } => Self::Limit { allowance },
+            _ => Self::Other,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Memory {
     settings: MemorySettings,
