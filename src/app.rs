@@ -109,6 +109,7 @@ impl App {
             });
         let state = AppState::new(Shared {
             books: crate::books::Books::new(sales.clone(), db.clone()),
+            catalog: crate::books::Catalog::new(sales.clone(), db.clone()),
             dashboard,
             sales,
             db,

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::BooksError;
+use super::error::BooksError;
 use crate::domain::OrderStatus;
 use crate::domain::ProductId;
 use crate::sale::{SaleSnapshot, Sales};
@@ -70,7 +70,7 @@ pub async fn audit(
     only: Option<&ProductId>,
 ) -> Result<Vec<SaleAudit>, BooksError> {
     let products = match only {
-        Some(id) => vec![db.product(id).await?.ok_or(BooksError::NotFound)?],
+        Some(id) => vec![db.product(id).await?.ok_or(BooksError::NoProduct)?],
         None => db.opened_products().await?,
     };
     let mut out = Vec::with_capacity(products.len());

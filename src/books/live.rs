@@ -29,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::BooksError;
+use super::error::BooksError;
 use crate::domain::{ProductId, now_ms};
 use crate::sale::{QueueView, Sales};
 use crate::store::Db;

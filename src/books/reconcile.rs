@@ -15,7 +15,8 @@
 
 use serde::Serialize;
 
-use super::{BooksError, pending_of};
+use super::error::BooksError;
+use super::orders::pending_of;
 use crate::domain::OrderStatus;
 use crate::domain::ProductId;
 use crate::sale::{Booked, BookedState, Restore, Restored, Sales};

@@ -18,7 +18,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::BooksError;
+use super::error::BooksError;
 use crate::domain::{ProductId, UserId};
 use crate::sale::{BookedState, Restore, SaleError, Sales};
 use crate::store::{Db, OrderRow, Product};
@@ -48,7 +48,7 @@ pub async fn recover(
     product_id: &ProductId,
     overwrite: Overwrite,
 ) -> Result<Recovered, BooksError> {
-    let product = db.product(product_id).await?.ok_or(BooksError::NotFound)?;
+    let product = db.product(product_id).await?.ok_or(BooksError::NoProduct)?;
     let rows = db.orders_of_product(product_id).await?;
     may_recover(sales, (product_id, &product), &rows, overwrite).await?;
 
@@ -66,7 +66,10 @@ pub async fn recover(
     let stock = restored.stock.max(0);
     let (opened, _) = sales
         .lifecycle
-        .open(product_id, &super::sale_spec(&product, stock as u64))
+        .open(
+            product_id,
+            &super::catalog::sale_spec(&product, stock as u64),
+        )
         .await?;
     if !opened {
         return Err(

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::{Books, BooksError};
+use super::error::BooksError;
+use super::orders::Books;
 use crate::sale::Sales;
 
 /// What one pass did.

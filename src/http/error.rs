@@ -376,6 +376,8 @@ impl From<crate::books::BooksError> for ApiError {
         use crate::books::BooksError as B;
         match e {
             B::NotFound => Self::OrderNotFound,
+            B::NoProduct => Self::ProductNotFound("no product with this id"),
+            B::SaleClosed => Self::SaleClosed,
             B::Forbidden => Self::Forbidden("this order belongs to another user"),
             B::InvalidTransition(status) => Self::InvalidTransition(status),
 

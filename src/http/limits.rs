@@ -91,9 +91,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
 }
 
-/// Orders in flight beyond which orders are shed: on the 2-core development
-/// machine 256 keeps p99 near 30-60 ms with most of the peak throughput
-/// (`flashsale-bench guards`, BENCHMARKS.md).
+/// Orders in flight beyond which orders are shed: chosen by `flashsale-bench
+/// guards` for a low p99 with most of the peak throughput (BENCHMARKS.md,
+/// "The guards").
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 /// The limits' defaults: the one place they are written (the command line

@@ -11,9 +11,9 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, JsonBody, PathParam};
 use super::state::AppState;
-use crate::books::retire;
+use crate::books::{self, ProductStatus, retire};
 use crate::domain::{self, Invalid, MAX_STOCK, ProductId, SaleState, WaitingRoom};
-use crate::store::{FinalAudit, NewProduct, Product};
+use crate::store::NewProduct;
 
 /// Longest title (the `tb_product.title` column).
 const MAX_TITLE_CHARS: usize = 1024;
@@ -95,8 +95,27 @@ impl CreateProduct {
 /// A product with its live stock (`null` while the sale is not open).
 #[derive(Serialize, ToSchema)]
 pub struct ProductView {
-    #[serde(flatten)]
-    product: Product,
+    product_id: String,
+    title: String,
+    price: Decimal,
+    /// Units not taken by a persisted, live order: decremented by the stream
+    /// workers, given back by cancellations.
+    available_qty: i64,
+    /// The stock the product was created with.
+    initial_qty: i64,
+    start_time: i64,
+    end_time: i64,
+    limit_per_user: i64,
+    created: i64,
+    updated: i64,
+    /// When its sale was first opened (epoch ms); `null` before.
+    opened: Option<i64>,
+    /// When an admin closed the sale early (epoch ms; `end_time` was moved
+    /// to it); `null` otherwise.
+    closed: Option<i64>,
+    /// When the sale was retired: ended, settled, its final audit recorded;
+    /// `null` while it lives.
+    retired: Option<i64>,
     /// Units left: live from Redis, or for a retired sale the units it
     /// ended with (`null` while the sale is not open).
     stock: Option<u64>,
@@ -123,8 +142,13 @@ pub struct FinalFigures {
     orders: i64,
 }
 
-impl ProductView {
-    fn new(product: Product, stock: Option<u64>, final_audit: Option<FinalAudit>) -> Self {
+impl From<ProductStatus> for ProductView {
+    fn from(status: ProductStatus) -> Self {
+        let ProductStatus {
+            product: p,
+            stock,
+            final_audit,
+        } = status;
         let final_audit = final_audit.map(|a| FinalFigures {
             retired: a.retired,
             paid: a.paid,
@@ -133,11 +157,23 @@ impl ProductView {
             orders: a.orders,
         });
         Self {
-            state: retire::state_of(&product, domain::now_ms()),
-            waiting_room: product.waiting_room(),
+            state: retire::state_of(&p, domain::now_ms()),
+            waiting_room: p.waiting_room(),
             stock: stock.or(final_audit.as_ref().map(|a| a.unsold.max(0) as u64)),
             final_audit,
-            product,
+            product_id: p.product_id,
+            title: p.title,
+            price: p.price,
+            available_qty: p.available_qty,
+            initial_qty: p.initial_qty,
+            start_time: p.start_time,
+            end_time: p.end_time,
+            limit_per_user: p.limit_per_user,
+            created: p.created,
+            updated: p.updated,
+            opened: p.opened,
+            closed: p.closed,
+            retired: p.retired,
         }
     }
 }
@@ -162,12 +198,13 @@ pub async fn create(
     JsonBody(body): JsonBody<CreateProduct>,
 ) -> Result<(StatusCode, Json<ProductView>), ApiError> {
     let new = body.validate()?;
-    let product = state.db.create_product(&new).await?;
-    tracing::info!(product_id = %new.product_id, "product created");
-    Ok((
-        StatusCode::CREATED,
-        Json(ProductView::new(product, None, None)),
-    ))
+    let product = state.catalog.create(&new).await?;
+    let view = ProductStatus {
+        product,
+        stock: None,
+        final_audit: None,
+    };
+    Ok((StatusCode::CREATED, Json(view.into())))
 }
 
 /// What opening a sale did.
@@ -200,16 +237,8 @@ pub async fn open(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<Opened>, ApiError> {
-    let (id, product) = find(&state, &product_id).await?;
-    if product.closed.is_some() || product.retired.is_some() {
-        return Err(ApiError::SaleClosed);
-    }
-    let spec = crate::books::sale_spec(&product, product.available_qty.max(0) as u64);
-    let (opened, stock) = state.sales.lifecycle.open(&id, &spec).await?;
-    state.db.mark_opened(&id).await?;
-    if opened {
-        tracing::info!(product_id = %id, stock, "sale opened");
-    }
+    let id = product_id_of(&product_id)?;
+    let books::Opened { stock, opened } = state.catalog.open(&id).await?;
     Ok(Json(Opened {
         product_id: id.as_str().to_owned(),
         stock,
@@ -234,23 +263,8 @@ pub async fn get(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ProductView>, ApiError> {
-    let (id, product) = find(&state, &product_id).await?;
-    Ok(Json(view(&state, &id, product).await?))
-}
-
-/// A product with its stock: live from Redis, or for a retired sale (its
-/// Redis keys gone, or going) its final figures from the books.
-async fn view(state: &AppState, id: &ProductId, product: Product) -> Result<ProductView, ApiError> {
-    Ok(match product.retired {
-        Some(_) => {
-            let recorded = state.db.final_audit(id).await?;
-            ProductView::new(product, None, recorded)
-        }
-        None => {
-            let stock = state.sales.orders.stock(id).await?;
-            ProductView::new(product, stock, None)
-        }
-    })
+    let id = product_id_of(&product_id)?;
+    Ok(Json(state.catalog.status(&id).await?.into()))
 }
 
 /// `POST /api/admin/products/{product_id}/close`: ends the sale now
@@ -273,24 +287,14 @@ pub async fn close(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ProductView>, ApiError> {
-    let (id, _) = find(&state, &product_id).await?;
-    let product = retire::close(&state.sales, &state.db, &id)
-        .await
-        .map_err(|e| match e {
-            crate::books::BooksError::NotFound => {
-                ApiError::ProductNotFound("no product with this id")
-            }
-            e => e.into(),
-        })?;
-    Ok(Json(view(&state, &id, product).await?))
+    let id = product_id_of(&product_id)?;
+    Ok(Json(state.catalog.close(&id).await?.into()))
 }
 
-async fn find(state: &AppState, product_id: &str) -> Result<(ProductId, Product), ApiError> {
-    let not_found = || ApiError::ProductNotFound("no product with this id");
-    // An id we could never have created is simply not found.
-    let id = ProductId::parse(product_id).map_err(|_| not_found())?;
-    let product = state.db.product(&id).await?.ok_or_else(not_found)?;
-    Ok((id, product))
+/// A product id from the path: one we could never have created is simply
+/// not found.
+fn product_id_of(text: &str) -> Result<ProductId, ApiError> {
+    ProductId::parse(text).map_err(|_| ApiError::ProductNotFound("no product with this id"))
 }
 
 /// `GET /api/admin/products/{product_id}/audit`: the sale's books (see
@@ -313,7 +317,8 @@ pub async fn audit(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, product) = find(&state, &product_id).await?;
-    let audit = crate::books::audit::audit_sale(&state.sales, &state.db, &product).await?;
+    let id = product_id_of(&product_id)?;
+    let product = state.catalog.product(&id).await?;
+    let audit = books::audit::audit_sale(&state.sales, &state.db, &product).await?;
     Ok(Json(json!({"ok": audit.ok(), "audit": audit})))
 }

@@ -289,17 +289,9 @@ pub async fn set_pace(
             "admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
         )));
     }
-    let Some(room) = state
-        .sales
-        .room
-        .set_rate(&product, body.admit_per_sec)
-        .await?
-    else {
+    let Some(room) = state.catalog.set_pace(&product, body.admit_per_sec).await? else {
         return Err(ApiError::NoWaitingRoom);
     };
-    // The books keep the pace too, for a sale opened again (recovery).
-    state.db.set_room_rate(&product, body.admit_per_sec).await?;
-    tracing::info!(product_id = %product, admit_per_sec = body.admit_per_sec, "waiting room pace changed");
     Ok(Json(RoomView {
         product_id: product.to_string(),
         admit_per_sec: f64::from(body.admit_per_sec),

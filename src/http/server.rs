@@ -1,14 +1,16 @@
-//! The HTTP/1.1 server: accepts connections, answers `POST /api/orders`
-//! straight from the connection ([`orders::place::endpoint`]) and everything else
-//! through the router.
+//! The HTTP/1.1 server: accepts connections, answers the two requests a
+//! sale's crowd sends by the thousand straight from the connection (`POST
+//! /api/orders`: [`orders::place::endpoint`]; a waiting room's poll, `GET
+//! /api/sales/{id}/queue/{ticket}`: [`room::poll_endpoint`]) and everything
+//! else through the router.
 //!
 //! The order path is nearly all the traffic of a sale, and most of it is
 //! answered from memory in a few microseconds, so what the HTTP stack costs
 //! around it is most of its cost: through axum's router and a middleware
-//! stack, a sold-out answer took 2.9 times the instructions of a bare hyper
-//! server's and 1.3-2.2 times its CPU (BENCHMARKS.md, "The order path
-//! against the floor"). The order path keeps every guard
-//! (`limits::guarded`, `limits::admit_order`) without the layers.
+//! stack, a sold-out answer took several times the instructions of a bare
+//! hyper server's (BENCHMARKS.md, "The order path against the floor"). Both fast
+//! paths keep every guard (`limits::guarded`, `limits::admit_order`, the
+//! poll rate limit) without the layers.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::dashboard::board::Dashboard;
 use super::{auth, conn, limits};
-use crate::books::Books;
+use crate::books::{Books, Catalog};
 use crate::sale::Sales;
 use crate::store::Db;
 
@@ -18,7 +18,10 @@ pub struct AppState(Arc<Shared>);
 pub struct Shared {
     pub sales: Sales,
     pub db: Db,
+    /// Orders after their 202, across both stores.
     pub books: Books,
+    /// Sales as an admin runs them, across both stores.
+    pub catalog: Catalog,
     /// `None`: the admin routes answer 401.
     pub admin_token: Option<Arc<str>>,
     /// Serve the admin routes at all.

@@ -1,4 +1,6 @@
-//! Rust wrappers of the Lua scripts in `lua/`: each passes every key in KEYS
+//! Rust wrappers of the order, stream and lifecycle scripts in `lua/` (the
+//! waiting room's, `room_join.lua` and `room_tick.lua`, are the room's own:
+//! `sale::room`): each passes every key in KEYS
 //! and decodes the script's reply in one place. `redis::Script` sends EVALSHA
 //! and loads the script again when Redis answers NOSCRIPT (after a restart or
 //! a `SCRIPT FLUSH`), so the text travels once per server, not per call.

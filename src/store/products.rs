@@ -1,14 +1,13 @@
 //! `tb_product`: the products (sales) and their MySQL-side stock.
 
 use rust_decimal::Decimal;
-use serde::Serialize;
 
 use super::{Db, StoreError};
 use crate::domain::now_ms;
 use crate::domain::{ProductId, WaitingRoom};
 
 /// A product row.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Product {
     pub product_id: String,
     pub title: String,
@@ -26,11 +25,8 @@ pub struct Product {
     /// When its sale was first opened (epoch ms); `None` before.
     pub opened: Option<i64>,
     /// The waiting room's settings (all `None`: no room); see [`Product::waiting_room`].
-    #[serde(skip)]
     pub room_admit_per_sec: Option<i32>,
-    #[serde(skip)]
     pub room_admission_secs: Option<i32>,
-    #[serde(skip)]
     pub room_join_early_secs: Option<i32>,
     /// When an admin closed the sale early (epoch ms; `end_time` was moved
     /// to it); `None` otherwise.
@@ -39,7 +35,6 @@ pub struct Product {
     /// (see `books::retire`); `None` while it lives.
     pub retired: Option<i64>,
     /// When a retired sale's Redis keys were deleted; `None` until then.
-    #[serde(skip)]
     pub purged: Option<i64>,
 }
 

@@ -8,7 +8,7 @@
 //! (workers persist only what the replicas have), so this finds nothing to
 //! do. With 0, it closes the window in which the new master would sell
 //! again units the books hold: at most one check interval plus one pass
-//! after the new master serves (see the README).
+//! after the new master serves (see docs/redis.md, Redis Cluster).
 
 use crate::books::BooksError;
 use crate::books::reconcile::reconcile;

@@ -164,9 +164,18 @@ async fn the_numbers_match_redis_and_mysql(backend: Backend) {
         app.persisted(&sku).await.0 == 3
     })
     .await;
-    // The first read after the orders were persisted.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let snapshot = data(&app, &cookie).await;
+    // A read after the orders were persisted (one read per tick).
+    let snapshot = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let snapshot = data(&app, &cookie).await;
+            if snapshot["sales"][0]["persisted"] == 3 {
+                break snapshot;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("a read with the 3 orders persisted, within 5 s");
     let sale = &snapshot["sales"][0];
     assert_eq!(sale["product_id"], sku.as_str());
     assert_eq!(sale["stock"], app.stock(&sku).await.unwrap());

@@ -34,7 +34,7 @@ pub use settled::{Assessment, Blocker, Listed, assess, list, state_of};
 
 use settled::{product_id, with_ids};
 
-use super::BooksError;
+use super::error::BooksError;
 use crate::domain::{Chain, ProductId, now_ms};
 use crate::sale::Sales;
 use crate::store::{Db, FinalAudit, Product};
@@ -292,9 +292,9 @@ impl Pace {
 
 /// Closes a sale early: Redis first (no order is accepted from then on),
 /// then MySQL (its `end_time` and `closed`). Idempotent; the workers retire
-/// it once settled. `NotFound` when there is no such product.
+/// it once settled. `NoProduct` when there is no such product.
 pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, BooksError> {
-    let product = db.product(id).await?.ok_or(BooksError::NotFound)?;
+    let product = db.product(id).await?.ok_or(BooksError::NoProduct)?;
     if product.retired.is_some() {
         return Ok(product);
     }
@@ -307,7 +307,7 @@ pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, Bo
     let closed = db
         .close_product(id, now, ended.unwrap_or(now).min(now))
         .await?
-        .ok_or(BooksError::NotFound)?;
+        .ok_or(BooksError::NoProduct)?;
     tracing::info!(product_id = %id, end_time = closed.end_time, "sale closed by an admin");
     Ok(closed)
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::books::BooksError;
 use crate::books::audit::{self, SaleAudit};
+use crate::books::error::BooksError;
 use crate::domain::{ProductId, SaleState, now_ms};
 use crate::sale::Sales;
 use crate::store::{Db, Product};

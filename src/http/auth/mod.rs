@@ -9,8 +9,9 @@
 //!   (`AUTH_USER_HEADER`, e.g. `X-User-Id`), honoured only when the TCP peer
 //!   is one of `AUTH_TRUSTED_PROXIES`; from anyone else it is ignored.
 //!
-//! Verifying a signature costs CPU on every request (measured: ES256 150 µs,
-//! RS256 51 µs, HMAC 1 µs; BENCHMARKS.md), so a verified token is remembered, by its SHA-256, until it expires:
+//! Verifying a signature costs CPU on every request (an asymmetric signature
+//! far more than an HMAC: BENCHMARKS.md, "Buyer identity"), so a verified
+//! token is remembered, by its SHA-256, until it expires:
 //! a buyer's repeated requests cost one hash and one map lookup. The memory
 //! is bounded ([`AuthSettings::token_cache_entries`]); a full cache only
 //! means more verifying, never a wrong answer.
@@ -38,7 +39,7 @@ use cache::TokenCache;
 use jwt::Jwt;
 pub use net::{IpNet, TrustedProxies};
 
-/// How buyers are identified (from `AUTH*` and `JWT_*`; see the README).
+/// How buyers are identified (from `AUTH*` and `JWT_*`; see docs/security.md).
 #[derive(Clone)]
 pub struct AuthSettings {
     /// `AUTH=none`: no identity at all (local trials only).

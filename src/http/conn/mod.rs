@@ -33,7 +33,9 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use atomic_waker::AtomicWaker;
 use tokio::net::TcpStream;
@@ -482,12 +484,12 @@ mod tests {
         assert_eq!(c.ended(Ended::RefusedAddress), 1);
     }
 
-    #[test]
-    fn at_the_cap_the_longest_waiting_connection_gives_way_and_busy_ones_stay() {
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_the_longest_waiting_connection_gives_way_and_busy_ones_stay() {
         let c = Connections::new(settings(2, 0));
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let oldest = c.admit(ip).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::advance(Duration::from_millis(5)).await;
         let newer = c.admit(ip).unwrap();
         let third = c.admit(ip).unwrap();
         assert!(

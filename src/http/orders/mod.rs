@@ -15,7 +15,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{OptionalJsonBody, PathParam, QueryParams};
 use super::state::AppState;
-use crate::books::{BooksError, Cancelled};
+use crate::books::{BooksError, Cancelled, Found};
 use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId};
 use crate::sale::Progress;
 use crate::store::OrderRow;
@@ -104,30 +104,19 @@ impl From<OrderRow> for OrderView {
     )
 )]
 ///
-/// Redis first, then MySQL: a worker persists an order before it may forget
-/// it in Redis, so an accepted order is always found in one of the two.
-/// While MySQL is unavailable, an order Redis holds is answered from Redis,
-/// marked `provisional`, rather than with a 503. Another buyer's order is
-/// answered as if it did not exist.
+/// Wherever the order is (`Books::find`): while MySQL is unavailable, an
+/// order Redis holds is answered from Redis, marked `provisional`, rather
+/// than with a 503. Another buyer's order is answered as if it did not exist.
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
     PathParam(order_id): PathParam<String>,
 ) -> Result<Json<OrderView>, ApiError> {
     let (order_id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
-    let pending = state.sales.orders.find(&order_id, &product).await?;
-    let view = match state.db.order(&order_id).await {
-        Ok(Some(row)) => row.into(),
-        Ok(None) => pending
-            .map(OrderView::from)
-            .ok_or(ApiError::OrderNotFound)?,
-        Err(e) if e.is_unavailable() && pending.is_some() => {
-            match state.sales.orders.progress(&order_id, &product).await? {
-                Some((order, progress)) => OrderView::provisional(order, progress),
-                None => return Err(e.into()),
-            }
-        }
-        Err(e) => return Err(e.into()),
+    let view = match state.books.find(&order_id, &product).await? {
+        Found::Booked(row) => row.into(),
+        Found::Pending(order) => order.into(),
+        Found::Provisional(order, progress) => OrderView::provisional(order, progress),
     };
     if UserId::new(view.user_id).is_ok_and(|owner| !caller.may_see(owner)) {
         return Err(ApiError::OrderNotFound);

@@ -185,7 +185,7 @@ async fn retry_of_retired(
     key: &str,
     quantity: Quantity,
 ) -> Result<Answer, ApiError> {
-    let Some(row) = state.db.order_by_key(user_id, product, key).await? else {
+    let Some(row) = state.books.keyed_order(user_id, product, key).await? else {
         return Ok(Answer::refused(
             Rejection::NoSale.into(),
             AnsweredBy::Service,
@@ -310,9 +310,9 @@ mod tests {
     }
 
     /// Every answer's future is boxed and moved, so its size is CPU on
-    /// every request: once it was 28 KB (the Redis call's future laid out
-    /// at each level, futures passed to async fns laid out twice), copied
-    /// per order answered from memory (BENCHMARKS.md, "The order path
+    /// every request: once it was tens of KB (the Redis call's future laid
+    /// out at each level, futures passed to async fns laid out twice),
+    /// copied per order answered from memory (BENCHMARKS.md, "The order path
     /// against the floor").
     #[test]
     fn the_order_paths_future_stays_small() {

@@ -14,7 +14,9 @@
 //! (they are asked about in Redis, as without the table).
 
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct BuyerMarks {
@@ -111,8 +113,8 @@ impl BuyerMarks {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_mark_holds_the_allowance_until_it_expires_or_is_cleared() {
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_holds_the_allowance_until_it_expires_or_is_cleared() {
         let marks = BuyerMarks::new(Duration::from_millis(40), 10);
         assert_eq!(marks.allowance(7), None);
         marks.mark(7, 0);
@@ -121,7 +123,7 @@ mod tests {
         assert_eq!(marks.allowance(8), Some(2));
         marks.clear(8);
         assert_eq!(marks.allowance(8), None);
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::advance(Duration::from_millis(50)).await;
         assert_eq!(marks.allowance(7), None, "expired");
     }
 
@@ -140,13 +142,13 @@ mod tests {
         assert_eq!(marks.allowance(1), Some(3));
     }
 
-    #[test]
-    fn a_full_table_makes_room_by_dropping_expired_marks() {
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_makes_room_by_dropping_expired_marks() {
         let marks = BuyerMarks::new(Duration::from_millis(5), 100);
         for user in 1..=100 {
             marks.mark(user, 0);
         }
-        std::thread::sleep(Duration::from_millis(10));
+        tokio::time::advance(Duration::from_millis(10)).await;
         marks.mark(1_000, 0);
         assert_eq!(marks.allowance(1_000), Some(0));
         assert_eq!(marks.len(), 1);

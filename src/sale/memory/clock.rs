@@ -16,7 +16,9 @@
 //! caught by comparing its advance with the monotonic clock's since the
 //! sample: a sample that disagrees is not used until the next one.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 /// How much the local and Redis clocks may drift apart per second of a
 /// sample's age: 1 ms/s, ten times what unsynchronised quartz does.

@@ -11,7 +11,9 @@
 
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::domain::ProductId;
 
@@ -141,8 +143,8 @@ mod tests {
         ProductId::parse(&format!("sku-{n}")).unwrap()
     }
 
-    #[test]
-    fn a_fresh_snapshot_answers_for_every_id_and_a_stale_one_for_none() {
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_snapshot_answers_for_every_id_and_a_stale_one_for_none() {
         let known = KnownSales::new(Duration::from_millis(50), 100);
         assert_eq!(known.lookup(&sku(1)), Known::CannotSay);
         assert!(known.claim_refresh());
@@ -150,7 +152,7 @@ mod tests {
         known.replace(vec![sku(1)], Instant::now());
         assert_eq!(known.lookup(&sku(1)), Known::Open);
         assert_eq!(known.lookup(&sku(2)), Known::Unknown);
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(60)).await;
         assert_eq!(known.lookup(&sku(2)), Known::CannotSay);
         assert!(known.claim_refresh());
     }

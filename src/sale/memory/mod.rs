@@ -24,7 +24,9 @@ mod soldout;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub use buyers::BuyerMarks;
 pub use clock::{LocalClock, Reading, Sample};

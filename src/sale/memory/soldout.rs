@@ -18,7 +18,9 @@
 
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::domain::ProductId;
 
@@ -140,23 +142,23 @@ mod tests {
         ProductId::parse(&format!("sku-{n}")).unwrap()
     }
 
-    #[test]
-    fn a_mark_expires_after_its_ttl() {
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_expires_after_its_ttl() {
         let marks = SoldOutMarks::new(Duration::from_millis(30));
         assert!(!marks.is_marked(&sku(1)));
         marks.mark(&sku(1));
         assert!(marks.is_marked(&sku(1)));
         assert!(!marks.is_marked(&sku(2)));
-        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert!(!marks.is_marked(&sku(1)));
     }
 
-    #[test]
-    fn past_half_its_life_a_mark_asks_for_one_renewal_which_extends_or_drops_it() {
+    #[tokio::test(start_paused = true)]
+    async fn past_half_its_life_a_mark_asks_for_one_renewal_which_extends_or_drops_it() {
         let marks = SoldOutMarks::new(Duration::from_millis(60));
         marks.mark(&sku(1));
         assert_eq!(marks.check(&sku(1)), Marked::Yes { renew: false });
-        std::thread::sleep(Duration::from_millis(35));
+        tokio::time::advance(Duration::from_millis(35)).await;
         assert_eq!(marks.check(&sku(1)), Marked::Yes { renew: true });
         assert_eq!(
             marks.check(&sku(1)),
@@ -165,7 +167,7 @@ mod tests {
         );
         // Still sold out, read just now: good for another ttl.
         marks.renewed(&sku(1), Instant::now(), true);
-        std::thread::sleep(Duration::from_millis(35));
+        tokio::time::advance(Duration::from_millis(35)).await;
         assert!(marks.is_marked(&sku(1)), "renewed");
         // Units found: the mark goes.
         marks.renewed(&sku(1), Instant::now(), false);
@@ -188,13 +190,13 @@ mod tests {
         assert!(!on.is_marked(&sku(1)));
     }
 
-    #[test]
-    fn expired_marks_are_pruned_so_memory_stays_bounded() {
+    #[tokio::test(start_paused = true)]
+    async fn expired_marks_are_pruned_so_memory_stays_bounded() {
         let marks = SoldOutMarks::new(Duration::from_millis(1));
         for n in 0..5 * PRUNE_AT {
             marks.mark(&sku(n));
             if n % PRUNE_AT == 0 {
-                std::thread::sleep(Duration::from_millis(2));
+                tokio::time::advance(Duration::from_millis(2)).await;
             }
         }
         assert!(marks.marks.read().unwrap().len() <= PRUNE_AT + 1);

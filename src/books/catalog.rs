@@ -1,0 +1,131 @@
+//! [`Catalog`]: a sale's operations that touch both stores (open, pace,
+//! close) and where a product stands (its row, and its stock in Redis or
+//! its final figures).
+
+use std::sync::Arc;
+
+use super::error::BooksError;
+use super::retire;
+use crate::domain::ProductId;
+use crate::sale::room::RoomState;
+use crate::sale::{SaleSpec, Sales};
+use crate::store::{Db, FinalAudit, NewProduct, Product};
+
+/// The settings a product's sale is opened with in Redis, with `stock` units.
+pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
+    SaleSpec {
+        stock,
+        // A sale closed before its planned start keeps that start in the
+        // books; its window in Redis is empty at its end.
+        start_ms: product.start_time.min(product.end_time),
+        end_ms: product.end_time,
+        limit_per_user: product.limit_per_user.max(1) as u64,
+        price: product.price,
+        waiting_room: product.waiting_room(),
+    }
+}
+
+/// What opening a sale did.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    /// Units on sale in Redis.
+    pub stock: u64,
+    /// False when the sale was open already (nothing changed).
+    pub opened: bool,
+}
+
+/// Where a product stands.
+#[derive(Debug, Clone)]
+pub struct ProductStatus {
+    pub product: Product,
+    /// Units left in Redis (`None`: not open there, or retired).
+    pub stock: Option<u64>,
+    /// A retired sale's figures, as recorded at its retirement.
+    pub final_audit: Option<FinalAudit>,
+}
+
+/// Sales as an admin runs them, across MySQL and Redis.
+#[derive(Clone)]
+pub struct Catalog {
+    sales: Sales,
+    db: Db,
+}
+
+impl Catalog {
+    pub fn new(sales: Sales, db: Db) -> Self {
+        Self { sales, db }
+    }
+
+    /// Creates a product in MySQL (its sale opens with [`Catalog::open`]).
+    pub async fn create(&self, new: &NewProduct) -> Result<Product, BooksError> {
+        let product = self.db.create_product(new).await?;
+        tracing::info!(product_id = %new.product_id, "product created");
+        Ok(product)
+    }
+
+    /// The product's row (`NoProduct`: none).
+    pub async fn product(&self, id: &ProductId) -> Result<Product, BooksError> {
+        self.db.product(id).await?.ok_or(BooksError::NoProduct)
+    }
+
+    /// Opens the product's sale in Redis with the units MySQL has, then
+    /// records it. Idempotent; a closed or retired sale never opens again.
+    pub async fn open(&self, id: &ProductId) -> Result<Opened, BooksError> {
+        let product = self.product(id).await?;
+        if product.closed.is_some() || product.retired.is_some() {
+            return Err(BooksError::SaleClosed);
+        }
+        let spec = sale_spec(&product, product.available_qty.max(0) as u64);
+        let (opened, stock) = self.sales.lifecycle.open(id, &spec).await?;
+        self.db.mark_opened(id).await?;
+        if opened {
+            tracing::info!(product_id = %id, stock, "sale opened");
+        }
+        Ok(Opened { stock, opened })
+    }
+
+    /// Where the product stands: live stock from Redis, or for a retired
+    /// sale (its Redis keys gone, or going) its final figures from the books.
+    pub async fn status(&self, id: &ProductId) -> Result<ProductStatus, BooksError> {
+        let product = self.product(id).await?;
+        self.status_of(id, product).await
+    }
+
+    async fn status_of(
+        &self,
+        id: &ProductId,
+        product: Product,
+    ) -> Result<ProductStatus, BooksError> {
+        let (stock, final_audit) = match product.retired {
+            Some(_) => (None, self.db.final_audit(id).await?),
+            None => (self.sales.orders.stock(id).await?, None),
+        };
+        Ok(ProductStatus {
+            product,
+            stock,
+            final_audit,
+        })
+    }
+
+    /// Closes the sale now (see [`retire::close`]) and says where it stands.
+    pub async fn close(&self, id: &ProductId) -> Result<ProductStatus, BooksError> {
+        let product = retire::close(&self.sales, &self.db, id).await?;
+        self.status_of(id, product).await
+    }
+
+    /// A new admission rate for the sale's waiting room: Redis first (the
+    /// line moves at it from now), then the books (for a sale opened again
+    /// by recovery). `None`: the sale has no room.
+    pub async fn set_pace(
+        &self,
+        id: &ProductId,
+        admit_per_sec: u32,
+    ) -> Result<Option<Arc<RoomState>>, BooksError> {
+        let Some(room) = self.sales.room.set_rate(id, admit_per_sec).await? else {
+            return Ok(None);
+        };
+        self.db.set_room_rate(id, admit_per_sec).await?;
+        tracing::info!(product_id = %id, admit_per_sec, "waiting room pace changed");
+        Ok(Some(room))
+    }
+}

@@ -1,0 +1,30 @@
+//! The books' one error: what an operation across MySQL and Redis refuses,
+//! or which store failed.
+
+use crate::sale::SaleError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BooksError {
+    #[error("no order with this id")]
+    NotFound,
+    #[error("no product with this id")]
+    NoProduct,
+    /// Closed early or retired: the sale cannot be opened again.
+    #[error("the sale is closed")]
+    SaleClosed,
+    #[error("the order belongs to another user")]
+    Forbidden,
+    #[error("the order is {0}")]
+    InvalidTransition(String),
+    /// An operation refused for a reason an operator can fix.
+    #[error("{0}")]
+    Refused(String),
+    /// MySQL holds what the service never writes (a bug, or a hand edit).
+    #[error("unexpected data in mysql: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Sale(#[from] SaleError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
