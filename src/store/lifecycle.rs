@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use sqlx::{MySql, QueryBuilder};
 
+use super::db::{Db, StoreError};
+use super::orders::OrderRow;
 use super::orders::ROW;
-use super::{Db, OrderRow, StoreError};
 use crate::domain::now_ms;
 use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 

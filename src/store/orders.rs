@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
-use super::{Db, StoreError};
+use super::db::{Db, StoreError};
 use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId, now_ms};
 
 /// An order row.

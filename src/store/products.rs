@@ -2,7 +2,7 @@
 
 use rust_decimal::Decimal;
 
-use super::{Db, StoreError};
+use super::db::{Db, StoreError};
 use crate::domain::now_ms;
 use crate::domain::{ProductId, WaitingRoom};
 

@@ -1,9 +1,11 @@
 //! A sale's end of life in `tb_product` and `tb_sale_audit`: closed early,
 //! retired with its final audit, purged from Redis (see `books::retire`).
 
+use super::db::{Db, StoreError};
+use super::orders::OrderRow;
 use super::orders::ROW;
+use super::products::Product;
 use super::products::{COLUMNS, normalized};
-use super::{Db, OrderRow, Product, StoreError};
 use crate::domain::{OrderStatus, ProductId, UserId};
 
 /// A retired sale's final audit, as recorded (`tb_sale_audit`).

@@ -1,0 +1,304 @@
+//! The connection to MySQL: [`Db`], its one bounded call, its errors, and
+//! creating and migrating the database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{MySql, Transaction};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::Chain;
+
+/// A failure of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("a product with this id exists")]
+    ProductExists,
+    #[error("mysql")]
+    Db(#[from] sqlx::Error),
+    #[error("migrations")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("mysql did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("bad DATABASE_URL: {0}")]
+    Config(String),
+    /// The database has not been created and migrated yet (MySQL has not
+    /// answered since start); see [`Db::migrate_until_ready`].
+    #[error("the database is not ready yet (waiting for MySQL to create and migrate it)")]
+    NotReady,
+}
+
+impl StoreError {
+    /// True when MySQL is down, slow, out of connections or contended (a
+    /// 503, not a bug).
+    pub fn is_unavailable(&self) -> bool {
+        if self.is_contention() {
+            return true;
+        }
+        match self {
+            Self::Timeout(_) | Self::NotReady => true,
+            Self::Db(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+                    | sqlx::Error::WorkerCrashed
+            ),
+            _ => false,
+        }
+    }
+}
+
+impl StoreError {
+    /// True when MySQL rolled the statement back as a deadlock's victim, or
+    /// it waited too long for a lock: nothing changed, trying again is safe.
+    /// (A guarded update of an order a worker is inserting can meet the
+    /// worker's batch this way.)
+    pub fn is_contention(&self) -> bool {
+        const LOCK_WAIT_TIMEOUT: u16 = 1205;
+        const DEADLOCK: u16 = 1213;
+        match self {
+            Self::Db(sqlx::Error::Database(e)) => e
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| matches!(e.number(), LOCK_WAIT_TIMEOUT | DEADLOCK)),
+            _ => false,
+        }
+    }
+}
+
+/// The MySQL pool, with a timeout applied to every call.
+#[derive(Clone)]
+pub struct Db {
+    pool: MySqlPool,
+    /// `DATABASE_URL`: the database to create and migrate.
+    url: Arc<str>,
+    timeout: Duration,
+    /// True once the database exists with its tables. Until then every call
+    /// answers [`StoreError::NotReady`] (a 503) instead of reaching MySQL:
+    /// the service starts, and takes orders, before MySQL answers.
+    ready: Arc<watch::Sender<bool>>,
+}
+
+/// Waits between attempts to create and migrate the database: doubling from
+/// the first to the last, so a long outage costs a log line every 10 s.
+const MIGRATE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
+
+impl Db {
+    /// Connects lazily: the service starts while MySQL is down.
+    pub fn connect_lazy(
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+    ) -> Result<Self, StoreError> {
+        let options: MySqlConnectOptions = url.parse()?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(timeout)
+            .connect_lazy_with(options);
+        Ok(Self {
+            pool,
+            url: url.into(),
+            timeout,
+            ready: Arc::new(watch::Sender::new(false)),
+        })
+    }
+
+    /// True once the database is created and migrated.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Completes once the database is created and migrated.
+    pub async fn wait_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        // Err only if the sender is gone, which `self` holds.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Creates and migrates the database, retrying with bounded back-off
+    /// (a log line per failed attempt) until it succeeds or `stop` is
+    /// cancelled. `serve` and `worker` run this beside everything else, so a
+    /// MySQL that is down or frozen at start delays only what needs MySQL.
+    pub async fn migrate_until_ready(&self, stop: CancellationToken) {
+        let (mut wait, max) = MIGRATE_BACKOFF;
+        for attempt in 1u32.. {
+            let tried = tokio::select! {
+                _ = stop.cancelled() => return,
+                tried = self.create_and_migrate() => tried,
+            };
+            match tried {
+                Ok(()) => {
+                    tracing::info!(attempt, "database ready (created and migrated)");
+                    return;
+                }
+                Err(e) => tracing::warn!(
+                    attempt,
+                    error = %Chain(&e),
+                    retry_in_ms = wait.as_millis() as u64,
+                    "cannot create or migrate the database yet; orders are still taken, MySQL work waits"
+                ),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(max);
+        }
+    }
+
+    /// Creates the database named in `DATABASE_URL` if it is missing, then runs the
+    /// migrations: `flashsale serve` works on a fresh server with no manual step.
+    pub async fn create_and_migrate(&self) -> Result<(), StoreError> {
+        let url = &*self.url;
+        // Longer than one call's bound: a fresh schema is several DDL statements.
+        let bound = (self.timeout * 10).max(Duration::from_secs(30));
+        let work = async {
+            let database = create_database(url).await?;
+            // Several processes may start at once on a fresh database (an API
+            // and its workers). sqlx's own migration lock is `GET_LOCK(.., -1)`,
+            // which MariaDB answers at once without the lock, so two migrators
+            // race and one fails on a duplicate version: take a lock that waits.
+            // On a connection of its own, not the pool's: the lock belongs to
+            // the session, and a pooled connection given back while its
+            // GET_LOCK still waits (the bound below fired) would take the lock
+            // later and keep it, holding every other process back. This one
+            // is closed (or dropped) on every path, which ends the session
+            // and so frees the lock.
+            let mut conn = sqlx::mysql::MySqlConnection::connect(url).await?;
+            let wait = bound
+                .saturating_sub(Duration::from_secs(5))
+                .max(Duration::from_secs(1));
+            let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+                .bind(migration_lock(&database))
+                .bind(wait.as_secs() as i64)
+                .fetch_one(&mut conn)
+                .await?;
+            if locked != Some(1) {
+                return Err(StoreError::Timeout(wait));
+            }
+            let mut migrator = sqlx::migrate!();
+            migrator.set_locking(false);
+            // run_direct: `run` trips "Acquire is not general enough" in spawned tasks.
+            let migrated = migrator.run_direct(&mut conn).await;
+            conn.close().await?;
+            migrated?;
+            Ok(())
+        };
+        tokio::time::timeout(bound, work)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(bound)))?;
+        self.ready.send_replace(true);
+        Ok(())
+    }
+
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// One statement on the pool, refused while MySQL is not ready and
+    /// bounded by the configured timeout: the store's one way to MySQL.
+    pub(super) async fn call<'a, T, Fut>(
+        &'a self,
+        op: impl FnOnce(&'a MySqlPool) -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        self.bounded(async { Ok(op(&self.pool).await?) }).await
+    }
+
+    /// One transaction, bounded like [`Db::call`]: committed when `op`
+    /// returns `Ok` (a read-only one too, which releases its locks), rolled
+    /// back when it fails. `op`'s future is boxed, as in sqlx's own
+    /// `Connection::transaction`: it borrows the transaction.
+    pub(super) async fn transaction<'a, T>(
+        &'a self,
+        op: impl for<'t> FnOnce(&'t mut Transaction<'a, MySql>) -> InTransaction<'t, T>,
+    ) -> Result<T, StoreError> {
+        self.bounded(async {
+            let mut tx: Transaction<'a, MySql> = self.pool.begin().await?;
+            let done = op(&mut tx).await?;
+            tx.commit().await?;
+            Ok(done)
+        })
+        .await
+    }
+
+    /// Runs one storage call with the configured timeout.
+    pub(crate) async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if !self.is_ready() {
+            return Err(StoreError::NotReady);
+        }
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+    }
+
+    /// `op` tried again while it fails with an error `retry` calls safe to
+    /// retry (nothing changed), `attempts` times in all.
+    pub(super) async fn retrying<T, Fut>(
+        &self,
+        attempts: usize,
+        retry: impl Fn(&StoreError) -> bool,
+        op: impl Fn() -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match op().await {
+                Err(e) if attempt < attempts && retry(&e) => {
+                    tracing::debug!(error = %Chain(&e), attempt, "trying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// `SELECT 1`: is MySQL answering?
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.call(|pool| sqlx::query("SELECT 1").execute(pool))
+            .await
+            .map(drop)
+    }
+}
+
+/// The future of a step inside a transaction (see [`Db::transaction`]).
+type InTransaction<'t, T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 't>>;
+
+/// Creates the database named in `url` if missing; returns its name.
+async fn create_database(url: &str) -> Result<String, StoreError> {
+    let mut server = url::Url::parse(url).map_err(|e| StoreError::Config(e.to_string()))?;
+    let name = server.path().trim_start_matches('/').to_owned();
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(StoreError::Config(format!(
+            "database name {name:?} must be non-empty letters, digits and '_'"
+        )));
+    }
+    server.set_path("");
+    let mut conn = sqlx::mysql::MySqlConnection::connect(server.as_str()).await?;
+    sqlx::query(&format!("CREATE DATABASE IF NOT EXISTS `{name}`"))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(name)
+}
+
+/// The name of the lock that serializes the migrations of one database
+/// (MariaDB's user locks are server-wide; names are at most 64 characters).
+pub fn migration_lock(database: &str) -> String {
+    let mut name = format!("flashsale.migrate.{database}");
+    name.truncate(64);
+    name
+}
