@@ -15,7 +15,7 @@ use crate::http::conn::Connections;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
-use crate::sale::{SaleError, Sales, durability};
+use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
 
@@ -64,11 +64,11 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn start_dependencies(sales: &Sales, db: &Db, token: &CancellationToken) {
     let (db, stop) = (db.clone(), token.clone());
     tokio::spawn(async move { db.migrate_until_ready(stop).await });
-    let (redis, stop) = (sales.redis().clone(), token.clone());
+    let (sales, stop) = (sales.clone(), token.clone());
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = durability::check_persistence_when_up(&redis) => {}
+            _ = sales.check_persistence_when_up() => {}
         }
     });
 }

@@ -108,10 +108,10 @@ impl Sales {
         self.core.redis.ping().await
     }
 
-    /// The Redis handle below the sales: for the check of its persistence
-    /// at start, never for a sale's keys.
-    pub fn redis(&self) -> &Redis {
-        &self.core.redis
+    /// Logs the risks of Redis's persistence settings once Redis answers
+    /// (asked again with back-off while it does not): see [`durability`].
+    pub async fn check_persistence_when_up(&self) {
+        durability::check_persistence_when_up(&self.core.redis).await
     }
 
     /// `place_order.lua` calls this process has sent.
