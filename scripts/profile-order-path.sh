@@ -11,6 +11,9 @@
 # instrumentation on, and prints the instructions per order. Inspect the
 # output with `callgrind_annotate --inclusive=yes <out>`. Needs valgrind,
 # python3, curl, and a release build; local Redis and MySQL for `serve`.
+# BIN: another `flashsale` binary for `serve` (to compare two builds side
+# by side); START_IN_MS: the sale's start from now (default -1000: open, so
+# the orders are sold out; 3000000: the pre-start path, `sale_not_started`).
 # Traffic goes to 127.0.0.1 only, N orders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,7 @@ serve)
     export ADMIN_TOKEN=profile-order-path-0123456789 AUTH=none RATE_LIMITS=false WORKERS=false \
         RUST_LOG=warn LISTEN_ADDR=127.0.0.1:$port REDIS_KEY_PREFIX=profile
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-        target/release/flashsale serve >"$log" 2>&1 &
+        "${BIN:-target/release/flashsale}" serve >"$log" 2>&1 &
     ;;
 floor)
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
@@ -43,7 +46,7 @@ else
     now=$(($(date +%s%N) / 1000000))
     curl -sf -o /dev/null -H "authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' \
         "127.0.0.1:$port/api/admin/products" \
-        -d "{\"product_id\":\"$product\",\"title\":\"t\",\"price\":\"1.00\",\"available_qty\":1,\"start_time\":$((now - 1000)),\"end_time\":$((now + 3600000))}"
+        -d "{\"product_id\":\"$product\",\"title\":\"t\",\"price\":\"1.00\",\"available_qty\":1,\"start_time\":$((now + ${START_IN_MS:--1000})),\"end_time\":$((now + 3600000))}"
     curl -sf -o /dev/null -X POST -H "authorization: Bearer $ADMIN_TOKEN" "127.0.0.1:$port/api/admin/products/$product/open"
     sleep 1.2 # the memory's first clock sample
 fi
