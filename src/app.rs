@@ -116,6 +116,7 @@ impl App {
             admin_token: http.admin_token.clone(),
             admin_routes: http.admin_routes,
             auth,
+            payments: http.payments.clone(),
             guards: Arc::new(Guards::new(http.limits.clone())),
             connections: Connections::new(http.connections.clone()),
             metrics,
@@ -138,10 +139,17 @@ impl App {
             return Err(StartupError::AdminToken(why));
         }
         let auth = Auth::new(&http.auth)?;
-        if auth.is_none() {
-            tracing::warn!(
-                "AUTH=none: buyers are not verified; anyone may order, read, pay and cancel as anyone (for local trials only)"
-            );
+        match (&auth, &http.payments) {
+            (None, None) => tracing::warn!(
+                "AUTH=none: buyers are not verified; anyone may order, read and cancel as anyone, and mark any order paid without paying (POST /api/orders/{{id}}/pay): for local trials only"
+            ),
+            (None, Some(_)) => tracing::warn!(
+                "AUTH=none: buyers are not verified; anyone may order, read and cancel as anyone (for local trials only)"
+            ),
+            (Some(_), None) => tracing::warn!(
+                "PAYMENT_WEBHOOK_SECRETS is not set: no order can become paid (payments are heard only as signed notifications from the payment side)"
+            ),
+            (Some(_), Some(_)) => {}
         }
         Ok(auth)
     }

@@ -5,14 +5,14 @@
 //! - [`http`]: the JSON API. `server` answers `POST /api/orders` straight
 //!   from the connection (`orders::place`), `router` the rest: who is asking
 //!   ([`http::auth`]), one module per resource (`orders`, `products`,
-//!   `room`), bounded connections (`conn`) and requests (`limits`), one
+//!   `room`, `payments`: the payment side's signed notifications), bounded connections (`conn`) and requests (`limits`), one
 //!   error mapping (`error`), and the operator's live page
 //!   ([`http::dashboard`]).
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
 //!   MySQL transaction per batch, then XACK; reclaim, dead letters, trim)
 //!   and the periodic passes (`periodic`: sweeper, reconciliation,
 //!   retirement), each run by `every`.
-//! - [`books`]: an order's life after its 202 (pay, cancel, payment
+//! - [`books`]: an order's life after its 202 (payments, cancel, payment
 //!   timeout) across MySQL and Redis; the audit; recovery of a sale Redis
 //!   lost; a sale's end of life (close, retire, purge).
 //! - [`sale`]: the Redis side, as handles by role over one connection:
@@ -21,9 +21,11 @@
 //!   `room` (the waiting room), `lifecycle` (open, close, retire),
 //!   `queue` (what the stream holds), `ledger` (what the books need from
 //!   Redis), and `stream` (the workers' reads).
-//! - [`store`]: MySQL access (`tb_product`, `tb_order`, `tb_sale_audit`).
+//! - [`store`]: MySQL access (`tb_product`, `tb_order`, `tb_payment`,
+//!   `tb_sale_audit`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
-//! - [`domain`]: validated ids and values shared by all layers, and the clock.
+//! - [`domain`]: validated ids and values shared by all layers, the clock,
+//!   and signed messages (`webhook`: Standard Webhooks).
 //! - [`config`]: every setting, once (command line and environment);
 //!   [`app`]: startup; [`cli`]: the operator commands (`audit`, `recover`,
 //!   `streams`, `sales`); `main.rs` only calls them.

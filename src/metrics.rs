@@ -76,6 +76,11 @@ pub struct Metrics {
     /// reason (`header_timeout`, `idle_timeout`, `write_stall`, `evicted`,
     /// `refused_full`, `refused_address`), caught up at each scrape.
     pub connections_ended: IntCounterVec,
+    /// Payment notifications by what came of them: `paid`, `refund_due`,
+    /// `amount_mismatch`, `failed` (recorded), `replayed` (recorded before),
+    /// `refused` (not heard: a signature that does not verify, an unknown
+    /// or pending order, a malformed body).
+    pub payment_notifications: IntCounterVec,
     /// `order_requests` and `order_latency` series, resolved once each.
     order_series: OrderSeries,
 }
@@ -342,6 +347,11 @@ impl Metrics {
                 "http_connections_ended_total",
                 "Client connections closed or refused by the service's bounds, by reason",
                 &["reason"],
+            ),
+            payment_notifications: counter_vec(
+                "payment_notifications_total",
+                "Payment notifications by what came of them",
+                &["result"],
             ),
             order_series: OrderSeries::default(),
             registry,

@@ -126,6 +126,12 @@ fn cases() -> BTreeMap<&'static str, Case> {
     let mut wait = trial();
     wait.push(("REDIS_WAIT_REPLICAS", "1".to_owned()));
     c.insert("REDIS_WAIT_TIMEOUT_MS", case("250", wait));
+    // Payments: the currency is read only beside the secrets.
+    let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    c.insert("PAYMENT_WEBHOOK_SECRETS", case(whsec, trial()));
+    let mut paid = trial();
+    paid.push(("PAYMENT_WEBHOOK_SECRETS", whsec.to_owned()));
+    c.insert("SALE_CURRENCY", case("USD", paid));
     // Identity: without one of these `serve` refuses to start; with it, it does.
     let unverified = || vec![admin.clone(), named.clone()];
     c.insert("AUTH", case("none", unverified()));
@@ -322,15 +328,18 @@ fn log_lines(run: &Run) -> Vec<String> {
 /// refused with a message and a non-zero exit, not a panic.
 #[test]
 fn the_printout_hides_secrets_and_bad_values_are_refused() {
+    let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let env = [
         ("ADMIN_TOKEN", TOKEN),
         ("JWT_SECRET", SECRET),
         ("DATABASE_URL", "mysql://app:s3cr%40t@db/books"),
         ("REDIS_URL", "redis://:hunter22@cache:6379"),
+        ("PAYMENT_WEBHOOK_SECRETS", whsec),
     ];
     let printed = run("serve", &env, &[]);
     assert!(printed.ok, "{}", printed.stderr);
-    for secret in [TOKEN, SECRET, "s3cr%40t", "s3cr@t", "hunter22"] {
+    let key = whsec.trim_start_matches("whsec_");
+    for secret in [TOKEN, SECRET, "s3cr%40t", "s3cr@t", "hunter22", key] {
         assert!(!printed.stdout.contains(secret), "{secret} shown");
     }
     assert!(printed.stdout.contains("<secret sha256:"));
@@ -346,6 +355,9 @@ fn the_printout_hides_secrets_and_bad_values_are_refused() {
         ("MAX_DELIVERIES", "0"),
         ("REQUEST_TIMEOUT_MS", "0"),
         ("DASHBOARD_SESSION_SECS", "0"),
+        ("PAYMENT_WEBHOOK_SECRETS", "hunter2-not-a-whsec"),
+        ("PAYMENT_WEBHOOK_SECRETS", "whsec_c2hvcnQ="),
+        ("SALE_CURRENCY", "yuan"),
     ] {
         let refused = run(
             "serve",

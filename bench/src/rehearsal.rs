@@ -958,6 +958,7 @@ async fn serve_locally(args: &BenchArgs) -> anyhow::Result<LocalServers> {
                 auth: local_auth(args)?,
                 limits: args.limits.clone().unwrap_or_else(Limits::unlimited),
                 memory: args.memory.settings(),
+                payments: None,
             },
             workers: None,
         };

@@ -672,6 +672,7 @@ async fn serve(
             auth: AuthSettings::off(),
             limits: Limits::unlimited(),
             memory: MemorySettings::default(),
+            payments: None,
         },
         workers: Some(flashsale::worker::WorkerConfig::default()),
     };

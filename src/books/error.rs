@@ -8,6 +8,11 @@ use crate::store::StoreError;
 pub enum BooksError {
     #[error("no order with this id")]
     NotFound,
+    /// Accepted, not in the books yet: asked again shortly, it will be.
+    #[error("the order is still pending")]
+    Pending,
+    #[error("this payment id was recorded for another order")]
+    PaymentIdReused,
     #[error("no product with this id")]
     NoProduct,
     /// Closed early or retired: the sale cannot be opened again.

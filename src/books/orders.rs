@@ -32,8 +32,8 @@ pub enum Found {
 /// Pay and cancel, across MySQL and Redis.
 #[derive(Clone)]
 pub struct Books {
-    sales: Sales,
-    db: Db,
+    pub(super) sales: Sales,
+    pub(super) db: Db,
 }
 
 impl Books {

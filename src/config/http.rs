@@ -7,9 +7,12 @@ use std::time::Duration;
 use clap::{Args, Parser};
 
 use super::DAY_MS;
+use crate::domain::Currency;
+use crate::domain::webhook::Secret;
 use crate::http::auth::{AuthSettings, TrustedProxies};
 use crate::http::conn::ConnectionSettings;
 use crate::http::limits::{Limits, Rate, defaults as limit_defaults};
+use crate::http::payments::PaymentSettings;
 use crate::sale::MemorySettings;
 use crate::sale::memory::defaults as memory_defaults;
 
@@ -117,6 +120,43 @@ impl From<AuthArgs> for AuthSettings {
             trusted_proxies: a.auth_trusted_proxies.unwrap_or_default().0,
             token_cache_entries: a.auth_token_cache_size,
         }
+    }
+}
+
+/// Payments from the payment side (see `http::payments`).
+#[derive(Debug, Clone, Args)]
+pub struct PaymentArgs {
+    /// The secrets payment notifications are signed with, per Standard
+    /// Webhooks (`whsec_<base64>`; comma-separated: several during a
+    /// rotation). Set: `POST /api/payments/notifications` is served. Unset:
+    /// it is not.
+    #[arg(long, env = "PAYMENT_WEBHOOK_SECRETS", hide_env_values = true,
+          value_parser = parse_webhook_secrets)]
+    pub payment_webhook_secrets: Option<WebhookSecrets>,
+    /// The currency sale prices are in (ISO 4217): a payment in another
+    /// currency is refused (`amount_mismatch`).
+    #[arg(long, env = "SALE_CURRENCY", default_value = "CNY")]
+    pub sale_currency: Currency,
+}
+
+/// `PAYMENT_WEBHOOK_SECRETS`, parsed.
+#[derive(Debug, Clone)]
+pub struct WebhookSecrets(pub Vec<Secret>);
+
+fn parse_webhook_secrets(s: &str) -> Result<WebhookSecrets, String> {
+    match Secret::parse_list(s) {
+        Ok(list) if list.is_empty() => Err("at least one `whsec_` secret".into()),
+        Ok(list) => Ok(WebhookSecrets(list)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl From<PaymentArgs> for Option<PaymentSettings> {
+    fn from(a: PaymentArgs) -> Self {
+        a.payment_webhook_secrets.map(|s| PaymentSettings {
+            secrets: s.0,
+            currency: a.sale_currency,
+        })
     }
 }
 

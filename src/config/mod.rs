@@ -11,13 +11,16 @@ mod http;
 mod stores;
 mod worker;
 
-pub use self::http::{AuthArgs, ConnectionArgs, LimitArgs, MemoryArgs, parse_algorithm};
+pub use self::http::{
+    AuthArgs, ConnectionArgs, LimitArgs, MemoryArgs, PaymentArgs, WebhookSecrets, parse_algorithm,
+};
 pub use self::stores::{DbArgs, DbSettings, RedisArgs, RedisSettings};
 pub use self::worker::DrainArgs;
 
 use crate::http::auth::AuthSettings;
 use crate::http::conn::ConnectionSettings;
 use crate::http::limits::Limits;
+use crate::http::payments::PaymentSettings;
 use crate::sale::MemorySettings;
 use crate::worker::WorkerConfig;
 
@@ -77,6 +80,8 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub memory: MemoryArgs,
+    #[command(flatten)]
+    pub payments: PaymentArgs,
     /// Run the stream workers inside this process.
     #[arg(long, env = "WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub workers: bool,
@@ -226,6 +231,8 @@ pub struct HttpSettings {
     pub limits: Limits,
     /// Which orders are answered from memory, and for how long.
     pub memory: MemorySettings,
+    /// Where payment notifications are heard (`None`: nowhere).
+    pub payments: Option<PaymentSettings>,
 }
 
 /// Everything `serve` needs, validated.
@@ -252,6 +259,7 @@ impl From<ServeArgs> for Settings {
                 connections: (&a.connections).into(),
                 limits: a.limits.into(),
                 memory: a.memory.into(),
+                payments: a.payments.into(),
             },
             workers: a.workers.then(|| a.worker.into()),
         }

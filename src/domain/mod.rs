@@ -5,10 +5,13 @@
 //! sale (and so its cluster slot) from the id alone.
 
 mod ids;
+mod payment;
 mod status;
 mod valid;
+pub mod webhook;
 
 pub use ids::{OrderId, ProductId, Quantity, UserId};
+pub use payment::{Currency, PaymentKind, PaymentResult};
 pub use status::{OrderStatus, SaleState};
 pub use valid::{
     Invalid, MAX_IDEMPOTENCY_KEY_LEN, MAX_PRODUCT_ID_LEN, MAX_QUANTITY, MAX_STOCK, MAX_TIME_MS,

@@ -45,6 +45,19 @@ pub enum ApiError {
     ProductNotFound(&'static str),
     #[error("no order with this id")]
     OrderNotFound,
+    /// Accepted but not in the books yet (a payment notification for it).
+    #[error("the order is accepted and not in the books yet; send again shortly")]
+    OrderPending,
+    /// A payment notification whose signature does not verify (which part
+    /// failed is logged, not said).
+    #[error("the webhook signature does not verify")]
+    InvalidSignature,
+    /// A payment for another amount or currency than the order's: recorded,
+    /// the order unchanged.
+    #[error("the amount or currency is not the order's; recorded, the order is unchanged")]
+    AmountMismatch,
+    #[error("this payment id was recorded for another order")]
+    PaymentIdReused,
     #[error("a product with this id exists")]
     ProductExists,
     /// Opens at `starts_at` (epoch ms); `Retry-After` says how long until then.
@@ -146,6 +159,10 @@ codes! {
     NotFound = "not_found", NOT_FOUND;
     ProductNotFound = "product_not_found", NOT_FOUND;
     OrderNotFound = "order_not_found", NOT_FOUND;
+    InvalidSignature = "invalid_signature", UNAUTHORIZED;
+    OrderPending = "order_pending", CONFLICT;
+    AmountMismatch = "amount_mismatch", UNPROCESSABLE_ENTITY;
+    PaymentIdReused = "payment_id_reused", UNPROCESSABLE_ENTITY;
     NoWaitingRoom = "no_waiting_room", NOT_FOUND;
     TicketNotFound = "ticket_not_found", NOT_FOUND;
     MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED;
@@ -184,6 +201,10 @@ impl ApiError {
             Self::MethodNotAllowed => Code::MethodNotAllowed,
             Self::ProductNotFound(_) => Code::ProductNotFound,
             Self::OrderNotFound => Code::OrderNotFound,
+            Self::OrderPending => Code::OrderPending,
+            Self::InvalidSignature => Code::InvalidSignature,
+            Self::AmountMismatch => Code::AmountMismatch,
+            Self::PaymentIdReused => Code::PaymentIdReused,
             Self::ProductExists => Code::ProductExists,
             Self::SaleNotStarted { .. } => Code::SaleNotStarted,
             Self::SaleEnded => Code::SaleEnded,
@@ -376,6 +397,8 @@ impl From<crate::books::BooksError> for ApiError {
         use crate::books::BooksError as B;
         match e {
             B::NotFound => Self::OrderNotFound,
+            B::Pending => Self::OrderPending,
+            B::PaymentIdReused => Self::PaymentIdReused,
             B::NoProduct => Self::ProductNotFound("no product with this id"),
             B::SaleClosed => Self::SaleClosed,
             B::Forbidden => Self::Forbidden("this order belongs to another user"),

@@ -25,6 +25,7 @@ mod logs;
 pub mod metrics;
 pub mod openapi;
 mod orders;
+pub mod payments;
 mod products;
 mod room;
 mod router;

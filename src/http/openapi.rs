@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::error::Code;
-use super::{health, orders, products, room};
+use super::{health, orders, payments, products, room};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +40,7 @@ use super::{health, orders, products, room};
         orders::get,
         orders::pay,
         orders::cancel,
+        payments::notify,
         orders::list_for_user,
         room::join,
         room::standing,

@@ -30,6 +30,9 @@ pub struct Shared {
     pub dashboard: Option<Arc<Dashboard>>,
     /// `None`: `AUTH=none`, the body's `user_id` is believed.
     pub auth: Option<auth::Auth>,
+    /// Where payment notifications are heard (`None`: the route is not
+    /// served).
+    pub payments: Option<super::payments::PaymentSettings>,
     pub guards: Arc<limits::Guards>,
     /// The open connections and their bounds.
     pub connections: Arc<conn::Connections>,

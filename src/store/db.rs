@@ -29,6 +29,9 @@ pub enum StoreError {
     /// answered since start); see [`Db::migrate_until_ready`].
     #[error("the database is not ready yet (waiting for MySQL to create and migrate it)")]
     NotReady,
+    /// MySQL holds what the service never writes (a bug, or a hand edit).
+    #[error("unexpected data in mysql: {0}")]
+    Corrupt(String),
 }
 
 impl StoreError {

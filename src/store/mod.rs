@@ -5,11 +5,13 @@
 mod db;
 mod lifecycle;
 mod orders;
+mod payments;
 mod products;
 mod retire;
 
 pub use db::{Db, StoreError, migration_lock};
 pub use lifecycle::Transition;
 pub use orders::{OrderRow, Persisted};
+pub use payments::{NewPayment, Recorded};
 pub use products::{NewProduct, Product};
 pub use retire::FinalAudit;

@@ -105,7 +105,7 @@ async fn buyers_see_and_change_only_their_own_orders() {
     let id = order["order_id"].as_str().unwrap().to_owned();
     app.drained(&sku, 1).await;
 
-    // B cannot order as A, nor read, list, pay or cancel A's order.
+    // B cannot order as A, nor read, list or cancel A's order.
     let as_a = json!({"user_id": 1001, "product_id": sku, "quantity": 1});
     assert_refused(
         app.as_buyer(&b, Method::POST, "/api/orders", Some(as_a))
@@ -128,7 +128,7 @@ async fn buyers_see_and_change_only_their_own_orders() {
         "forbidden",
     )
     .await;
-    for action in ["pay", "cancel"] {
+    for action in ["cancel"] {
         let path = format!("/api/orders/{id}/{action}");
         // Without a body, with a JSON null (also "no body"), and claiming to be A.
         assert_refused(
@@ -149,6 +149,17 @@ async fn buyers_see_and_change_only_their_own_orders() {
                 .await,
             StatusCode::FORBIDDEN,
             "forbidden",
+        )
+        .await;
+    }
+    // With identity on, no buyer marks an order paid, not even its owner:
+    // only the payment side does (a signed notification, `payments.rs`).
+    let pay = format!("/api/orders/{id}/pay");
+    for buyer in [&a, &b] {
+        assert_refused(
+            app.as_buyer(buyer, Method::POST, &pay, None).await,
+            StatusCode::NOT_FOUND,
+            "not_found",
         )
         .await;
     }

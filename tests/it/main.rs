@@ -33,6 +33,7 @@ mod memory;
 mod nodes;
 mod observe;
 mod orders;
+mod payments;
 mod products;
 mod proxy;
 mod resilience;

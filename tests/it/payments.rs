@@ -1,0 +1,512 @@
+//! Payments from the payment side: Standard Webhooks notifications, signed
+//! by a real sender (the `openssl` recipe of docs/api.md, run by bash: an
+//! implementation of the scheme apart from the service's), checked as a
+//! bookkeeper would.
+
+use std::process::Command;
+use std::time::Duration;
+
+use flashsale::books::{Books, Sweeper};
+use flashsale::http::limits::Limits;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The secret a rotation brings in beside [`SECRET`].
+const NEXT: &str = "whsec_bmV4dC1zZWNyZXQtb2YtdGhlLXJvdGF0aW9uLTI0";
+/// A secret the service does not hold.
+const STRANGER: &str = "whsec_c3RyYW5nZXItc2VjcmV0LTAxMjM0NTY3ODkwMTI=";
+/// The test sales' price (`product_body`).
+const PRICE: &str = "4999.00";
+
+/// The docs' recipe: the `webhook-signature` of a message, by openssl.
+fn openssl_signature(secret: &str, id: &str, ts: i64, body: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(
+            r#"set -euo pipefail
+key=$(printf %s "${SECRET#whsec_}" | base64 -d | od -An -vtx1 | tr -d ' \n')
+printf 'v1,%s' "$(printf '%s.%s.%s' "$ID" "$TS" "$BODY" \
+  | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | base64)""#,
+        )
+        .env("SECRET", secret)
+        .env("ID", id)
+        .env("TS", ts.to_string())
+        .env("BODY", body)
+        .output()
+        .expect("bash and openssl run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("base64 is ASCII")
+}
+
+fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> String {
+    json!({
+        "type": kind,
+        "timestamp": "2026-12-01T20:00:00Z",
+        "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"},
+    })
+    .to_string()
+}
+
+async fn spawn_paying() -> TestApp {
+    let secrets = format!("--payment-webhook-secrets={SECRET},{NEXT}");
+    spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
+        s.http.limits = Limits::unlimited()
+    })
+    .await
+}
+
+impl TestApp {
+    /// Sends `body` as the payment side would: signed with `secret`, dated
+    /// `ts`, under `webhook_id`.
+    async fn notify_as(
+        &self,
+        secret: &str,
+        webhook_id: &str,
+        ts: i64,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let signature = openssl_signature(secret, webhook_id, ts, body);
+        let resp = self
+            .client
+            .post(self.url("/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", webhook_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature)
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("answered");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn notify(&self, body: &str) -> (StatusCode, Value) {
+        let id = unique("msg_");
+        self.notify_as(SECRET, &id, now_ms() / 1000, body).await
+    }
+
+    /// A confirmed order of `quantity` units for `user`: its id.
+    async fn confirmed_order(&self, sku: &str, user: u64, quantity: u64) -> String {
+        let resp = self.place_order(user, sku, quantity).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let order: Value = resp.json().await.expect("an order");
+        order["order_id"].as_str().expect("an id").to_owned()
+    }
+
+    async fn status_of(&self, order_id: &str) -> String {
+        sqlx::query_scalar("SELECT status FROM tb_order WHERE order_id = ?")
+            .bind(order_id)
+            .fetch_one(&self.mysql)
+            .await
+            .expect("the order's row")
+    }
+
+    /// (payment id, result) of each recorded payment of an order.
+    async fn payments(&self, order_id: &str) -> Vec<(String, String)> {
+        sqlx::query_as(
+            "SELECT payment_id, result FROM tb_payment WHERE order_id = ? ORDER BY payment_id",
+        )
+        .bind(order_id)
+        .fetch_all(&self.mysql)
+        .await
+        .expect("tb_payment")
+    }
+}
+
+fn amount(quantity: u64) -> String {
+    let price: rust_decimal::Decimal = PRICE.parse().unwrap();
+    (price * rust_decimal::Decimal::from(quantity)).to_string()
+}
+
+#[tokio::test]
+async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 2).await;
+    app.drained(&sku, 2).await;
+
+    let body = notification("payment.succeeded", &id, "pay_1", &amount(2));
+    let webhook_id = unique("msg_");
+    let (status, paid) = app
+        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{paid}");
+    assert_eq!(paid["result"], "paid");
+    assert_eq!(paid["order_status"], "paid");
+    assert_eq!(paid["replayed"], false);
+    assert_eq!(app.status_of(&id).await, "paid");
+    let (_, seen) = app.get_json(&format!("/api/orders/{id}")).await;
+    assert_eq!(seen["status"], "paid");
+
+    // Delivered again (a retry: same webhook-id, signed anew; and as a
+    // fresh message with the same payment id): the same answer, one record.
+    let (status, again) = app
+        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .await;
+    assert_eq!(
+        (status, &again["result"], &again["replayed"]),
+        (StatusCode::OK, &json!("paid"), &json!(true))
+    );
+    let (status, again) = app.notify(&body).await;
+    assert_eq!((status, &again["result"]), (StatusCode::OK, &json!("paid")));
+    assert_eq!(
+        app.payments(&id).await,
+        vec![("pay_1".to_owned(), "paid".to_owned())]
+    );
+
+    // The same id for another order is refused, and records nothing.
+    let other = app.confirmed_order(&sku, 2, 1).await;
+    app.drained(&sku, 3).await;
+    let (status, refused) = app
+        .notify(&notification(
+            "payment.succeeded",
+            &other,
+            "pay_1",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("payment_id_reused"))
+    );
+    assert_eq!(app.status_of(&other).await, "confirmed");
+    assert!(app.payments(&other).await.is_empty());
+
+    // A second payment for a paid order is money owed back.
+    let (status, double) = app
+        .notify(&notification("payment.succeeded", &id, "pay_2", &amount(2)))
+        .await;
+    assert_eq!(
+        (status, &double["result"]),
+        (StatusCode::OK, &json!("refund_due"))
+    );
+    assert_eq!(app.status_of(&id).await, "paid");
+    // The books still balance: a payment moves no unit.
+    assert_eq!(app.audit(&sku).await["ok"], true);
+}
+
+#[tokio::test]
+async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 1).await;
+    app.drained(&sku, 1).await;
+    let body = notification("payment.succeeded", &id, "pay_sig", &amount(1));
+    let now = now_ms() / 1000;
+    let url = app.url("/api/payments/notifications");
+
+    // Not signed with a secret it holds; stale (beyond 5 minutes, either
+    // way: 310 s, clear of the second the request may take); a body
+    // changed after signing; headers missing.
+    for (secret, ts) in [(STRANGER, now), (SECRET, now - 310), (SECRET, now + 310)] {
+        let (status, refused) = app.notify_as(secret, &unique("msg_"), ts, &body).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("invalid_signature")),
+            "{ts}"
+        );
+    }
+    let signature = openssl_signature(SECRET, "msg_x", now, &body);
+    let tampered = body.replace(&amount(1), "0.01");
+    for (headers, sent) in [
+        (
+            vec![
+                ("webhook-id", "msg_x"),
+                ("webhook-timestamp", &now.to_string()),
+                ("webhook-signature", &signature),
+            ],
+            &tampered,
+        ),
+        (
+            vec![
+                ("webhook-timestamp", &now.to_string()),
+                ("webhook-signature", &signature),
+            ],
+            &body,
+        ),
+        (
+            vec![("webhook-id", "msg_x"), ("webhook-signature", &signature)],
+            &body,
+        ),
+        (
+            vec![
+                ("webhook-id", "msg_x"),
+                ("webhook-timestamp", &now.to_string()),
+            ],
+            &body,
+        ),
+    ] {
+        let mut req = app
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(sent.clone());
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        assert_refused(
+            req.send().await.unwrap(),
+            StatusCode::UNAUTHORIZED,
+            "invalid_signature",
+        )
+        .await;
+    }
+    assert_eq!(app.status_of(&id).await, "confirmed");
+    assert!(app.payments(&id).await.is_empty());
+
+    // Mid-rotation, the new secret is heard as well as the old.
+    let (status, paid) = app.notify_as(NEXT, &unique("msg_"), now, &body).await;
+    assert_eq!((status, &paid["result"]), (StatusCode::OK, &json!("paid")));
+    // The operator sees what came of them.
+    let metrics = app.metrics_text().await;
+    for line in [
+        r#"flashsale_payment_notifications_total{result="refused"} 7"#,
+        r#"flashsale_payment_notifications_total{result="paid"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+}
+
+#[tokio::test]
+async fn wrong_amounts_unknown_orders_and_failures_change_nothing() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 2).await;
+    app.drained(&sku, 2).await;
+
+    // Another amount, or the right amount in another currency: recorded, refused.
+    let cases = [
+        ("pay_low", amount(1), "CNY"),
+        ("pay_high", amount(3), "CNY"),
+        ("pay_usd", amount(2), "USD"),
+    ];
+    for (payment, sum, currency) in &cases {
+        let body = json!({"type": "payment.succeeded",
+            "data": {"order_id": id, "payment_id": payment, "amount": sum, "currency": currency}})
+        .to_string();
+        let (status, refused) = app.notify(&body).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("amount_mismatch")),
+            "{payment}"
+        );
+    }
+    assert_eq!(app.status_of(&id).await, "confirmed");
+    let recorded = app.payments(&id).await;
+    assert_eq!(recorded.len(), 3);
+    assert!(
+        recorded.iter().all(|(_, r)| r == "amount_mismatch"),
+        "{recorded:?}"
+    );
+
+    // A failed attempt is recorded; the order waits for its timeout.
+    let (status, failed) = app
+        .notify(&notification("payment.failed", &id, "pay_f", &amount(2)))
+        .await;
+    assert_eq!(
+        (status, &failed["result"], &failed["order_status"]),
+        (StatusCode::OK, &json!("failed"), &json!("confirmed"))
+    );
+
+    // An order that never was: the same answer for a well-formed id and a
+    // made-up one, and nothing recorded.
+    let never = format!("{sku}:{}", "0".repeat(36));
+    for order in [never.as_str(), "not-an-order", "sku-x:123"] {
+        let (status, refused) = app
+            .notify(&notification(
+                "payment.succeeded",
+                order,
+                &unique("pay_"),
+                &amount(1),
+            ))
+            .await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("order_not_found")),
+            "{order}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_payment WHERE order_id <> ?")
+        .bind(&id)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    // A malformed body (signed, so read) is a 400 and changes nothing.
+    let (status, refused) = app
+        .notify(r#"{"type":"payment.succeeded","data":{}}"#)
+        .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request"))
+    );
+    // The buyer's own pay route is not served once payments come signed.
+    let (status, refused) = app.act(&id, "pay", 1).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    assert_eq!(app.status_of(&id).await, "confirmed");
+}
+
+#[tokio::test]
+async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
+    // No workers: the order stays in its stream.
+    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
+        s.http.limits = Limits::unlimited();
+        s.workers = None;
+    })
+    .await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 1).await;
+    let body = notification("payment.succeeded", &id, "pay_early", &amount(1));
+    let (status, refused) = app.notify(&body).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::CONFLICT, Some("order_pending"))
+    );
+    assert!(app.payments(&id).await.is_empty());
+}
+
+/// A payment and the payment timeout race for the same orders, both
+/// orders of arrival: each order ends paid with its payment `paid`, or
+/// cancelled (units back) with its payment `refund_due`; never both, never
+/// neither, and the books balance.
+#[tokio::test]
+async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(40, 1).await;
+    let mut ids = Vec::new();
+    for user in 1..=30 {
+        ids.push(app.confirmed_order(&sku, user, 1).await);
+    }
+    app.drained(&sku, 30).await;
+    let books = Books::new(app.sales.clone(), app.db.clone());
+    // The payment timeout at zero: every confirmed order is overdue.
+    let sweeper = Sweeper::new(
+        books,
+        app.sales.clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    let (first, rest) = ids.split_at(10);
+    // Ten paid before the sweep, the rest raced against it.
+    for id in first {
+        let (status, _) = app
+            .notify(&notification(
+                "payment.succeeded",
+                id,
+                &format!("pay-{id}"),
+                &amount(1),
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let payments = async {
+        let mut results = Vec::new();
+        for id in rest {
+            let body = notification("payment.succeeded", id, &format!("pay-{id}"), &amount(1));
+            results.push(app.notify(&body).await);
+        }
+        results
+    };
+    let sweep = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        sweeper.sweep().await.expect("a sweep")
+    };
+    let (results, _) = tokio::join!(payments, sweep);
+    assert!(
+        results.iter().all(|(s, _)| *s == StatusCode::OK),
+        "{results:?}"
+    );
+    // Late payments, after the sweep: owed back.
+    let late = app.confirmed_order(&sku, 31, 1).await;
+    app.drained(&sku, 31).await;
+    sweeper.sweep().await.expect("a sweep");
+    let (status, owed) = app
+        .notify(&notification(
+            "payment.succeeded",
+            &late,
+            "pay-late",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(
+        (status, &owed["result"], &owed["order_status"]),
+        (StatusCode::OK, &json!("refund_due"), &json!("cancelled"))
+    );
+    ids.push(late);
+
+    let (mut paid, mut owed_back) = (0, 0);
+    for id in &ids {
+        let status = app.status_of(id).await;
+        let recorded = app.payments(id).await;
+        assert_eq!(recorded.len(), 1, "{id}: one payment recorded");
+        match (status.as_str(), recorded[0].1.as_str()) {
+            ("paid", "paid") => paid += 1,
+            ("cancelled", "refund_due") => owed_back += 1,
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert!(paid >= 10, "the ten paid before the sweep stay paid");
+    assert_eq!(paid + owed_back, 31);
+    // Units of the cancelled orders are back on sale; the books balance.
+    eventually("the books balance", Duration::from_secs(10), || async {
+        app.audit(&sku).await["ok"] == true
+    })
+    .await;
+    assert_eq!(app.stock(&sku).await, Some(40 - paid));
+}
+
+#[tokio::test]
+async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 1).await;
+    app.drained(&sku, 1).await;
+    let body = notification("payment.succeeded", &id, "pay_dup", &amount(1));
+    let webhook_id = unique("msg_");
+    let now = now_ms() / 1000;
+    let signature = openssl_signature(SECRET, &webhook_id, now, &body);
+    let mut deliveries = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let req = app
+            .client
+            .post(app.url("/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", webhook_id.clone())
+            .header("webhook-timestamp", now.to_string())
+            .header("webhook-signature", signature.clone())
+            .body(body.clone());
+        deliveries.spawn(async move {
+            let resp = req.send().await.expect("answered");
+            (
+                resp.status(),
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        });
+    }
+    let answers = deliveries.join_all().await;
+    for (status, answer) in &answers {
+        assert_eq!(
+            (*status, &answer["result"]),
+            (StatusCode::OK, &json!("paid")),
+            "{answer}"
+        );
+    }
+    let fresh = answers
+        .iter()
+        .filter(|(_, a)| a["replayed"] == false)
+        .count();
+    assert_eq!(fresh, 1, "one delivery recorded it, the others found it");
+    assert_eq!(app.payments(&id).await.len(), 1);
+}
