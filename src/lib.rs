@@ -5,7 +5,8 @@
 //! - [`http`]: the JSON API. `server` answers `POST /api/orders` straight
 //!   from the connection (`orders::place`), `router` the rest: who is asking
 //!   ([`http::auth`]), one module per resource (`orders`, `products`,
-//!   `room`, `payments`: the payment side's signed notifications), bounded connections (`conn`) and requests (`limits`), one
+//!   `room`, `payments`: the payment side's signed notifications, `events`:
+//!   the outbox read in order), bounded connections (`conn`) and requests (`limits`), one
 //!   error mapping (`error`), and the operator's live page
 //!   ([`http::dashboard`]).
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
@@ -22,7 +23,7 @@
 //!   `queue` (what the stream holds), `ledger` (what the books need from
 //!   Redis), and `stream` (the workers' reads).
 //! - [`store`]: MySQL access (`tb_product`, `tb_order`, `tb_payment`,
-//!   `tb_sale_audit`).
+//!   `tb_event`: the outbox, `tb_sale_audit`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
 //!   and signed messages (`webhook`: Standard Webhooks).

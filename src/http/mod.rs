@@ -18,6 +18,7 @@ mod body;
 pub mod conn;
 pub mod dashboard;
 pub mod error;
+mod events;
 mod extract;
 mod health;
 pub mod limits;

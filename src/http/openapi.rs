@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::error::Code;
-use super::{health, orders, payments, products, room};
+use super::{events, health, orders, payments, products, room};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -41,6 +41,7 @@ use super::{health, orders, payments, products, room};
         orders::pay,
         orders::cancel,
         payments::notify,
+        events::list,
         orders::list_for_user,
         room::join,
         room::standing,

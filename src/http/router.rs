@@ -10,7 +10,9 @@ use axum::routing::{get, post};
 use super::body::MAX_BODY_BYTES;
 use super::error::ApiError;
 use super::state::AppState;
-use super::{dashboard, health, limits, metrics, openapi, orders, payments, products, room};
+use super::{
+    dashboard, events, health, limits, metrics, openapi, orders, payments, products, room,
+};
 
 /// `POST /api/orders/{order_id}/pay`, the buyer marking their own order
 /// paid: only in the local trial (`AUTH=none`, no payment notifications
@@ -51,6 +53,7 @@ pub fn router(state: AppState) -> Router {
     if state.admin_routes {
         api = api
             .route("/api/admin/products", post(products::create))
+            .route("/api/admin/events", get(events::list))
             .route(
                 "/api/admin/products/{product_id}/open",
                 post(products::open),

@@ -268,6 +268,11 @@ impl Db {
         }
     }
 
+    /// The bound on every call and transaction (`DB_TIMEOUT_MS`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// `SELECT 1`: is MySQL answering?
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.call(|pool| sqlx::query("SELECT 1").execute(pool))

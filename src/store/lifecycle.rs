@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, QueryBuilder};
 
 use super::db::{Db, StoreError};
+use super::events::{self, EventKind};
 use super::orders::OrderRow;
 use super::orders::ROW;
 use crate::domain::now_ms;
@@ -28,27 +29,38 @@ pub enum Transition {
 impl Db {
     /// `confirmed` → `paid`, for the order's owner.
     pub async fn pay(&self, order_id: &OrderId, user_id: UserId) -> Result<Transition, StoreError> {
-        self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || async {
-            let changed = self
-                .call(|pool| async move {
+        self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || {
+            self.transaction(|tx| {
+                Box::pin(async move {
                     // By the order id's unique key, always: on a young table
                     // MariaDB may pick `idx_user` instead, whose gap locks
                     // deadlock with a worker inserting that user's orders.
+                    let row: Option<(String,)> = sqlx::query_as(
+                        "SELECT product_id FROM tb_order FORCE INDEX (uk_order_id) \
+                         WHERE order_id = ? AND user_id = ? AND status = ? FOR UPDATE",
+                    )
+                    .bind(order_id.as_str())
+                    .bind(user_id.as_i64())
+                    .bind(OrderStatus::Confirmed.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                    let Some((product,)) = row else {
+                        return Ok(false);
+                    };
                     sqlx::query(
                         "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
-                         WHERE order_id = ? AND user_id = ? AND status = ?",
+                         WHERE order_id = ?",
                     )
                     .bind(OrderStatus::Paid.as_str())
                     .bind(now_ms())
                     .bind(order_id.as_str())
-                    .bind(user_id.as_i64())
-                    .bind(OrderStatus::Confirmed.as_str())
-                    .execute(pool)
-                    .await
+                    .execute(&mut **tx)
+                    .await?;
+                    let ids = [(order_id.as_str(), product.as_str())];
+                    events::record(tx, EventKind::Paid, ids.into_iter()).await?;
+                    Ok(true)
                 })
-                .await?
-                .rows_affected();
-            Ok(changed == 1)
+            })
         })
         .await
     }
@@ -289,6 +301,10 @@ async fn cancel_rows(
     }
     update.push(")");
     update.build().execute(&mut **tx).await?;
+    let ids = rows
+        .iter()
+        .map(|r| (r.order_id.as_str(), r.product_id.as_str()));
+    events::record(tx, EventKind::Cancelled, ids).await?;
     let mut units: BTreeMap<&str, i64> = BTreeMap::new();
     for r in rows {
         *units.entry(r.product_id.as_str()).or_default() += r.quantity;

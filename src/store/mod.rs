@@ -3,6 +3,7 @@
 //! keyed retry of a retired sale's order is looked up here).
 
 mod db;
+mod events;
 mod lifecycle;
 mod orders;
 mod payments;
@@ -10,6 +11,7 @@ mod products;
 mod retire;
 
 pub use db::{Db, StoreError, migration_lock};
+pub use events::{EventKind, EventRow};
 pub use lifecycle::Transition;
 pub use orders::{OrderRow, Persisted};
 pub use payments::{NewPayment, Recorded};

@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
 use super::db::{Db, StoreError};
+use super::events::{self, EventKind};
 use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId, now_ms};
 
 /// An order row.
@@ -168,6 +169,10 @@ impl Db {
             fresh
         };
         let units: u64 = fresh.iter().map(|o| o.quantity.get()).sum();
+        let ids = fresh
+            .iter()
+            .map(|o| (o.order_id.as_str(), o.product_id.as_str()));
+        events::record(&mut tx, EventKind::Confirmed, ids).await?;
         sqlx::query(
             "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \
              WHERE product_id = ?",

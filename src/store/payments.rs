@@ -5,6 +5,7 @@
 use rust_decimal::Decimal;
 
 use super::db::{Db, StoreError};
+use super::events::{self, EventKind};
 use super::orders::{OrderRow, ROW};
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 
@@ -102,6 +103,15 @@ impl Db {
                     .await?;
                     row.status = OrderStatus::Paid;
                     row.updated = now;
+                }
+                let event = match result {
+                    PaymentResult::Paid => Some(EventKind::Paid),
+                    PaymentResult::RefundDue => Some(EventKind::RefundDue),
+                    PaymentResult::AmountMismatch | PaymentResult::Failed => None,
+                };
+                if let Some(kind) = event {
+                    let ids = [(row.order_id.as_str(), row.product_id.as_str())];
+                    events::record(tx, kind, ids.into_iter()).await?;
                 }
                 sqlx::query(
                     "INSERT INTO tb_payment \

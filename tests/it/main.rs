@@ -24,6 +24,7 @@ mod browser;
 mod cluster;
 mod connections;
 mod dashboard;
+mod events;
 mod failover;
 mod helpers;
 mod identity;

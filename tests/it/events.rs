@@ -1,0 +1,210 @@
+//! The outbox: every change of an order recorded as an event in the
+//! transaction that makes it, read in order through `GET /api/admin/events`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flashsale::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
+use flashsale::http::limits::Limits;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+async fn spawn() -> TestApp {
+    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    spawn_app_cli(&["--auth=none", &secrets], |s| {
+        s.http.limits = Limits::unlimited();
+        // Events are listed once DB_TIMEOUT_MS + 1 s old: keep it short.
+        s.db.timeout = Duration::from_millis(500);
+    })
+    .await
+}
+
+impl TestApp {
+    /// All events listed so far, page by page (`limit` each).
+    async fn events(&self, limit: u32) -> Vec<Value> {
+        let (mut after, mut all) = (0, Vec::new());
+        loop {
+            let resp = self
+                .client
+                .get(self.url(&format!("/api/admin/events?after={after}&limit={limit}")))
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(resp.status(), StatusCode::OK);
+            let page: Value = resp.json().await.expect("a page");
+            let events = page["events"].as_array().expect("events").clone();
+            if events.is_empty() {
+                assert_eq!(page["next"], after, "an empty page keeps the cursor");
+                return all;
+            }
+            after = page["next"].as_i64().expect("a cursor");
+            assert_eq!(Some(after), events.last().and_then(|e| e["id"].as_i64()));
+            all.extend(events);
+        }
+    }
+
+    /// Signs and sends a payment notification (the service's own signer:
+    /// tests/it/payments.rs tests it against openssl).
+    async fn pay(&self, order_id: &str, payment_id: &str, amount: &str) -> Value {
+        let secret = flashsale::domain::webhook::Secret::parse(SECRET).unwrap();
+        let body = json!({"type": "payment.succeeded",
+            "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
+        .to_string();
+        let (id, ts) = (unique("msg_"), now_ms() / 1000);
+        let resp = self
+            .client
+            .post(self.url("/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", secret.sign(&id, ts, body.as_bytes()))
+            .body(body)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.expect("an answer")
+    }
+}
+
+#[tokio::test]
+async fn every_change_of_an_order_is_one_event_in_order() {
+    let app = spawn().await;
+    let sku = app.new_sale(10, 5).await;
+    let mut ids = Vec::new();
+    for user in 1..=4 {
+        let order: Value = app.place_order(user, &sku, 1).await.json().await.unwrap();
+        ids.push(order["order_id"].as_str().unwrap().to_owned());
+    }
+    app.drained(&sku, 4).await;
+    // 0 paid; 1 cancelled by its buyer; 2 cancelled, then paid late; 3 stays.
+    assert_eq!(app.pay(&ids[0], "p0", "4999.00").await["result"], "paid");
+    assert_eq!(app.cancel(&ids[1], 2).await.status(), StatusCode::OK);
+    assert_eq!(app.cancel(&ids[2], 3).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.pay(&ids[2], "p2", "4999.00").await["result"],
+        "refund_due"
+    );
+    // Replays and refusals change nothing, and make no event.
+    assert_eq!(app.pay(&ids[0], "p0", "4999.00").await["replayed"], true);
+    assert_eq!(app.cancel(&ids[1], 2).await.status(), StatusCode::OK);
+
+    // Not listed until settled; then all of them, once each.
+    let expected: BTreeMap<&str, Vec<&str>> = BTreeMap::from([
+        (ids[0].as_str(), vec!["order.confirmed", "order.paid"]),
+        (ids[1].as_str(), vec!["order.confirmed", "order.cancelled"]),
+        (
+            ids[2].as_str(),
+            vec!["order.confirmed", "order.cancelled", "order.refund_due"],
+        ),
+        (ids[3].as_str(), vec!["order.confirmed"]),
+    ]);
+    let total: usize = expected.values().map(Vec::len).sum();
+    eventually("every event is listed", Duration::from_secs(10), || async {
+        app.events(100).await.len() == total
+    })
+    .await;
+    // Paged two at a time: the same events, in increasing id.
+    let events = app.events(2).await;
+    assert_eq!(events.len(), total);
+    assert!(
+        events
+            .windows(2)
+            .all(|w| w[0]["id"].as_i64() < w[1]["id"].as_i64())
+    );
+    let mut seen: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in &events {
+        let order = e["data"]["order_id"].as_str().unwrap();
+        seen.entry(order)
+            .or_default()
+            .push(e["type"].as_str().unwrap());
+        assert_eq!(e["data"]["product_id"], sku.as_str());
+        assert_eq!(e["data"]["price"], "4999");
+        let status = match e["type"].as_str().unwrap() {
+            "order.confirmed" => json!("confirmed"),
+            "order.paid" => json!("paid"),
+            "order.cancelled" => json!("cancelled"),
+            _ => Value::Null,
+        };
+        assert_eq!(e["data"]["status"], status, "{e}");
+    }
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_redelivered_batch_and_a_sweep_make_no_second_event() {
+    let app = spawn().await;
+    let sku = app.new_sale(10, 5).await;
+    let order: Value = app.place_order(1, &sku, 2).await.json().await.unwrap();
+    let id = order["order_id"].as_str().unwrap().to_owned();
+    app.drained(&sku, 2).await;
+    // The same entry persisted again (a redelivery after a crash before XACK).
+    let product = ProductId::parse(&sku).unwrap();
+    let again = PendingOrder {
+        order_id: OrderId::from_trusted(id.clone()),
+        user_id: UserId::new(1).unwrap(),
+        product_id: product.clone(),
+        quantity: Quantity::new(2).unwrap(),
+        price: "4999".parse().unwrap(),
+        created_ms: now_ms(),
+        idempotency_key: None,
+    };
+    let persisted = app
+        .db
+        .persist_orders(&product, &[again.clone(), again])
+        .await;
+    assert_eq!(persisted.unwrap().inserted, 0);
+    // The payment timeout cancels it once, however many sweeps.
+    let books = flashsale::books::Books::new(app.sales.clone(), app.db.clone());
+    let sweeper = flashsale::books::Sweeper::new(
+        books,
+        app.sales.clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    for _ in 0..3 {
+        sweeper.sweep().await.expect("a sweep");
+    }
+    eventually("both events listed", Duration::from_secs(10), || async {
+        app.events(100).await.len() >= 2
+    })
+    .await;
+    tokio::time::sleep(app.db.event_settle()).await;
+    let types: Vec<Value> = app
+        .events(100)
+        .await
+        .iter()
+        .map(|e| e["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        vec![json!("order.confirmed"), json!("order.cancelled")]
+    );
+}
+
+#[tokio::test]
+async fn the_event_feed_is_for_admins_and_refuses_bad_cursors() {
+    let app = spawn().await;
+    let resp = app
+        .client
+        .get(app.url("/api/admin/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_refused(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    for query in ["after=-1", "limit=0", "limit=1001", "after=x", "since=3"] {
+        let resp = app
+            .client
+            .get(app.url(&format!("/api/admin/events?{query}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_refused(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    }
+}
