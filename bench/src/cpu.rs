@@ -106,23 +106,41 @@ mod group_tests {
 
     #[test]
     fn a_group_counts_its_threads_and_not_the_others() {
-        let group = ThreadGroup::default();
-        let g = group.clone();
-        let busy = std::thread::spawn(move || {
-            g.register_current();
+        // Burns until the calling thread's own clock shows `ms` (however
+        // long that takes by the wall clock on a shared machine; 10 s at most).
+        fn burn(ms: u64) {
+            let Some(t0) = thread() else { return };
             let started = std::time::Instant::now();
             let mut x = 0u64;
-            while started.elapsed() < Duration::from_millis(80) {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            while thread().unwrap_or(t0) - t0 < Duration::from_millis(ms)
+                && started.elapsed() < Duration::from_secs(10)
+            {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
             }
-            std::thread::sleep(Duration::from_millis(200));
+        }
+        let group = ThreadGroup::default();
+        let g = group.clone();
+        let (burnt, done) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let busy = std::thread::spawn(move || {
+            g.register_current();
+            burn(60);
+            let _ = burnt.send(());
+            // Alive (and idle) while measured: a thread's time goes with it.
+            let _ = stopped.recv_timeout(Duration::from_secs(30));
         });
-        std::thread::sleep(Duration::from_millis(150));
+        let _ = done.recv_timeout(Duration::from_secs(30));
+        // This thread's own work is not the group's.
+        burn(100);
         let Some(spent) = group.cpu() else {
+            let _ = stop.send(());
             return; // not Linux
         };
-        assert!(spent >= Duration::from_millis(40), "{spent:?}");
-        assert!(spent < Duration::from_millis(150), "{spent:?}");
+        let _ = stop.send(());
         let _ = busy.join();
+        assert!(spent >= Duration::from_millis(60), "{spent:?}");
+        assert!(spent < Duration::from_millis(140), "{spent:?}");
     }
 }

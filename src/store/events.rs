@@ -67,20 +67,20 @@ pub struct EventRow {
 /// MySQL's clock in epoch ms, as an SQL expression.
 const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 
-/// Records `kind` for each of `orders` (order id, product id), in the
-/// caller's transaction: one multi-row `INSERT`.
+/// Records `kind` for each of `orders` (their ids), in the caller's
+/// transaction: one multi-row `INSERT`.
 pub(super) async fn record<'a>(
     tx: &mut sqlx::Transaction<'_, MySql>,
     kind: EventKind,
-    orders: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    orders: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<(), sqlx::Error> {
     let rows = orders.len();
     if rows == 0 {
         return Ok(());
     }
-    let row = format!("(?, ?, ?, {DB_NOW_MS})");
+    let row = format!("(?, ?, {DB_NOW_MS})");
     let mut sql = String::with_capacity(80 + rows * (row.len() + 2));
-    sql.push_str("INSERT INTO tb_event (type, order_id, product_id, created) VALUES ");
+    sql.push_str("INSERT INTO tb_event (type, order_id, created) VALUES ");
     for i in 0..rows {
         if i > 0 {
             sql.push_str(", ");
@@ -88,8 +88,8 @@ pub(super) async fn record<'a>(
         sql.push_str(&row);
     }
     orders
-        .fold(sqlx::query(&sql), |q, (order, product)| {
-            q.bind(kind.as_str()).bind(order).bind(product)
+        .fold(sqlx::query(&sql), |q, order| {
+            q.bind(kind.as_str()).bind(order)
         })
         .execute(&mut **tx)
         .await?;
@@ -112,7 +112,7 @@ impl Db {
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
         let settle_ms = self.event_settle().as_millis() as i64;
         let sql = format!(
-            "SELECT e.id, e.type, e.order_id, e.product_id, o.user_id, o.quantity, o.price, \
+            "SELECT e.id, e.type, e.order_id, o.product_id, o.user_id, o.quantity, o.price, \
              e.created FROM tb_event e JOIN tb_order o ON o.order_id = e.order_id \
              WHERE e.id > ? AND e.created <= {DB_NOW_MS} - ? ORDER BY e.id LIMIT ?"
         );

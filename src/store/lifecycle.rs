@@ -35,30 +35,23 @@ impl Db {
                     // By the order id's unique key, always: on a young table
                     // MariaDB may pick `idx_user` instead, whose gap locks
                     // deadlock with a worker inserting that user's orders.
-                    let row: Option<(String,)> = sqlx::query_as(
-                        "SELECT product_id FROM tb_order FORCE INDEX (uk_order_id) \
-                         WHERE order_id = ? AND user_id = ? AND status = ? FOR UPDATE",
-                    )
-                    .bind(order_id.as_str())
-                    .bind(user_id.as_i64())
-                    .bind(OrderStatus::Confirmed.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                    let Some((product,)) = row else {
-                        return Ok(false);
-                    };
-                    sqlx::query(
+                    let changed = sqlx::query(
                         "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
-                         WHERE order_id = ?",
+                         WHERE order_id = ? AND user_id = ? AND status = ?",
                     )
                     .bind(OrderStatus::Paid.as_str())
                     .bind(now_ms())
                     .bind(order_id.as_str())
+                    .bind(user_id.as_i64())
+                    .bind(OrderStatus::Confirmed.as_str())
                     .execute(&mut **tx)
-                    .await?;
-                    let ids = [(order_id.as_str(), product.as_str())];
-                    events::record(tx, EventKind::Paid, ids.into_iter()).await?;
-                    Ok(true)
+                    .await?
+                    .rows_affected();
+                    if changed == 1 {
+                        events::record(tx, EventKind::Paid, [order_id.as_str()].into_iter())
+                            .await?;
+                    }
+                    Ok(changed == 1)
                 })
             })
         })
@@ -301,9 +294,7 @@ async fn cancel_rows(
     }
     update.push(")");
     update.build().execute(&mut **tx).await?;
-    let ids = rows
-        .iter()
-        .map(|r| (r.order_id.as_str(), r.product_id.as_str()));
+    let ids = rows.iter().map(|r| r.order_id.as_str());
     events::record(tx, EventKind::Cancelled, ids).await?;
     let mut units: BTreeMap<&str, i64> = BTreeMap::new();
     for r in rows {

@@ -169,9 +169,7 @@ impl Db {
             fresh
         };
         let units: u64 = fresh.iter().map(|o| o.quantity.get()).sum();
-        let ids = fresh
-            .iter()
-            .map(|o| (o.order_id.as_str(), o.product_id.as_str()));
+        let ids = fresh.iter().map(|o| o.order_id.as_str());
         events::record(&mut tx, EventKind::Confirmed, ids).await?;
         sqlx::query(
             "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \

@@ -110,8 +110,7 @@ impl Db {
                     PaymentResult::AmountMismatch | PaymentResult::Failed => None,
                 };
                 if let Some(kind) = event {
-                    let ids = [(row.order_id.as_str(), row.product_id.as_str())];
-                    events::record(tx, kind, ids.into_iter()).await?;
+                    events::record(tx, kind, [row.order_id.as_str()].into_iter()).await?;
                 }
                 sqlx::query(
                     "INSERT INTO tb_payment \
