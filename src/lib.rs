@@ -12,7 +12,8 @@
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
 //!   MySQL transaction per batch, then XACK; reclaim, dead letters, trim)
 //!   and the periodic passes (`periodic`: sweeper, reconciliation,
-//!   retirement), each run by `every`.
+//!   retirement, `deliver`: the outbox pushed to the shop), each run by
+//!   `every`.
 //! - [`books`]: an order's life after its 202 (payments, cancel, payment
 //!   timeout) across MySQL and Redis; the audit; recovery of a sale Redis
 //!   lost; a sale's end of life (close, retire, purge).

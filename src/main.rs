@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Worker(args) => {
             let (dry_run, secrets) = (args.dry_run, args.secrets());
-            let settings = WorkerSettings::from(args);
+            let settings = WorkerSettings::from(*args);
             if dry_run {
                 flashsale::cli::print_settings(&settings, &secrets);
                 return Ok(());

@@ -81,6 +81,15 @@ pub struct Metrics {
     /// `refused` (not heard: a signature that does not verify, an unknown
     /// or pending order, a malformed body).
     pub payment_notifications: IntCounterVec,
+    /// Event deliveries to the shop's endpoint by result: `delivered`,
+    /// `failed` (an attempt), `dead_lettered`, `replayed`.
+    pub event_deliveries: IntCounterVec,
+    /// Events recorded and not yet delivered (or dead-lettered), as the
+    /// delivering process last saw them.
+    pub event_delivery_lag: IntGauge,
+    /// Events given up on (`tb_event_dead`), as the delivering process last
+    /// saw them.
+    pub event_dead_letters: IntGauge,
     /// `order_requests` and `order_latency` series, resolved once each.
     order_series: OrderSeries,
 }
@@ -352,6 +361,25 @@ impl Metrics {
                 "payment_notifications_total",
                 "Payment notifications by what came of them",
                 &["result"],
+            ),
+            event_deliveries: counter_vec(
+                "event_deliveries_total",
+                "Event deliveries to the shop's endpoint by result",
+                &["result"],
+            ),
+            event_delivery_lag: register(
+                &registry,
+                IntGauge::new(
+                    "event_delivery_lag",
+                    "Events recorded and not yet delivered, as the delivering process last saw them",
+                ),
+            ),
+            event_dead_letters: register(
+                &registry,
+                IntGauge::new(
+                    "event_dead_letters",
+                    "Events whose delivery gave up, waiting for a replay",
+                ),
             ),
             order_series: OrderSeries::default(),
             registry,

@@ -132,6 +132,20 @@ fn cases() -> BTreeMap<&'static str, Case> {
     let mut paid = trial();
     paid.push(("PAYMENT_WEBHOOK_SECRETS", whsec.to_owned()));
     c.insert("SALE_CURRENCY", case("USD", paid));
+    // Event delivery: the URL and the secret go together; the rest is
+    // read only beside them.
+    let hook = ("EVENT_WEBHOOK_URL", "http://127.0.0.1:9/hook".to_owned());
+    let hook_secret = ("EVENT_WEBHOOK_SECRET", whsec.to_owned());
+    let mut with_secret = trial();
+    with_secret.push(hook_secret.clone());
+    c.insert("EVENT_WEBHOOK_URL", case(&hook.1, with_secret));
+    let mut with_url = trial();
+    with_url.push(hook.clone());
+    c.insert("EVENT_WEBHOOK_SECRET", case(whsec, with_url));
+    let mut pushing = trial();
+    pushing.extend([hook, hook_secret]);
+    c.insert("EVENT_WEBHOOK_MAX_ATTEMPTS", case("3", pushing.clone()));
+    c.insert("EVENT_WEBHOOK_TIMEOUT_MS", case("800", pushing));
     // Identity: without one of these `serve` refuses to start; with it, it does.
     let unverified = || vec![admin.clone(), named.clone()];
     c.insert("AUTH", case("none", unverified()));
@@ -358,6 +372,8 @@ fn the_printout_hides_secrets_and_bad_values_are_refused() {
         ("PAYMENT_WEBHOOK_SECRETS", "hunter2-not-a-whsec"),
         ("PAYMENT_WEBHOOK_SECRETS", "whsec_c2hvcnQ="),
         ("SALE_CURRENCY", "yuan"),
+        ("EVENT_WEBHOOK_MAX_ATTEMPTS", "0"),
+        ("EVENT_WEBHOOK_TIMEOUT_MS", "0"),
     ] {
         let refused = run(
             "serve",

@@ -20,6 +20,7 @@
 pub mod audit;
 mod catalog;
 mod error;
+mod events;
 pub mod live;
 mod orders;
 mod payments;
@@ -30,6 +31,7 @@ mod sweeper;
 
 pub use catalog::{Catalog, Opened, ProductStatus, sale_spec};
 pub use error::BooksError;
+pub use events::EventMessage;
 pub use orders::{Books, Cancelled, Found};
 pub use payments::{PaymentRecord, decide as decide_payment};
 pub use sweeper::{Sweeper, Swept};

@@ -40,7 +40,7 @@ pub enum Command {
     /// Run the HTTP API (and, unless `--workers false`, the stream workers).
     Serve(Box<ServeArgs>),
     /// Run only the stream workers (Redis Stream -> MySQL).
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
     /// Check that every opened sale's books balance (Redis and MySQL).
     Audit(AuditArgs),
     /// Rebuild a sale in Redis from MySQL after Redis lost it.

@@ -5,7 +5,9 @@ use std::time::Duration;
 use clap::Args;
 
 use super::DAY_MS;
+use crate::domain::webhook::Secret;
 use crate::worker::WorkerConfig;
+use crate::worker::deliver::DeliverySettings;
 
 /// How the stream workers drain the sales' streams.
 #[derive(Debug, Clone, Args)]
@@ -51,6 +53,40 @@ pub struct DrainArgs {
     /// retirement (a last look with redis-cli).
     #[arg(long, env = "RETIRE_GRACE_SECS", default_value_t = crate::books::retire::RETIRE_GRACE_SECS)]
     pub retire_grace_secs: u64,
+    /// Push every event of the outbox to this `http://` endpoint, signed per
+    /// Standard Webhooks (needs `EVENT_WEBHOOK_SECRET`). Unset: events are
+    /// only pulled (`GET /api/admin/events`).
+    #[arg(long, env = "EVENT_WEBHOOK_URL", value_parser = webhook_url,
+          requires = "event_webhook_secret")]
+    pub event_webhook_url: Option<axum::http::Uri>,
+    /// The `whsec_` secret events are signed with (the receiver holds it too).
+    #[arg(long, env = "EVENT_WEBHOOK_SECRET", hide_env_values = true,
+          value_parser = webhook_secret, requires = "event_webhook_url")]
+    pub event_webhook_secret: Option<Secret>,
+    /// Attempts of one event before it goes to the dead letters (1-100).
+    #[arg(long, env = "EVENT_WEBHOOK_MAX_ATTEMPTS",
+          default_value_t = crate::worker::defaults::EVENT_WEBHOOK_MAX_ATTEMPTS,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub event_webhook_max_attempts: u32,
+    /// Bound on one delivery attempt (connect, send, answer).
+    #[arg(long, env = "EVENT_WEBHOOK_TIMEOUT_MS",
+          default_value_t = crate::worker::defaults::EVENT_WEBHOOK_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub event_webhook_timeout_ms: u64,
+}
+
+/// `EVENT_WEBHOOK_URL`: an absolute `http://` URL.
+fn webhook_url(s: &str) -> Result<axum::http::Uri, String> {
+    let uri: axum::http::Uri = s.parse().map_err(|e| format!("not a URL: {e}"))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        _ => Err("an absolute http:// URL (for https, deliver through an egress proxy)".into()),
+    }
+}
+
+/// `EVENT_WEBHOOK_SECRET`: one `whsec_` secret.
+fn webhook_secret(s: &str) -> Result<Secret, String> {
+    Secret::parse(s).map_err(|e| e.to_string())
 }
 
 impl From<DrainArgs> for WorkerConfig {
@@ -74,6 +110,17 @@ impl From<DrainArgs> for WorkerConfig {
                 grace: Duration::from_secs(a.retire_grace_secs),
                 ..default.retire
             },
+            events: a
+                .event_webhook_url
+                .zip(a.event_webhook_secret)
+                .map(|(url, secret)| DeliverySettings {
+                    url,
+                    secret,
+                    max_attempts: a.event_webhook_max_attempts,
+                    timeout: Duration::from_millis(a.event_webhook_timeout_ms),
+                    backoff_min: Duration::from_secs(1),
+                    backoff_max: Duration::from_secs(300),
+                }),
             ..default
         }
     }

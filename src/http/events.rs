@@ -4,15 +4,14 @@
 
 use axum::Json;
 use axum::extract::State;
-use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, QueryParams};
 use super::state::AppState;
-use crate::domain::OrderStatus;
-use crate::store::{EventKind, EventRow};
+use crate::books::EventMessage;
+use crate::store::DeadEvent;
 
 const MAX_EVENTS: u32 = 1000;
 
@@ -32,60 +31,10 @@ pub struct EventParams {
 /// A page of events.
 #[derive(Serialize, ToSchema)]
 pub struct EventPage {
-    events: Vec<EventView>,
+    events: Vec<EventMessage>,
     /// The cursor for the next page (the last event's `id`, or `after`
     /// again when there is nothing new).
     next: i64,
-}
-
-/// One change of an order.
-#[derive(Serialize, ToSchema)]
-pub struct EventView {
-    /// Increasing; also the cursor.
-    id: i64,
-    #[serde(rename = "type")]
-    kind: EventKind,
-    /// When the books recorded it (epoch ms, MySQL's clock).
-    created: i64,
-    data: EventOrder,
-}
-
-/// The order, as the change left it.
-#[derive(Serialize, ToSchema)]
-pub struct EventOrder {
-    order_id: String,
-    /// What the change made it (`confirmed`, `paid`, `cancelled`; a
-    /// `refund_due` leaves the order as it was, `paid` or `cancelled`, and
-    /// says so only by its type).
-    status: Option<OrderStatus>,
-    user_id: i64,
-    product_id: String,
-    quantity: i64,
-    price: Decimal,
-}
-
-impl From<EventRow> for EventView {
-    fn from(e: EventRow) -> Self {
-        let status = match e.kind {
-            EventKind::Confirmed => Some(OrderStatus::Confirmed),
-            EventKind::Paid => Some(OrderStatus::Paid),
-            EventKind::Cancelled => Some(OrderStatus::Cancelled),
-            EventKind::RefundDue => None,
-        };
-        Self {
-            id: e.id,
-            kind: e.kind,
-            created: e.created,
-            data: EventOrder {
-                order_id: e.order_id,
-                status,
-                user_id: e.user_id,
-                product_id: e.product_id,
-                quantity: e.quantity,
-                price: e.price.normalize(),
-            },
-        }
-    }
 }
 
 /// `GET /api/admin/events`
@@ -115,13 +64,71 @@ pub async fn list(
             "after must be at least 0, limit between 1 and {MAX_EVENTS}"
         )));
     }
-    let events: Vec<EventView> = state
+    let events: Vec<EventMessage> = state
         .db
         .events_after(after, limit)
         .await?
         .into_iter()
-        .map(EventView::from)
+        .map(EventMessage::from)
         .collect();
     let next = events.last().map_or(after, |e| e.id);
     Ok(Json(EventPage { events, next }))
+}
+
+/// The dead letters: events that exhausted their delivery attempts.
+#[derive(Serialize, ToSchema)]
+pub struct DeadLetters {
+    dead: Vec<DeadEvent>,
+}
+
+/// `GET /api/admin/events/dead`
+#[utoipa::path(
+    get,
+    path = "/api/admin/events/dead",
+    operation_id = "list_dead_events",
+    tag = "admin",
+    summary = "Events whose delivery to the shop's endpoint gave up",
+    security(("admin" = [])),
+    responses((status = 200, description = "OK (at most 1,000, oldest first)", body = DeadLetters))
+)]
+pub async fn dead(_: Admin, State(state): State<AppState>) -> Result<Json<DeadLetters>, ApiError> {
+    Ok(Json(DeadLetters {
+        dead: state.db.dead_events().await?,
+    }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ReplayParams {
+    /// Only this event (absent: every dead letter).
+    event_id: Option<i64>,
+}
+
+/// How many dead letters will be delivered again.
+#[derive(Serialize, ToSchema)]
+pub struct Replaying {
+    replaying: u64,
+}
+
+/// `POST /api/admin/events/dead/replay`
+#[utoipa::path(
+    post,
+    path = "/api/admin/events/dead/replay",
+    operation_id = "replay_dead_events",
+    tag = "admin",
+    summary = "Deliver dead letters again",
+    description = "The workers' delivery tries each once per pass (beside the events in order) until it goes through; then it leaves the dead letters.",
+    params(ReplayParams),
+    security(("admin" = [])),
+    responses((status = 200, description = "OK", body = Replaying))
+)]
+pub async fn replay(
+    _: Admin,
+    State(state): State<AppState>,
+    QueryParams(params): QueryParams<ReplayParams>,
+) -> Result<Json<Replaying>, ApiError> {
+    Ok(Json(Replaying {
+        replaying: state.db.replay_dead_events(params.event_id).await?,
+    }))
 }

@@ -42,6 +42,8 @@ use super::{events, health, orders, payments, products, room};
         orders::cancel,
         payments::notify,
         events::list,
+        events::dead,
+        events::replay,
         orders::list_for_user,
         room::join,
         room::standing,

@@ -54,6 +54,8 @@ pub fn router(state: AppState) -> Router {
         api = api
             .route("/api/admin/products", post(products::create))
             .route("/api/admin/events", get(events::list))
+            .route("/api/admin/events/dead", get(events::dead))
+            .route("/api/admin/events/dead/replay", post(events::replay))
             .route(
                 "/api/admin/products/{product_id}/open",
                 post(products::open),

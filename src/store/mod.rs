@@ -11,7 +11,7 @@ mod products;
 mod retire;
 
 pub use db::{Db, StoreError, migration_lock};
-pub use events::{EventKind, EventRow};
+pub use events::{DeadEvent, Delivery, EventKind, EventRow};
 pub use lifecycle::Transition;
 pub use orders::{OrderRow, Persisted};
 pub use payments::{NewPayment, Recorded};

@@ -12,6 +12,7 @@
 //! retirement passes (`books::retire`: ended, settled sales leave the
 //! registry, so their drains stop).
 
+pub mod deliver;
 pub mod drain;
 pub mod every;
 mod periodic;
@@ -49,6 +50,8 @@ pub mod defaults {
     pub const PAYMENT_TIMEOUT_SECS: u64 = 900;
     pub const BOOKS_CHECK_MS: u64 = 5_000;
     pub const RETIRE_CHECK_MS: u64 = 10_000;
+    pub const EVENT_WEBHOOK_MAX_ATTEMPTS: u32 = 10;
+    pub const EVENT_WEBHOOK_TIMEOUT_MS: u64 = 5_000;
 }
 
 /// How the workers behave.
@@ -87,6 +90,10 @@ pub struct WorkerConfig {
     /// (`books::retire`); zero: never.
     pub retire_every: Duration,
     pub retire: RetireSettings,
+    /// Where the outbox's events are pushed (`None`: nowhere; readers pull).
+    pub events: Option<deliver::DeliverySettings>,
+    /// How often the deliverer passes.
+    pub deliver_every: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -109,6 +116,8 @@ impl Default for WorkerConfig {
             books_every: Duration::from_millis(defaults::BOOKS_CHECK_MS),
             retire_every: Duration::from_millis(defaults::RETIRE_CHECK_MS),
             retire: RetireSettings::default(),
+            events: None,
+            deliver_every: Duration::from_millis(200),
         }
     }
 }

@@ -8,6 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Workers;
+use super::deliver::Deliverer;
 use super::every::{every, supervised};
 use super::reconciler::Reconciler;
 use crate::books::{self, BooksError};
@@ -22,12 +23,18 @@ pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<Join
             run(workers.clone(), stop.clone())
         })
     };
-    vec![
+    let mut passes = vec![
         pass("sweeper", |w, stop| Box::pin(sweeping(w, stop))),
         pass("reconciler", |w, stop| Box::pin(reconciling(w, stop))),
         pass("books check", |w, stop| Box::pin(checking_books(w, stop))),
         pass("retirement", |w, stop| Box::pin(retiring(w, stop))),
-    ]
+    ];
+    if workers.cfg.events.is_some() {
+        passes.push(pass("event delivery", |w, stop| {
+            Box::pin(delivering(w, stop))
+        }));
+    }
+    passes
 }
 
 type Pass = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -36,6 +43,23 @@ async fn sweeping(workers: Workers, stop: CancellationToken) {
     let sweeper = workers.sweeper();
     every("sweeper", workers.cfg.sweep_every, stop, || async {
         sweeper.sweep().await.map(|_| ())
+    })
+    .await;
+}
+
+/// The outbox pushed to the shop's endpoint (`super::deliver`).
+async fn delivering(workers: Workers, stop: CancellationToken) {
+    let Some(settings) = workers.cfg.events.clone() else {
+        return;
+    };
+    let deliverer = Deliverer::new(
+        workers.db.clone(),
+        settings,
+        workers.cfg.consumer.clone(),
+        workers.metrics.clone(),
+    );
+    every("event delivery", workers.cfg.deliver_every, stop, || {
+        deliverer.pass()
     })
     .await;
 }

@@ -249,7 +249,12 @@ pub fn settings_from_cli(backend: Backend, prefix: &str, db_name: &str, args: &[
         unreachable!("parsed as serve")
     };
     let mut settings = Settings::from(*args);
-    settings.workers = Some(fast_workers("w"));
+    // Quick workers, with what the command line said of event delivery.
+    let events = settings.workers.take().and_then(|w| w.events);
+    settings.workers = Some(WorkerConfig {
+        events,
+        ..fast_workers("w")
+    });
     settings
 }
 

@@ -390,6 +390,8 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
         ("post", "/api/admin/products/{product_id}/close"),
         ("post", "/api/payments/notifications"),
         ("get", "/api/admin/events"),
+        ("get", "/api/admin/events/dead"),
+        ("post", "/api/admin/events/dead/replay"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();

@@ -24,6 +24,7 @@ mod browser;
 mod cluster;
 mod connections;
 mod dashboard;
+mod delivery;
 mod events;
 mod failover;
 mod helpers;

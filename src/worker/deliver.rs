@@ -1,0 +1,222 @@
+//! The outbox pushed to the shop: each event of `tb_event`, in id order,
+//! POSTed to `EVENT_WEBHOOK_URL` as a Standard Webhooks message (signed
+//! with `EVENT_WEBHOOK_SECRET`; `webhook-id: evt_<id>`, the same on every
+//! retry, so a receiver deduplicates by it).
+//!
+//! Delivery is at least once and in order (overall, so per order too): one
+//! process at a time delivers to an endpoint (a lease in
+//! `tb_event_delivery`, renewed each pass), the next event only after the
+//! one before was acknowledged (a 2xx). A failure is retried after an
+//! exponential back-off with jitter; after `EVENT_WEBHOOK_MAX_ATTEMPTS` the
+//! event goes to the dead letters (`tb_event_dead`) and delivery moves on.
+//! An operator replays dead letters (`POST /api/admin/events/dead/replay`).
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{Request, Uri, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::books::EventMessage;
+use crate::domain::now_ms;
+use crate::domain::webhook::Secret;
+use crate::metrics::Metrics;
+use crate::store::{Db, EventRow, StoreError};
+
+/// Where and how events are pushed.
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    /// An `http://` endpoint (TLS: through an egress proxy; see the docs).
+    pub url: Uri,
+    pub secret: Secret,
+    /// Attempts of one event before it is dead-lettered.
+    pub max_attempts: u32,
+    /// Bound on one attempt (connect, send, answer).
+    pub timeout: Duration,
+    /// The back-off after the first failure, doubled after each, at most
+    /// `backoff_max`; each drawn at random from its upper half (jitter).
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+/// Events read per pass.
+const BATCH: u32 = 100;
+/// Dead letters replayed per pass.
+const REPLAYS: u32 = 10;
+/// Longest answer body read (then dropped) from the receiver.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// One process's deliverer.
+pub struct Deliverer {
+    db: Db,
+    settings: DeliverySettings,
+    endpoint: String,
+    owner: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl Deliverer {
+    pub fn new(
+        db: Db,
+        settings: DeliverySettings,
+        owner: String,
+        metrics: std::sync::Arc<Metrics>,
+    ) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(settings.timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Self {
+            db,
+            endpoint: settings.url.to_string(),
+            settings,
+            owner,
+            client,
+            metrics,
+        }
+    }
+
+    /// The lease's length: a pass fits in it (it stops sending at half).
+    fn lease(&self) -> Duration {
+        (self.settings.timeout * 4).max(Duration::from_secs(10))
+    }
+
+    /// One pass: takes the lease (or finds another process holds it),
+    /// replays what an operator asked for, then delivers in order until
+    /// a failure, the end of the settled events, or half the lease.
+    pub async fn pass(&self) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        let now = now_ms();
+        let lease = self.lease();
+        let until = now + lease.as_millis() as i64;
+        let Some(at) = self
+            .db
+            .lease_delivery(&self.endpoint, &self.owner, now, until)
+            .await?
+        else {
+            return Ok(());
+        };
+        for e in self.db.replays(&self.endpoint, REPLAYS).await? {
+            let sent = self.send(&e).await;
+            let why = sent.as_ref().err().map_or("", String::as_str);
+            self.db
+                .replayed(&self.endpoint, e.id, sent.is_ok(), why)
+                .await?;
+            self.count(if sent.is_ok() { "replayed" } else { "failed" });
+        }
+        let dead = self.db.dead_event_count().await?;
+        self.metrics.event_dead_letters.set(dead);
+        let lag = self.db.last_event_id().await? - at.delivered_up_to;
+        self.metrics.event_delivery_lag.set(lag.max(0));
+        if at.next_attempt > now {
+            return Ok(());
+        }
+        let mut attempts = at.attempts;
+        for e in self.db.events_after(at.delivered_up_to, BATCH).await? {
+            if started.elapsed() > lease / 2 {
+                break;
+            }
+            match self.send(&e).await {
+                Ok(()) => {
+                    if !self.db.delivered(&self.endpoint, &self.owner, e.id).await? {
+                        return Ok(()); // the lease went to another process
+                    }
+                    attempts = 0;
+                    self.count("delivered");
+                    self.metrics.event_delivery_lag.dec();
+                }
+                Err(why) => {
+                    attempts += 1;
+                    self.count("failed");
+                    tracing::warn!(event_id = e.id, attempts, error = %why, "event delivery failed");
+                    if attempts < self.settings.max_attempts {
+                        let next = now_ms() + self.backoff(attempts).as_millis() as i64;
+                        self.db
+                            .delivery_failed(&self.endpoint, &self.owner, attempts, next, &why)
+                            .await?;
+                        return Ok(());
+                    }
+                    tracing::error!(event_id = e.id, attempts, "event dead-lettered");
+                    self.db
+                        .dead_letter_event(
+                            &self.endpoint,
+                            &self.owner,
+                            e.id,
+                            attempts,
+                            &why,
+                            now_ms(),
+                        )
+                        .await?;
+                    self.count("dead_lettered");
+                    self.metrics.event_dead_letters.inc();
+                    attempts = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .event_deliveries
+            .with_label_values(&[result])
+            .inc();
+    }
+
+    /// The wait after the `attempts`-th failure: doubling from
+    /// `backoff_min` up to `backoff_max`, drawn from its upper half.
+    fn backoff(&self, attempts: u32) -> Duration {
+        let doubled = self
+            .settings
+            .backoff_min
+            .saturating_mul(1 << attempts.saturating_sub(1).min(20));
+        let ceiling = doubled.min(self.settings.backoff_max);
+        let mut r = [0u8; 8];
+        let unit = match getrandom::fill(&mut r) {
+            Ok(()) => (u64::from_le_bytes(r) >> 11) as f64 / (1u64 << 53) as f64,
+            Err(_) => 0.5,
+        };
+        ceiling.mul_f64(0.5 + 0.5 * unit)
+    }
+
+    /// One attempt: `Ok` on a 2xx within the timeout.
+    async fn send(&self, e: &EventRow) -> Result<(), String> {
+        let body = serde_json::to_vec(&EventMessage::from(e.clone()))
+            .map_err(|err| format!("cannot encode the event: {err}"))?;
+        let id = format!("evt_{}", e.id);
+        let ts = now_ms() / 1000;
+        let signature = self.settings.secret.sign(&id, ts, &body);
+        let req = Request::post(self.settings.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", signature)
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|err| format!("cannot build the request: {err}"))?;
+        let attempt = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|err| format!("cannot reach the endpoint: {err}"))?;
+            let status = resp.status();
+            // Read (a bounded part of) the answer, so the connection is reused.
+            let _ = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await;
+            match status.is_success() {
+                true => Ok(()),
+                false => Err(format!("the endpoint answered {status}")),
+            }
+        };
+        tokio::time::timeout(self.settings.timeout, attempt)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.settings.timeout)))
+    }
+}

@@ -1,0 +1,349 @@
+//! The outbox pushed to the shop: a real receiver (an HTTP server this test
+//! starts) verifies each Standard Webhooks signature with its own code,
+//! and fails, times out and answers slowly at random. Every event arrives,
+//! in order, none lost; a duplicate only ever repeats a `webhook-id`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode as AxumStatus};
+use axum::routing::post;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use flashsale::http::limits::Limits;
+use hmac::{Hmac, Mac};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::helpers::*;
+
+const SECRET: &str = "whsec_ZGVsaXZlcnktc2VjcmV0LW9mLXRoZS10ZXN0cy0w";
+const PAY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// How the receiver answers.
+const FLAKY: u8 = 0;
+const DOWN: u8 = 1;
+const UP: u8 = 2;
+
+#[derive(Default)]
+struct Receiver {
+    mode: AtomicU8,
+    /// Acknowledged deliveries (answered 2xx), in arrival order: (webhook-id, body).
+    acked: Mutex<Vec<(String, String)>>,
+    /// Requests whose signature did not verify.
+    forged: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    seq: AtomicU64,
+}
+
+/// The receiver's own check of a Standard Webhooks signature.
+fn verifies(headers: &HeaderMap, body: &[u8]) -> bool {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(id), Some(ts), Some(sigs)) = (
+        get("webhook-id"),
+        get("webhook-timestamp"),
+        get("webhook-signature"),
+    ) else {
+        return false;
+    };
+    let Ok(ts) = ts.parse::<i64>() else {
+        return false;
+    };
+    if (now_ms() / 1000 - ts).abs() > 300 {
+        return false;
+    }
+    let key = STANDARD
+        .decode(SECRET.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let expected = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
+    sigs.split(' ').any(|s| s == expected)
+}
+
+async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> AxumStatus {
+    let now = r.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    r.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let answer = async {
+        if !verifies(&headers, &body) {
+            r.forged.fetch_add(1, Ordering::SeqCst);
+            return AxumStatus::UNAUTHORIZED;
+        }
+        // A cheap, repeatable draw per request.
+        let n = r.seq.fetch_add(1, Ordering::SeqCst);
+        let draw = (n
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+            >> 33)
+            % 10;
+        match r.mode.load(Ordering::SeqCst) {
+            DOWN => return AxumStatus::SERVICE_UNAVAILABLE,
+            UP => {}
+            _ => match draw {
+                0 | 1 => return AxumStatus::INTERNAL_SERVER_ERROR,
+                // Answers after the sender gave up (so no longer counted
+                // in flight): taken, yet retried.
+                2 => {
+                    r.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    r.in_flight.fetch_add(1, Ordering::SeqCst);
+                }
+                3 => tokio::time::sleep(Duration::from_millis(60)).await,
+                // Even a quick answer takes a moment: two deliverers at
+                // once would overlap here.
+                _ => tokio::time::sleep(Duration::from_millis(15)).await,
+            },
+        }
+        let id = headers["webhook-id"].to_str().unwrap().to_owned();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        r.acked.lock().unwrap().push((id, text));
+        AxumStatus::NO_CONTENT
+    }
+    .await;
+    r.in_flight.fetch_sub(1, Ordering::SeqCst);
+    answer
+}
+
+async fn start_receiver(mode: u8) -> (Arc<Receiver>, SocketAddr) {
+    let receiver = Arc::new(Receiver::default());
+    receiver.mode.store(mode, Ordering::SeqCst);
+    let app = Router::new()
+        .route("/hook", post(hook))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (receiver, addr)
+}
+
+/// A service pushing to `addr`, through its real command line; quick
+/// back-off and a short settle for the test.
+async fn spawn_pushing(addr: SocketAddr, max_attempts: u32) -> TestApp {
+    let url = format!("--event-webhook-url=http://{addr}/hook");
+    let secret = format!("--event-webhook-secret={SECRET}");
+    let attempts = format!("--event-webhook-max-attempts={max_attempts}");
+    let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
+    let args = [
+        "--auth=none",
+        url.as_str(),
+        secret.as_str(),
+        attempts.as_str(),
+        "--event-webhook-timeout-ms=300",
+        pay.as_str(),
+    ];
+    spawn_app_cli(&args, |s| {
+        s.http.limits = Limits::unlimited();
+        s.db.timeout = Duration::from_millis(500);
+        fast_delivery(s);
+    })
+    .await
+}
+
+fn fast_delivery(s: &mut flashsale::config::Settings) {
+    let w = s.workers.as_mut().expect("workers");
+    w.deliver_every = Duration::from_millis(50);
+    let events = w.events.as_mut().expect("delivery configured");
+    events.backoff_min = Duration::from_millis(10);
+    events.backoff_max = Duration::from_millis(40);
+}
+
+impl TestApp {
+    async fn event_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM tb_event ORDER BY id")
+            .fetch_all(&self.mysql)
+            .await
+            .unwrap()
+    }
+
+    async fn notify_paid(&self, order_id: &str) {
+        let secret = flashsale::domain::webhook::Secret::parse(PAY_SECRET).unwrap();
+        let body = json!({"type": "payment.succeeded",
+            "data": {"order_id": order_id, "payment_id": format!("p-{order_id}"), "amount": "4999.00", "currency": "CNY"}})
+        .to_string();
+        let (id, ts) = (unique("msg_"), now_ms() / 1000);
+        let resp = self
+            .client
+            .post(self.url("/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", secret.sign(&id, ts, body.as_bytes()))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn every_event_reaches_a_flaky_receiver_in_order() {
+    let (receiver, addr) = start_receiver(FLAKY).await;
+    let app = spawn_pushing(addr, 100).await;
+    // A second worker process beside it, delivering to the same endpoint.
+    let _beside = app
+        .serve_beside(|s| {
+            let mut w = app.settings.workers.clone().expect("workers");
+            w.consumer = "beside".into();
+            s.workers = Some(w);
+        })
+        .await
+        .ready()
+        .await;
+    let sku = app.new_sale(20, 1).await;
+    let mut ids = Vec::new();
+    for user in 1..=12 {
+        let order: Value = app.place_order(user, &sku, 1).await.json().await.unwrap();
+        ids.push(order["order_id"].as_str().unwrap().to_owned());
+    }
+    app.drained(&sku, 12).await;
+    for id in &ids[..4] {
+        app.notify_paid(id).await;
+    }
+    for (user, id) in (5..=8).zip(&ids[4..8]) {
+        assert_eq!(app.cancel(id, user).await.status(), StatusCode::OK);
+    }
+    let events = app.event_ids().await;
+    assert_eq!(events.len(), 12 + 4 + 4);
+    let expected: Vec<String> = events.iter().map(|id| format!("evt_{id}")).collect();
+
+    eventually(
+        "every event acknowledged",
+        Duration::from_secs(60),
+        || async {
+            let acked = receiver.acked.lock().unwrap();
+            let mut seen: Vec<&String> = acked.iter().map(|(id, _)| id).collect();
+            seen.dedup();
+            seen.len() >= expected.len()
+        },
+    )
+    .await;
+    let acked = receiver.acked.lock().unwrap().clone();
+    assert_eq!(
+        receiver.forged.load(Ordering::SeqCst),
+        0,
+        "every signature verified"
+    );
+    assert_eq!(
+        receiver.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "one delivery awaited at a time, whatever the number of workers"
+    );
+    // In order: the first acknowledgements of the ids are the events' ids,
+    // in id order; a repeat is the same id with the same body.
+    let mut first: Vec<String> = Vec::new();
+    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+    for (id, body) in &acked {
+        match bodies.get(id) {
+            Some(earlier) => assert_eq!(earlier, body, "a duplicate repeats its message"),
+            None => {
+                bodies.insert(id.clone(), body.clone());
+                first.push(id.clone());
+            }
+        }
+    }
+    assert_eq!(first, expected, "each event once, in order");
+    // What they said: per order, its changes in order.
+    let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for id in &first {
+        let msg: Value = serde_json::from_str(&bodies[id]).unwrap();
+        assert_eq!(format!("evt_{}", msg["id"]), *id);
+        per_order
+            .entry(msg["data"]["order_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(msg["type"].as_str().unwrap().to_owned());
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let want: &[&str] = match i {
+            0..4 => &["order.confirmed", "order.paid"],
+            4..8 => &["order.confirmed", "order.cancelled"],
+            _ => &["order.confirmed"],
+        };
+        assert_eq!(per_order[id], want, "{id}");
+    }
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics.contains("flashsale_event_deliveries_total{result=\"failed\"}"),
+        "failures are counted"
+    );
+}
+
+#[tokio::test]
+async fn an_event_that_keeps_failing_is_dead_lettered_and_replayed() {
+    let (receiver, addr) = start_receiver(DOWN).await;
+    let app = spawn_pushing(addr, 2).await;
+    let sku = app.new_sale(10, 1).await;
+    let order: Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
+    let order_id = order["order_id"].as_str().unwrap().to_owned();
+    app.drained(&sku, 1).await;
+    let admin = |method: reqwest::Method, path: &str| {
+        app.client
+            .request(method, app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+    };
+    eventually(
+        "the event is dead-lettered",
+        Duration::from_secs(30),
+        || async {
+            let dead: Value = admin(reqwest::Method::GET, "/api/admin/events/dead")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            dead["dead"].as_array().is_some_and(|d| d.len() == 1)
+        },
+    )
+    .await;
+    // Delivery moved on: the next event goes through once the receiver is up.
+    receiver.mode.store(UP, Ordering::SeqCst);
+    assert_eq!(app.cancel(&order_id, 1).await.status(), StatusCode::OK);
+    eventually(
+        "the next event is delivered",
+        Duration::from_secs(30),
+        || async { receiver.acked.lock().unwrap().len() == 1 },
+    )
+    .await;
+    // The operator replays the dead letter: it arrives, and leaves the list.
+    let replay: Value = admin(reqwest::Method::POST, "/api/admin/events/dead/replay")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(replay["replaying"], 1);
+    eventually(
+        "the dead letter is delivered",
+        Duration::from_secs(30),
+        || async { receiver.acked.lock().unwrap().len() == 2 },
+    )
+    .await;
+    let acked = receiver.acked.lock().unwrap().clone();
+    let types: Vec<Value> = acked
+        .iter()
+        .map(|(_, b)| serde_json::from_str::<Value>(b).unwrap()["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        vec![json!("order.cancelled"), json!("order.confirmed")]
+    );
+    let dead: Value = admin(reqwest::Method::GET, "/api/admin/events/dead")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(dead["dead"], json!([]));
+}
