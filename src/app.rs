@@ -99,8 +99,10 @@ impl App {
                     board: http::dashboard::Board::new(
                         sales.clone(),
                         metrics.clone(),
-                        match workers {
-                            Some(_) => http::dashboard::board::Workers::Here,
+                        match &settings.workers {
+                            Some(w) => http::dashboard::board::Workers::Here {
+                                delivering: w.events.is_some(),
+                            },
                             None => http::dashboard::board::Workers::Elsewhere,
                         },
                     ),

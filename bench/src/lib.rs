@@ -24,6 +24,7 @@ pub mod capacity;
 pub mod cost;
 pub mod cpu;
 pub mod crowd;
+pub mod deliver;
 pub mod direct;
 pub mod drain;
 pub mod floor;

@@ -40,6 +40,9 @@ enum Command {
     /// `serve` processes, several binaries side by side), and what polls
     /// and joins for made-up sale ids cost Redis.
     SlowClients(flashsale_bench::slow::BenchSlowArgs),
+    /// Measure how many events one worker process pushes per second to a
+    /// local receiver (the outbox's delivery), and their CPU.
+    Deliver(flashsale_bench::deliver::BenchDeliverArgs),
 }
 
 #[tokio::main]
@@ -58,5 +61,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Floor(args) => flashsale_bench::floor::serve_alone(args).await,
         Command::Room(args) => flashsale_bench::room::run_room_bench(args).await,
         Command::SlowClients(args) => flashsale_bench::slow::run_slow_bench(args).await,
+        Command::Deliver(args) => flashsale_bench::deliver::run_deliver_bench(args).await,
     }
 }

@@ -31,7 +31,7 @@ async fn log_in(app: &TestApp, token: &str) -> reqwest::Response {
 }
 
 /// The `name=value` part of a login's cookie.
-async fn session_cookie(app: &TestApp) -> String {
+pub(crate) async fn session_cookie(app: &TestApp) -> String {
     let resp = log_in(app, ADMIN_TOKEN).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     let cookie = resp.headers()[SET_COOKIE].to_str().unwrap().to_owned();
@@ -46,7 +46,7 @@ async fn get_with(app: &TestApp, path: &str, cookie: Option<&str>) -> reqwest::R
     req.send().await.expect("answered")
 }
 
-async fn data(app: &TestApp, cookie: &str) -> Value {
+pub(crate) async fn data(app: &TestApp, cookie: &str) -> Value {
     let resp = get_with(app, "/admin/dashboard/data", Some(cookie)).await;
     assert_eq!(resp.status(), StatusCode::OK);
     resp.json().await.expect("JSON")
@@ -362,6 +362,14 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     )
     .await;
     assert_eq!(app.persisted(&sku).await.0, 6);
+    // No events pushed from this process (no EVENT_WEBHOOK_URL): it says so.
+    assert_eq!(
+        browser
+            .text("#instance [data-field=\"events\"]")
+            .await
+            .as_deref(),
+        Some("not pushed from here")
+    );
     // A sale without a waiting room shows no room figures.
     let room_shown = format!(
         "return document.querySelector('section[data-product=\"{sku}\"] .room').offsetParent !== null;"

@@ -305,6 +305,10 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_replayed() {
         },
     )
     .await;
+    // The operator's page shows it (this process's workers deliver).
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let shown = crate::dashboard::data(&app, &cookie).await;
+    assert_eq!(shown["instance"]["events"]["dead_letters"], 1, "{shown}");
     // Delivery moved on: the next event goes through once the receiver is up.
     receiver.mode.store(UP, Ordering::SeqCst);
     assert_eq!(app.cancel(&order_id, 1).await.status(), StatusCode::OK);

@@ -38,7 +38,10 @@ pub const MAX_SALES_SHOWN: usize = 50;
 /// Whether this process runs the stream workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workers {
-    Here,
+    /// In this process; `delivering`: they push the outbox's events too.
+    Here {
+        delivering: bool,
+    },
     Elsewhere,
 }
 
@@ -97,6 +100,20 @@ pub struct Instance {
     pub rows_persisted_per_s: Option<f64>,
     /// Over the last minute, from the workers' histogram (bucket bounds).
     pub accept_to_persist_ms: Option<Quantiles>,
+    /// The outbox's push to the shop, when this process's workers do it.
+    pub events: Option<EventsView>,
+}
+
+/// Events pushed to the shop's endpoint, by this process's workers.
+#[derive(Debug, Serialize)]
+pub struct EventsView {
+    /// Recorded and not yet delivered.
+    pub behind: i64,
+    /// Given up on, waiting for a replay.
+    pub dead_letters: i64,
+    pub delivered: u64,
+    /// Failed attempts (retried).
+    pub failed: u64,
 }
 
 /// `POST /api/orders` answers by outcome class.
@@ -272,8 +289,17 @@ impl Board {
                 .collect();
             quantiles(&bounds, &window)
         });
+        let m = &self.metrics;
+        let delivered = |r: &str| m.event_deliveries.with_label_values(&[r]).get();
+        let events = (self.workers == Workers::Here { delivering: true }).then(|| EventsView {
+            behind: m.event_delivery_lag.get(),
+            dead_letters: m.event_dead_letters.get(),
+            delivered: delivered("delivered") + delivered("replayed"),
+            failed: delivered("failed"),
+        });
         Instance {
-            workers: self.workers == Workers::Here,
+            workers: matches!(self.workers, Workers::Here { .. }),
+            events,
             orders_total: counters.orders,
             orders_per_s: rates.as_ref().map(|r| r.orders),
             answered_total: counters.answered,

@@ -40,6 +40,11 @@ function renderInstance(inst) {
   const q = inst.accept_to_persist_ms;
   text(root.querySelector('[data-field="accept_to_persist"]'),
     q ? `${duration(q.p50)} / ${duration(q.p99)}` : "—");
+  const e = inst.events;
+  const events = root.querySelector('[data-field="events"]');
+  text(events, e ? `${count(e.behind)} / ${count(e.dead_letters)} / ${count(e.delivered)}`
+    : "not pushed from here");
+  events.classList.toggle("bad", !!e && e.dead_letters > 0);
 }
 
 // The stock over the history kept (up to 5 minutes), on at least a minute.

@@ -1,0 +1,134 @@
+//! `flashsale-bench deliver`: how many events one worker process pushes
+//! per second to a local receiver, and what each costs. Persists N orders
+//! (N `order.confirmed` events in the outbox), then runs the workers'
+//! deliverer against an HTTP receiver in this process (it counts and
+//! answers 204) until every event is acknowledged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::post;
+use clap::Args;
+
+use super::bench_product;
+use flashsale::config::DbArgs;
+use flashsale::domain::webhook::Secret;
+use flashsale::domain::{OrderId, PendingOrder, Quantity, UserId, now_ms};
+use flashsale::metrics::Metrics;
+use flashsale::store::{Db, NewProduct};
+use flashsale::worker::deliver::{Deliverer, DeliverySettings};
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchDeliverArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Events to deliver.
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+}
+
+const SECRET: &str = "whsec_ZGVsaXZlcnktYmVuY2htYXJrLXNlY3JldC0wMDAw";
+
+pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
+    let url = &args.db.database_url;
+    // A short bound: events are read once DB_TIMEOUT_MS + 1 s old.
+    let db = Db::connect_lazy(url, Duration::from_secs(1), args.db.db_max_connections)?;
+    db.create_and_migrate().await?;
+    let mysql = super::cost::local_mysql_pid(url);
+
+    let acked = Arc::new(AtomicU64::new(0));
+    let counter = acked.clone();
+    let receiver = Router::new().route(
+        "/hook",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::Relaxed);
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+
+    let settings = DeliverySettings {
+        url: format!("http://{addr}/hook").parse()?,
+        secret: Secret::parse(SECRET)?,
+        max_attempts: 10,
+        timeout: Duration::from_secs(5),
+        backoff_min: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(100),
+    };
+    let endpoint = settings.url.to_string();
+    let owner = format!("bench-{}", std::process::id());
+    // Deliver only this run's events: the cursor starts at the newest.
+    let now = now_ms();
+    db.lease_delivery(&endpoint, &owner, now, now + 60_000)
+        .await?;
+    db.delivered(&endpoint, &owner, db.last_event_id().await?)
+        .await?;
+    persist(&db, args.events).await?;
+    tokio::time::sleep(db.event_settle()).await;
+
+    let deliverer = Deliverer::new(db.clone(), settings, owner, Arc::new(Metrics::new()));
+    let (cpu0, mysql0) = (
+        super::cpu::process(),
+        mysql.as_deref().and_then(super::cpu::of),
+    );
+    let started = Instant::now();
+    while acked.load(Ordering::Relaxed) < args.events {
+        deliverer.pass().await?;
+        if started.elapsed() > Duration::from_secs(600) {
+            anyhow::bail!("not delivered within 10 minutes");
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let per = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.1}", (b - a).as_secs_f64() * 1e6 / args.events as f64),
+        _ => "-".into(),
+    };
+    println!(
+        "{} events delivered in {secs:.2} s: {:.0} events/s; CPU µs per event: this process (deliverer and receiver) {}, MySQL {}",
+        args.events,
+        args.events as f64 / secs,
+        per(cpu0, super::cpu::process()),
+        per(mysql0, mysql.as_deref().and_then(super::cpu::of)),
+    );
+    Ok(())
+}
+
+/// `n` one-unit orders of a new product persisted as the workers do
+/// (500 a transaction): `n` events.
+async fn persist(db: &Db, n: u64) -> anyhow::Result<()> {
+    let product = bench_product("deliver");
+    let spec = super::bench_spec(n);
+    db.create_product(&NewProduct {
+        product_id: product.clone(),
+        title: "deliver benchmark".into(),
+        price: spec.price,
+        available_qty: n,
+        start_time: spec.start_ms,
+        end_time: spec.end_ms,
+        limit_per_user: 1,
+        waiting_room: None,
+    })
+    .await?;
+    let orders: Vec<PendingOrder> = (1..=n)
+        .map(|user| PendingOrder {
+            order_id: OrderId::generate(&product),
+            user_id: UserId::new(user).unwrap_or_else(|_| unreachable!("1..=n")),
+            product_id: product.clone(),
+            quantity: Quantity::new(1).unwrap_or_else(|_| unreachable!("one unit")),
+            price: spec.price,
+            created_ms: now_ms(),
+            idempotency_key: None,
+        })
+        .collect();
+    for batch in orders.chunks(500) {
+        db.persist_orders(&product, batch).await?;
+    }
+    Ok(())
+}
