@@ -232,23 +232,26 @@ impl Db {
     }
 
     /// The next event's delivery failed: its attempts, when to try again,
-    /// and why.
+    /// and why; `acked`: the last event delivered before it this pass.
     pub async fn delivery_failed(
         &self,
         endpoint: &str,
         owner: &str,
+        acked: Option<i64>,
         attempts: u32,
         next_attempt: i64,
         error: &str,
     ) -> Result<(), StoreError> {
         self.call(|pool| {
             sqlx::query(
-                "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ? \
+                "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ?, \
+                 delivered_up_to = GREATEST(delivered_up_to, COALESCE(?, 0)) \
                  WHERE endpoint = ? AND lease_owner = ?",
             )
             .bind(attempts as i32)
             .bind(next_attempt)
             .bind(clip(error))
+            .bind(acked)
             .bind(endpoint)
             .bind(owner)
             .execute(pool)

@@ -43,7 +43,7 @@ pub struct DeliverySettings {
 }
 
 /// Events read per pass.
-const BATCH: u32 = 100;
+const BATCH: u32 = 500;
 /// Dead letters replayed per pass.
 const REPLAYS: u32 = 10;
 /// Longest answer body read (then dropped) from the receiver.
@@ -117,16 +117,19 @@ impl Deliverer {
         if at.next_attempt > now {
             return Ok(());
         }
+        // The cursor is written once a pass (or at a failure), not per
+        // event: a crash re-delivers this pass's events, under the same
+        // webhook-ids (at least once), and MySQL does one commit a pass.
         let mut attempts = at.attempts;
+        let mut acked = None;
         for e in self.db.events_after(at.delivered_up_to, BATCH).await? {
+            // The lease outlives the pass: nobody else sends meanwhile.
             if started.elapsed() > lease / 2 {
                 break;
             }
             match self.send(&e).await {
                 Ok(()) => {
-                    if !self.db.delivered(&self.endpoint, &self.owner, e.id).await? {
-                        return Ok(()); // the lease went to another process
-                    }
+                    acked = Some(e.id);
                     attempts = 0;
                     self.count("delivered");
                     self.metrics.event_delivery_lag.dec();
@@ -138,7 +141,14 @@ impl Deliverer {
                     if attempts < self.settings.max_attempts {
                         let next = now_ms() + self.backoff(attempts).as_millis() as i64;
                         self.db
-                            .delivery_failed(&self.endpoint, &self.owner, attempts, next, &why)
+                            .delivery_failed(
+                                &self.endpoint,
+                                &self.owner,
+                                acked,
+                                attempts,
+                                next,
+                                &why,
+                            )
                             .await?;
                         return Ok(());
                     }
@@ -155,9 +165,12 @@ impl Deliverer {
                         .await?;
                     self.count("dead_lettered");
                     self.metrics.event_dead_letters.inc();
-                    attempts = 0;
+                    (acked, attempts) = (None, 0);
                 }
             }
+        }
+        if let Some(id) = acked {
+            self.db.delivered(&self.endpoint, &self.owner, id).await?;
         }
         Ok(())
     }
