@@ -24,7 +24,7 @@ use crate::books::EventMessage;
 use crate::domain::now_ms;
 use crate::domain::webhook::Secret;
 use crate::metrics::Metrics;
-use crate::store::{Db, EventRow, StoreError};
+use crate::store::{Db, Delivery, EventRow, StoreError};
 
 /// Where and how events are pushed.
 #[derive(Debug, Clone)]
@@ -102,6 +102,16 @@ impl Deliverer {
         else {
             return Ok(());
         };
+        self.replay().await?;
+        self.gauge(&at).await?;
+        if at.next_attempt > now {
+            return Ok(());
+        }
+        self.in_order(at, started, lease).await
+    }
+
+    /// The dead letters an operator asked to replay, each tried once.
+    async fn replay(&self) -> Result<(), StoreError> {
         for e in self.db.replays(&self.endpoint, REPLAYS).await? {
             let sent = self.send(&e).await;
             let why = sent.as_ref().err().map_or("", String::as_str);
@@ -110,13 +120,26 @@ impl Deliverer {
                 .await?;
             self.count(if sent.is_ok() { "replayed" } else { "failed" });
         }
+        Ok(())
+    }
+
+    /// The dead letters and the lag, for the metrics and the dashboard.
+    async fn gauge(&self, at: &Delivery) -> Result<(), StoreError> {
         let dead = self.db.dead_event_count().await?;
         self.metrics.event_dead_letters.set(dead);
         let lag = self.db.last_event_id().await? - at.delivered_up_to;
         self.metrics.event_delivery_lag.set(lag.max(0));
-        if at.next_attempt > now {
-            return Ok(());
-        }
+        Ok(())
+    }
+
+    /// The next events after the cursor, in order, until a failure, the
+    /// end of the settled ones, or half the lease since `started`.
+    async fn in_order(
+        &self,
+        at: Delivery,
+        started: tokio::time::Instant,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
         // The cursor is written once a pass (or at a failure), not per
         // event: a crash re-delivers this pass's events, under the same
         // webhook-ids (at least once), and MySQL does one commit a pass.
