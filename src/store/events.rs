@@ -64,6 +64,10 @@ pub struct EventRow {
     pub created: i64,
 }
 
+/// Events as [`EventRow`]s: each with its order's fixed details.
+const EVENTS: &str = "SELECT e.id, e.type, e.order_id, o.product_id, o.user_id, o.quantity, \
+     o.price, e.created FROM tb_event e JOIN tb_order o ON o.order_id = e.order_id";
+
 /// MySQL's clock in epoch ms, as an SQL expression.
 const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 
@@ -112,9 +116,7 @@ impl Db {
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
         let settle_ms = self.event_settle().as_millis() as i64;
         let sql = format!(
-            "SELECT e.id, e.type, e.order_id, o.product_id, o.user_id, o.quantity, o.price, \
-             e.created FROM tb_event e JOIN tb_order o ON o.order_id = e.order_id \
-             WHERE e.id > ? AND e.created <= {DB_NOW_MS} - ? ORDER BY e.id LIMIT ?"
+            "{EVENTS} WHERE e.id > ? AND e.created <= {DB_NOW_MS} - ? ORDER BY e.id LIMIT ?"
         );
         let sql = sql.as_str();
         self.call(|pool| {
@@ -332,16 +334,16 @@ impl Db {
 
     /// The dead letters asked to be replayed, with their events.
     pub async fn replays(&self, endpoint: &str, limit: u32) -> Result<Vec<EventRow>, StoreError> {
+        let sql = format!(
+            "{EVENTS} JOIN tb_event_dead d ON d.event_id = e.id \
+             WHERE d.endpoint = ? AND d.replay = 1 ORDER BY d.event_id LIMIT ?"
+        );
+        let sql = sql.as_str();
         self.call(|pool| {
-            sqlx::query_as(
-                "SELECT e.id, e.type, e.order_id, o.product_id, o.user_id, o.quantity, o.price, \
-                 e.created FROM tb_event_dead d JOIN tb_event e ON e.id = d.event_id \
-                 JOIN tb_order o ON o.order_id = e.order_id \
-                 WHERE d.endpoint = ? AND d.replay = 1 ORDER BY d.event_id LIMIT ?",
-            )
-            .bind(endpoint)
-            .bind(limit)
-            .fetch_all(pool)
+            sqlx::query_as(sql)
+                .bind(endpoint)
+                .bind(limit)
+                .fetch_all(pool)
         })
         .await
     }

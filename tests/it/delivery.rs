@@ -22,10 +22,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
+use crate::events::SECRET as PAY_SECRET;
 use crate::helpers::*;
 
 const SECRET: &str = "whsec_ZGVsaXZlcnktc2VjcmV0LW9mLXRoZS10ZXN0cy0w";
-const PAY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// How the receiver answers.
 const FLAKY: u8 = 0;
@@ -163,26 +163,6 @@ impl TestApp {
             .await
             .unwrap()
     }
-
-    async fn notify_paid(&self, order_id: &str) {
-        let secret = flashsale::domain::webhook::Secret::parse(PAY_SECRET).unwrap();
-        let body = json!({"type": "payment.succeeded",
-            "data": {"order_id": order_id, "payment_id": format!("p-{order_id}"), "amount": "4999.00", "currency": "CNY"}})
-        .to_string();
-        let (id, ts) = (unique("msg_"), now_ms() / 1000);
-        let resp = self
-            .client
-            .post(self.url("/api/payments/notifications"))
-            .header("content-type", "application/json")
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", secret.sign(&id, ts, body.as_bytes()))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-    }
 }
 
 #[tokio::test]
@@ -207,7 +187,7 @@ async fn every_event_reaches_a_flaky_receiver_in_order() {
     }
     app.drained(&sku, 12).await;
     for id in &ids[..4] {
-        app.notify_paid(id).await;
+        app.pay(id, &format!("p-{id}"), "4999.00").await;
     }
     for (user, id) in (5..=8).zip(&ids[4..8]) {
         assert_eq!(app.cancel(id, user).await.status(), StatusCode::OK);

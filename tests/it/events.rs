@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The payment secret of the services these tests start (and delivery.rs).
+pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 async fn spawn() -> TestApp {
     let secrets = format!("--payment-webhook-secrets={SECRET}");
@@ -49,8 +50,8 @@ impl TestApp {
     }
 
     /// Signs and sends a payment notification (the service's own signer:
-    /// tests/it/payments.rs tests it against openssl).
-    async fn pay(&self, order_id: &str, payment_id: &str, amount: &str) -> Value {
+    /// tests/it/payments.rs tests it against openssl), answered 200.
+    pub(crate) async fn pay(&self, order_id: &str, payment_id: &str, amount: &str) -> Value {
         let secret = flashsale::domain::webhook::Secret::parse(SECRET).unwrap();
         let body = json!({"type": "payment.succeeded",
             "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
