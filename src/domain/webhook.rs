@@ -123,7 +123,7 @@ impl Signed<'_> {
             .and_then(|t| t.parse().ok())
             .ok_or(Refusal::Malformed)?;
         let signature = self.signature.ok_or(Refusal::Malformed)?;
-        if (now_secs - timestamp).abs() > TOLERANCE_SECS {
+        if now_secs.abs_diff(timestamp) > TOLERANCE_SECS as u64 {
             return Err(Refusal::Stale);
         }
         let offered: Vec<Vec<u8>> = signature
