@@ -16,6 +16,8 @@
 -- KEYS[2]  bought hash    fs:{pid}:bought
 -- KEYS[3]  released set   fs:{pid}:released  order ids already returned
 -- KEYS[4]  accepted hash  fs:{pid}:accepted  order_id -> order record (JSON)
+-- KEYS[5]  retaken hash   fs:{pid}:retaken   orders a late payment took again
+--          (a release of such an order, once paid and refunded, ends that)
 -- ARGV[1]  order_id
 -- ARGV[2]  user_id
 -- ARGV[3]  quantity (integer >= 1)
@@ -37,6 +39,7 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return {0, tonumber(stock or '0')}
 end
 
+redis.call('HDEL', KEYS[5], ARGV[1])
 if redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[4]) == 1 then
   -- This Redis never took these units: nothing to give back.
   return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}

@@ -11,6 +11,7 @@
 -- KEYS[4]  released set   fs:{pid}:released
 -- KEYS[5]  idem hash      fs:{pid}:idem      "user_id:key" -> order_id
 -- KEYS[6]  repaired hash  fs:{pid}:repaired  what reconciliation restored
+-- KEYS[7]  retaken hash   fs:{pid}:retaken   orders a late payment took again
 -- ARGV[1]  "1" to count what is restored in the repaired hash (a repair),
 --          "0" not to (a recovery from scratch)
 -- ARGV[2..] six per order: order_id, user_id, quantity, state, record
@@ -24,7 +25,9 @@
 -- a release never gives back units of an order this Redis did not hold:
 -- see release_stock.lua; so it only joins the released set, for no release
 -- to add them). For a known order whose units the books say were given back but
--- Redis never got back (a lost release): the release is done again.
+-- Redis never got back (a lost release): the release is done again,
+-- unless a late payment took the units again since (retake_order.lua: the
+-- books say `returned` until the payment is recorded, a moment later).
 --
 -- Returns {orders restored, units taken off the stock, releases redone,
 -- idempotency records restored, stock now}.
@@ -45,7 +48,8 @@ for i = 2, #ARGV, 6 do
     if field ~= '' and redis.call('HSETNX', KEYS[5], field, id) == 1 then
       idem = idem + 1
     end
-  elseif state == 'returned' and redis.call('SADD', KEYS[4], id) == 1 then
+  elseif state == 'returned' and redis.call('HEXISTS', KEYS[7], id) == 0
+      and redis.call('SADD', KEYS[4], id) == 1 then
     redis.call('INCRBY', KEYS[2], qty)
     if redis.call('HINCRBY', KEYS[3], user, -qty) <= 0 then
       redis.call('HDEL', KEYS[3], user)

@@ -32,6 +32,6 @@ mod sweeper;
 pub use catalog::{Catalog, Opened, ProductStatus, sale_spec};
 pub use error::BooksError;
 pub use events::EventMessage;
-pub use orders::{Books, Cancelled, Found};
+pub use orders::{Books, Cancelled, Found, pending_of as pending_order_of};
 pub use payments::{PaymentRecord, decide as decide_payment};
 pub use sweeper::{Sweeper, Swept};

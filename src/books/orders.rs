@@ -139,6 +139,19 @@ impl Books {
         Ok(())
     }
 
+    /// The Redis half of a refund's cancel: as [`Books::release`] while
+    /// Redis holds the sale; a retired sale's keys are gone (nothing to
+    /// give back to), so the units are only marked released.
+    pub(super) async fn release_refunded(&self, row: &OrderRow) -> Result<(), BooksError> {
+        let product = pending_of(row)?.product_id;
+        if self.sales.ledger.has_sale(&product).await? {
+            self.release_logged(row).await;
+        } else {
+            self.db.mark_released(&row.order_id).await?;
+        }
+        Ok(())
+    }
+
     /// A failed Redis half is logged, not returned: the cancel itself is
     /// committed, and the sweeper finishes the release.
     async fn release_logged(&self, row: &OrderRow) {
@@ -221,7 +234,7 @@ fn refusal(row: &OrderRow, user: Option<UserId>) -> BooksError {
 }
 
 /// The Redis view of a persisted order (what `release_stock.lua` needs).
-pub(super) fn pending_of(row: &OrderRow) -> Result<PendingOrder, BooksError> {
+pub fn pending_of(row: &OrderRow) -> Result<PendingOrder, BooksError> {
     let corrupt =
         |what: &str| BooksError::Corrupt(format!("{what} of order {:?} in tb_order", row.order_id));
     let (order_id, product_id) = OrderId::parse(&row.order_id).ok_or_else(|| corrupt("id"))?;

@@ -3,18 +3,30 @@
 //!
 //! A `payment.succeeded` for the order's amount (price × quantity, in the
 //! service's currency) turns `confirmed` into `paid`. The same payment twice
-//! changes nothing and answers the first result. A payment for an order
-//! that cannot take it (cancelled by its payment timeout before the money
-//! came, or paid already by another payment) is recorded `refund_due`:
-//! the money is owed back, never dropped. A wrong amount or currency is
-//! recorded `amount_mismatch` and changes nothing; a `payment.failed` is
+//! changes nothing and answers the first result. A wrong amount or currency
+//! is recorded `amount_mismatch` and changes nothing; a `payment.failed` is
 //! recorded and leaves the order `confirmed` until its timeout.
+//!
+//! A late payment, for an order its payment timeout cancelled: the order
+//! takes its units again if the sale can still sell them to its buyer
+//! (`retake_order.lua`: the sale open, the units there, the buyer's limit;
+//! once per order) and is `paid` (`paid_again`); otherwise the payment is
+//! recorded `refund_due`, owed back, never dropped. So is a second payment
+//! of a paid order. The Redis half comes first: a crash before the books
+//! record the payment leaves the units taken and the order `cancelled`
+//! until the payment side sends the notification again (it does, until it
+//! hears a 200), which finds them taken and records the payment.
+//!
+//! A `payment.refunded` (in full) of the payment that paid the order
+//! cancels it (`order.cancelled`) and gives its units back to the sale, as
+//! a buyer's cancel does; of a payment owed back, it settles it.
 
 use rust_decimal::Decimal;
 
 use super::error::BooksError;
-use super::orders::Books;
+use super::orders::{Books, pending_of};
 use crate::domain::{Currency, OrderStatus, PaymentKind, PaymentResult};
+use crate::sale::Retake;
 use crate::store::{NewPayment, OrderRow, Recorded};
 
 /// What a notification came to.
@@ -27,21 +39,47 @@ pub struct PaymentRecord {
     pub replayed: bool,
 }
 
-/// What a notification means for the order as it stands, in `currency`.
-pub fn decide(p: &NewPayment, order: &OrderRow, currency: Currency) -> PaymentResult {
-    match p.kind {
-        PaymentKind::Failed => PaymentResult::Failed,
-        PaymentKind::Succeeded => {
-            let due = order.price * Decimal::from(order.quantity);
-            if p.currency != currency || p.amount != due {
-                return PaymentResult::AmountMismatch;
-            }
-            match order.status {
-                OrderStatus::Confirmed => PaymentResult::Paid,
-                _ => PaymentResult::RefundDue,
-            }
-        }
+/// Whether a cancelled order took its units again for a late payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retaking {
+    NotTried,
+    Taken,
+    Refused,
+}
+
+/// What a notification means for the order as it stands, in `currency`;
+/// `refunded` is what the refunded payment came to for this order. `None`:
+/// the order must try to take its units again first.
+pub fn decide(
+    p: &NewPayment,
+    order: &OrderRow,
+    refunded: Option<PaymentResult>,
+    currency: Currency,
+    retaking: Retaking,
+) -> Option<PaymentResult> {
+    if p.kind == PaymentKind::Failed {
+        return Some(PaymentResult::Failed);
     }
+    let due = order.price * Decimal::from(order.quantity);
+    if p.currency != currency || p.amount != due {
+        return Some(PaymentResult::AmountMismatch);
+    }
+    Some(match (p.kind, order.status) {
+        (PaymentKind::Succeeded, OrderStatus::Confirmed) => PaymentResult::Paid,
+        (PaymentKind::Succeeded, OrderStatus::Cancelled) => match retaking {
+            Retaking::NotTried => return None,
+            Retaking::Taken => PaymentResult::PaidAgain,
+            Retaking::Refused => PaymentResult::RefundDue,
+        },
+        (PaymentKind::Succeeded, _) => PaymentResult::RefundDue,
+        (_, status) => match refunded {
+            Some(PaymentResult::Paid | PaymentResult::PaidAgain) if status == OrderStatus::Paid => {
+                PaymentResult::Refunded
+            }
+            Some(PaymentResult::RefundDue) => PaymentResult::RefundSettled,
+            _ => PaymentResult::Unmatched,
+        },
+    })
 }
 
 impl Books {
@@ -55,16 +93,22 @@ impl Books {
         p: &NewPayment,
         currency: Currency,
     ) -> Result<PaymentRecord, BooksError> {
-        match self
+        let first = self
             .db
-            .record_payment(p, &|p, o| decide(p, o, currency))
-            .await?
-        {
+            .record_payment(p, &|p, o, r| decide(p, o, r, currency, Retaking::NotTried))
+            .await?;
+        let recorded = match first {
+            Recorded::MustRetake(row) => {
+                let retaking = self.retake(p, &row).await?;
+                self.db
+                    .record_payment(p, &|p, o, r| decide(p, o, r, currency, retaking))
+                    .await?
+            }
+            other => other,
+        };
+        match recorded {
             Recorded::Now(result, order) => {
-                if result != PaymentResult::Paid {
-                    tracing::warn!(order_id = %p.order_id.as_str(), payment_id = %p.payment_id,
-                        result = result.as_str(), "a payment the order could not take");
-                }
+                self.after_payment(p, result, &order).await?;
                 Ok(PaymentRecord {
                     result,
                     order,
@@ -96,7 +140,61 @@ impl Books {
                     _ => Err(BooksError::NotFound),
                 }
             }
+            Recorded::MustRetake(_) => Err(BooksError::Corrupt(format!(
+                "order {} asked for a second retake",
+                p.order_id.as_str()
+            ))),
         }
+    }
+
+    /// A late payment's cancelled order takes its units again, if the sale
+    /// can still sell them to its buyer. A cancel whose Redis half is not
+    /// done yet is finished first (the units must be back to be retaken).
+    async fn retake(&self, p: &NewPayment, row: &OrderRow) -> Result<Retaking, BooksError> {
+        if !row.released {
+            self.release(row).await?;
+        }
+        Ok(
+            match self
+                .sales
+                .orders
+                .retake(&pending_of(row)?, &p.payment_id)
+                .await?
+            {
+                Retake::Taken => Retaking::Taken,
+                Retake::Refused(why) => {
+                    tracing::info!(order_id = %row.order_id, why, "a late payment: the units are not there for it");
+                    Retaking::Refused
+                }
+            },
+        )
+    }
+
+    /// What follows a recorded payment: a refunded order's units go back
+    /// to the sale (its Redis half, as a cancel's); the rest is logged.
+    async fn after_payment(
+        &self,
+        p: &NewPayment,
+        result: PaymentResult,
+        order: &OrderRow,
+    ) -> Result<(), BooksError> {
+        match result {
+            PaymentResult::Paid => {}
+            PaymentResult::PaidAgain => {
+                tracing::info!(order_id = %order.order_id, payment_id = %p.payment_id,
+                    "a late payment took the order's units again: paid");
+            }
+            PaymentResult::Refunded => {
+                tracing::info!(order_id = %order.order_id, payment_id = %p.payment_id,
+                    "refunded: the order is cancelled, its units go back");
+                self.release_refunded(order).await?;
+            }
+            _ => {
+                tracing::warn!(order_id = %p.order_id.as_str(), payment_id = %p.payment_id,
+                    result = result.as_str(), "a payment the order could not take");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -120,6 +218,10 @@ mod tests {
         }
     }
 
+    fn d(p: &NewPayment, o: &OrderRow, c: Currency) -> PaymentResult {
+        decide(p, o, None, c, Retaking::Refused).expect("decided")
+    }
+
     fn paid(amount: &str, currency: &str, kind: PaymentKind) -> NewPayment {
         NewPayment {
             payment_id: "pay_1".into(),
@@ -136,19 +238,19 @@ mod tests {
         let cny = Currency::parse("CNY").unwrap();
         let ok = paid("37.50", "CNY", PaymentKind::Succeeded);
         assert_eq!(
-            decide(&ok, &order(OrderStatus::Confirmed), cny),
+            d(&ok, &order(OrderStatus::Confirmed), cny),
             PaymentResult::Paid
         );
         // The same value written otherwise is the same amount.
         let ok = paid("37.5000", "CNY", PaymentKind::Succeeded);
         assert_eq!(
-            decide(&ok, &order(OrderStatus::Confirmed), cny),
+            d(&ok, &order(OrderStatus::Confirmed), cny),
             PaymentResult::Paid
         );
         for (amount, currency) in [("12.50", "CNY"), ("37.49", "CNY"), ("37.50", "USD")] {
             let p = paid(amount, currency, PaymentKind::Succeeded);
             assert_eq!(
-                decide(&p, &order(OrderStatus::Confirmed), cny),
+                d(&p, &order(OrderStatus::Confirmed), cny),
                 PaymentResult::AmountMismatch,
                 "{amount} {currency}"
             );
@@ -160,12 +262,70 @@ mod tests {
         let cny = Currency::parse("CNY").unwrap();
         let p = paid("37.50", "CNY", PaymentKind::Succeeded);
         for status in [OrderStatus::Cancelled, OrderStatus::Paid] {
-            assert_eq!(decide(&p, &order(status), cny), PaymentResult::RefundDue);
+            assert_eq!(d(&p, &order(status), cny), PaymentResult::RefundDue);
         }
         let failed = paid("37.50", "CNY", PaymentKind::Failed);
         assert_eq!(
-            decide(&failed, &order(OrderStatus::Confirmed), cny),
+            d(&failed, &order(OrderStatus::Confirmed), cny),
             PaymentResult::Failed
+        );
+    }
+
+    #[test]
+    fn a_late_payment_tries_the_units_first() {
+        let cny = Currency::parse("CNY").unwrap();
+        let p = paid("37.50", "CNY", PaymentKind::Succeeded);
+        let cancelled = order(OrderStatus::Cancelled);
+        assert_eq!(decide(&p, &cancelled, None, cny, Retaking::NotTried), None);
+        assert_eq!(
+            decide(&p, &cancelled, None, cny, Retaking::Taken),
+            Some(PaymentResult::PaidAgain)
+        );
+        // A wrong amount never takes units.
+        let wrong = paid("1.00", "CNY", PaymentKind::Succeeded);
+        assert_eq!(
+            decide(&wrong, &cancelled, None, cny, Retaking::NotTried),
+            Some(PaymentResult::AmountMismatch)
+        );
+    }
+
+    #[test]
+    fn a_refund_cancels_only_an_order_its_payment_paid() {
+        let cny = Currency::parse("CNY").unwrap();
+        let r = paid("37.50", "CNY", PaymentKind::Refunded);
+        let at = |status, before| decide(&r, &order(status), before, cny, Retaking::NotTried);
+        for before in [PaymentResult::Paid, PaymentResult::PaidAgain] {
+            assert_eq!(
+                at(OrderStatus::Paid, Some(before)),
+                Some(PaymentResult::Refunded)
+            );
+        }
+        assert_eq!(
+            at(OrderStatus::Paid, Some(PaymentResult::RefundDue)),
+            Some(PaymentResult::RefundSettled)
+        );
+        for (status, before) in [
+            (OrderStatus::Paid, None),
+            (OrderStatus::Confirmed, None),
+            (OrderStatus::Cancelled, Some(PaymentResult::Paid)),
+            (OrderStatus::Paid, Some(PaymentResult::Failed)),
+        ] {
+            assert_eq!(
+                at(status, before),
+                Some(PaymentResult::Unmatched),
+                "{status:?} {before:?}"
+            );
+        }
+        let partial = paid("10.00", "CNY", PaymentKind::Refunded);
+        assert_eq!(
+            decide(
+                &partial,
+                &order(OrderStatus::Paid),
+                Some(PaymentResult::Paid),
+                cny,
+                Retaking::NotTried
+            ),
+            Some(PaymentResult::AmountMismatch)
         );
     }
 }

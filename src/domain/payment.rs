@@ -13,6 +13,10 @@ pub enum PaymentKind {
     /// The attempt failed: the order stays `confirmed` until its timeout.
     #[serde(rename = "payment.failed")]
     Failed,
+    /// The payment side gave a payment back (in full): a paid order is
+    /// cancelled and its units return to the sale.
+    #[serde(rename = "payment.refunded")]
+    Refunded,
 }
 
 impl PaymentKind {
@@ -20,6 +24,7 @@ impl PaymentKind {
         match self {
             Self::Succeeded => "payment.succeeded",
             Self::Failed => "payment.failed",
+            Self::Refunded => "payment.refunded",
         }
     }
 }
@@ -31,6 +36,7 @@ impl TryFrom<String> for PaymentKind {
         match s.as_str() {
             "payment.succeeded" => Ok(Self::Succeeded),
             "payment.failed" => Ok(Self::Failed),
+            "payment.refunded" => Ok(Self::Refunded),
             other => Err(invalid(format!("{other:?} is no payment kind"))),
         }
     }
@@ -44,6 +50,9 @@ impl TryFrom<String> for PaymentKind {
 pub enum PaymentResult {
     /// The order was `confirmed` and is now `paid`.
     Paid,
+    /// The order had been cancelled by its payment timeout; the sale still
+    /// had its units for this buyer, so it took them again and is `paid`.
+    PaidAgain,
     /// Money taken for an order that cannot have it (cancelled by its
     /// payment timeout before the payment came, or paid already by
     /// another payment): owed back to the buyer, never dropped.
@@ -53,15 +62,28 @@ pub enum PaymentResult {
     AmountMismatch,
     /// A failed attempt, recorded; the order unchanged.
     Failed,
+    /// A refund of the payment that paid the order: the order is
+    /// `cancelled` and its units go back to the sale.
+    Refunded,
+    /// A refund of a payment that was owed back (`refund_due`): settled,
+    /// the order unchanged.
+    RefundSettled,
+    /// A refund of a payment the books do not hold as taken for this
+    /// order: recorded, nothing changed.
+    Unmatched,
 }
 
 impl PaymentResult {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Paid => "paid",
+            Self::PaidAgain => "paid_again",
             Self::RefundDue => "refund_due",
             Self::AmountMismatch => "amount_mismatch",
             Self::Failed => "failed",
+            Self::Refunded => "refunded",
+            Self::RefundSettled => "refund_settled",
+            Self::Unmatched => "unmatched",
         }
     }
 }
@@ -72,6 +94,10 @@ impl TryFrom<String> for PaymentResult {
     fn try_from(s: String) -> Result<Self, Invalid> {
         match s.as_str() {
             "paid" => Ok(Self::Paid),
+            "paid_again" => Ok(Self::PaidAgain),
+            "refunded" => Ok(Self::Refunded),
+            "refund_settled" => Ok(Self::RefundSettled),
+            "unmatched" => Ok(Self::Unmatched),
             "refund_due" => Ok(Self::RefundDue),
             "amount_mismatch" => Ok(Self::AmountMismatch),
             "failed" => Ok(Self::Failed),
@@ -137,14 +163,22 @@ mod tests {
 
     #[test]
     fn kinds_and_results_read_back_as_written() {
-        for k in [PaymentKind::Succeeded, PaymentKind::Failed] {
+        for k in [
+            PaymentKind::Succeeded,
+            PaymentKind::Failed,
+            PaymentKind::Refunded,
+        ] {
             assert_eq!(PaymentKind::try_from(k.as_str().to_owned()), Ok(k));
         }
         for r in [
             PaymentResult::Paid,
+            PaymentResult::PaidAgain,
             PaymentResult::RefundDue,
             PaymentResult::AmountMismatch,
             PaymentResult::Failed,
+            PaymentResult::Refunded,
+            PaymentResult::RefundSettled,
+            PaymentResult::Unmatched,
         ] {
             assert_eq!(PaymentResult::try_from(r.as_str().to_owned()), Ok(r));
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());

@@ -30,7 +30,8 @@ pub struct PaymentSettings {
     pub currency: Currency,
 }
 
-/// A notification, per Standard Webhooks' payload convention (`type`,
+/// A notification, per Standard Webhooks' payload convention (`type`:
+/// `payment.succeeded`, `payment.failed` or `payment.refunded`,
 /// `data`). Fields a sender adds beside these (its `timestamp`, its own
 /// details) are ignored: payment sides add fields without notice.
 #[derive(Deserialize, ToSchema)]
@@ -60,9 +61,15 @@ pub struct PaymentData {
 pub struct PaymentAnswer {
     payment_id: String,
     order_id: String,
-    /// `paid`; `refund_due` (the order was cancelled by its payment
-    /// timeout, or paid by another payment: the money is owed back);
-    /// `failed` (recorded; the order stays `confirmed` until its timeout).
+    /// For `payment.succeeded`: `paid`; `paid_again` (the order had been
+    /// cancelled by its payment timeout and the sale still had its units
+    /// for the buyer: taken again); `refund_due` (cancelled and the units
+    /// gone, or paid by another payment: the money is owed back). For
+    /// `payment.failed`: `failed` (the order stays `confirmed` until its
+    /// timeout). For `payment.refunded`: `refunded` (the order is
+    /// `cancelled`, its units back on sale), `refund_settled` (a payment
+    /// owed back was given back), `unmatched` (no payment of this order
+    /// the books hold as taken: recorded, nothing changed).
     result: PaymentResult,
     /// The order's status now.
     order_status: OrderStatus,
@@ -78,7 +85,7 @@ const MAX_PAYMENT_ID_LEN: usize = 191;
     operation_id = "payment_notification",
     tag = "payments",
     summary = "A payment's outcome, from the payment side",
-    description = "A Standard Webhooks message (headers `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>` with a `whsec_` secret of `PAYMENT_WEBHOOK_SECRETS`; 5 minutes of tolerance). `payment.succeeded` for the order's amount turns `confirmed` into `paid`; the same payment again answers the first result (`replayed: true`). Served only when `PAYMENT_WEBHOOK_SECRETS` is set.",
+    description = "A Standard Webhooks message (headers `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>` with a `whsec_` secret of `PAYMENT_WEBHOOK_SECRETS`; 5 minutes of tolerance). `payment.succeeded` for the order's amount turns `confirmed` into `paid`, or a cancelled order into `paid` again when the sale still has its units for the buyer (`paid_again`), or is owed back (`refund_due`); `payment.refunded` (in full) cancels the order it paid and returns its units. The same notification again answers the first result (`replayed: true`). Served only when `PAYMENT_WEBHOOK_SECRETS` is set.",
     params(
         ("webhook-id" = String, Header, description = "The message's id"),
         ("webhook-timestamp" = i64, Header, description = "Seconds since the epoch"),
@@ -86,7 +93,7 @@ const MAX_PAYMENT_ID_LEN: usize = 191;
     ),
     request_body = PaymentNotification,
     responses(
-        (status = 200, description = "Recorded: `paid`, `refund_due` or `failed`", body = PaymentAnswer),
+        (status = 200, description = "Recorded: `paid`, `paid_again`, `refund_due`, `failed`, `refunded`, `refund_settled` or `unmatched`", body = PaymentAnswer),
         (status = 401, description = "`invalid_signature`: missing, malformed, stale or not signed with a secret this service holds", body = ErrorBody),
         (status = 404, description = "`order_not_found`: the books hold no such order", body = ErrorBody),
         (status = 409, description = "`order_pending`: accepted, not in the books yet; send again shortly", body = ErrorBody),

@@ -22,6 +22,9 @@ pub struct SaleKeys {
     pub accepted: String,
     /// Set: order ids whose units were returned by `release_stock.lua`.
     pub released: String,
+    /// Hash: order_id -> payment id, orders whose units a late payment
+    /// took again after they were released (`retake_order.lua`).
+    pub retaken: String,
     /// Stream: dead letters, entries the workers could not persist.
     pub dead: String,
     /// Hash: order_id -> user_id, cancels asked while the order was pending.
@@ -70,6 +73,7 @@ impl SaleKeys {
             orders: key("orders"),
             accepted: key("accepted"),
             released: key("released"),
+            retaken: key("retaken"),
             dead: key("dead"),
             cancels: key("cancels"),
             replicated: key("replicated"),
@@ -83,7 +87,7 @@ impl SaleKeys {
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 16] {
+    pub fn all(&self) -> [&str; 17] {
         [
             &self.sale,
             &self.stock,
@@ -92,6 +96,7 @@ impl SaleKeys {
             &self.orders,
             &self.accepted,
             &self.released,
+            &self.retaken,
             &self.dead,
             &self.cancels,
             &self.replicated,

@@ -210,6 +210,7 @@ impl Ledger {
                 &keys.stock,
                 &keys.bought,
                 &keys.released,
+                &keys.retaken,
                 &keys.accepted,
                 &keys.idem,
                 &keys.void,

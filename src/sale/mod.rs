@@ -48,7 +48,7 @@ pub use orders::{NewOrder, Orders};
 pub use queue::{Queue, QueueView};
 pub use room::Room;
 #[cfg(feature = "bench")]
-pub use scripts::{OrderCall, place_order as place_order_on};
+pub use scripts::{OrderCall, Retake, place_order as place_order_on};
 pub use stream::{Claimed, SaleStream};
 pub use types::*;
 

@@ -14,7 +14,7 @@ use super::keys::SaleKeys;
 use super::memory::Heard;
 use super::memory::clock::Reading;
 use super::room::Room;
-use super::scripts::{self, OrderCall, PlaceReply, Voided};
+use super::scripts::{self, OrderCall, PlaceReply, Retake, Voided};
 use super::types::{
     AcceptedRecord, AnsweredBy, Decision, Keyed, Placed, Progress, Rejection, SaleError, Vouched,
 };
@@ -415,6 +415,45 @@ impl Orders {
             .released(&order.product_id, Some(order.user_id.get()));
         replicated?;
         Ok(released)
+    }
+
+    /// A late payment's order (cancelled, its units released) takes its
+    /// units again if the sale can still sell them to its buyer
+    /// (`retake_order.lua`; once per order). With `REDIS_WAIT_REPLICAS`,
+    /// confirmed on the replicas before the books record the payment.
+    pub async fn retake(
+        &self,
+        order: &PendingOrder,
+        payment_id: &str,
+    ) -> Result<Retake, SaleError> {
+        let core = &self.core;
+        let keys = core.keys(&order.product_id);
+        let (retake, replicated) = match core.wait {
+            None => {
+                let retake = core
+                    .call(|mut c| async move {
+                        scripts::retake_order(&mut c, &keys, order, payment_id).await
+                    })
+                    .await?;
+                (retake, Ok(()))
+            }
+            Some(wait) => {
+                let mut pooled = core.alone().await?;
+                let (retake, acked) = core
+                    .redis
+                    .bounded(scripts::retake_order_and_wait(
+                        &mut pooled,
+                        &keys,
+                        order,
+                        payment_id,
+                        wait,
+                    ))
+                    .await?;
+                (retake, wait.confirmed(acked))
+            }
+        };
+        replicated?;
+        Ok(retake)
     }
 }
 

@@ -24,6 +24,8 @@ static PLACE_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/place_order.lua")));
 static RELEASE_STOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
+static RETAKE_ORDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/retake_order.lua")));
 static VOID_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/void_order.lua")));
 static CLAIM_BATCH: LazyLock<Script> =
@@ -164,6 +166,7 @@ pub async fn restore_booked(
         .key(&keys.released)
         .key(&keys.idem)
         .key(&keys.repaired)
+        .key(&keys.retaken)
         .arg(match why {
             Restore::Repair => "1",
             Restore::Rebuild => "0",
@@ -241,11 +244,90 @@ fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInv
         .key(&keys.bought)
         .key(&keys.released)
         .key(&keys.accepted)
+        .key(&keys.retaken)
         .arg(order.order_id.as_str())
         .arg(order.user_id)
         .arg(order.quantity)
         .arg(booked_record(order));
     call
+}
+
+/// What `retake_order.lua` found for a late payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retake {
+    /// The units are the order's again (now or by an earlier call).
+    Taken,
+    /// Not here: no such sale or order in this Redis, the sale is over,
+    /// the units sold to others, or the buyer's allowance used up since.
+    Refused(&'static str),
+}
+
+impl FromRedisValue for Retake {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let mut parts = Vec::<Value>::from_redis_value(v)?.into_iter();
+        let tag = String::from_redis_value(parts.next().ok_or("empty reply")?)?;
+        Ok(match tag.as_str() {
+            "taken" => Self::Taken,
+            "no_sale" => Self::Refused("no_sale"),
+            "unknown" => Self::Refused("unknown"),
+            "ended" => Self::Refused("ended"),
+            "sold_out" => Self::Refused("sold_out"),
+            "limit" => Self::Refused("limit"),
+            other => {
+                return Err(ParsingError::from(format!(
+                    "unexpected retake_order reply {other:?}"
+                )));
+            }
+        })
+    }
+}
+
+fn retake_order_call<'a>(
+    keys: &SaleKeys,
+    order: &PendingOrder,
+    payment_id: &str,
+) -> redis::ScriptInvocation<'a> {
+    let mut call = RETAKE_ORDER.prepare_invoke();
+    call.key(&keys.sale)
+        .key(&keys.stock)
+        .key(&keys.bought)
+        .key(&keys.released)
+        .key(&keys.accepted)
+        .key(&keys.retaken)
+        .arg(order.order_id.as_str())
+        .arg(order.user_id)
+        .arg(order.quantity)
+        .arg(payment_id);
+    call
+}
+
+/// `retake_order.lua`.
+pub async fn retake_order(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    order: &PendingOrder,
+    payment_id: &str,
+) -> RedisResult<Retake> {
+    retake_order_call(keys, order, payment_id)
+        .invoke_async(conn)
+        .await
+}
+
+/// `retake_order.lua`, then `WAIT` (as [`release_stock_and_wait`]).
+pub async fn retake_order_and_wait(
+    conn: &mut Conn,
+    keys: &SaleKeys,
+    order: &PendingOrder,
+    payment_id: &str,
+    wait: Wait,
+) -> RedisResult<(Retake, u32)> {
+    invoke_and_wait(
+        conn,
+        &keys.retaken,
+        &retake_order_call(keys, order, payment_id),
+        wait,
+    )
+    .await
 }
 
 /// The decoded reply of `place_order.lua`.

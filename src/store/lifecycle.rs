@@ -273,8 +273,28 @@ impl Db {
     }
 }
 
-/// Marks `rows` (locked, `confirmed`) cancelled and gives their units back.
-async fn cancel_rows(
+/// Takes `units` of `product` off `available_qty` again (a cancelled order
+/// paid late took its units back), in the caller's transaction.
+pub(super) async fn take_units(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    product: &str,
+    units: i64,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? WHERE product_id = ?",
+    )
+    .bind(units)
+    .bind(now)
+    .bind(product)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks `rows` (locked: `confirmed`, or `paid` and refunded) cancelled and
+/// gives their units back.
+pub(super) async fn cancel_rows(
     tx: &mut sqlx::Transaction<'_, MySql>,
     rows: &[OrderRow],
 ) -> Result<(), sqlx::Error> {

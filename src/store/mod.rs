@@ -14,6 +14,6 @@ pub use db::{Db, StoreError, migration_lock};
 pub use events::{DeadEvent, Delivery, EventKind, EventRow};
 pub use lifecycle::Transition;
 pub use orders::{OrderRow, Persisted};
-pub use payments::{NewPayment, Recorded};
+pub use payments::{Decide, NewPayment, Recorded};
 pub use products::{NewProduct, Product};
 pub use retire::FinalAudit;

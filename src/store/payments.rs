@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 
 use super::db::{Db, StoreError};
 use super::events::{self, EventKind};
+use super::lifecycle;
 use super::orders::{OrderRow, ROW};
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 
@@ -34,7 +35,17 @@ pub enum Recorded {
     },
     /// No such order in the books.
     NoOrder,
+    /// Nothing recorded: `decide` asks for the order (cancelled) to take
+    /// its units again first (`retake_order.lua`), then to be asked again.
+    MustRetake(OrderRow),
 }
+
+/// What the books decide for a notification: the order as it stands
+/// (locked), and for a refund, what the refunded payment came to for this
+/// order (`None`: the books hold no such payment for it). `None` asks for
+/// a retake first ([`Recorded::MustRetake`]).
+pub type Decide<'a> =
+    &'a (dyn Fn(&NewPayment, &OrderRow, Option<PaymentResult>) -> Option<PaymentResult> + Sync);
 
 impl Db {
     /// Records a notification once: locks the order, returns the first
@@ -46,7 +57,7 @@ impl Db {
     pub async fn record_payment(
         &self,
         p: &NewPayment,
-        decide: &(dyn Fn(&NewPayment, &OrderRow) -> PaymentResult + Sync),
+        decide: Decide<'_>,
     ) -> Result<Recorded, StoreError> {
         // Two deliveries of one notification at once: the second waits for
         // the order's lock, then finds the first's row.
@@ -61,7 +72,7 @@ impl Db {
     async fn record_once(
         &self,
         p: &NewPayment,
-        decide: &(dyn Fn(&NewPayment, &OrderRow) -> PaymentResult + Sync),
+        decide: Decide<'_>,
     ) -> Result<Recorded, StoreError> {
         self.transaction(|tx| {
             Box::pin(async move {
@@ -88,29 +99,73 @@ impl Db {
                 let Some(mut row) = row else {
                     return Ok(Recorded::NoOrder);
                 };
-                let result = decide(p, &row);
-                let now = now_ms();
-                if result == PaymentResult::Paid {
-                    sqlx::query(
-                        "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
-                         WHERE order_id = ? AND status = ?",
+                let refunded = if p.kind == PaymentKind::Refunded {
+                    let found: Option<(String,)> = sqlx::query_as(
+                        "SELECT result FROM tb_payment \
+                         WHERE payment_id = ? AND kind = ? AND order_id = ?",
                     )
-                    .bind(OrderStatus::Paid.as_str())
-                    .bind(now)
+                    .bind(&p.payment_id)
+                    .bind(PaymentKind::Succeeded.as_str())
                     .bind(p.order_id.as_str())
-                    .bind(OrderStatus::Confirmed.as_str())
-                    .execute(&mut **tx)
+                    .fetch_optional(&mut **tx)
                     .await?;
-                    row.status = OrderStatus::Paid;
-                    row.updated = now;
-                }
-                let event = match result {
-                    PaymentResult::Paid => Some(EventKind::Paid),
-                    PaymentResult::RefundDue => Some(EventKind::RefundDue),
-                    PaymentResult::AmountMismatch | PaymentResult::Failed => None,
+                    match found {
+                        Some((r,)) => Some(
+                            PaymentResult::try_from(r)
+                                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        ),
+                        None => None,
+                    }
+                } else {
+                    None
                 };
-                if let Some(kind) = event {
-                    events::record(tx, kind, [row.order_id.as_str()].into_iter()).await?;
+                let Some(result) = decide(p, &row, refunded) else {
+                    return Ok(Recorded::MustRetake(row));
+                };
+                let now = now_ms();
+                match result {
+                    PaymentResult::Paid | PaymentResult::PaidAgain => {
+                        let from = row.status;
+                        sqlx::query(
+                            "UPDATE tb_order FORCE INDEX (uk_order_id) \
+                             SET status = ?, released = 0, updated = ? \
+                             WHERE order_id = ? AND status = ?",
+                        )
+                        .bind(OrderStatus::Paid.as_str())
+                        .bind(now)
+                        .bind(p.order_id.as_str())
+                        .bind(from.as_str())
+                        .execute(&mut **tx)
+                        .await?;
+                        if from == OrderStatus::Cancelled {
+                            // The cancel gave its units back; they are the
+                            // order's again.
+                            lifecycle::take_units(tx, &row.product_id, row.quantity, now).await?;
+                        }
+                        row.status = OrderStatus::Paid;
+                        row.released = false;
+                        row.updated = now;
+                        events::record(tx, EventKind::Paid, [row.order_id.as_str()].into_iter())
+                            .await?;
+                    }
+                    PaymentResult::Refunded => {
+                        lifecycle::cancel_rows(tx, std::slice::from_ref(&row)).await?;
+                        row.status = OrderStatus::Cancelled;
+                        row.released = false;
+                        row.updated = now;
+                    }
+                    PaymentResult::RefundDue => {
+                        events::record(
+                            tx,
+                            EventKind::RefundDue,
+                            [row.order_id.as_str()].into_iter(),
+                        )
+                        .await?;
+                    }
+                    PaymentResult::AmountMismatch
+                    | PaymentResult::Failed
+                    | PaymentResult::RefundSettled
+                    | PaymentResult::Unmatched => {}
                 }
                 sqlx::query(
                     "INSERT INTO tb_payment \

@@ -52,8 +52,20 @@ impl TestApp {
     /// Signs and sends a payment notification (the service's own signer:
     /// tests/it/payments.rs tests it against openssl), answered 200.
     pub(crate) async fn pay(&self, order_id: &str, payment_id: &str, amount: &str) -> Value {
+        self.payment_event("payment.succeeded", order_id, payment_id, amount)
+            .await
+    }
+
+    /// Signs and sends a notification of `kind`, answered 200.
+    pub(crate) async fn payment_event(
+        &self,
+        kind: &str,
+        order_id: &str,
+        payment_id: &str,
+        amount: &str,
+    ) -> Value {
         let secret = flashsale::domain::webhook::Secret::parse(SECRET).unwrap();
-        let body = json!({"type": "payment.succeeded",
+        let body = json!({"type": kind,
             "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
         .to_string();
         let (id, ts) = (unique("msg_"), now_ms() / 1000);
@@ -83,13 +95,24 @@ async fn every_change_of_an_order_is_one_event_in_order() {
         ids.push(order["order_id"].as_str().unwrap().to_owned());
     }
     app.drained(&sku, 4).await;
-    // 0 paid; 1 cancelled by its buyer; 2 cancelled, then paid late; 3 stays.
+    // 0 paid, then paid again by another payment (owed back); 1 cancelled
+    // by its buyer; 2 cancelled, then paid late (its units still there),
+    // then refunded; 3 stays.
     assert_eq!(app.pay(&ids[0], "p0", "4999.00").await["result"], "paid");
+    assert_eq!(
+        app.pay(&ids[0], "p0-twice", "4999.00").await["result"],
+        "refund_due"
+    );
     assert_eq!(app.cancel(&ids[1], 2).await.status(), StatusCode::OK);
     assert_eq!(app.cancel(&ids[2], 3).await.status(), StatusCode::OK);
     assert_eq!(
         app.pay(&ids[2], "p2", "4999.00").await["result"],
-        "refund_due"
+        "paid_again"
+    );
+    assert_eq!(
+        app.payment_event("payment.refunded", &ids[2], "p2", "4999.00")
+            .await["result"],
+        "refunded"
     );
     // Replays and refusals change nothing, and make no event.
     assert_eq!(app.pay(&ids[0], "p0", "4999.00").await["replayed"], true);
@@ -97,11 +120,19 @@ async fn every_change_of_an_order_is_one_event_in_order() {
 
     // Not listed until settled; then all of them, once each.
     let expected: BTreeMap<&str, Vec<&str>> = BTreeMap::from([
-        (ids[0].as_str(), vec!["order.confirmed", "order.paid"]),
+        (
+            ids[0].as_str(),
+            vec!["order.confirmed", "order.paid", "order.refund_due"],
+        ),
         (ids[1].as_str(), vec!["order.confirmed", "order.cancelled"]),
         (
             ids[2].as_str(),
-            vec!["order.confirmed", "order.cancelled", "order.refund_due"],
+            vec![
+                "order.confirmed",
+                "order.cancelled",
+                "order.paid",
+                "order.cancelled",
+            ],
         ),
         (ids[3].as_str(), vec!["order.confirmed"]),
     ]);

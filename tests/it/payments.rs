@@ -378,9 +378,9 @@ async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
 }
 
 /// A payment and the payment timeout race for the same orders, both
-/// orders of arrival: each order ends paid with its payment `paid`, or
-/// cancelled (units back) with its payment `refund_due`; never both, never
-/// neither, and the books balance.
+/// orders of arrival: each order ends paid, by a payment `paid` (it came
+/// first) or `paid_again` (the timeout came first, and the sale still had
+/// the units: taken again); one payment each, and the books balance.
 #[tokio::test]
 async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
     let app = spawn_paying().await;
@@ -428,7 +428,7 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
         results.iter().all(|(s, _)| *s == StatusCode::OK),
         "{results:?}"
     );
-    // Late payments, after the sweep: owed back.
+    // A late payment, after the sweep: its units are still there.
     let late = app.confirmed_order(&sku, 31, 1).await;
     app.drained(&sku, 31).await;
     sweeper.sweep().await.expect("a sweep");
@@ -442,23 +442,25 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
         .await;
     assert_eq!(
         (status, &owed["result"], &owed["order_status"]),
-        (StatusCode::OK, &json!("refund_due"), &json!("cancelled"))
+        (StatusCode::OK, &json!("paid_again"), &json!("paid"))
     );
     ids.push(late);
 
-    let (mut paid, mut owed_back) = (0, 0);
+    let (mut paid, mut paid_again) = (0, 0);
     for id in &ids {
         let status = app.status_of(id).await;
         let recorded = app.payments(id).await;
         assert_eq!(recorded.len(), 1, "{id}: one payment recorded");
         match (status.as_str(), recorded[0].1.as_str()) {
             ("paid", "paid") => paid += 1,
-            ("cancelled", "refund_due") => owed_back += 1,
+            ("paid", "paid_again") => paid_again += 1,
             other => panic!("{id}: {other:?}"),
         }
     }
     assert!(paid >= 10, "the ten paid before the sweep stay paid");
-    assert_eq!(paid + owed_back, 31);
+    assert!(paid_again >= 1, "the late one");
+    let paid = paid + paid_again;
+    assert_eq!(paid, 31);
     // Units of the cancelled orders are back on sale; the books balance.
     eventually("the books balance", Duration::from_secs(10), || async {
         app.audit(&sku).await["ok"] == true
@@ -509,4 +511,156 @@ async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
         .count();
     assert_eq!(fresh, 1, "one delivery recorded it, the others found it");
     assert_eq!(app.payments(&id).await.len(), 1);
+}
+
+/// Late payments, refunds: a cancelled order takes its units again when
+/// the sale still has them for its buyer, otherwise its payment is owed
+/// back; a refund of the payment that paid an order cancels it and gives
+/// its units back; the books balance throughout.
+#[tokio::test]
+async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(3, 1).await;
+    let books = Books::new(app.sales.clone(), app.db.clone());
+    let sweeper = Sweeper::new(
+        books,
+        app.sales.clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    let a = app.confirmed_order(&sku, 1, 1).await;
+    let b = app.confirmed_order(&sku, 2, 1).await;
+    let c = app.confirmed_order(&sku, 3, 1).await;
+    app.drained(&sku, 3).await;
+    assert_eq!(sweeper.sweep().await.expect("a sweep").expired, 3);
+    eventually("units back", Duration::from_secs(10), || async {
+        app.stock(&sku).await == Some(3)
+    })
+    .await;
+    // Two of the three units go to a new buyer; buyer 3 buys again (the
+    // limit is one per buyer: its cancelled order's unit is free again).
+    let d = app.confirmed_order(&sku, 4, 1).await;
+    let e = app.confirmed_order(&sku, 3, 1).await;
+    assert_eq!(app.stock(&sku).await, Some(1));
+    let pay = |id: &str, payment: &str| notification("payment.succeeded", id, payment, &amount(1));
+    // c's buyer is at their limit: owed back, though a unit is left.
+    let (status, answer) = app.notify(&pay(&c, "pay-c")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&answer["result"], &answer["order_status"]),
+        (&json!("refund_due"), &json!("cancelled"))
+    );
+    // a takes the last unit again.
+    let (_, answer) = app.notify(&pay(&a, "pay-a")).await;
+    assert_eq!(
+        (&answer["result"], &answer["order_status"]),
+        (&json!("paid_again"), &json!("paid"))
+    );
+    assert_eq!(app.stock(&sku).await, Some(0));
+    // b is late, and the units are gone: owed back.
+    let (_, answer) = app.notify(&pay(&b, "pay-b")).await;
+    assert_eq!(answer["result"], "refund_due");
+    assert_eq!(app.status_of(&b).await, "cancelled");
+    // The same notification again: the first answer, nothing taken twice.
+    let (_, again) = app.notify(&pay(&a, "pay-a")).await;
+    assert_eq!(
+        (&again["result"], &again["replayed"]),
+        (&json!("paid_again"), &json!(true))
+    );
+    assert_eq!(app.stock(&sku).await, Some(0));
+
+    // Refunds: of a's payment (paid): a is cancelled, its unit back.
+    let refund =
+        |id: &str, payment: &str| notification("payment.refunded", id, payment, &amount(1));
+    let (_, answer) = app.notify(&refund(&a, "pay-a")).await;
+    assert_eq!(
+        (&answer["result"], &answer["order_status"]),
+        (&json!("refunded"), &json!("cancelled"))
+    );
+    eventually("a's unit back", Duration::from_secs(10), || async {
+        app.stock(&sku).await == Some(1)
+    })
+    .await;
+    // Of b's (owed back): settled; of a payment never made: unmatched; a
+    // partial refund: refused, nothing changed.
+    let (_, answer) = app.notify(&refund(&b, "pay-b")).await;
+    assert_eq!(answer["result"], "refund_settled");
+    let (_, answer) = app.notify(&refund(&d, "pay-never")).await;
+    assert_eq!(answer["result"], "unmatched");
+    assert_eq!(app.status_of(&d).await, "confirmed");
+    let partial = notification("payment.refunded", &e, "pay-e", "1.00");
+    assert_eq!(
+        app.notify(&partial).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(app.status_of(&e).await, "confirmed");
+
+    for (id, expected) in [
+        (&a, vec![("pay-a", "paid_again"), ("pay-a", "refunded")]),
+        (
+            &b,
+            vec![("pay-b", "refund_due"), ("pay-b", "refund_settled")],
+        ),
+        (&c, vec![("pay-c", "refund_due")]),
+    ] {
+        let mut got = app.payments(id).await;
+        got.sort_by(|x, y| x.1.cmp(&y.1));
+        let mut expected: Vec<(String, String)> = expected
+            .into_iter()
+            .map(|(p, r)| (p.to_owned(), r.to_owned()))
+            .collect();
+        expected.sort_by(|x, y| x.1.cmp(&y.1));
+        assert_eq!(got, expected, "{id}");
+    }
+    eventually("the books balance", Duration::from_secs(10), || async {
+        app.audit(&sku).await["ok"] == true
+    })
+    .await;
+}
+
+/// A crash between the two halves of a late payment (the units taken in
+/// Redis, the payment not yet in the books): reconciliation leaves the
+/// units taken, and the payment side's retry finds them and records it,
+/// taking nothing twice.
+#[tokio::test]
+async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_retry() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(2, 1).await;
+    let books = Books::new(app.sales.clone(), app.db.clone());
+    let sweeper = Sweeper::new(
+        books.clone(),
+        app.sales.clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    let a = app.confirmed_order(&sku, 1, 1).await;
+    app.drained(&sku, 1).await;
+    sweeper.sweep().await.expect("a sweep");
+    eventually("the unit back", Duration::from_secs(10), || async {
+        app.stock(&sku).await == Some(2)
+    })
+    .await;
+    // The Redis half alone, as a process that died before its commit.
+    let (order_id, product) = flashsale::domain::OrderId::parse(&a).expect("an id");
+    let row = app.db.order(&order_id).await.unwrap().expect("a row");
+    let pending = flashsale::books::pending_order_of(&row).expect("an order");
+    assert_eq!(
+        app.sales.orders.retake(&pending, "pay-a").await.unwrap(),
+        flashsale::sale::Retake::Taken
+    );
+    assert_eq!(app.stock(&sku).await, Some(1));
+    // Reconciliation (a failover, a restart) does not give them back.
+    flashsale::books::reconcile::reconcile(&app.sales, &app.db, &product)
+        .await
+        .expect("reconciled");
+    assert_eq!(app.stock(&sku).await, Some(1));
+    // The retry: paid, the unit taken once.
+    let body = notification("payment.succeeded", &a, "pay-a", &amount(1));
+    let (_, answer) = app.notify(&body).await;
+    assert_eq!(answer["result"], "paid_again");
+    assert_eq!(app.stock(&sku).await, Some(1));
+    eventually("the books balance", Duration::from_secs(10), || async {
+        app.audit(&sku).await["ok"] == true
+    })
+    .await;
 }
