@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use crate::domain::OrderStatus;
 use crate::store::{EventKind, EventRow};
 
-/// One change of an order.
+/// One change of an order, or of a sale.
 #[derive(Serialize, ToSchema)]
 pub struct EventMessage {
     /// Increasing; also the cursor (and the `webhook-id` of its delivery:
@@ -18,7 +18,15 @@ pub struct EventMessage {
     kind: EventKind,
     /// When the books recorded it (epoch ms, MySQL's clock).
     created: i64,
-    data: EventOrder,
+    data: EventData,
+}
+
+/// What changed: an order (`order.*`), or a sale (`sale.*`: its id only).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EventData {
+    Order(EventOrder),
+    Sale(EventSale),
 }
 
 /// The order, as the change left it.
@@ -35,26 +43,40 @@ pub struct EventOrder {
     price: Decimal,
 }
 
+/// The sale a `sale.*` event is about.
+#[derive(Serialize, ToSchema)]
+pub struct EventSale {
+    product_id: String,
+}
+
 impl From<EventRow> for EventMessage {
     fn from(e: EventRow) -> Self {
         let status = match e.kind {
             EventKind::Confirmed => Some(OrderStatus::Confirmed),
             EventKind::Paid => Some(OrderStatus::Paid),
             EventKind::Cancelled => Some(OrderStatus::Cancelled),
-            EventKind::RefundDue => None,
+            _ => None,
+        };
+        let data = match (e.order_id, e.user_id, e.quantity, e.price) {
+            (Some(order_id), Some(user_id), Some(quantity), Some(price)) => {
+                EventData::Order(EventOrder {
+                    order_id,
+                    status,
+                    user_id,
+                    product_id: e.product_id,
+                    quantity,
+                    price: price.normalize(),
+                })
+            }
+            _ => EventData::Sale(EventSale {
+                product_id: e.product_id,
+            }),
         };
         Self {
             id: e.id,
             kind: e.kind,
             created: e.created,
-            data: EventOrder {
-                order_id: e.order_id,
-                status,
-                user_id: e.user_id,
-                product_id: e.product_id,
-                quantity: e.quantity,
-                price: e.price.normalize(),
-            },
+            data,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `tb_event`, the outbox: each change of an order written as an event in
 //! the transaction that makes the change (an order persisted, paid,
-//! cancelled; a payment owed back), so an event exists exactly when its
-//! change does, and readers take them in `id` order.
+//! cancelled; a payment owed back), and the sale's own (sold out, ended,
+//! retired), so an event exists exactly when its change does, and readers
+//! take them in `id` order.
 
 use rust_decimal::Decimal;
 use sqlx::MySql;
@@ -22,6 +23,16 @@ pub enum EventKind {
     /// Money taken for an order that could not have it: owed back.
     #[serde(rename = "order.refund_due")]
     RefundDue,
+    /// Every unit of the sale is in the books as sold (again, after
+    /// cancels gave some back).
+    #[serde(rename = "sale.sold_out")]
+    SoldOut,
+    /// Past its end (or closed early), as the workers' retirement pass saw.
+    #[serde(rename = "sale.ended")]
+    Ended,
+    /// Settled: its final audit recorded.
+    #[serde(rename = "sale.retired")]
+    Retired,
 }
 
 impl EventKind {
@@ -31,6 +42,9 @@ impl EventKind {
             Self::Paid => "order.paid",
             Self::Cancelled => "order.cancelled",
             Self::RefundDue => "order.refund_due",
+            Self::SoldOut => "sale.sold_out",
+            Self::Ended => "sale.ended",
+            Self::Retired => "sale.retired",
         }
     }
 }
@@ -44,29 +58,34 @@ impl TryFrom<String> for EventKind {
             "order.paid" => Self::Paid,
             "order.cancelled" => Self::Cancelled,
             "order.refund_due" => Self::RefundDue,
+            "sale.sold_out" => Self::SoldOut,
+            "sale.ended" => Self::Ended,
+            "sale.retired" => Self::Retired,
             other => return Err(StoreError::Corrupt(format!("{other:?} is no event type"))),
         })
     }
 }
 
-/// An event as readers get it, with the order's fixed details.
+/// An event as readers get it, with the order's fixed details (`None` for
+/// a sale's own event).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct EventRow {
     pub id: i64,
     #[sqlx(rename = "type", try_from = "String")]
     pub kind: EventKind,
-    pub order_id: String,
+    pub order_id: Option<String>,
     pub product_id: String,
-    pub user_id: i64,
-    pub quantity: i64,
-    pub price: Decimal,
+    pub user_id: Option<i64>,
+    pub quantity: Option<i64>,
+    pub price: Option<Decimal>,
     /// When it was recorded: MySQL's clock, epoch ms.
     pub created: i64,
 }
 
 /// Events as [`EventRow`]s: each with its order's fixed details.
-const EVENTS: &str = "SELECT e.id, e.type, e.order_id, o.product_id, o.user_id, o.quantity, \
-     o.price, e.created FROM tb_event e JOIN tb_order o ON o.order_id = e.order_id";
+const EVENTS: &str = "SELECT e.id, e.type, e.order_id, \
+     COALESCE(o.product_id, e.product_id) AS product_id, o.user_id, o.quantity, o.price, \
+     e.created FROM tb_event e LEFT JOIN tb_order o ON o.order_id = e.order_id";
 
 /// MySQL's clock in epoch ms, as an SQL expression.
 const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
@@ -100,7 +119,64 @@ pub(super) async fn record<'a>(
     Ok(())
 }
 
+/// Records a sale's own event, in the caller's transaction.
+pub(super) async fn record_sale(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    kind: EventKind,
+    product: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "INSERT INTO tb_event (type, product_id, created) VALUES (?, ?, {DB_NOW_MS})"
+    ))
+    .bind(kind.as_str())
+    .bind(product)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records `sale.sold_out` if the caller's transaction, which just took
+/// units off `product`'s `available_qty`, left none: one statement, the
+/// product's row already locked by that update.
+pub(super) async fn sold_out_if_none_left(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    product: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "INSERT INTO tb_event (type, product_id, created) \
+         SELECT ?, product_id, {DB_NOW_MS} FROM tb_product \
+         WHERE product_id = ? AND available_qty = 0"
+    ))
+    .bind(EventKind::SoldOut.as_str())
+    .bind(product)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 impl Db {
+    /// Records `sale.ended` for `product` once (the first call after its
+    /// end; `tb_product.end_announced` remembers it); true when this call did.
+    pub async fn announce_end(&self, product: &str) -> Result<bool, StoreError> {
+        self.transaction(|tx| {
+            Box::pin(async move {
+                let marked = sqlx::query(
+                    "UPDATE tb_product SET end_announced = 1 \
+                     WHERE product_id = ? AND end_announced = 0",
+                )
+                .bind(product)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if marked == 1 {
+                    record_sale(tx, EventKind::Ended, product).await?;
+                }
+                Ok(marked == 1)
+            })
+        })
+        .await
+    }
+
     /// How old an event must be before readers see it: the bound on a
     /// transaction (`DB_TIMEOUT_MS`) and a second.
     pub fn event_settle(&self) -> std::time::Duration {

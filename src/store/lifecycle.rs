@@ -289,7 +289,7 @@ pub(super) async fn take_units(
     .bind(product)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    events::sold_out_if_none_left(tx, product).await
 }
 
 /// Marks `rows` (locked: `confirmed`, or `paid` and refunded) cancelled and

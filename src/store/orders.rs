@@ -180,6 +180,7 @@ impl Db {
         .bind(product.as_str())
         .execute(&mut *tx)
         .await?;
+        events::sold_out_if_none_left(&mut tx, product.as_str()).await?;
         tx.commit().await?;
         Ok(Persisted {
             inserted: fresh.len() as u64,

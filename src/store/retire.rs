@@ -2,6 +2,7 @@
 //! retired with its final audit, purged from Redis (see `books::retire`).
 
 use super::db::{Db, StoreError};
+use super::events::{self, EventKind};
 use super::orders::OrderRow;
 use super::orders::ROW;
 use super::products::Product;
@@ -154,6 +155,7 @@ impl Db {
                 .bind(audit.retired)
                 .execute(&mut **tx)
                 .await?;
+                events::record_sale(tx, EventKind::Retired, &audit.product_id).await?;
                 Ok(true)
             })
         })

@@ -1,5 +1,6 @@
-//! The outbox: every change of an order recorded as an event in the
-//! transaction that makes it, read in order through `GET /api/admin/events`.
+//! The outbox: every change of an order (and of a sale) recorded as an
+//! event in the transaction that makes it, read in order through
+//! `GET /api/admin/events`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -238,5 +239,78 @@ async fn the_event_feed_is_for_admins_and_refuses_bad_cursors() {
             .await
             .unwrap();
         assert_refused(resp, StatusCode::BAD_REQUEST, "invalid_request").await;
+    }
+}
+
+/// A sale's own events: `sale.sold_out` in the transaction that books its
+/// last unit (again after a cancel gave units back and they sold), then
+/// `sale.ended` and `sale.retired` from the workers' retirement pass, once
+/// each, among its orders' events in order.
+#[tokio::test]
+async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
+    use flashsale::books::retire::RetireSettings;
+    let app = spawn().await;
+    let sku = app.new_sale(2, 2).await;
+    let order = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let v: Value = resp.json().await.unwrap();
+        v["order_id"].as_str().unwrap().to_owned()
+    };
+    let a = order(app.place_order(1, &sku, 2).await).await;
+    app.drained(&sku, 2).await;
+    assert_eq!(app.cancel(&a, 1).await.status(), StatusCode::OK);
+    eventually("the units back", Duration::from_secs(10), || async {
+        app.stock(&sku).await == Some(2)
+    })
+    .await;
+    let b = order(app.place_order(2, &sku, 2).await).await;
+    app.drained(&sku, 4).await;
+    assert_eq!(app.pay(&b, "pay-b", "9998.00").await["result"], "paid");
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/close")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut cfg = fast_workers("w");
+    cfg.retire = RetireSettings {
+        after: Duration::ZERO,
+        grace: Duration::from_secs(3600),
+        batch: 500,
+        pace: Duration::ZERO,
+    };
+    let workers = flashsale::worker::Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let pass = workers.retirer().pass().await.expect("a pass");
+    assert_eq!(pass.retired.len(), 1, "{pass:?}");
+    // A second pass records nothing more.
+    workers.retirer().pass().await.expect("a pass");
+
+    let expected = vec![
+        ("order.confirmed", Some(a.as_str())),
+        ("sale.sold_out", None),
+        ("order.cancelled", Some(a.as_str())),
+        ("order.confirmed", Some(b.as_str())),
+        ("sale.sold_out", None),
+        ("order.paid", Some(b.as_str())),
+        ("sale.ended", None),
+        ("sale.retired", None),
+    ];
+    eventually("every event is listed", Duration::from_secs(10), || async {
+        app.events(100).await.len() == expected.len()
+    })
+    .await;
+    let events = app.events(100).await;
+    let seen: Vec<(&str, Option<&str>)> = events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["data"]["order_id"].as_str()))
+        .collect();
+    assert_eq!(seen, expected);
+    for e in &events {
+        assert_eq!(e["data"]["product_id"], sku.as_str(), "{e}");
+        if e["type"].as_str().unwrap().starts_with("sale.") {
+            assert_eq!(e["data"], json!({"product_id": sku}), "{e}");
+        }
     }
 }

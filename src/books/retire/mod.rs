@@ -138,6 +138,12 @@ impl Retirer {
         }
         for (product, id) in with_ids(&ended) {
             pace.next().await;
+            // `sale.ended`, once, before its retirement's event.
+            if let Err(e) = self.db.announce_end(id.as_str()).await {
+                tracing::warn!(product_id = %id, error = %Chain(&e), "cannot record the sale's end; the next pass retries");
+                pass.failed += 1;
+                continue;
+            }
             match self.retire(product, Step::Leave).await {
                 Ok(None) => pass.retired.push(id),
                 Ok(Some(blockers)) => {
