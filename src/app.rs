@@ -101,7 +101,7 @@ impl App {
                         metrics.clone(),
                         match &settings.workers {
                             Some(w) => http::dashboard::board::Workers::Here {
-                                delivering: w.events.is_some(),
+                                delivering: !w.events.is_empty(),
                             },
                             None => http::dashboard::board::Workers::Elsewhere,
                         },

@@ -134,7 +134,10 @@ fn cases() -> BTreeMap<&'static str, Case> {
     c.insert("SALE_CURRENCY", case("USD", paid));
     // Event delivery: the URL and the secret go together; the rest is
     // read only beside them.
-    let hook = ("EVENT_WEBHOOK_URL", "http://127.0.0.1:9/hook".to_owned());
+    let hook = (
+        "EVENT_WEBHOOK_URL",
+        "http://127.0.0.1:9/hook,http://127.0.0.1:10/other".to_owned(),
+    );
     let hook_secret = ("EVENT_WEBHOOK_SECRET", whsec.to_owned());
     let mut with_secret = trial();
     with_secret.push(hook_secret.clone());
@@ -383,5 +386,40 @@ fn the_printout_hides_secrets_and_bad_values_are_refused() {
         assert!(!refused.ok, "{var}={bad} accepted");
         assert!(refused.stderr.contains(var), "{var}: {}", refused.stderr);
         assert!(!refused.stderr.contains("panicked"), "{}", refused.stderr);
+    }
+}
+
+/// `EVENT_WEBHOOK_URL` names each endpoint once: the same URL twice is one
+/// deliverer (two would share its lease as one owner and send at once).
+#[test]
+fn an_endpoint_given_twice_is_delivered_to_once() {
+    let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let env = |urls| {
+        run(
+            "worker",
+            &[
+                ("ADMIN_TOKEN", TOKEN),
+                ("CONSUMER_NAME", "w"),
+                ("AUTH", "none"),
+                ("EVENT_WEBHOOK_SECRET", whsec),
+                ("EVENT_WEBHOOK_URL", urls),
+            ],
+            &[],
+        )
+    };
+    let endpoints = |r: Run| {
+        assert!(r.ok, "{}", r.stderr);
+        r.stdout.matches("DeliverySettings {").count()
+    };
+    assert_eq!(
+        endpoints(env("http://127.0.0.1:9/a,http://127.0.0.1:9/b")),
+        2
+    );
+    assert_eq!(
+        endpoints(env("http://127.0.0.1:9/a,http://127.0.0.1:9/a")),
+        1
+    );
+    for bad in ["http://127.0.0.1:9/a,", "http://127.0.0.1:9/a,https://b/c"] {
+        assert!(!env(bad).ok, "{bad} accepted");
     }
 }

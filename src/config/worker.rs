@@ -53,12 +53,13 @@ pub struct DrainArgs {
     /// retirement (a last look with redis-cli).
     #[arg(long, env = "RETIRE_GRACE_SECS", default_value_t = crate::books::retire::RETIRE_GRACE_SECS)]
     pub retire_grace_secs: u64,
-    /// Push every event of the outbox to this `http://` endpoint, signed per
-    /// Standard Webhooks (needs `EVENT_WEBHOOK_SECRET`). Unset: events are
-    /// only pulled (`GET /api/admin/events`).
+    /// Push every event of the outbox to these `http://` endpoints
+    /// (comma-separated; each gets every event, in order, on its own),
+    /// signed per Standard Webhooks (needs `EVENT_WEBHOOK_SECRET`). Unset:
+    /// events are only pulled (`GET /api/admin/events`).
     #[arg(long, env = "EVENT_WEBHOOK_URL", value_parser = webhook_url,
-          requires = "event_webhook_secret")]
-    pub event_webhook_url: Option<axum::http::Uri>,
+          value_delimiter = ',', requires = "event_webhook_secret")]
+    pub event_webhook_url: Vec<axum::http::Uri>,
     /// The `whsec_` secret events are signed with (the receiver holds it too).
     #[arg(long, env = "EVENT_WEBHOOK_SECRET", hide_env_values = true,
           value_parser = webhook_secret, requires = "event_webhook_url")]
@@ -110,17 +111,30 @@ impl From<DrainArgs> for WorkerConfig {
                 grace: Duration::from_secs(a.retire_grace_secs),
                 ..default.retire
             },
-            events: a
-                .event_webhook_url
-                .zip(a.event_webhook_secret)
-                .map(|(url, secret)| DeliverySettings {
-                    url,
-                    secret,
-                    max_attempts: a.event_webhook_max_attempts,
-                    timeout: Duration::from_millis(a.event_webhook_timeout_ms),
-                    backoff_min: Duration::from_secs(1),
-                    backoff_max: Duration::from_secs(300),
-                }),
+            events: match a.event_webhook_secret {
+                // One deliverer per endpoint: a URL given twice is one
+                // endpoint (two would share its lease as one owner).
+                Some(secret) => a
+                    .event_webhook_url
+                    .into_iter()
+                    .fold(Vec::new(), |mut urls, url| {
+                        if !urls.contains(&url) {
+                            urls.push(url);
+                        }
+                        urls
+                    })
+                    .into_iter()
+                    .map(|url| DeliverySettings {
+                        url,
+                        secret: secret.clone(),
+                        max_attempts: a.event_webhook_max_attempts,
+                        timeout: Duration::from_millis(a.event_webhook_timeout_ms),
+                        backoff_min: Duration::from_secs(1),
+                        backoff_max: Duration::from_secs(300),
+                    })
+                    .collect(),
+                None => Vec::new(),
+            },
             ..default
         }
     }

@@ -1,5 +1,6 @@
 //! The outbox pushed to the shop: each event of `tb_event`, in id order,
-//! POSTed to `EVENT_WEBHOOK_URL` as a Standard Webhooks message (signed
+//! POSTed to each endpoint of `EVENT_WEBHOOK_URL` (each on its own: its
+//! cursor, lease, back-off and dead letters) as a Standard Webhooks message (signed
 //! with `EVENT_WEBHOOK_SECRET`; `webhook-id: evt_<id>`, the same on every
 //! retry, so a receiver deduplicates by it).
 //!
@@ -49,7 +50,7 @@ const REPLAYS: u32 = 10;
 /// Longest answer body read (then dropped) from the receiver.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// One process's deliverer.
+/// One process's deliverer to one endpoint.
 pub struct Deliverer {
     db: Db,
     settings: DeliverySettings,
@@ -57,6 +58,24 @@ pub struct Deliverer {
     owner: String,
     client: Client<HttpConnector, Full<Bytes>>,
     metrics: std::sync::Arc<Metrics>,
+    lags: std::sync::Arc<Lags>,
+}
+
+/// The lag of each endpoint this process delivers to; the gauge
+/// `event_delivery_lag` shows the largest.
+#[derive(Default)]
+pub struct Lags(std::sync::Mutex<std::collections::BTreeMap<String, i64>>);
+
+impl Lags {
+    fn update(&self, endpoint: &str, metrics: &Metrics, change: impl FnOnce(&mut i64)) {
+        let mut lags = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        change(lags.entry(endpoint.to_owned()).or_default());
+        let worst = lags.values().copied().max().unwrap_or(0);
+        metrics.event_delivery_lag.set(worst.max(0));
+    }
 }
 
 impl Deliverer {
@@ -79,7 +98,14 @@ impl Deliverer {
             owner,
             client,
             metrics,
+            lags: Default::default(),
         }
+    }
+
+    /// Shares the lag gauge with the process's other deliverers.
+    pub fn sharing(mut self, lags: std::sync::Arc<Lags>) -> Self {
+        self.lags = lags;
+        self
     }
 
     /// The lease's length: a pass fits in it (it stops sending at half).
@@ -128,7 +154,8 @@ impl Deliverer {
         let dead = self.db.dead_event_count().await?;
         self.metrics.event_dead_letters.set(dead);
         let lag = self.db.last_event_id().await? - at.delivered_up_to;
-        self.metrics.event_delivery_lag.set(lag.max(0));
+        self.lags
+            .update(&self.endpoint, &self.metrics, |l| *l = lag.max(0));
         Ok(())
     }
 
@@ -155,7 +182,7 @@ impl Deliverer {
                     acked = Some(e.id);
                     attempts = 0;
                     self.count("delivered");
-                    self.metrics.event_delivery_lag.dec();
+                    self.lags.update(&self.endpoint, &self.metrics, |l| *l -= 1);
                 }
                 Err(why) => {
                     attempts += 1;

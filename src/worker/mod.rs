@@ -90,8 +90,9 @@ pub struct WorkerConfig {
     /// (`books::retire`); zero: never.
     pub retire_every: Duration,
     pub retire: RetireSettings,
-    /// Where the outbox's events are pushed (`None`: nowhere; readers pull).
-    pub events: Option<deliver::DeliverySettings>,
+    /// Where the outbox's events are pushed, one entry per endpoint (none:
+    /// nowhere; readers pull).
+    pub events: Vec<deliver::DeliverySettings>,
     /// How often the deliverer passes.
     pub deliver_every: Duration,
 }
@@ -116,7 +117,7 @@ impl Default for WorkerConfig {
             books_every: Duration::from_millis(defaults::BOOKS_CHECK_MS),
             retire_every: Duration::from_millis(defaults::RETIRE_CHECK_MS),
             retire: RetireSettings::default(),
-            events: None,
+            events: Vec::new(),
             deliver_every: Duration::from_millis(200),
         }
     }

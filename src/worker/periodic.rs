@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Workers;
-use super::deliver::Deliverer;
+use super::deliver::{Deliverer, Lags};
 use super::every::{every, supervised};
 use super::reconciler::Reconciler;
 use crate::books::{self, BooksError};
@@ -29,7 +29,7 @@ pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<Join
         pass("books check", |w, stop| Box::pin(checking_books(w, stop))),
         pass("retirement", |w, stop| Box::pin(retiring(w, stop))),
     ];
-    if workers.cfg.events.is_some() {
+    if !workers.cfg.events.is_empty() {
         passes.push(pass("event delivery", |w, stop| {
             Box::pin(delivering(w, stop))
         }));
@@ -47,21 +47,29 @@ async fn sweeping(workers: Workers, stop: CancellationToken) {
     .await;
 }
 
-/// The outbox pushed to the shop's endpoint (`super::deliver`).
+/// The outbox pushed to the shop's endpoints (`super::deliver`): one loop
+/// per endpoint, so a slow or failing one holds back only itself.
 async fn delivering(workers: Workers, stop: CancellationToken) {
-    let Some(settings) = workers.cfg.events.clone() else {
-        return;
-    };
-    let deliverer = Deliverer::new(
-        workers.db.clone(),
-        settings,
-        workers.cfg.consumer.clone(),
-        workers.metrics.clone(),
-    );
-    every("event delivery", workers.cfg.deliver_every, stop, || {
-        deliverer.pass()
-    })
-    .await;
+    let lags = std::sync::Arc::new(Lags::default());
+    let mut loops = tokio::task::JoinSet::new();
+    for settings in &workers.cfg.events {
+        let deliverer = Deliverer::new(
+            workers.db.clone(),
+            settings.clone(),
+            workers.cfg.consumer.clone(),
+            workers.metrics.clone(),
+        )
+        .sharing(lags.clone());
+        let (stop, period) = (stop.clone(), workers.cfg.deliver_every);
+        loops.spawn(async move {
+            every("event delivery", period, stop, || deliverer.pass()).await;
+        });
+    }
+    // A loop that ends early (it panicked) ends the pass, which is
+    // supervised and started again; the others stop with it.
+    if loops.join_next().await.is_some() {
+        loops.shutdown().await;
+    }
 }
 
 async fn reconciling(workers: Workers, stop: CancellationToken) {

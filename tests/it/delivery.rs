@@ -128,7 +128,14 @@ async fn start_receiver(mode: u8) -> (Arc<Receiver>, SocketAddr) {
 /// A service pushing to `addr`, through its real command line; quick
 /// back-off and a short settle for the test.
 async fn spawn_pushing(addr: SocketAddr, max_attempts: u32) -> TestApp {
-    let url = format!("--event-webhook-url=http://{addr}/hook");
+    spawn_pushing_to(&[addr], max_attempts).await
+}
+
+/// A service pushing to every one of `addrs` (one comma-separated
+/// `EVENT_WEBHOOK_URL`).
+async fn spawn_pushing_to(addrs: &[SocketAddr], max_attempts: u32) -> TestApp {
+    let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}/hook")).collect();
+    let url = format!("--event-webhook-url={}", urls.join(","));
     let secret = format!("--event-webhook-secret={SECRET}");
     let attempts = format!("--event-webhook-max-attempts={max_attempts}");
     let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
@@ -151,9 +158,11 @@ async fn spawn_pushing(addr: SocketAddr, max_attempts: u32) -> TestApp {
 fn fast_delivery(s: &mut flashsale::config::Settings) {
     let w = s.workers.as_mut().expect("workers");
     w.deliver_every = Duration::from_millis(50);
-    let events = w.events.as_mut().expect("delivery configured");
-    events.backoff_min = Duration::from_millis(10);
-    events.backoff_max = Duration::from_millis(40);
+    assert!(!w.events.is_empty(), "delivery configured");
+    for events in &mut w.events {
+        events.backoff_min = Duration::from_millis(10);
+        events.backoff_max = Duration::from_millis(40);
+    }
 }
 
 impl TestApp {
@@ -330,4 +339,95 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_replayed() {
         .await
         .unwrap();
     assert_eq!(dead["dead"], json!([]));
+}
+
+/// Two endpoints: each gets every event, in order, on its own; one that is
+/// down holds back only itself (its events dead-lettered for it alone), and
+/// a replay brings them to it.
+#[tokio::test]
+async fn each_endpoint_gets_every_event_on_its_own() {
+    let (up, up_addr) = start_receiver(UP).await;
+    let (down, down_addr) = start_receiver(DOWN).await;
+    let app = spawn_pushing_to(&[up_addr, down_addr], 2).await;
+    let sku = app.new_sale(10, 1).await;
+    for user in 1..=3 {
+        let resp = app.place_order(user, &sku, 1).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    app.drained(&sku, 3).await;
+    let expected: Vec<String> = app
+        .event_ids()
+        .await
+        .iter()
+        .map(|id| format!("evt_{id}"))
+        .collect();
+    assert_eq!(expected.len(), 3);
+    let ids_of = |r: &Receiver| -> Vec<String> {
+        let mut ids: Vec<String> = r
+            .acked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.dedup();
+        ids
+    };
+    eventually(
+        "the healthy endpoint has them all",
+        Duration::from_secs(30),
+        || async { ids_of(&up) == expected },
+    )
+    .await;
+    let dead = || async {
+        let dead: Value = app
+            .client
+            .get(app.url("/api/admin/events/dead"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        dead["dead"].as_array().cloned().unwrap_or_default()
+    };
+    eventually(
+        "the down endpoint's are dead letters",
+        Duration::from_secs(30),
+        || async { dead().await.len() == 3 },
+    )
+    .await;
+    let down_url = format!("http://{down_addr}/hook");
+    assert!(
+        dead()
+            .await
+            .iter()
+            .all(|d| d["endpoint"] == down_url.as_str()),
+        "dead letters of the failing endpoint only"
+    );
+    assert!(ids_of(&down).is_empty());
+    down.mode.store(UP, Ordering::SeqCst);
+    let replay = app
+        .client
+        .post(app.url("/api/admin/events/dead/replay"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::OK);
+    eventually(
+        "replayed to the endpoint that missed them",
+        Duration::from_secs(30),
+        || async {
+            let mut got = ids_of(&down);
+            got.sort();
+            let mut want = expected.clone();
+            want.sort();
+            got == want
+        },
+    )
+    .await;
+    // The healthy one got nothing twice from the replay.
+    assert_eq!(ids_of(&up), expected);
 }

@@ -250,7 +250,11 @@ pub fn settings_from_cli(backend: Backend, prefix: &str, db_name: &str, args: &[
     };
     let mut settings = Settings::from(*args);
     // Quick workers, with what the command line said of event delivery.
-    let events = settings.workers.take().and_then(|w| w.events);
+    let events = settings
+        .workers
+        .take()
+        .map(|w| w.events)
+        .unwrap_or_default();
     settings.workers = Some(WorkerConfig {
         events,
         ..fast_workers("w")
