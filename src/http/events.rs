@@ -44,7 +44,7 @@ pub struct EventPage {
     operation_id = "list_events",
     tag = "admin",
     summary = "Every change of an order, in order (the outbox)",
-    description = "Each change of an order (`order.confirmed`, `order.paid`, `order.cancelled`, `order.refund_due`) is recorded in the transaction that makes it. Pages go by the cursor `after` (the last page's `next`). An event is listed once it is `DB_TIMEOUT_MS` + 1 s old, so that a transaction still open when a later one committed cannot be skipped by a reader's cursor.",
+    description = "Each change of an order (`order.confirmed`, `order.paid`, `order.cancelled`, `order.refund_due`) and of a sale (`sale.sold_out`, `sale.ended`, `sale.retired`) is recorded in the transaction that makes it. Ids increase (with gaps: the events of one transaction that changed many orders share a stored row, and an id is that row's × 10,000 + the place in it). Pages go by the cursor `after` (the last page's `next`). An event is listed once it is `DB_TIMEOUT_MS` + 1 s old, so that a transaction still open when a later one committed cannot be skipped by a reader's cursor.",
     params(EventParams),
     security(("admin" = [])),
     responses(

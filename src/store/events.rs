@@ -4,8 +4,10 @@
 //! retired), so an event exists exactly when its change does, and readers
 //! take them in `id` order.
 
+use std::collections::{HashMap, HashSet};
+
 use rust_decimal::Decimal;
-use sqlx::MySql;
+use sqlx::{MySql, QueryBuilder};
 
 use super::db::{Db, StoreError};
 
@@ -82,40 +84,121 @@ pub struct EventRow {
     pub created: i64,
 }
 
-/// Events as [`EventRow`]s: each with its order's fixed details.
-const EVENTS: &str = "SELECT e.id, e.type, e.order_id, \
-     COALESCE(o.product_id, e.product_id) AS product_id, o.user_id, o.quantity, o.price, \
-     e.created FROM tb_event e LEFT JOIN tb_order o ON o.order_id = e.order_id";
+/// Events one `tb_event` row holds at most: an event's id is its row's id
+/// × `SLOTS` + its place in the row. A transaction that changes many orders
+/// at once (a worker's batch of persisted orders, the sweeper's batch of
+/// cancels) writes one row for all of them, not one per order: the outbox
+/// then costs a batch one small insert (see BENCHMARKS.md).
+pub const SLOTS: i64 = 10_000;
+
+/// A `tb_event` row as stored: one order's event (`order_id`), several
+/// orders' (`orders`, comma-separated, `events` of them) or a sale's
+/// (`product_id`).
+#[derive(sqlx::FromRow)]
+struct Stored {
+    id: i64,
+    #[sqlx(rename = "type", try_from = "String")]
+    kind: EventKind,
+    order_id: Option<String>,
+    orders: Option<String>,
+    product_id: Option<String>,
+    created: i64,
+}
+
+const STORED: &str = "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
+
+/// One event of a stored row, before its order's details are joined.
+struct Bare {
+    id: i64,
+    kind: EventKind,
+    /// The order, or `None` for a sale's event (then `product_id`).
+    order_id: Option<String>,
+    product_id: Option<String>,
+    created: i64,
+}
+
+/// The events of `rows`, in id order.
+fn expand(rows: Vec<Stored>) -> Vec<Bare> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let base = r.id.saturating_mul(SLOTS);
+        match (r.orders, r.order_id) {
+            (Some(orders), _) => {
+                for (i, order) in orders.split(',').enumerate().take(SLOTS as usize) {
+                    out.push(Bare {
+                        id: base + i as i64,
+                        kind: r.kind,
+                        order_id: Some(order.to_owned()),
+                        product_id: None,
+                        created: r.created,
+                    });
+                }
+            }
+            (None, order_id) => out.push(Bare {
+                id: base,
+                kind: r.kind,
+                order_id,
+                product_id: r.product_id,
+                created: r.created,
+            }),
+        }
+    }
+    out
+}
+
+/// An order's fixed details, as events carry them.
+#[derive(sqlx::FromRow)]
+struct Details {
+    order_id: String,
+    product_id: String,
+    user_id: i64,
+    quantity: i64,
+    price: Decimal,
+}
 
 /// MySQL's clock in epoch ms, as an SQL expression.
 const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 
 /// Records `kind` for each of `orders` (their ids), in the caller's
-/// transaction: one multi-row `INSERT`.
+/// transaction: one row for one order, one row for many (up to [`SLOTS`]
+/// each), so a batch pays one small insert, not one per order.
 pub(super) async fn record<'a>(
     tx: &mut sqlx::Transaction<'_, MySql>,
     kind: EventKind,
     orders: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<(), sqlx::Error> {
-    let rows = orders.len();
-    if rows == 0 {
-        return Ok(());
-    }
-    let row = format!("(?, ?, {DB_NOW_MS})");
-    let mut sql = String::with_capacity(80 + rows * (row.len() + 2));
-    sql.push_str("INSERT INTO tb_event (type, order_id, created) VALUES ");
-    for i in 0..rows {
-        if i > 0 {
-            sql.push_str(", ");
+    let orders: Vec<&str> = orders.collect();
+    for chunk in orders.chunks(SLOTS as usize) {
+        match chunk {
+            [] => {}
+            [one] => {
+                sqlx::query(&format!(
+                    "INSERT INTO tb_event (type, order_id, created) VALUES (?, ?, {DB_NOW_MS})"
+                ))
+                .bind(kind.as_str())
+                .bind(*one)
+                .execute(&mut **tx)
+                .await?;
+            }
+            many => {
+                let mut joined = String::with_capacity(many.iter().map(|o| o.len() + 1).sum());
+                for (i, o) in many.iter().enumerate() {
+                    if i > 0 {
+                        joined.push(',');
+                    }
+                    joined.push_str(o);
+                }
+                sqlx::query(&format!(
+                    "INSERT INTO tb_event (type, orders, events, created) VALUES (?, ?, ?, {DB_NOW_MS})"
+                ))
+                .bind(kind.as_str())
+                .bind(joined)
+                .bind(many.len() as i64)
+                .execute(&mut **tx)
+                .await?;
+            }
         }
-        sql.push_str(&row);
     }
-    orders
-        .fold(sqlx::query(&sql), |q, order| {
-            q.bind(kind.as_str()).bind(order)
-        })
-        .execute(&mut **tx)
-        .await?;
     Ok(())
 }
 
@@ -191,18 +274,89 @@ impl Db {
     /// cursor past that id.
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
         let settle_ms = self.event_settle().as_millis() as i64;
-        let sql = format!(
-            "{EVENTS} WHERE e.id > ? AND e.created <= {DB_NOW_MS} - ? ORDER BY e.id LIMIT ?"
-        );
+        // The cursor's own row may hold events after it; every later row
+        // holds at least one: `limit` + 1 rows always make a full page.
+        let sql =
+            format!("{STORED} WHERE id >= ? AND created <= {DB_NOW_MS} - ? ORDER BY id LIMIT ?");
         let sql = sql.as_str();
-        self.call(|pool| {
-            sqlx::query_as(sql)
-                .bind(after)
-                .bind(settle_ms)
-                .bind(limit)
-                .fetch_all(pool)
-        })
-        .await
+        let rows: Vec<Stored> = self
+            .call(|pool| {
+                sqlx::query_as(sql)
+                    .bind(after.div_euclid(SLOTS))
+                    .bind(settle_ms)
+                    .bind(i64::from(limit) + 1)
+                    .fetch_all(pool)
+            })
+            .await?;
+        let page: Vec<Bare> = expand(rows)
+            .into_iter()
+            .filter(|e| e.id > after)
+            .take(limit as usize)
+            .collect();
+        self.with_details(page).await
+    }
+
+    /// Joins each order's fixed details to its events (one lookup per
+    /// page); an event whose order is not in `tb_order` is corrupt books
+    /// (events are written in the transaction that writes or changes it).
+    async fn with_details(&self, bare: Vec<Bare>) -> Result<Vec<EventRow>, StoreError> {
+        let mut details: HashMap<String, Details> = HashMap::new();
+        let wanted: Vec<&str> = {
+            let mut seen = HashSet::new();
+            bare.iter()
+                .filter_map(|b| b.order_id.as_deref())
+                .filter(|id| seen.insert(*id))
+                .collect()
+        };
+        for chunk in wanted.chunks(1_000) {
+            let rows: Vec<Details> = self
+                .call(|pool| {
+                    let mut q = QueryBuilder::<MySql>::new(
+                        "SELECT order_id, product_id, user_id, quantity, price FROM tb_order \
+                         FORCE INDEX (uk_order_id) WHERE order_id IN (",
+                    );
+                    let mut ids = q.separated(", ");
+                    for id in chunk {
+                        ids.push_bind(*id);
+                    }
+                    q.push(")");
+                    async move { q.build_query_as().fetch_all(pool).await }
+                })
+                .await?;
+            details.extend(rows.into_iter().map(|d| (d.order_id.clone(), d)));
+        }
+        bare.into_iter()
+            .map(|b| {
+                let (order_id, product_id, user_id, quantity, price) = match b.order_id {
+                    Some(id) => {
+                        let d = details.get(&id).ok_or_else(|| {
+                            StoreError::Corrupt(format!(
+                                "event {} of order {id}, not in tb_order",
+                                b.id
+                            ))
+                        })?;
+                        (
+                            Some(id),
+                            d.product_id.clone(),
+                            Some(d.user_id),
+                            Some(d.quantity),
+                            Some(d.price),
+                        )
+                    }
+                    None => (None, b.product_id.unwrap_or_default(), None, None, None),
+                };
+                Ok(EventRow {
+                    id: b.id,
+                    kind: b.kind,
+                    order_id,
+                    product_id,
+                    user_id,
+                    quantity,
+                    price,
+                    created: b.created,
+                })
+            })
+            .collect()
     }
 }
 
@@ -410,18 +564,37 @@ impl Db {
 
     /// The dead letters asked to be replayed, with their events.
     pub async fn replays(&self, endpoint: &str, limit: u32) -> Result<Vec<EventRow>, StoreError> {
-        let sql = format!(
-            "{EVENTS} JOIN tb_event_dead d ON d.event_id = e.id \
-             WHERE d.endpoint = ? AND d.replay = 1 ORDER BY d.event_id LIMIT ?"
-        );
-        let sql = sql.as_str();
-        self.call(|pool| {
-            sqlx::query_as(sql)
+        let wanted: Vec<i64> = self
+            .call(|pool| {
+                sqlx::query_scalar(
+                    "SELECT event_id FROM tb_event_dead WHERE endpoint = ? AND replay = 1 \
+                     ORDER BY event_id LIMIT ?",
+                )
                 .bind(endpoint)
                 .bind(limit)
                 .fetch_all(pool)
-        })
-        .await
+            })
+            .await?;
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Stored> = self
+            .call(|pool| {
+                let mut q = QueryBuilder::<MySql>::new(format!("{STORED} WHERE id IN ("));
+                let mut ids = q.separated(", ");
+                for id in &wanted {
+                    ids.push_bind(id.div_euclid(SLOTS));
+                }
+                q.push(") ORDER BY id");
+                async move { q.build_query_as().fetch_all(pool).await }
+            })
+            .await?;
+        let wanted: HashSet<i64> = wanted.iter().copied().collect();
+        let bare = expand(rows)
+            .into_iter()
+            .filter(|e| wanted.contains(&e.id))
+            .collect();
+        self.with_details(bare).await
     }
 
     /// A replayed dead letter went through (`true`: gone) or failed again.
@@ -462,11 +635,46 @@ impl Db {
             .await
     }
 
-    /// The newest event's id (0: none), for the delivery lag.
+    /// The newest event's id (0: none).
     pub async fn last_event_id(&self) -> Result<i64, StoreError> {
-        self.call(|pool| {
-            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM tb_event").fetch_one(pool)
-        })
-        .await
+        let last: Option<(i64, i32)> = self
+            .call(|pool| {
+                sqlx::query_as("SELECT id, events FROM tb_event ORDER BY id DESC LIMIT 1")
+                    .fetch_optional(pool)
+            })
+            .await?;
+        Ok(last.map_or(0, |(id, n)| {
+            id.saturating_mul(SLOTS) + i64::from(n.max(1)) - 1
+        }))
+    }
+
+    /// How many events come after `after` (for the delivery lag): exact
+    /// over the next 10,000 rows, and beyond them one per row (a lower
+    /// bound), so the count costs a bounded read however far behind.
+    pub async fn events_behind(&self, after: i64) -> Result<i64, StoreError> {
+        const ROWS: i64 = 10_000;
+        let from = after.div_euclid(SLOTS);
+        let near: Vec<(i64, i32)> = self
+            .call(|pool| {
+                sqlx::query_as("SELECT id, events FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?")
+                    .bind(from)
+                    .bind(ROWS)
+                    .fetch_all(pool)
+            })
+            .await?;
+        let mut behind = 0;
+        for &(id, n) in &near {
+            let n = i64::from(n.max(1));
+            behind += match id == from {
+                // The cursor's own row: the events after its place in it.
+                true => (n - 1 - after.rem_euclid(SLOTS)).max(0),
+                false => n,
+            };
+        }
+        if near.len() as i64 == ROWS {
+            let last = self.last_event_id().await?.div_euclid(SLOTS);
+            behind += (last - near.last().map_or(from, |r| r.0)).max(0);
+        }
+        Ok(behind)
     }
 }

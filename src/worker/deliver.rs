@@ -153,7 +153,7 @@ impl Deliverer {
     async fn gauge(&self, at: &Delivery) -> Result<(), StoreError> {
         let dead = self.db.dead_event_count().await?;
         self.metrics.event_dead_letters.set(dead);
-        let lag = self.db.last_event_id().await? - at.delivered_up_to;
+        let lag = self.db.events_behind(at.delivered_up_to).await?;
         self.lags
             .update(&self.endpoint, &self.metrics, |l| *l = lag.max(0));
         Ok(())

@@ -166,11 +166,18 @@ fn fast_delivery(s: &mut flashsale::config::Settings) {
 }
 
 impl TestApp {
-    async fn event_ids(&self) -> Vec<i64> {
-        sqlx::query_scalar("SELECT id FROM tb_event ORDER BY id")
-            .fetch_all(&self.mysql)
+    /// The ids of every event recorded so far, as the feed lists them
+    /// (once settled: waited for until their count is `n`).
+    async fn event_ids(&self, n: usize) -> Vec<i64> {
+        eventually("the events are listed", Duration::from_secs(10), || async {
+            self.events(500).await.len() >= n
+        })
+        .await;
+        self.events(500)
             .await
-            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_i64().expect("an id"))
+            .collect()
     }
 }
 
@@ -201,7 +208,7 @@ async fn every_event_reaches_a_flaky_receiver_in_order() {
     for (user, id) in (5..=8).zip(&ids[4..8]) {
         assert_eq!(app.cancel(id, user).await.status(), StatusCode::OK);
     }
-    let events = app.event_ids().await;
+    let events = app.event_ids(12 + 4 + 4).await;
     assert_eq!(events.len(), 12 + 4 + 4);
     let expected: Vec<String> = events.iter().map(|id| format!("evt_{id}")).collect();
 
@@ -356,7 +363,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     }
     app.drained(&sku, 3).await;
     let expected: Vec<String> = app
-        .event_ids()
+        .event_ids(3)
         .await
         .iter()
         .map(|id| format!("evt_{id}"))

@@ -27,7 +27,7 @@ async fn spawn() -> TestApp {
 
 impl TestApp {
     /// All events listed so far, page by page (`limit` each).
-    async fn events(&self, limit: u32) -> Vec<Value> {
+    pub(crate) async fn events(&self, limit: u32) -> Vec<Value> {
         let (mut after, mut all) = (0, Vec::new());
         loop {
             let resp = self
@@ -313,4 +313,57 @@ async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
             assert_eq!(e["data"], json!({"product_id": sku}), "{e}");
         }
     }
+}
+
+/// Many orders changed in one transaction are one stored row: the feed
+/// lists each of them, a cursor in the middle of the row goes on from
+/// there, and the delivery lag counts events, not rows.
+#[tokio::test]
+async fn a_batch_of_orders_is_one_row_and_each_of_its_events() {
+    let app = spawn().await;
+    let sku = app.new_sale(10, 1).await;
+    for user in 1..=6 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    app.drained(&sku, 6).await;
+    // The payment timeout at zero: one sweep cancels all six at once.
+    let sweeper = flashsale::books::Sweeper::new(
+        flashsale::books::Books::new(app.sales.clone(), app.db.clone()),
+        app.sales.clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    assert_eq!(sweeper.sweep().await.unwrap().expired, 6);
+    let rows: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM tb_event WHERE type = 'order.cancelled'")
+            .fetch_one(&app.mysql)
+            .await
+            .unwrap();
+    assert_eq!(rows, 1, "six cancels in one transaction: one row");
+    eventually("listed", Duration::from_secs(10), || async {
+        app.events(100).await.len() == 12
+    })
+    .await;
+    let ids: Vec<i64> = app
+        .events(100)
+        .await
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    // Page by page, one at a time: the same ids.
+    let ones: Vec<i64> = app
+        .events(1)
+        .await
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ones, ids);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(app.db.events_behind(*id).await.unwrap(), (11 - i) as i64);
+    }
+    assert_eq!(app.db.events_behind(0).await.unwrap(), 12);
+    assert_eq!(app.db.last_event_id().await.unwrap(), ids[11]);
 }
