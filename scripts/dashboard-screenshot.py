@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """The README's dashboard screenshot (docs/dashboard.png): a release `serve`
 on its own key prefix and database, two sales taking orders for about a
-minute (one sells out), headless Chromium signed in through the page's form
+minute (one sells out; half the orders paid through the local trial's pay
+route), the events pushed to a receiver this script runs (it acknowledges
+most, fails a few), headless Chromium signed in through the page's form
 (chromedriver's WebDriver protocol), a screenshot. Needs the local Redis and
 MariaDB, `chromium` and `chromium-driver`.
 
     scripts/dashboard-screenshot.py [out.png]
 """
 import base64, json, os, random, secrets, socket, subprocess, sys, threading, time
-import urllib.error, urllib.request
+import http.server, urllib.error, urllib.request
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "docs/dashboard.png"
-PORT, DRIVER = 18282, 18283
+PORT, DRIVER, HOOK = 18282, 18283, 18284
 BASE = f"http://127.0.0.1:{PORT}"
 TOKEN = secrets.token_hex(16)
 PREFIX = f"shot{os.getpid()}"
@@ -38,10 +40,29 @@ def wd(method, path, body=None):
     return answer["value"] if answer else None
 
 
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """The shop's endpoint: takes each event, fails about one in twenty."""
+    seen = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        Receiver.seen += 1
+        self.send_response(500 if Receiver.seen % 20 == 0 else 204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+hook = http.server.ThreadingHTTPServer(("127.0.0.1", HOOK), Receiver)
+threading.Thread(target=hook.serve_forever, daemon=True).start()
+
 subprocess.run(["cargo", "build", "--release", "-q"], check=True)
 env = dict(os.environ, ADMIN_TOKEN=TOKEN, AUTH="none", LISTEN_ADDR=f"127.0.0.1:{PORT}",
            REDIS_KEY_PREFIX=PREFIX, DATABASE_URL=f"mysql://root@127.0.0.1:3306/{PREFIX}",
-           RATE_LIMITS="false", BOOKS_CHECK_MS="2000", RUST_LOG="warn")
+           RATE_LIMITS="false", BOOKS_CHECK_MS="2000", RUST_LOG="warn",
+           EVENT_WEBHOOK_URL=f"http://127.0.0.1:{HOOK}/events",
+           EVENT_WEBHOOK_SECRET="whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
 serve = subprocess.Popen(["target/release/flashsale", "serve"], env=env)
 driver = subprocess.Popen(["chromedriver", f"--port={DRIVER}"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
@@ -62,8 +83,12 @@ try:
     def buyers(sku, per_sec, users):
         rng = random.Random(sku)
         while time.time() < stop:
-            call("POST", BASE + "/api/orders", {"user_id": rng.randint(1, users),
-                                                 "product_id": sku, "quantity": 1})
+            user = rng.randint(1, users)
+            status, order = call("POST", BASE + "/api/orders",
+                                 {"user_id": user, "product_id": sku, "quantity": 1})
+            if status == 202 and order and rng.random() < 0.5:
+                threading.Timer(3.0, call, ("POST", BASE + f"/api/orders/{order['order_id']}/pay",
+                                            {"user_id": user})).start()
             time.sleep(1 / per_sec)
     threads = [threading.Thread(target=buyers, args=a) for a in
                [("phone-x1", 9, 400), ("phone-x1", 9, 400), ("earbuds-2", 6, 2000)]]
@@ -96,6 +121,7 @@ try:
 finally:
     serve.terminate()
     driver.terminate()
+    hook.shutdown()
     serve.wait()
     subprocess.run(f"redis-cli --scan --pattern '{PREFIX}:*' | xargs -r redis-cli del >/dev/null",
                    shell=True)
