@@ -47,8 +47,9 @@ pub use memory::{Memory, MemorySettings};
 pub use orders::{NewOrder, Orders};
 pub use queue::{Queue, QueueView};
 pub use room::Room;
+pub use scripts::Retake;
 #[cfg(feature = "bench")]
-pub use scripts::{OrderCall, Retake, place_order as place_order_on};
+pub use scripts::{OrderCall, place_order as place_order_on};
 pub use stream::{Claimed, SaleStream};
 pub use types::*;
 
