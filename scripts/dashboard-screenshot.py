@@ -29,6 +29,8 @@ def call(method, url, body=None, headers=None):
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, None
+    except urllib.error.URLError:
+        return 0, None
 
 
 def admin(path, body=None):
