@@ -61,6 +61,7 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(5),
         backoff_min: Duration::from_millis(10),
         backoff_max: Duration::from_millis(100),
+        ca: None,
     };
     let endpoint = settings.url.to_string();
     let owner = format!("bench-{}", std::process::id());

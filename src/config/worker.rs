@@ -7,7 +7,7 @@ use clap::Args;
 use super::DAY_MS;
 use crate::domain::webhook::Secret;
 use crate::worker::WorkerConfig;
-use crate::worker::deliver::DeliverySettings;
+use crate::worker::deliver::{CaCerts, DeliverySettings};
 
 /// How the stream workers drain the sales' streams.
 #[derive(Debug, Clone, Args)]
@@ -60,6 +60,11 @@ pub struct DrainArgs {
     #[arg(long, env = "EVENT_WEBHOOK_URL", value_parser = webhook_url,
           value_delimiter = ',', requires = "event_webhook_secret")]
     pub event_webhook_url: Vec<axum::http::Uri>,
+    /// A PEM file of CA certificates trusted for `https://` endpoints
+    /// besides the public web PKI's (a shop's private CA).
+    #[arg(long, env = "EVENT_WEBHOOK_CA_FILE", value_parser = ca_file,
+          requires = "event_webhook_url")]
+    pub event_webhook_ca_file: Option<CaCerts>,
     /// The `whsec_` secret events are signed with (the receiver holds it too).
     #[arg(long, env = "EVENT_WEBHOOK_SECRET", hide_env_values = true,
           value_parser = webhook_secret, requires = "event_webhook_url")]
@@ -76,13 +81,18 @@ pub struct DrainArgs {
     pub event_webhook_timeout_ms: u64,
 }
 
-/// `EVENT_WEBHOOK_URL`: an absolute `http://` URL.
+/// `EVENT_WEBHOOK_URL`: an absolute `https://` (or `http://`) URL.
 fn webhook_url(s: &str) -> Result<axum::http::Uri, String> {
     let uri: axum::http::Uri = s.parse().map_err(|e| format!("not a URL: {e}"))?;
     match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        _ => Err("an absolute http:// URL (for https, deliver through an egress proxy)".into()),
+        (Some("https" | "http"), Some(_)) => Ok(uri),
+        _ => Err("an absolute https:// or http:// URL".into()),
     }
+}
+
+/// `EVENT_WEBHOOK_CA_FILE`: at least one PEM certificate, read at start.
+fn ca_file(path: &str) -> Result<CaCerts, String> {
+    CaCerts::read(std::path::Path::new(path)).map_err(|e| e.to_string())
 }
 
 /// `EVENT_WEBHOOK_SECRET`: one `whsec_` secret.
@@ -131,6 +141,7 @@ impl From<DrainArgs> for WorkerConfig {
                         timeout: Duration::from_millis(a.event_webhook_timeout_ms),
                         backoff_min: Duration::from_secs(1),
                         backoff_max: Duration::from_secs(300),
+                        ca: a.event_webhook_ca_file.clone(),
                     })
                     .collect(),
                 None => Vec::new(),

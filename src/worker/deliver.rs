@@ -17,20 +17,23 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::{Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use crate::books::EventMessage;
-use crate::domain::now_ms;
 use crate::domain::webhook::Secret;
+use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
 use crate::store::{Db, Delivery, EventRow, StoreError};
 
 /// Where and how events are pushed.
 #[derive(Debug, Clone)]
 pub struct DeliverySettings {
-    /// An `http://` endpoint (TLS: through an egress proxy; see the docs).
+    /// An `https://` endpoint (or `http://`, on a network of its own).
     pub url: Uri,
     pub secret: Secret,
     /// Attempts of one event before it is dead-lettered.
@@ -41,6 +44,79 @@ pub struct DeliverySettings {
     /// `backoff_max`; each drawn at random from its upper half (jitter).
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// CA certificates trusted besides the public web PKI's.
+    pub ca: Option<CaCerts>,
+}
+
+/// CA certificates read from a PEM file (`EVENT_WEBHOOK_CA_FILE`).
+#[derive(Clone)]
+pub struct CaCerts {
+    path: String,
+    certs: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for CaCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} certificate(s) from {}", self.certs.len(), self.path)
+    }
+}
+
+/// Why a CA file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("cannot read the certificates in {path}: {source}")]
+    Pem {
+        path: String,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{0} holds no certificate")]
+    Empty(String),
+    #[error("a certificate of {path} is not a usable CA: {source}")]
+    Invalid { path: String, source: rustls::Error },
+}
+
+impl CaCerts {
+    pub fn read(path: &std::path::Path) -> Result<Self, CaError> {
+        let name = path.display().to_string();
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|source| CaError::Pem {
+                path: name.clone(),
+                source,
+            })?;
+        if certs.is_empty() {
+            return Err(CaError::Empty(name));
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &certs {
+            roots.add(cert.clone()).map_err(|source| CaError::Invalid {
+                path: name.clone(),
+                source,
+            })?;
+        }
+        Ok(Self { path: name, certs })
+    }
+}
+
+/// The client's TLS: the public web PKI's roots (webpki-roots, built in:
+/// the same on every machine) and `extra`.
+fn tls_config(extra: Option<&CaCerts>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in extra.iter().flat_map(|ca| &ca.certs) {
+        // Checked when the file was read.
+        let _ = roots.add(cert.clone());
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_or_else(
+        // ring supports the default versions; this cannot fail.
+        |_| rustls::ClientConfig::builder().with_root_certificates(roots.clone()),
+        |b| b.with_root_certificates(roots.clone()),
+    )
+    .with_no_client_auth()
 }
 
 /// Events read per pass.
@@ -56,7 +132,7 @@ pub struct Deliverer {
     settings: DeliverySettings,
     endpoint: String,
     owner: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     metrics: std::sync::Arc<Metrics>,
     lags: std::sync::Arc<Lags>,
 }
@@ -85,9 +161,15 @@ impl Deliverer {
         owner: String,
         metrics: std::sync::Arc<Metrics>,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.timeout));
-        connector.set_nodelay(true);
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(settings.timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(settings.ca.as_ref()))
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
@@ -267,7 +349,7 @@ impl Deliverer {
                 .client
                 .request(req)
                 .await
-                .map_err(|err| format!("cannot reach the endpoint: {err}"))?;
+                .map_err(|err| format!("cannot reach the endpoint: {}", Chain(&err)))?;
             let status = resp.status();
             // Read (a bounded part of) the answer, so the connection is reused.
             let _ = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)

@@ -113,6 +113,73 @@ async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -
     answer
 }
 
+/// A listener that speaks TLS with the fixture certificate `name`
+/// (tests/fixtures/tls): `receiver` (signed by the test CA) or `stranger`
+/// (self-signed). A failed handshake is dropped; the next is awaited.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+}
+
+impl TlsListener {
+    async fn bind(name: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(format!("{dir}/{name}.pem"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_file(format!("{dir}/{name}.key")).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        Self {
+            tcp: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            tls: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.tls.accept(tcp).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// The receiver over https, with the fixture certificate `cert`.
+async fn start_tls_receiver(cert: &str) -> (Arc<Receiver>, SocketAddr) {
+    let receiver = Arc::new(Receiver::default());
+    receiver.mode.store(UP, Ordering::SeqCst);
+    let app = Router::new()
+        .route("/hook", post(hook))
+        .with_state(receiver.clone());
+    let listener = TlsListener::bind(cert).await;
+    let addr = axum::serve::Listener::local_addr(&listener).unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (receiver, addr)
+}
+
 async fn start_receiver(mode: u8) -> (Arc<Receiver>, SocketAddr) {
     let receiver = Arc::new(Receiver::default());
     receiver.mode.store(mode, Ordering::SeqCst);
@@ -437,4 +504,82 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     .await;
     // The healthy one got nothing twice from the replay.
     assert_eq!(ids_of(&up), expected);
+}
+
+/// An `https://` endpoint: reached when its certificate chains to a CA
+/// the service trusts (`EVENT_WEBHOOK_CA_FILE`, beside the public web
+/// PKI's); one that does not is refused at the handshake, and the
+/// operator reads why in the dead letter.
+#[tokio::test]
+async fn events_reach_an_https_endpoint_whose_certificate_is_trusted() {
+    let (trusted, trusted_addr) = start_tls_receiver("receiver").await;
+    let (stranger, stranger_addr) = start_tls_receiver("stranger").await;
+    let urls = format!(
+        "--event-webhook-url=https://127.0.0.1:{}/hook,https://localhost:{}/hook",
+        trusted_addr.port(),
+        stranger_addr.port()
+    );
+    let ca = format!(
+        "--event-webhook-ca-file={}/tests/fixtures/tls/ca.pem",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let secret = format!("--event-webhook-secret={SECRET}");
+    let args = [
+        "--auth=none",
+        urls.as_str(),
+        ca.as_str(),
+        secret.as_str(),
+        "--event-webhook-max-attempts=2",
+    ];
+    let app = spawn_app_cli(&args, |s| {
+        s.http.limits = Limits::unlimited();
+        s.db.timeout = Duration::from_millis(500);
+        fast_delivery(s);
+    })
+    .await;
+    let sku = app.new_sale(10, 1).await;
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    app.drained(&sku, 1).await;
+    let expected: Vec<String> = app
+        .event_ids(1)
+        .await
+        .iter()
+        .map(|id| format!("evt_{id}"))
+        .collect();
+    eventually("delivered over TLS", Duration::from_secs(30), || async {
+        trusted.acked.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(trusted.acked.lock().unwrap()[0].0, expected[0]);
+    assert_eq!(trusted.forged.load(Ordering::SeqCst), 0);
+    let dead = || async {
+        let dead: Value = app
+            .client
+            .get(app.url("/api/admin/events/dead"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        dead["dead"].as_array().cloned().unwrap_or_default()
+    };
+    eventually(
+        "the untrusted endpoint's event is a dead letter",
+        Duration::from_secs(30),
+        || async { dead().await.len() == 1 },
+    )
+    .await;
+    let letter = &dead().await[0];
+    assert!(
+        letter["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("certificate")),
+        "{letter}"
+    );
+    assert!(stranger.acked.lock().unwrap().is_empty());
 }
