@@ -16,18 +16,40 @@
 -- KEYS[2]  bought hash    fs:{pid}:bought
 -- KEYS[3]  released set   fs:{pid}:released  order ids already returned
 -- KEYS[4]  accepted hash  fs:{pid}:accepted  order_id -> order record (JSON)
--- KEYS[5]  retaken hash   fs:{pid}:retaken   orders a late payment took again
---          (a release of such an order, once paid and refunded, ends that)
+-- KEYS[5]  retaken hash   fs:{pid}:retaken   order_id -> the time of the cancel
+--          whose units a late payment took again (retake_order.lua)
 -- ARGV[1]  order_id
 -- ARGV[2]  user_id
 -- ARGV[3]  quantity (integer >= 1)
 -- ARGV[4]  the order's record as the books have it (JSON, "booked"), kept
 --          when this Redis does not know the order
+-- ARGV[5]  the time of the cancel being released (ms: the order's `updated`
+--          in the books; each cancel of an order is later than the one before)
+--
+-- A late payment may take an order's units again after its cancel gave them
+-- back (retake_order.lua). A release of that same cancel arriving after it
+-- (the sweeper's, finishing the cancel it made, racing the payment) must not
+-- give them back a second time: the retaken hash says which cancel the
+-- retake followed, and only the release of a later cancel (a refund of the
+-- order paid late) gives the units back again.
 --
 -- Returns {released, stock}: released = 1 when this call returned the units
 -- (or found them never taken here), 0 when the order had been released
 -- before (nothing changed, but the stock is written again, unchanged, for a
 -- WAIT to follow); stock = the units left now.
+
+local retaken = redis.call('HGET', KEYS[5], ARGV[1])
+if retaken and tonumber(retaken) >= tonumber(ARGV[5]) then
+  -- A release of the cancel the retake followed: given back already.
+  local stock = redis.call('GET', KEYS[1])
+  if stock then
+    redis.call('SET', KEYS[1], stock)
+  end
+  return {0, tonumber(stock or '0')}
+end
+if retaken then
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
 
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   local stock = redis.call('GET', KEYS[1])
@@ -39,7 +61,6 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return {0, tonumber(stock or '0')}
 end
 
-redis.call('HDEL', KEYS[5], ARGV[1])
 if redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[4]) == 1 then
   -- This Redis never took these units: nothing to give back.
   return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}

@@ -12,11 +12,13 @@
 -- KEYS[3]  bought hash    fs:{pid}:bought    user_id -> units accepted
 -- KEYS[4]  released set   fs:{pid}:released  order ids whose units went back
 -- KEYS[5]  accepted hash  fs:{pid}:accepted  order_id -> order record (JSON)
--- KEYS[6]  retaken hash   fs:{pid}:retaken   order_id -> payment id
+-- KEYS[6]  retaken hash   fs:{pid}:retaken   order_id -> the cancel's time
 -- ARGV[1]  order_id
 -- ARGV[2]  user_id
 -- ARGV[3]  quantity (integer >= 1)
--- ARGV[4]  the payment's id (kept for the operator)
+-- ARGV[4]  the time of the cancel whose units come back (ms: the order's
+--          `updated` in the books); a release of that cancel arriving later
+--          gives nothing back (release_stock.lua)
 --
 -- Returns {"taken", stock}: the units are the order's again (now, or by an
 -- earlier call); or one of {"no_sale"} {"ended"} {"sold_out"} {"limit"}
@@ -37,7 +39,7 @@ if redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
 end
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
   -- The units never came back here (a failover lost the release): they
-  -- are still the order's.
+  -- are still the order's, and that cancel's release must not give them.
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[4])
   return {'taken', tonumber(redis.call('GET', KEYS[2]) or '0')}
 end

@@ -134,7 +134,7 @@ impl Books {
     /// The Redis half of a cancel, then `released = 1`.
     pub async fn release(&self, row: &OrderRow) -> Result<(), BooksError> {
         let order = pending_of(row)?;
-        self.sales.orders.release(&order).await?;
+        self.sales.orders.release(&order, row.updated).await?;
         self.db.mark_released(&row.order_id).await?;
         Ok(())
     }

@@ -158,12 +158,13 @@ impl Books {
             match self
                 .sales
                 .orders
-                .retake(&pending_of(row)?, &p.payment_id)
+                .retake(&pending_of(row)?, row.updated)
                 .await?
             {
                 Retake::Taken => Retaking::Taken,
                 Retake::Refused(why) => {
-                    tracing::info!(order_id = %row.order_id, why, "a late payment: the units are not there for it");
+                    tracing::info!(order_id = %row.order_id, payment_id = %p.payment_id, why,
+                        "a late payment: the units are not there for it");
                     Retaking::Refused
                 }
             },

@@ -386,13 +386,19 @@ impl Orders {
     /// With WAIT configured, only once the replicas have the release (else
     /// `NotReplicated`): the caller marks the order released after this, and
     /// a release a failover lost must stay unmarked, for the sweeper to redo.
-    pub async fn release(&self, order: &PendingOrder) -> Result<(bool, u64), SaleError> {
+    pub async fn release(
+        &self,
+        order: &PendingOrder,
+        cancelled_ms: i64,
+    ) -> Result<(bool, u64), SaleError> {
         let core = &self.core;
         let keys = core.keys(&order.product_id);
         let (released, replicated) = match core.wait {
             None => {
                 let released = core
-                    .call(|mut c| async move { scripts::release_stock(&mut c, &keys, order).await })
+                    .call(|mut c| async move {
+                        scripts::release_stock(&mut c, &keys, order, cancelled_ms).await
+                    })
                     .await?;
                 (released, Ok(()))
             }
@@ -404,6 +410,7 @@ impl Orders {
                         &mut pooled,
                         &keys,
                         order,
+                        cancelled_ms,
                         wait,
                     ))
                     .await?;
@@ -424,7 +431,7 @@ impl Orders {
     pub async fn retake(
         &self,
         order: &PendingOrder,
-        payment_id: &str,
+        cancelled_ms: i64,
     ) -> Result<Retake, SaleError> {
         let core = &self.core;
         let keys = core.keys(&order.product_id);
@@ -432,7 +439,7 @@ impl Orders {
             None => {
                 let retake = core
                     .call(|mut c| async move {
-                        scripts::retake_order(&mut c, &keys, order, payment_id).await
+                        scripts::retake_order(&mut c, &keys, order, cancelled_ms).await
                     })
                     .await?;
                 (retake, Ok(()))
@@ -445,7 +452,7 @@ impl Orders {
                         &mut pooled,
                         &keys,
                         order,
-                        payment_id,
+                        cancelled_ms,
                         wait,
                     ))
                     .await?;

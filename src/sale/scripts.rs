@@ -234,11 +234,18 @@ pub async fn release_stock(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     order: &PendingOrder,
+    cancelled_ms: i64,
 ) -> RedisResult<(bool, u64)> {
-    release_stock_call(keys, order).invoke_async(conn).await
+    release_stock_call(keys, order, cancelled_ms)
+        .invoke_async(conn)
+        .await
 }
 
-fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInvocation<'static> {
+fn release_stock_call(
+    keys: &SaleKeys,
+    order: &PendingOrder,
+    cancelled_ms: i64,
+) -> redis::ScriptInvocation<'static> {
     let mut call = RELEASE_STOCK.prepare_invoke();
     call.key(&keys.stock)
         .key(&keys.bought)
@@ -248,7 +255,8 @@ fn release_stock_call(keys: &SaleKeys, order: &PendingOrder) -> redis::ScriptInv
         .arg(order.order_id.as_str())
         .arg(order.user_id)
         .arg(order.quantity)
-        .arg(booked_record(order));
+        .arg(booked_record(order))
+        .arg(cancelled_ms);
     call
 }
 
@@ -285,7 +293,7 @@ impl FromRedisValue for Retake {
 fn retake_order_call<'a>(
     keys: &SaleKeys,
     order: &PendingOrder,
-    payment_id: &str,
+    cancelled_ms: i64,
 ) -> redis::ScriptInvocation<'a> {
     let mut call = RETAKE_ORDER.prepare_invoke();
     call.key(&keys.sale)
@@ -297,7 +305,7 @@ fn retake_order_call<'a>(
         .arg(order.order_id.as_str())
         .arg(order.user_id)
         .arg(order.quantity)
-        .arg(payment_id);
+        .arg(cancelled_ms);
     call
 }
 
@@ -306,9 +314,9 @@ pub async fn retake_order(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     order: &PendingOrder,
-    payment_id: &str,
+    cancelled_ms: i64,
 ) -> RedisResult<Retake> {
-    retake_order_call(keys, order, payment_id)
+    retake_order_call(keys, order, cancelled_ms)
         .invoke_async(conn)
         .await
 }
@@ -318,13 +326,13 @@ pub async fn retake_order_and_wait(
     conn: &mut Conn,
     keys: &SaleKeys,
     order: &PendingOrder,
-    payment_id: &str,
+    cancelled_ms: i64,
     wait: Wait,
 ) -> RedisResult<(Retake, u32)> {
     invoke_and_wait(
         conn,
         &keys.retaken,
-        &retake_order_call(keys, order, payment_id),
+        &retake_order_call(keys, order, cancelled_ms),
         wait,
     )
     .await
@@ -381,9 +389,16 @@ pub async fn release_stock_and_wait(
     conn: &mut Conn,
     keys: &SaleKeys,
     order: &PendingOrder,
+    cancelled_ms: i64,
     wait: Wait,
 ) -> RedisResult<((bool, u64), u32)> {
-    invoke_and_wait(conn, &keys.stock, &release_stock_call(keys, order), wait).await
+    invoke_and_wait(
+        conn,
+        &keys.stock,
+        &release_stock_call(keys, order, cancelled_ms),
+        wait,
+    )
+    .await
 }
 
 /// A script call, then `WAIT`, as one pipeline to the master holding `key`

@@ -77,11 +77,12 @@ impl Db {
                     .bind(OrderStatus::Confirmed.as_str())
                     .fetch_optional(&mut **tx)
                     .await?;
-                    let Some(row) = row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
+                    let Some(mut row) =
+                        row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
                     else {
                         return Ok(false);
                     };
-                    cancel_rows(tx, std::slice::from_ref(&row)).await?;
+                    cancel_rows(tx, std::slice::from_mut(&mut row)).await?;
                     Ok(true)
                 })
             })
@@ -171,7 +172,8 @@ impl Db {
             .bind(limit)
             .fetch_all(&mut *tx)
             .await?;
-            cancel_rows(&mut tx, &rows).await?;
+            let mut rows = rows;
+            cancel_rows(&mut tx, &mut rows).await?;
             tx.commit().await?;
             Ok(rows)
         })
@@ -293,15 +295,24 @@ pub(super) async fn take_units(
 }
 
 /// Marks `rows` (locked: `confirmed`, or `paid` and refunded) cancelled and
-/// gives their units back.
+/// gives their units back; the rows are updated to match. Their `updated`
+/// becomes the cancel's time, later than any change before it (the Redis
+/// half tells one cancel of an order from a later one by it: see
+/// `release_stock.lua`).
 pub(super) async fn cancel_rows(
     tx: &mut sqlx::Transaction<'_, MySql>,
-    rows: &[OrderRow],
+    rows: &mut [OrderRow],
 ) -> Result<(), sqlx::Error> {
     if rows.is_empty() {
         return Ok(());
     }
-    let now = now_ms();
+    let latest = rows.iter().map(|r| r.updated).max().unwrap_or(0);
+    let now = now_ms().max(latest.saturating_add(1));
+    for r in rows.iter_mut() {
+        r.status = OrderStatus::Cancelled;
+        r.released = false;
+        r.updated = now;
+    }
     let mut update = QueryBuilder::<MySql>::new("UPDATE tb_order SET status = ");
     update
         .push_bind(OrderStatus::Cancelled.as_str())
@@ -309,7 +320,7 @@ pub(super) async fn cancel_rows(
         .push_bind(now);
     update.push(" WHERE order_id IN (");
     let mut ids = update.separated(", ");
-    for r in rows {
+    for r in rows.iter() {
         ids.push_bind(r.order_id.as_str());
     }
     update.push(")");
@@ -317,7 +328,7 @@ pub(super) async fn cancel_rows(
     let ids = rows.iter().map(|r| r.order_id.as_str());
     events::record(tx, EventKind::Cancelled, ids).await?;
     let mut units: BTreeMap<&str, i64> = BTreeMap::new();
-    for r in rows {
+    for r in rows.iter() {
         *units.entry(r.product_id.as_str()).or_default() += r.quantity;
     }
     for (product, units) in units {

@@ -149,10 +149,7 @@ impl Db {
                             .await?;
                     }
                     PaymentResult::Refunded => {
-                        lifecycle::cancel_rows(tx, std::slice::from_ref(&row)).await?;
-                        row.status = OrderStatus::Cancelled;
-                        row.released = false;
-                        row.updated = now;
+                        lifecycle::cancel_rows(tx, std::slice::from_mut(&mut row)).await?;
                     }
                     PaymentResult::RefundDue => {
                         events::record(

@@ -262,8 +262,14 @@ async fn released_units_return_once_even_when_released_twice(backend: Backend) {
         .unwrap()
         .expect("recorded");
     assert_eq!(app.stock(&sku).await, Some(1));
-    assert_eq!(app.sales.orders.release(&order).await.unwrap(), (true, 3));
-    assert_eq!(app.sales.orders.release(&order).await.unwrap(), (false, 3));
+    assert_eq!(
+        app.sales.orders.release(&order, 1).await.unwrap(),
+        (true, 3)
+    );
+    assert_eq!(
+        app.sales.orders.release(&order, 1).await.unwrap(),
+        (false, 3)
+    );
     assert_eq!(app.bought(&sku, 4).await, 0);
     // The user's allowance is back too.
     assert_eq!(

@@ -645,7 +645,11 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     let row = app.db.order(&order_id).await.unwrap().expect("a row");
     let pending = flashsale::books::pending_order_of(&row).expect("an order");
     assert_eq!(
-        app.sales.orders.retake(&pending, "pay-a").await.unwrap(),
+        app.sales
+            .orders
+            .retake(&pending, row.updated)
+            .await
+            .unwrap(),
         flashsale::sale::Retake::Taken
     );
     assert_eq!(app.stock(&sku).await, Some(1));
@@ -659,6 +663,51 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     let (_, answer) = app.notify(&body).await;
     assert_eq!(answer["result"], "paid_again");
     assert_eq!(app.stock(&sku).await, Some(1));
+    eventually("the books balance", Duration::from_secs(10), || async {
+        app.audit(&sku).await["ok"] == true
+    })
+    .await;
+}
+
+/// The chaos test's find: the payment timeout's cancel is committed, its
+/// Redis half (the release) not yet run, and a late payment comes. The
+/// payment finishes the release itself, takes the units again and is
+/// `paid_again`; the sweeper's own release of that cancel, arriving after,
+/// gives nothing back (the units were sold twice before the fix). A later
+/// cancel of the order (a refund) does give them back, once.
+#[tokio::test]
+async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(2, 1).await;
+    let books = Books::new(app.sales.clone(), app.db.clone());
+    let a = app.confirmed_order(&sku, 1, 1).await;
+    app.drained(&sku, 1).await;
+    assert_eq!(app.stock(&sku).await, Some(1));
+    // The sweeper's first half: cancelled in MySQL; it has not released yet.
+    let cancelled = app.db.cancel_expired(now_ms() + 1, 10).await.unwrap();
+    assert_eq!(cancelled.len(), 1);
+    let body = notification("payment.succeeded", &a, "pay-a", &amount(1));
+    let (_, answer) = app.notify(&body).await;
+    assert_eq!(answer["result"], "paid_again");
+    assert_eq!(app.stock(&sku).await, Some(1));
+    // Now the sweeper's release of its cancel: nothing comes back.
+    books.release(&cancelled[0]).await.unwrap();
+    assert_eq!(app.stock(&sku).await, Some(1), "units given back twice");
+    assert_eq!(app.status_of(&a).await, "paid");
+    eventually("the books balance", Duration::from_secs(10), || async {
+        app.audit(&sku).await["ok"] == true
+    })
+    .await;
+    // A refund is a later cancel: its release gives the unit back, once,
+    // however often it runs (the sweeper repairs an interrupted one).
+    let refund = notification("payment.refunded", &a, "pay-a", &amount(1));
+    assert_eq!(app.notify(&refund).await.1["result"], "refunded");
+    assert_eq!(app.stock(&sku).await, Some(2));
+    let (order_id, _) = flashsale::domain::OrderId::parse(&a).unwrap();
+    let row = app.db.order(&order_id).await.unwrap().unwrap();
+    books.release(&row).await.unwrap();
+    books.release(&cancelled[0]).await.unwrap();
+    assert_eq!(app.stock(&sku).await, Some(2));
     eventually("the books balance", Duration::from_secs(10), || async {
         app.audit(&sku).await["ok"] == true
     })

@@ -32,7 +32,7 @@ async fn release_elsewhere(app: &TestApp, order_id: &str) {
     );
     let (id, product) = OrderId::parse(order_id).unwrap();
     let order = other.orders.find(&id, &product).await.unwrap().unwrap();
-    assert_eq!(other.orders.release(&order).await.unwrap(), (true, 1));
+    assert_eq!(other.orders.release(&order, 1).await.unwrap(), (true, 1));
 }
 
 async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backend) {
@@ -119,7 +119,10 @@ async fn stock_released_by_this_instance_sells_again_at_once(backend: Backend) {
     let (sku, ids) = sell_out(&app, 2).await;
     let (id, product) = OrderId::parse(&ids[1]).unwrap();
     let order = app.sales.orders.find(&id, &product).await.unwrap().unwrap();
-    assert_eq!(app.sales.orders.release(&order).await.unwrap(), (true, 1));
+    assert_eq!(
+        app.sales.orders.release(&order, 1).await.unwrap(),
+        (true, 1)
+    );
     assert_eq!(
         app.place_order(501, &sku, 1).await.status(),
         StatusCode::ACCEPTED
