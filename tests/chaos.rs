@@ -10,30 +10,62 @@
 //! SIGSTOP of MariaDB and of a worker (past `CLAIM_IDLE_MS`), and restarts of
 //! APIs and workers while MariaDB is down or frozen.
 //!
-//! Then, with everything back up and every ambiguous attempt settled, it
-//! proves that nothing a client was told was lost or doubled:
+//! Beside the buyers, the payment side pays every order it was told about
+//! (a signed `payment.succeeded` to a random API, resent under the same
+//! payment id until a 200) after a random delay of up to twice the payment
+//! timeout, so a third or more of them come after the workers cancelled
+//! their order (late payments: paid again, or owed back). And the workers
+//! push every event of the outbox to a receiver in the test process, which
+//! checks each signature with its own HMAC code and fails a seeded share of
+//! the deliveries (so they are retried across the faults).
+//!
+//! Then, with everything back up and every ambiguous attempt settled, every
+//! order not paid yet is paid at once (no more timeouts), and the units the
+//! timeouts gave back are sold to new buyers and paid, until nothing is left
+//! to sell or to pay. It proves that nothing a client or the payment side
+//! was told was lost or doubled:
 //! 1. every order answered 202 is in `tb_order` exactly once, and each key
-//!    was given one order id however often it was replayed;
+//!    was given one order id however often it was replayed; each is paid or
+//!    cancelled;
 //! 2. `tb_order` holds no order that no client was told about;
 //! 3. each sale sold exactly its stock: no oversell, no undersell (Redis
-//!    stock 0, units in MySQL == stock);
-//! 4. no user is over the per-user limit;
+//!    stock 0, units of the orders not cancelled == stock);
+//! 4. no user is over the per-user limit (orders not cancelled);
 //! 5. `flashsale audit` finds the books balanced for every sale;
-//! 6. no process panicked and no client saw a 5xx other than 503.
+//! 6. no process panicked, and no client nor the payment side saw a 5xx
+//!    other than 503 (nor any other answer a payment cannot have);
+//! 7. every order told 202 has exactly one payment in `tb_payment`, its own,
+//!    recorded with the result the payment side was answered: `paid` or
+//!    `paid_again` and the order `paid`, or `refund_due` and the order
+//!    `cancelled`; and some payments were late (paid again or owed back);
+//! 8. every event the books list (`GET /api/admin/events`) reached the
+//!    receiver as `evt_<id>`, signed, with the feed's body (a duplicate only
+//!    with the same id and body), first received in id order, none
+//!    dead-lettered; and each order's events tell its story:
+//!    `order.confirmed`, then `order.paid`, or `order.cancelled` and then
+//!    `order.paid` (paid again) or `order.refund_due`; each sale has its
+//!    `sale.sold_out`.
 //!
-//! `CHAOS_SEED` (printed at the start) replays a run's fault schedule and
-//! order plan. A failing run keeps its directory (process logs, data) and
-//! prints its path. This is its own test binary so it never overlaps the
-//! main suite (cargo runs test binaries one after another).
+//! `CHAOS_SEED` (printed at the start) replays a run's fault schedule, order
+//! plan, payment delays and receiver failures. A failing run keeps its
+//! directory (process logs, data, `problems.txt`) and prints its path. This
+//! is its own test binary so it never overlaps the main suite (cargo runs
+//! test binaries one after another).
 
 #[path = "chaos/checks.rs"]
 mod checks;
+#[path = "chaos/events.rs"]
+mod events;
 #[path = "chaos/faults.rs"]
 mod faults;
 #[path = "chaos/load.rs"]
 mod load;
+#[path = "chaos/payments.rs"]
+mod payments;
 #[path = "chaos/procs.rs"]
 mod procs;
+#[path = "chaos/receiver.rs"]
+mod receiver;
 #[path = "chaos/rng.rs"]
 mod rng;
 #[path = "chaos/world.rs"]
@@ -46,6 +78,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use load::{Sale, Shop};
+use payments::Payer;
+use receiver::Receiver;
 use rng::Rng;
 use world::World;
 
@@ -65,6 +99,28 @@ const MAX_FAULTS: usize = 30;
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 /// A process retries its database setup with back-off up to 10 s.
 const READY_LIMIT: Duration = Duration::from_secs(45);
+/// The workers cancel an order unpaid this long after it was accepted
+/// (`PAYMENT_TIMEOUT_SECS`; the sweeper passes every 5 s).
+const PAYMENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Each order is paid after a random delay up to this (uniform): a third
+/// or more of them after their payment timeout (late payments; the rest of
+/// the orders told late in the window are paid at the end, at once).
+const PAY_DELAY_MAX: Duration = Duration::from_secs(2 * PAYMENT_TIMEOUT.as_secs());
+/// The share of the event deliveries the receiver fails (500), so that
+/// deliveries are retried across the faults. Delivery is in order, and each
+/// failure holds it back for its back-off (0.5-1 s, then doubling): at
+/// 10% the workers would deliver ~10 events a second, a quarter of what
+/// the run records, and the backlog would outlast the run by minutes.
+const RECEIVER_FAILS_PERCENT: u64 = 3;
+/// Rounds of "pay every order, sell the units the timeouts gave back".
+const END_ROUNDS: u64 = 6;
+/// The wait for the receiver to have every event: while delivery moves on
+/// (an event acknowledged within DELIVERY_STALL: more than a lease, 10 s,
+/// and a few back-offs), at most DELIVERY_LIMIT.
+const DELIVERY_STALL: Duration = Duration::from_secs(30);
+const DELIVERY_LIMIT: Duration = Duration::from_secs(240);
+/// Problems shown in the failure message (all of them go to a file).
+const SHOWN_PROBLEMS: usize = 60;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
@@ -72,7 +128,8 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
     println!("chaos seed {seed} (CHAOS_SEED={seed} replays this run's schedule)");
     let t0 = Instant::now();
     let mut rng = Rng::new(seed);
-    let mut world = World::start(APIS, WORKERS).await;
+    let receiver = Receiver::start(rng.fork(), RECEIVER_FAILS_PERCENT).await;
+    let mut world = World::start(APIS, WORKERS, PAYMENT_TIMEOUT, &receiver.url).await;
     println!(
         "chaos: started in {:.1?}, dir {}",
         t0.elapsed(),
@@ -96,7 +153,15 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         assert!(units > &sale.stock, "{}: demand {units} ≤ stock", sale.id);
     }
 
-    // The load and the faults, side by side, until the window closes.
+    // The load, its payments and the faults, side by side, until the
+    // window closes.
+    let payer = Payer::new(world.api_urls.clone(), world::PRICE, PAY_DELAY_MAX);
+    let paying = Arc::new(AtomicBool::new(false));
+    let follow = tokio::spawn(payer.clone().follow(
+        shop.ledger.clone(),
+        rng.fork(),
+        paying.clone(),
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(load::run(
         shop.clone(),
@@ -119,18 +184,44 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
     let sent = load.await.expect("the load ran");
     let chaos_took = chaos_t0.elapsed();
 
-    // Calm: everything up, every ambiguous attempt settled, the last units sold.
+    // Calm: everything up, every ambiguous attempt settled.
     let mut problems = chaos.failures.clone();
     problems.extend(world.ensure_up().await);
     problems.extend(world.await_ready(READY_LIMIT).await);
     let unsettled = shop.ledger.unsettled().len();
     let mut settle_rng = rng.fork();
     shop.settle(&mut settle_rng).await;
-    let mut mopped = Vec::new();
-    for i in 0..sales.len() {
-        mopped.push(shop.sell_out(i, &mut settle_rng).await);
+    // Then every order paid at once (no more timeouts), the units the
+    // timeouts gave back sold and paid, until none is left to sell or pay.
+    paying.store(true, Ordering::Relaxed);
+    follow.await.expect("the payer followed the orders");
+    let mut mopped = vec![0; sales.len()];
+    let mut rounds = 0;
+    loop {
+        let unanswered = payer.pay_now(&shop.ledger, &mut settle_rng).await;
+        let left = checks::stock_left(&world, &sales).await;
+        let open = checks::unsettled_rows(&world).await;
+        rounds += 1;
+        if unanswered.is_empty() && open == 0 && left.iter().all(|l| *l == Some(0)) {
+            break;
+        }
+        if rounds == END_ROUNDS {
+            problems.push(format!(
+                "after {rounds} rounds of paying and selling out: {} order(s) never answered \
+                 (first {:?}), {open} order(s) neither paid nor cancelled and released, redis \
+                 stock {left:?}",
+                unanswered.len(),
+                unanswered.first()
+            ));
+            break;
+        }
+        for (i, l) in left.iter().enumerate() {
+            if *l != Some(0) {
+                mopped[i] += shop.sell_out(i, rounds - 1, &mut settle_rng).await;
+            }
+        }
+        shop.settle(&mut settle_rng).await;
     }
-    shop.settle(&mut settle_rng).await;
     let book = shop.ledger.book().clone();
 
     let told = checks::told_per_sale(&book, &sales);
@@ -141,6 +232,23 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
     problems.extend(checks::verify(&world, &sales, &book, LIMIT_PER_USER).await);
     let (audit, audit_problems) = checks::audit(&world, &sales).await;
     problems.extend(audit_problems);
+    let pay_book = std::mem::take(&mut *payer.book());
+    problems.extend(pay_book.failures.iter().cloned());
+    let (paid, pay_problems) = checks::payments(&world, &book, &pay_book.answers).await;
+    problems.extend(pay_problems);
+    if paid.late() == 0 {
+        problems.push(
+            "no payment came after its order's payment timeout: the late payments were not tested"
+                .into(),
+        );
+    }
+    let delivered_in =
+        events::wait_delivered(&world, &receiver, DELIVERY_STALL, DELIVERY_LIMIT).await;
+    if let Err(e) = &delivered_in {
+        problems.push(e.clone());
+    }
+    let (delivered, event_problems) = events::check(&world, &receiver, &sales).await;
+    problems.extend(event_problems);
     problems.extend(checks::panics_in_logs(&world));
 
     report(&Report {
@@ -154,8 +262,13 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         demand: &demand,
         sales: &sales,
         mopped: &mopped,
+        rounds,
         drained: &drained,
         audit: &audit,
+        pay_statuses: &pay_book.statuses,
+        paid: &paid,
+        delivered: &delivered,
+        delivered_in: &delivered_in,
         errors: checks::error_lines(&world),
     });
     if !problems.is_empty() {
@@ -164,10 +277,17 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
             .iter()
             .map(|p| p.display().to_string())
             .collect();
+        // All of them in the kept directory; the first ones here.
+        let all = world.dir.path.join("problems.txt");
+        let _ = std::fs::write(&all, problems.join("\n"));
+        let more = match problems.len().saturating_sub(SHOWN_PROBLEMS) {
+            0 => String::new(),
+            n => format!("\n... and {n} more: {}", all.display()),
+        };
         panic!(
-            "chaos seed {seed} (CHAOS_SEED={seed} to replay): {} problem(s):\n{}\n\nlogs:\n{}",
+            "chaos seed {seed} (CHAOS_SEED={seed} to replay): {} problem(s):\n{}{more}\n\nlogs:\n{}",
             problems.len(),
-            problems.join("\n"),
+            problems[..problems.len().min(SHOWN_PROBLEMS)].join("\n"),
             logs.join("\n")
         );
     }
@@ -184,8 +304,13 @@ struct Report<'a> {
     demand: &'a [u64],
     sales: &'a [Sale],
     mopped: &'a [u64],
+    rounds: u64,
     drained: &'a Result<Duration, String>,
     audit: &'a str,
+    pay_statuses: &'a std::collections::BTreeMap<String, u64>,
+    paid: &'a checks::Payments,
+    delivered: &'a events::Delivered,
+    delivered_in: &'a Result<Duration, String>,
     errors: Vec<(String, usize)>,
 }
 
@@ -225,9 +350,43 @@ fn report(r: &Report) {
             sale.id, sale.stock
         );
     }
+    println!(
+        "{} round(s) of paying every order and selling what the timeouts gave back",
+        r.rounds
+    );
     match r.drained {
         Ok(d) => println!("drained {d:.1?} after the settle"),
         Err(e) => println!("NOT drained: {e}"),
+    }
+    println!("answers seen by the payment side:");
+    for (status, n) in r.pay_statuses {
+        println!("  {status:<28} {n}");
+    }
+    let result = |k: &str| r.paid.results.get(k).copied().unwrap_or(0);
+    println!(
+        "payments: {} paid, {} paid_again, {} refund_due ({} late, after their order's \
+         timeout of {PAYMENT_TIMEOUT:?}); {} answered from a replay; at most {} sends for one",
+        result("paid"),
+        result("paid_again"),
+        result("refund_due"),
+        r.paid.late(),
+        r.paid.replayed,
+        r.paid.most_tries
+    );
+    let d = r.delivered;
+    println!(
+        "events: {} listed by the books {:?}; {} delivered ({} acknowledgements, {} \
+         duplicates); {} receiver failures injected",
+        d.events(),
+        d.by_type,
+        d.distinct,
+        d.acked,
+        d.duplicates(),
+        d.failed
+    );
+    match r.delivered_in {
+        Ok(t) => println!("every event acknowledged {t:.1?} after the books were checked"),
+        Err(e) => println!("NOT every event delivered: {e}"),
     }
     println!("ERROR log lines per process: {:?}", r.errors);
     print!("{}", r.audit);

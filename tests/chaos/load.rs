@@ -102,6 +102,16 @@ pub struct Book {
     /// Answers that must never happen (a 500, an unexpected refusal, a 202
     /// that does not match its request).
     pub failures: Vec<String>,
+    /// Every order id answered 202, in the order they were first told (the
+    /// payer's queue).
+    pub told: Vec<Told>,
+}
+
+/// An order a client was told about (202), as the payer needs it.
+#[derive(Debug, Clone)]
+pub struct Told {
+    pub order_id: String,
+    pub qty: u64,
 }
 
 #[derive(Debug, Default)]
@@ -132,11 +142,18 @@ impl Ledger {
     }
 
     fn settle(&self, order: &Order, answer: &Answer) {
-        let mut book = self.book();
+        let mut guard = self.book();
+        let book = &mut *guard;
         let record = book.keys.get_mut(&order.key).expect("begun");
         match answer {
             Answer::Accepted(id) => {
-                record.order_ids.insert(id.clone());
+                if record.order_ids.insert(id.clone()) {
+                    let told = Told {
+                        order_id: id.clone(),
+                        qty: order.qty,
+                    };
+                    book.told.push(told);
+                }
             }
             Answer::Refused(code) => record.refusal = Some(code.clone()),
             Answer::Ambiguous => {}
@@ -355,13 +372,19 @@ impl Shop {
 
     /// New buyers take a sale's last units, one each, until it answers
     /// `sold_out` (bounded): the sale must end sold out however the plan's
-    /// demand fell. Returns the units they bought.
-    pub async fn sell_out(&self, sale: usize, rng: &mut Rng) -> u64 {
+    /// demand fell and whatever the payment timeouts gave back. `round`
+    /// (below 10) picks buyers no earlier round used. Returns the units
+    /// they bought.
+    pub async fn sell_out(&self, sale: usize, round: u64, rng: &mut Rng) -> u64 {
+        assert!(
+            round < 10,
+            "sell_out round {round}: the buyers' ids would overlap"
+        );
         let mut units = 0;
-        let first_user = 1_000_000 + 100_000 * sale as u64;
+        let first_user = 1_000_000 + 100_000 * sale as u64 + 10_000 * round;
         for n in 0..self.sales[sale].stock + 50 {
             let order = Order {
-                key: format!("mop{sale}-{n:05}-{:08x}", rng.next_u64() as u32),
+                key: format!("mop{sale}-r{round}-{n:05}-{:08x}", rng.next_u64() as u32),
                 user: first_user + n,
                 sale,
                 qty: 1,

@@ -12,7 +12,9 @@ use serde_json::json;
 use sqlx::Connection;
 use tokio::time::Instant;
 
+use crate::payments::PAYMENT_SECRET;
 use crate::procs::{Proc, ScratchDir, Spec, free_port};
+use crate::receiver::EVENT_SECRET;
 
 /// Entries pending this long are reclaimed by another worker (`CLAIM_IDLE_MS`).
 pub const CLAIM_IDLE_MS: u64 = 2000;
@@ -23,6 +25,9 @@ pub const API_START_LIMIT: Duration = Duration::from_secs(10);
 pub const WORKER_START_GRACE: Duration = Duration::from_millis(1500);
 
 const FLASHSALE: &str = env!("CARGO_BIN_EXE_flashsale");
+
+/// Every sale's price (a payment is price × quantity).
+pub const PRICE: &str = "4999.00";
 
 pub struct World {
     // Fields drop in order: the flashsale processes, then the stores, then
@@ -44,9 +49,16 @@ pub struct World {
 }
 
 impl World {
-    /// Starts the stores, then `apis` API processes and `workers` workers,
-    /// and waits until every API is ready (Redis and MySQL answering).
-    pub async fn start(apis: usize, workers: usize) -> Self {
+    /// Starts the stores, then `apis` API processes (hearing payment
+    /// notifications) and `workers` workers (cancelling orders unpaid for
+    /// `payment_timeout`, pushing the events to `events_url`), and waits
+    /// until every API is ready (Redis and MySQL answering).
+    pub async fn start(
+        apis: usize,
+        workers: usize,
+        payment_timeout: Duration,
+        events_url: &str,
+    ) -> Self {
         let dir = ScratchDir::new("flashsale-chaos");
         let (redis, redis_url) = start_redis(&dir.path).await;
         let (mysql, mysql_server) = start_mariadb(&dir.path).await;
@@ -69,6 +81,7 @@ impl World {
                 spec.env = env.clone();
                 spec.set_env("LISTEN_ADDR", addr);
                 spec.set_env("WORKERS", "false");
+                spec.set_env("PAYMENT_WEBHOOK_SECRETS", PAYMENT_SECRET);
                 Proc::new(&format!("api-{i}"), spec, &dir.path)
             })
             .collect();
@@ -77,6 +90,15 @@ impl World {
                 let mut spec = Spec::new(FLASHSALE).arg("worker");
                 spec.env = env.clone();
                 spec.set_env("CONSUMER_NAME", format!("worker-{i}-g0"));
+                spec.set_env(
+                    "PAYMENT_TIMEOUT_SECS",
+                    payment_timeout.as_secs().to_string(),
+                );
+                spec.set_env("EVENT_WEBHOOK_URL", events_url);
+                spec.set_env("EVENT_WEBHOOK_SECRET", EVENT_SECRET);
+                // A lease of 10 s (4 × this, at least 10 s): a worker killed
+                // while it delivers holds the others back that long.
+                spec.set_env("EVENT_WEBHOOK_TIMEOUT_MS", "2000");
                 Proc::new(&format!("worker-{i}"), spec, &dir.path)
             })
             .collect();
@@ -137,7 +159,7 @@ impl World {
         let body = json!({
             "product_id": product_id,
             "title": "Chaos phone",
-            "price": "4999.00",
+            "price": PRICE,
             "available_qty": stock,
             "start_time": now - 60_000,
             "end_time": now + 3_600_000,
