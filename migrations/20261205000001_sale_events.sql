@@ -13,3 +13,9 @@ ALTER TABLE tb_event
 
 ALTER TABLE tb_product
     ADD COLUMN end_announced TINYINT NOT NULL DEFAULT 0;
+
+-- Ids read before this migration were row ids, each row one event: the
+-- same event's id is now row id × 10,000. Delivery cursors and dead letters
+-- follow (a pull consumer multiplies its stored cursor by 10,000).
+UPDATE tb_event_delivery SET delivered_up_to = delivered_up_to * 10000;
+UPDATE tb_event_dead SET event_id = event_id * 10000;

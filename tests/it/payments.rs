@@ -713,3 +713,95 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
     })
     .await;
 }
+
+/// After a sale is retired and its Redis keys purged: a refund of a paid
+/// order cancels it in the books and writes nothing back to Redis (no key
+/// of the sale comes back); a late payment for an order cancelled before
+/// the end is owed back (the sale has no units to take again).
+#[tokio::test]
+async fn payments_after_a_sale_is_retired_touch_only_the_books() {
+    use flashsale::books::retire::RetireSettings;
+    let app = spawn_paying().await;
+    let sku = app.new_sale(5, 1).await;
+    let paid = app.confirmed_order(&sku, 1, 1).await;
+    let cancelled = app.confirmed_order(&sku, 2, 1).await;
+    app.drained(&sku, 2).await;
+    let (_, answer) = app
+        .notify(&notification(
+            "payment.succeeded",
+            &paid,
+            "pay-1",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(answer["result"], "paid");
+    assert_eq!(app.cancel(&cancelled, 2).await.status(), StatusCode::OK);
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/close")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut cfg = fast_workers("w");
+    cfg.retire = RetireSettings {
+        after: Duration::ZERO,
+        grace: Duration::ZERO,
+        batch: 500,
+        pace: Duration::ZERO,
+    };
+    let workers = flashsale::worker::Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let pass = workers.retirer().pass().await.expect("a pass");
+    assert_eq!(pass.retired.len(), 1, "{pass:?}");
+    assert_eq!(pass.purged.len(), 1, "{pass:?}");
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let keys = app.sales.keys(&product);
+    let left = || async {
+        let mut r = app.redis.clone();
+        let mut left = Vec::new();
+        for key in keys.all() {
+            if redis::AsyncCommands::exists::<_, bool>(&mut r, key)
+                .await
+                .unwrap()
+            {
+                left.push(key.to_owned());
+            }
+        }
+        left
+    };
+    assert!(left().await.is_empty());
+
+    let (status, answer) = app
+        .notify(&notification(
+            "payment.refunded",
+            &paid,
+            "pay-1",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&answer["result"], &answer["order_status"]),
+        (&json!("refunded"), &json!("cancelled"))
+    );
+    let (_, answer) = app
+        .notify(&notification(
+            "payment.succeeded",
+            &cancelled,
+            "pay-2",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(
+        (&answer["result"], &answer["order_status"]),
+        (&json!("refund_due"), &json!("cancelled"))
+    );
+    assert!(left().await.is_empty(), "a retired sale's keys came back");
+    let released: bool = sqlx::query_scalar("SELECT released FROM tb_order WHERE order_id = ?")
+        .bind(&paid)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap();
+    assert!(released, "the refunded order's units are marked back");
+}
