@@ -2,7 +2,8 @@
 //! per second to a local receiver, and what each costs. Persists N orders
 //! (N `order.confirmed` events in the outbox), then runs the workers'
 //! deliverer against an HTTP receiver in this process (it counts and
-//! answers 204) until every event is acknowledged.
+//! answers 204, or fails `--fail-percent` of the requests) until every
+//! event is acknowledged, driven as the workers drive it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use flashsale::domain::webhook::Secret;
 use flashsale::domain::{OrderId, PendingOrder, Quantity, UserId, now_ms};
 use flashsale::metrics::Metrics;
 use flashsale::store::{Db, NewProduct};
+use flashsale::worker::WorkerConfig;
 use flashsale::worker::deliver::{Deliverer, DeliverySettings};
 
 #[derive(Debug, Clone, Args)]
@@ -27,6 +29,13 @@ pub struct BenchDeliverArgs {
     /// Events to deliver.
     #[arg(long, default_value_t = 20_000)]
     pub events: u64,
+    /// The receiver fails this share of the requests (%, spread evenly):
+    /// what a flaky endpoint costs in-order delivery.
+    #[arg(long, default_value_t = 0)]
+    pub fail_percent: u64,
+    /// The first back-off after a failure (ms; the service's default).
+    #[arg(long, default_value_t = flashsale::worker::defaults::EVENT_WEBHOOK_BACKOFF_MIN_MS)]
+    pub backoff_min_ms: u64,
 }
 
 const SECRET: &str = "whsec_ZGVsaXZlcnktYmVuY2htYXJrLXNlY3JldC0wMDAw";
@@ -40,11 +49,18 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
 
     let acked = Arc::new(AtomicU64::new(0));
     let counter = acked.clone();
+    let seen = Arc::new(AtomicU64::new(0));
+    let fail_percent = args.fail_percent.min(100);
     let receiver = Router::new().route(
         "/hook",
         post(move || {
-            let counter = counter.clone();
+            let (counter, seen) = (counter.clone(), seen.clone());
             async move {
+                // Fails `fail_percent` of every 100 requests, spread evenly.
+                let n = seen.fetch_add(1, Ordering::Relaxed);
+                if (n * fail_percent) % 100 + fail_percent >= 100 {
+                    return axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+                }
                 counter.fetch_add(1, Ordering::Relaxed);
                 axum::http::StatusCode::NO_CONTENT
             }
@@ -57,10 +73,12 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
     let settings = DeliverySettings {
         url: format!("http://{addr}/hook").parse()?,
         secret: Secret::parse(SECRET)?,
-        max_attempts: 10,
+        max_attempts: 100,
         timeout: Duration::from_secs(5),
-        backoff_min: Duration::from_millis(10),
-        backoff_max: Duration::from_millis(100),
+        backoff_min: Duration::from_millis(args.backoff_min_ms),
+        backoff_max: Duration::from_millis(
+            flashsale::worker::defaults::EVENT_WEBHOOK_BACKOFF_MAX_MS,
+        ),
         ca: None,
     };
     let endpoint = settings.url.to_string();
@@ -80,12 +98,26 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
         mysql.as_deref().and_then(super::cpu::of),
     );
     let started = Instant::now();
+    // Driven as the workers drive it: passes back to back while events
+    // wait, at the retry's time after a failure, every 200 ms when idle.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            deliverer
+                .run(WorkerConfig::default().deliver_every, stop)
+                .await
+        })
+    };
     while acked.load(Ordering::Relaxed) < args.events {
-        deliverer.pass().await?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
         if started.elapsed() > Duration::from_secs(600) {
+            stop.cancel();
             anyhow::bail!("not delivered within 10 minutes");
         }
     }
+    stop.cancel();
+    running.await?;
     let secs = started.elapsed().as_secs_f64();
     let per = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.1}", (b - a).as_secs_f64() * 1e6 / args.events as f64),

@@ -139,8 +139,12 @@ impl From<DrainArgs> for WorkerConfig {
                         secret: secret.clone(),
                         max_attempts: a.event_webhook_max_attempts,
                         timeout: Duration::from_millis(a.event_webhook_timeout_ms),
-                        backoff_min: Duration::from_secs(1),
-                        backoff_max: Duration::from_secs(300),
+                        backoff_min: Duration::from_millis(
+                            crate::worker::defaults::EVENT_WEBHOOK_BACKOFF_MIN_MS,
+                        ),
+                        backoff_max: Duration::from_millis(
+                            crate::worker::defaults::EVENT_WEBHOOK_BACKOFF_MAX_MS,
+                        ),
                         ca: a.event_webhook_ca_file.clone(),
                     })
                     .collect(),

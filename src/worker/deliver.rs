@@ -23,6 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use tokio_util::sync::CancellationToken;
 
 use crate::books::EventMessage;
 use crate::domain::webhook::Secret;
@@ -121,6 +122,17 @@ fn tls_config(extra: Option<&CaCerts>) -> rustls::ClientConfig {
 
 /// Events read per pass.
 const BATCH: u32 = 500;
+
+/// When the next pass should come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// At once: a full page was sent, more may wait.
+    Now,
+    /// At this time (epoch ms): a retry after a failure.
+    At(i64),
+    /// Caught up, or another process delivers.
+    Idle,
+}
 /// Dead letters replayed per pass.
 const REPLAYS: u32 = 10;
 /// Longest answer body read (then dropped) from the receiver.
@@ -195,10 +207,38 @@ impl Deliverer {
         (self.settings.timeout * 4).max(Duration::from_secs(10))
     }
 
+    /// Passes until `shutdown`: the next one at once while events wait
+    /// (a pass sends at most [`BATCH`]), at the retry's time after a
+    /// failure, and `idle` later once caught up (or while another process
+    /// holds the lease, or after an error, which is logged).
+    pub async fn run(&self, idle: Duration, shutdown: CancellationToken) {
+        // Zero: delivery off (as for the workers' other passes).
+        if idle.is_zero() {
+            return;
+        }
+        loop {
+            let wait = match self.pass().await {
+                Ok(Next::Now) => Duration::ZERO,
+                Ok(Next::At(ms)) => {
+                    Duration::from_millis(u64::try_from(ms - now_ms()).unwrap_or(0)).min(idle)
+                }
+                Ok(Next::Idle) => idle,
+                Err(e) => {
+                    tracing::warn!(endpoint = %self.endpoint, error = %Chain(&e), "event delivery failed; the next pass retries");
+                    idle
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
     /// One pass: takes the lease (or finds another process holds it),
     /// replays what an operator asked for, then delivers in order until
     /// a failure, the end of the settled events, or half the lease.
-    pub async fn pass(&self) -> Result<(), StoreError> {
+    pub async fn pass(&self) -> Result<Next, StoreError> {
         let started = tokio::time::Instant::now();
         let now = now_ms();
         let lease = self.lease();
@@ -208,12 +248,12 @@ impl Deliverer {
             .lease_delivery(&self.endpoint, &self.owner, now, until)
             .await?
         else {
-            return Ok(());
+            return Ok(Next::Idle);
         };
         self.replay().await?;
         self.gauge(&at).await?;
         if at.next_attempt > now {
-            return Ok(());
+            return Ok(Next::At(at.next_attempt));
         }
         self.in_order(at, started, lease).await
     }
@@ -248,15 +288,22 @@ impl Deliverer {
         at: Delivery,
         started: tokio::time::Instant,
         lease: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Next, StoreError> {
         // The cursor is written once a pass (or at a failure), not per
         // event: a crash re-delivers this pass's events, under the same
         // webhook-ids (at least once), and MySQL does one commit a pass.
         let mut attempts = at.attempts;
         let mut acked = None;
-        for e in self.db.events_after(at.delivered_up_to, BATCH).await? {
+        let events = self.db.events_after(at.delivered_up_to, BATCH).await?;
+        // A full page: more may wait behind it.
+        let mut next = match events.len() >= BATCH as usize {
+            true => Next::Now,
+            false => Next::Idle,
+        };
+        for e in events {
             // The lease outlives the pass: nobody else sends meanwhile.
             if started.elapsed() > lease / 2 {
+                next = Next::Now;
                 break;
             }
             match self.send(&e).await {
@@ -282,7 +329,7 @@ impl Deliverer {
                                 &why,
                             )
                             .await?;
-                        return Ok(());
+                        return Ok(Next::At(next));
                     }
                     tracing::error!(event_id = e.id, attempts, "event dead-lettered");
                     self.db
@@ -304,7 +351,7 @@ impl Deliverer {
         if let Some(id) = acked {
             self.db.delivered(&self.endpoint, &self.owner, id).await?;
         }
-        Ok(())
+        Ok(next)
     }
 
     fn count(&self, result: &str) {

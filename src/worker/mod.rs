@@ -50,7 +50,14 @@ pub mod defaults {
     pub const PAYMENT_TIMEOUT_SECS: u64 = 900;
     pub const BOOKS_CHECK_MS: u64 = 5_000;
     pub const RETIRE_CHECK_MS: u64 = 10_000;
-    pub const EVENT_WEBHOOK_MAX_ATTEMPTS: u32 = 10;
+    pub const EVENT_WEBHOOK_MAX_ATTEMPTS: u32 = 12;
+    /// The first retry of a failed delivery comes after 100-200 ms (the
+    /// upper half of this), then the wait doubles, up to 5 minutes: a
+    /// receiver's one-off failure holds the endpoint's events back only
+    /// briefly (they go in order), an outage still gets minutes of
+    /// retries (12 attempts: about 5 minutes) before a dead letter.
+    pub const EVENT_WEBHOOK_BACKOFF_MIN_MS: u64 = 200;
+    pub const EVENT_WEBHOOK_BACKOFF_MAX_MS: u64 = 300_000;
     pub const EVENT_WEBHOOK_TIMEOUT_MS: u64 = 5_000;
 }
 

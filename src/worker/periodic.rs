@@ -61,9 +61,7 @@ async fn delivering(workers: Workers, stop: CancellationToken) {
         )
         .sharing(lags.clone());
         let (stop, period) = (stop.clone(), workers.cfg.deliver_every);
-        loops.spawn(async move {
-            every("event delivery", period, stop, || deliverer.pass()).await;
-        });
+        loops.spawn(async move { deliverer.run(period, stop).await });
     }
     // A loop that ends early (it panicked) ends the pass, which is
     // supervised and started again; the others stop with it.
