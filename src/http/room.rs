@@ -36,6 +36,10 @@ pub enum StandingView {
         draw_at: i64,
         /// Buyers admitted per second.
         admit_per_sec: f64,
+        /// When to ask again (ms from now): about an eighth of the wait,
+        /// 1 to 30 s (farther back, less often); before the draw, at the
+        /// draw. Asking sooner is answered the same, and gains nothing.
+        poll_after_ms: u64,
     },
     /// May order now: send `admission` as the `Admission-Token` header of
     /// `POST /api/orders`, before `expires_at` (epoch ms).
@@ -46,11 +50,29 @@ pub enum StandingView {
     },
     /// The admission ran out unused at `expired_at`.
     Expired { place: u64, expired_at: i64 },
-    /// No stock left (now: units given back by cancellations let the line
-    /// move again).
-    SoldOut,
+    /// No stock left now. Units given back by cancellations (unpaid
+    /// orders' timeouts) let the line move again while the sale is open:
+    /// ask again after `poll_after_ms`.
+    SoldOut { poll_after_ms: u64 },
     /// The sale is over.
     Ended,
+}
+
+/// The bounds of a waiting ticket's `poll_after_ms`.
+pub const POLL_MIN_MS: u64 = 1_000;
+pub const POLL_MAX_MS: u64 = 30_000;
+/// How often a ticket of a sold-out, still open sale asks again.
+pub const POLL_SOLD_OUT_MS: u64 = 5_000;
+
+/// When a waiting ticket asks again: an eighth of its wait, within
+/// [`POLL_MIN_MS`, `POLL_MAX_MS`]; before the draw (`wait_ms` unknown),
+/// at the draw, `until_draw_ms` from now.
+pub fn poll_after(wait_ms: Option<u64>, until_draw_ms: i64) -> u64 {
+    let ms = match wait_ms {
+        Some(wait) => wait / 8,
+        None => u64::try_from(until_draw_ms).unwrap_or(0),
+    };
+    ms.clamp(POLL_MIN_MS, POLL_MAX_MS)
 }
 
 impl StandingView {
@@ -63,6 +85,7 @@ impl StandingView {
                 estimated_wait_ms: None,
                 draw_at: draw_at_ms,
                 admit_per_sec: rate,
+                poll_after_ms: poll_after(None, draw_at_ms.saturating_sub(now_ms())),
             },
             Standing::Waiting {
                 place,
@@ -74,6 +97,7 @@ impl StandingView {
                 estimated_wait_ms: Some(wait_ms),
                 draw_at: room.start_ms,
                 admit_per_sec: rate,
+                poll_after_ms: poll_after(Some(wait_ms), 0),
             },
             Standing::Admitted {
                 place,
@@ -88,7 +112,9 @@ impl StandingView {
                 place,
                 expired_at: expired_ms,
             },
-            Standing::SoldOut => Self::SoldOut,
+            Standing::SoldOut => Self::SoldOut {
+                poll_after_ms: POLL_SOLD_OUT_MS,
+            },
             Standing::Ended => Self::Ended,
         }
     }
@@ -298,4 +324,22 @@ pub async fn set_pace(
         joined: room.joined(),
         admitted: room.admitted_places(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_farther_back_the_less_often_within_bounds() {
+        assert_eq!(poll_after(Some(0), 0), POLL_MIN_MS);
+        assert_eq!(poll_after(Some(4_000), 0), POLL_MIN_MS);
+        assert_eq!(poll_after(Some(40_000), 0), 5_000);
+        assert_eq!(poll_after(Some(80_000), 0), 10_000);
+        assert_eq!(poll_after(Some(u64::MAX), 0), POLL_MAX_MS);
+        // Before the draw: at the draw, within the same bounds.
+        assert_eq!(poll_after(None, 7_000), 7_000);
+        assert_eq!(poll_after(None, -5), POLL_MIN_MS);
+        assert_eq!(poll_after(None, i64::MAX), POLL_MAX_MS);
+    }
 }

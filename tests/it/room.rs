@@ -235,6 +235,13 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
     assert_eq!(s["status"], "waiting", "{s}");
     assert_eq!(s["place"], Value::Null);
     assert!(s["draw_at"].as_i64().unwrap() > now_ms());
+    // Told to ask again at the draw (2.5 s away), not before.
+    let until_draw = s["draw_at"].as_i64().unwrap() - now_ms();
+    let poll = s["poll_after_ms"].as_i64().unwrap();
+    assert!(
+        (1_000..=2_600).contains(&poll) && poll >= until_draw - 200,
+        "{s}"
+    );
     tokio::time::sleep(Duration::from_millis(2_600)).await;
     // The first poll after the start has the room read again (the draw
     // needs the final count of early joiners); until then, still waiting.
@@ -348,11 +355,37 @@ async fn a_sold_out_sale_tells_its_waiting_buyers_at_once() {
         },
     )
     .await;
+    // While the sale is open units may come back: ask again, not too often.
+    let (_, s) = standing(&app, &sku, &waiting[0]).await;
+    assert_eq!(s["poll_after_ms"], 5_000, "{s}");
     let (status, body) = join(&app, &sku, 9).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (StatusCode::CONFLICT, Some("sold_out"))
     );
+}
+
+/// The server paces polls: a ticket farther back is told to ask again
+/// later (about an eighth of its wait, 1 to 30 s).
+#[tokio::test]
+async fn a_ticket_farther_back_is_told_to_poll_less_often() {
+    let app = spawn_app().await;
+    // Open, one buyer a second: the 60th waits about a minute.
+    let sku = room_sale(&app, 1_000, -1_000, 1, 60).await;
+    let mut tickets = Vec::new();
+    for user in 1..=60 {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    let (_, near) = standing(&app, &sku, &tickets[2]).await;
+    let (_, far) = standing(&app, &sku, &tickets[59]).await;
+    assert_eq!(near["status"], "waiting", "{near}");
+    assert_eq!(far["status"], "waiting", "{far}");
+    let (near, far) = (
+        near["poll_after_ms"].as_u64().unwrap(),
+        far["poll_after_ms"].as_u64().unwrap(),
+    );
+    assert_eq!(near, 1_000, "near the front: every second");
+    assert!((5_000..=8_000).contains(&far), "about a minute away: {far}");
 }
 
 #[tokio::test]
