@@ -391,34 +391,12 @@ impl Orders {
         order: &PendingOrder,
         cancelled_ms: i64,
     ) -> Result<(bool, u64), SaleError> {
-        let core = &self.core;
-        let keys = core.keys(&order.product_id);
-        let (released, replicated) = match core.wait {
-            None => {
-                let released = core
-                    .call(|mut c| async move {
-                        scripts::release_stock(&mut c, &keys, order, cancelled_ms).await
-                    })
-                    .await?;
-                (released, Ok(()))
-            }
-            Some(wait) => {
-                let mut pooled = core.alone().await?;
-                let (released, acked) = core
-                    .redis
-                    .bounded(scripts::release_stock_and_wait(
-                        &mut pooled,
-                        &keys,
-                        order,
-                        cancelled_ms,
-                        wait,
-                    ))
-                    .await?;
-                (released, wait.confirmed(acked))
-            }
-        };
+        let keys = self.core.keys(&order.product_id);
+        let call = scripts::release_stock_call(&keys, order, cancelled_ms);
+        let (released, replicated) = self.write(&keys.stock, call).await?;
         // The units are back on the master either way.
-        core.memory
+        self.core
+            .memory
             .released(&order.product_id, Some(order.user_id.get()));
         replicated?;
         Ok(released)
@@ -433,34 +411,38 @@ impl Orders {
         order: &PendingOrder,
         cancelled_ms: i64,
     ) -> Result<Retake, SaleError> {
+        let keys = self.core.keys(&order.product_id);
+        let call = scripts::retake_order_call(&keys, order, cancelled_ms);
+        let (retake, replicated) = self.write(&keys.retaken, call).await?;
+        replicated?;
+        Ok(retake)
+    }
+
+    /// A script that writes: its reply, and with `REDIS_WAIT_REPLICAS`
+    /// whether the replicas have its write (the script and `WAIT` as one
+    /// pipeline to the node holding `key`, one of its keys).
+    async fn write<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        call: redis::ScriptInvocation<'static>,
+    ) -> Result<(T, Result<(), SaleError>), SaleError> {
         let core = &self.core;
-        let keys = core.keys(&order.product_id);
-        let (retake, replicated) = match core.wait {
+        match core.wait {
             None => {
-                let retake = core
-                    .call(|mut c| async move {
-                        scripts::retake_order(&mut c, &keys, order, cancelled_ms).await
-                    })
+                let reply = core
+                    .call(|mut c| async move { call.invoke_async(&mut c).await })
                     .await?;
-                (retake, Ok(()))
+                Ok((reply, Ok(())))
             }
             Some(wait) => {
                 let mut pooled = core.alone().await?;
-                let (retake, acked) = core
+                let (reply, acked) = core
                     .redis
-                    .bounded(scripts::retake_order_and_wait(
-                        &mut pooled,
-                        &keys,
-                        order,
-                        cancelled_ms,
-                        wait,
-                    ))
+                    .bounded(scripts::invoke_and_wait(&mut pooled, key, &call, wait))
                     .await?;
-                (retake, wait.confirmed(acked))
+                Ok((reply, wait.confirmed(acked)))
             }
-        };
-        replicated?;
-        Ok(retake)
+        }
     }
 }
 

@@ -229,19 +229,9 @@ pub async fn open_sale(
         .await
 }
 
-/// `release_stock.lua`: returns `(released_now, stock_left)`.
-pub async fn release_stock(
-    conn: &mut impl ConnectionLike,
-    keys: &SaleKeys,
-    order: &PendingOrder,
-    cancelled_ms: i64,
-) -> RedisResult<(bool, u64)> {
-    release_stock_call(keys, order, cancelled_ms)
-        .invoke_async(conn)
-        .await
-}
-
-fn release_stock_call(
+/// `release_stock.lua`, for a cancel made at `cancelled_ms`: replies
+/// `(released_now, stock_left)`.
+pub(super) fn release_stock_call(
     keys: &SaleKeys,
     order: &PendingOrder,
     cancelled_ms: i64,
@@ -290,11 +280,13 @@ impl FromRedisValue for Retake {
     }
 }
 
-fn retake_order_call<'a>(
+/// `retake_order.lua`, for the cancel made at `cancelled_ms`: replies a
+/// [`Retake`].
+pub(super) fn retake_order_call(
     keys: &SaleKeys,
     order: &PendingOrder,
     cancelled_ms: i64,
-) -> redis::ScriptInvocation<'a> {
+) -> redis::ScriptInvocation<'static> {
     let mut call = RETAKE_ORDER.prepare_invoke();
     call.key(&keys.sale)
         .key(&keys.stock)
@@ -307,35 +299,6 @@ fn retake_order_call<'a>(
         .arg(order.quantity)
         .arg(cancelled_ms);
     call
-}
-
-/// `retake_order.lua`.
-pub async fn retake_order(
-    conn: &mut impl ConnectionLike,
-    keys: &SaleKeys,
-    order: &PendingOrder,
-    cancelled_ms: i64,
-) -> RedisResult<Retake> {
-    retake_order_call(keys, order, cancelled_ms)
-        .invoke_async(conn)
-        .await
-}
-
-/// `retake_order.lua`, then `WAIT` (as [`release_stock_and_wait`]).
-pub async fn retake_order_and_wait(
-    conn: &mut Conn,
-    keys: &SaleKeys,
-    order: &PendingOrder,
-    cancelled_ms: i64,
-    wait: Wait,
-) -> RedisResult<(Retake, u32)> {
-    invoke_and_wait(
-        conn,
-        &keys.retaken,
-        &retake_order_call(keys, order, cancelled_ms),
-        wait,
-    )
-    .await
 }
 
 /// The decoded reply of `place_order.lua`.
@@ -382,28 +345,9 @@ pub async fn place_order_and_wait(
     invoke_and_wait(conn, &keys.orders, &place_order_call(keys, order), wait).await
 }
 
-/// `release_stock.lua`, then `WAIT`, on the same connection and node: returns
-/// `(released_now, stock_left)` and the replicas that have the release. A
-/// repeated release writes too, so the WAIT covers the first one.
-pub async fn release_stock_and_wait(
-    conn: &mut Conn,
-    keys: &SaleKeys,
-    order: &PendingOrder,
-    cancelled_ms: i64,
-    wait: Wait,
-) -> RedisResult<((bool, u64), u32)> {
-    invoke_and_wait(
-        conn,
-        &keys.stock,
-        &release_stock_call(keys, order, cancelled_ms),
-        wait,
-    )
-    .await
-}
-
 /// A script call, then `WAIT`, as one pipeline to the master holding `key`
 /// (one of the script's keys); see [`super::conn::then_wait`].
-async fn invoke_and_wait<T: FromRedisValue>(
+pub(super) async fn invoke_and_wait<T: FromRedisValue>(
     conn: &mut Conn,
     key: &str,
     call: &redis::ScriptInvocation<'_>,

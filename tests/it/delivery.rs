@@ -195,18 +195,17 @@ async fn start_receiver(mode: u8) -> (Arc<Receiver>, SocketAddr) {
 /// A service pushing to `addr`, through its real command line; quick
 /// back-off and a short settle for the test.
 async fn spawn_pushing(addr: SocketAddr, max_attempts: u32) -> TestApp {
-    spawn_pushing_to(&[addr], max_attempts).await
+    spawn_pushing_to(&[format!("http://{addr}/hook")], max_attempts, &[]).await
 }
 
-/// A service pushing to every one of `addrs` (one comma-separated
-/// `EVENT_WEBHOOK_URL`).
-async fn spawn_pushing_to(addrs: &[SocketAddr], max_attempts: u32) -> TestApp {
-    let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}/hook")).collect();
+/// A service pushing to every one of `urls` (one comma-separated
+/// `EVENT_WEBHOOK_URL`), with `extra` flags.
+async fn spawn_pushing_to(urls: &[String], max_attempts: u32, extra: &[&str]) -> TestApp {
     let url = format!("--event-webhook-url={}", urls.join(","));
     let secret = format!("--event-webhook-secret={SECRET}");
     let attempts = format!("--event-webhook-max-attempts={max_attempts}");
     let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
-    let args = [
+    let mut args = vec![
         "--auth=none",
         url.as_str(),
         secret.as_str(),
@@ -214,6 +213,7 @@ async fn spawn_pushing_to(addrs: &[SocketAddr], max_attempts: u32) -> TestApp {
         "--event-webhook-timeout-ms=300",
         pay.as_str(),
     ];
+    args.extend_from_slice(extra);
     spawn_app_cli(&args, |s| {
         s.http.limits = Limits::unlimited();
         s.db.timeout = Duration::from_millis(500);
@@ -230,6 +230,21 @@ fn fast_delivery(s: &mut flashsale::config::Settings) {
         events.backoff_min = Duration::from_millis(10);
         events.backoff_max = Duration::from_millis(40);
     }
+}
+
+/// The dead letters an operator lists (`GET /api/admin/events/dead`).
+async fn dead_letters(app: &TestApp) -> Vec<Value> {
+    let dead: Value = app
+        .client
+        .get(app.url("/api/admin/events/dead"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    dead["dead"].as_array().cloned().unwrap_or_default()
 }
 
 impl TestApp {
@@ -422,7 +437,8 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_replayed() {
 async fn each_endpoint_gets_every_event_on_its_own() {
     let (up, up_addr) = start_receiver(UP).await;
     let (down, down_addr) = start_receiver(DOWN).await;
-    let app = spawn_pushing_to(&[up_addr, down_addr], 2).await;
+    let urls = [up_addr, down_addr].map(|a| format!("http://{a}/hook"));
+    let app = spawn_pushing_to(&urls, 2, &[]).await;
     let sku = app.new_sale(10, 1).await;
     for user in 1..=3 {
         let resp = app.place_order(user, &sku, 1).await;
@@ -453,19 +469,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
         || async { ids_of(&up) == expected },
     )
     .await;
-    let dead = || async {
-        let dead: Value = app
-            .client
-            .get(app.url("/api/admin/events/dead"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        dead["dead"].as_array().cloned().unwrap_or_default()
-    };
+    let dead = || dead_letters(&app);
     eventually(
         "the down endpoint's are dead letters",
         Duration::from_secs(30),
@@ -514,29 +518,15 @@ async fn each_endpoint_gets_every_event_on_its_own() {
 async fn events_reach_an_https_endpoint_whose_certificate_is_trusted() {
     let (trusted, trusted_addr) = start_tls_receiver("receiver").await;
     let (stranger, stranger_addr) = start_tls_receiver("stranger").await;
-    let urls = format!(
-        "--event-webhook-url=https://127.0.0.1:{}/hook,https://localhost:{}/hook",
-        trusted_addr.port(),
-        stranger_addr.port()
-    );
+    let urls = [
+        format!("https://127.0.0.1:{}/hook", trusted_addr.port()),
+        format!("https://localhost:{}/hook", stranger_addr.port()),
+    ];
     let ca = format!(
         "--event-webhook-ca-file={}/tests/fixtures/tls/ca.pem",
         env!("CARGO_MANIFEST_DIR")
     );
-    let secret = format!("--event-webhook-secret={SECRET}");
-    let args = [
-        "--auth=none",
-        urls.as_str(),
-        ca.as_str(),
-        secret.as_str(),
-        "--event-webhook-max-attempts=2",
-    ];
-    let app = spawn_app_cli(&args, |s| {
-        s.http.limits = Limits::unlimited();
-        s.db.timeout = Duration::from_millis(500);
-        fast_delivery(s);
-    })
-    .await;
+    let app = spawn_pushing_to(&urls, 2, &[ca.as_str()]).await;
     let sku = app.new_sale(10, 1).await;
     assert_eq!(
         app.place_order(1, &sku, 1).await.status(),
@@ -555,19 +545,7 @@ async fn events_reach_an_https_endpoint_whose_certificate_is_trusted() {
     .await;
     assert_eq!(trusted.acked.lock().unwrap()[0].0, expected[0]);
     assert_eq!(trusted.forged.load(Ordering::SeqCst), 0);
-    let dead = || async {
-        let dead: Value = app
-            .client
-            .get(app.url("/api/admin/events/dead"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        dead["dead"].as_array().cloned().unwrap_or_default()
-    };
+    let dead = || dead_letters(&app);
     eventually(
         "the untrusted endpoint's event is a dead letter",
         Duration::from_secs(30),

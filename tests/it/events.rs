@@ -193,13 +193,7 @@ async fn a_redelivered_batch_and_a_sweep_make_no_second_event() {
         .await;
     assert_eq!(persisted.unwrap().inserted, 0);
     // The payment timeout cancels it once, however many sweeps.
-    let books = flashsale::books::Books::new(app.sales.clone(), app.db.clone());
-    let sweeper = flashsale::books::Sweeper::new(
-        books,
-        app.sales.clone(),
-        Duration::ZERO,
-        Duration::from_secs(5),
-    );
+    let sweeper = app.overdue_sweeper();
     for _ in 0..3 {
         sweeper.sweep().await.expect("a sweep");
     }
@@ -330,12 +324,7 @@ async fn a_batch_of_orders_is_one_row_and_each_of_its_events() {
     }
     app.drained(&sku, 6).await;
     // The payment timeout at zero: one sweep cancels all six at once.
-    let sweeper = flashsale::books::Sweeper::new(
-        flashsale::books::Books::new(app.sales.clone(), app.db.clone()),
-        app.sales.clone(),
-        Duration::ZERO,
-        Duration::from_secs(5),
-    );
+    let sweeper = app.overdue_sweeper();
     assert_eq!(sweeper.sweep().await.unwrap().expired, 6);
     let rows: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM tb_event WHERE type = 'order.cancelled'")

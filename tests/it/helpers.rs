@@ -731,3 +731,24 @@ impl TestApp {
             .expect("a JSON audit")
     }
 }
+
+impl TestApp {
+    /// The workers' sweeper with the payment timeout at zero: every
+    /// confirmed order is overdue at its next sweep.
+    pub fn overdue_sweeper(&self) -> flashsale::books::Sweeper {
+        flashsale::books::Sweeper::new(
+            flashsale::books::Books::new(self.sales.clone(), self.db.clone()),
+            self.sales.clone(),
+            Duration::ZERO,
+            Duration::from_secs(5),
+        )
+    }
+
+    /// Waits (10 s at most) until the audit finds `sku`'s books balanced.
+    pub async fn books_balance(&self, sku: &str) {
+        eventually("the books balance", Duration::from_secs(10), || async {
+            self.audit(sku).await["ok"] == true
+        })
+        .await;
+    }
+}

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use flashsale::books::{Books, Sweeper};
+use flashsale::books::Books;
 use flashsale::http::limits::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -390,14 +390,8 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
         ids.push(app.confirmed_order(&sku, user, 1).await);
     }
     app.drained(&sku, 30).await;
-    let books = Books::new(app.sales.clone(), app.db.clone());
     // The payment timeout at zero: every confirmed order is overdue.
-    let sweeper = Sweeper::new(
-        books,
-        app.sales.clone(),
-        Duration::ZERO,
-        Duration::from_secs(5),
-    );
+    let sweeper = app.overdue_sweeper();
     let (first, rest) = ids.split_at(10);
     // Ten paid before the sweep, the rest raced against it.
     for id in first {
@@ -462,10 +456,7 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
     let paid = paid + paid_again;
     assert_eq!(paid, 31);
     // Units of the cancelled orders are back on sale; the books balance.
-    eventually("the books balance", Duration::from_secs(10), || async {
-        app.audit(&sku).await["ok"] == true
-    })
-    .await;
+    app.books_balance(&sku).await;
     assert_eq!(app.stock(&sku).await, Some(40 - paid));
 }
 
@@ -521,13 +512,7 @@ async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
 async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
     let app = spawn_paying().await;
     let sku = app.new_sale(3, 1).await;
-    let books = Books::new(app.sales.clone(), app.db.clone());
-    let sweeper = Sweeper::new(
-        books,
-        app.sales.clone(),
-        Duration::ZERO,
-        Duration::from_secs(5),
-    );
+    let sweeper = app.overdue_sweeper();
     let a = app.confirmed_order(&sku, 1, 1).await;
     let b = app.confirmed_order(&sku, 2, 1).await;
     let c = app.confirmed_order(&sku, 3, 1).await;
@@ -612,10 +597,7 @@ async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
         expected.sort_by(|x, y| x.1.cmp(&y.1));
         assert_eq!(got, expected, "{id}");
     }
-    eventually("the books balance", Duration::from_secs(10), || async {
-        app.audit(&sku).await["ok"] == true
-    })
-    .await;
+    app.books_balance(&sku).await;
 }
 
 /// A crash between the two halves of a late payment (the units taken in
@@ -626,13 +608,7 @@ async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
 async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_retry() {
     let app = spawn_paying().await;
     let sku = app.new_sale(2, 1).await;
-    let books = Books::new(app.sales.clone(), app.db.clone());
-    let sweeper = Sweeper::new(
-        books.clone(),
-        app.sales.clone(),
-        Duration::ZERO,
-        Duration::from_secs(5),
-    );
+    let sweeper = app.overdue_sweeper();
     let a = app.confirmed_order(&sku, 1, 1).await;
     app.drained(&sku, 1).await;
     sweeper.sweep().await.expect("a sweep");
@@ -663,10 +639,7 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     let (_, answer) = app.notify(&body).await;
     assert_eq!(answer["result"], "paid_again");
     assert_eq!(app.stock(&sku).await, Some(1));
-    eventually("the books balance", Duration::from_secs(10), || async {
-        app.audit(&sku).await["ok"] == true
-    })
-    .await;
+    app.books_balance(&sku).await;
 }
 
 /// The chaos test's find: the payment timeout's cancel is committed, its
@@ -694,10 +667,7 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
     books.release(&cancelled[0]).await.unwrap();
     assert_eq!(app.stock(&sku).await, Some(1), "units given back twice");
     assert_eq!(app.status_of(&a).await, "paid");
-    eventually("the books balance", Duration::from_secs(10), || async {
-        app.audit(&sku).await["ok"] == true
-    })
-    .await;
+    app.books_balance(&sku).await;
     // A refund is a later cancel: its release gives the unit back, once,
     // however often it runs (the sweeper repairs an interrupted one).
     let refund = notification("payment.refunded", &a, "pay-a", &amount(1));
@@ -708,10 +678,7 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
     books.release(&row).await.unwrap();
     books.release(&cancelled[0]).await.unwrap();
     assert_eq!(app.stock(&sku).await, Some(2));
-    eventually("the books balance", Duration::from_secs(10), || async {
-        app.audit(&sku).await["ok"] == true
-    })
-    .await;
+    app.books_balance(&sku).await;
 }
 
 /// After a sale is retired and its Redis keys purged: a refund of a paid
