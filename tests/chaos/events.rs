@@ -20,6 +20,10 @@ use crate::load::Sale;
 use crate::receiver::Receiver;
 use crate::world::World;
 
+/// An event's id is its outbox row's × this + its place in the row (as
+/// the feed's documentation says).
+const SLOTS: i64 = 10_000;
+
 /// One event as the feed lists it.
 #[derive(Debug, Clone)]
 struct Event {
@@ -129,6 +133,20 @@ pub async fn wait_delivered(
     let mut feed = Feed::new(world);
     let t0 = Instant::now();
     let (mut progress, mut moved) = (0, Instant::now());
+    // The feed lists an event once it is `DB_TIMEOUT_MS` + 1 s old: the
+    // last payments' events may not be listed yet. Wait for the feed to
+    // reach the last outbox row the books hold now (nothing writes any
+    // more), so that neither this wait nor the check reads a feed that
+    // stops short.
+    let last_row: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM tb_event")
+        .fetch_one(&mysql(world).await)
+        .await
+        .unwrap_or(None);
+    let reached = |feed: &Feed| match (last_row, feed.events.last()) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(row), Some(e)) => e.id / SLOTS >= row,
+    };
     loop {
         let read = feed.read_on().await;
         let acked: HashSet<String> = receiver
@@ -143,7 +161,7 @@ pub async fn wait_delivered(
             .map(|e| e.id)
             .filter(|id| !acked.contains(&format!("evt_{id}")))
             .collect();
-        if read.is_ok() && missing.is_empty() {
+        if read.is_ok() && missing.is_empty() && reached(&feed) {
             return Ok(t0.elapsed());
         }
         if acked.len() > progress {
@@ -161,12 +179,13 @@ pub async fn wait_delivered(
             return Err(format!(
                 "{} of {} events not acknowledged {:.1?} after the books were checked, \
                  the last acknowledgement {:.1?} ago (the first missing: {:?}; the feed: \
-                 {read:?}); delivery: {at:?}",
+                 {read:?}, up to {:?}, the books' last row {last_row:?}); delivery: {at:?}",
                 missing.len(),
                 feed.events.len(),
                 t0.elapsed(),
                 moved.elapsed(),
-                &missing[..missing.len().min(10)]
+                &missing[..missing.len().min(10)],
+                feed.events.last().map(|e| e.id)
             ));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
