@@ -6,7 +6,8 @@
 -- KEYS[1]  sale hash      fs:{pid}:sale    start_ms, end_ms, limit, price, initial, opened_ms
 -- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
 -- KEYS[3]  orders stream  fs:{pid}:orders
--- KEYS[4]  room hash      fs:{pid}:room    rate, served, at_ms, early, late
+-- KEYS[4]  room hash      fs:{pid}:room    rate, floor, cap, pace, served, at_ms, early, late
+-- KEYS[5]  room log       fs:{pid}:room_log (room_tick.lua's; emptied here)
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
 -- ARGV[3]  end_ms (epoch milliseconds, > start_ms; the window is [start, end))
@@ -17,6 +18,8 @@
 -- ARGV[8]  waiting room: how long an admission is valid (ms)
 -- ARGV[9]  waiting room: how long before the start buyers may join (ms)
 -- ARGV[10] waiting room: the sale's signing key (random hex, made by the caller)
+-- ARGV[11] waiting room: the lowest pace under strain (buyers per second)
+-- ARGV[12] waiting room: the active cap (0: none)
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
@@ -42,9 +45,9 @@ if ARGV[7] ~= '' then
   -- moving state is a hash of its own, written by room_tick.lua.
   redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
-  redis.call('DEL', KEYS[4])
-  redis.call('HSET', KEYS[4], 'rate', ARGV[7], 'served', 0, 'at_ms', ARGV[2],
-    'early', 0, 'late', 0)
+  redis.call('DEL', KEYS[4], KEYS[5])
+  redis.call('HSET', KEYS[4], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
+    'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
 end
 redis.call('SET', KEYS[2], ARGV[1])
 return {1, tonumber(ARGV[1])}

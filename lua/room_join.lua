@@ -6,7 +6,8 @@
 --
 -- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms
 -- KEYS[2]  stock        fs:{pid}:stock
--- KEYS[3]  room hash    fs:{pid}:room    early, late (counts)
+-- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); rate, pace, served,
+--                                        at_ms, limit (the line, as room_tick.lua keeps it)
 -- KEYS[4]  joined hash  fs:{pid}:joined  user_id -> number
 -- ARGV[1]  user_id
 --
@@ -44,13 +45,19 @@ else
   -- room_tick.lua moves it), so that time nobody was waiting for is no
   -- credit for the newcomer: after a quiet hour, a burst of joiners still
   -- goes through at the pace.
-  local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late')
+  -- At the pace room_tick.lua set, and no further than its active cap lets
+  -- the line go before its next tick.
+  local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late', 'pace',
+    'limit')
   local served = tonumber(room[2] or '0')
   local at_ms = tonumber(room[3] or sale[1])
   local from = math.max(at_ms, start_ms)
   if now_ms > from then
-    local moved = tonumber(room[1] or '1') * (now_ms - from) / 1000
+    local moved = tonumber(room[6] or room[1] or '1') * (now_ms - from) / 1000
     served = math.min(served + moved, tonumber(room[4] or '0') + tonumber(room[5] or '0'))
+    if room[7] then
+      served = math.max(tonumber(room[2] or '0'), math.min(served, tonumber(room[7])))
+    end
     redis.call('HSET', KEYS[3], 'served', tostring(served), 'at_ms', now_ms)
   end
   number = 'l' .. redis.call('HINCRBY', KEYS[3], 'late', 1)

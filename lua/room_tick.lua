@@ -1,53 +1,188 @@
 -- room_tick.lua: moves a waiting room's "now serving" line on, and reads
 -- the room. Any instance may call it at any time (about once a second per
--- sale it answers for): the line moves by the rate times the time since it
+-- sale it answers for): the line moves by the pace times the time since it
 -- last moved, by Redis's clock, so more callers never move it faster.
 -- It moves only while the sale is in its window and has stock (a sold-out
 -- sale admits nobody; when units come back, admission goes on from where
 -- the line stood), and never past the number of buyers who joined (with
--- nobody waiting, a newcomer is admitted within 1/rate seconds, not all at
+-- nobody waiting, a newcomer is admitted within 1/pace seconds, not all at
 -- once). Instances admit buyers up to the line as they read it, never
 -- further: so a reading that finds the stock gone or the sale over leaves
 -- the line where the last reading left it, which is exactly the places
 -- buyers were told are admitted (the room's `admitted` figure).
 --
--- KEYS[1]  sale hash  fs:{pid}:sale   start_ms, end_ms, room_admission_ms, room_key
--- KEYS[2]  stock      fs:{pid}:stock
--- KEYS[3]  room hash  fs:{pid}:room   rate, served, at_ms, early, late
--- ARGV[1]  a new rate (buyers per second) from now on, or "" to keep it
+-- The pace follows the backend, between the operator's floor and ceiling:
+-- when the oldest order not yet persisted (the group's oldest pending
+-- entry, or the first one not yet read) is older than ARGV[5] ms, the
+-- backend is strained and the pace halves (at most once a second, never
+-- below the floor); otherwise it climbs back by a tenth of the ceiling per
+-- second. With an active cap, the line moves only while fewer than `cap`
+-- buyers hold an admission they have not used: at most the places reached
+-- in the last admission window, and at most the places reached less the
+-- units sold (a small log of where the line stood when, kept only while a
+-- cap is set).
 --
--- Returns {"room", start_ms, end_ms, admission_ms, key, rate,
--- served (text: fractional), at_ms, early, late, stock, now_ms}, or
+-- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial
+-- KEYS[2]  stock      fs:{pid}:stock
+-- KEYS[3]  room hash  fs:{pid}:room     rate (the ceiling), served, at_ms, early, late,
+--                                       floor, cap, pace, adj_ms, limit
+-- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
+-- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
+-- ARGV[1]  a new ceiling (buyers per second), or "" to keep it
+-- ARGV[2]  a new floor, or "" to keep it
+-- ARGV[3]  a new active cap (0: none), or "" to keep it
+-- ARGV[4]  the workers' consumer group
+-- ARGV[5]  strain: the age (ms) of the oldest unpersisted order that halves the pace
+--
+-- Returns {"room", start_ms, end_ms, admission_ms, key, pace (text),
+-- served (text: fractional), at_ms, early, late, stock, now_ms, ceiling,
+-- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
+-- (with a cap; newest first)}, or
 -- {"no_sale"}, {"no_room"}.
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
+  'initial')
 if not sale[1] then
   return {'no_sale'}
 end
 if not sale[4] then
   return {'no_room'}
 end
-local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late')
+local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late',
+  'floor', 'cap', 'pace', 'adj_ms')
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local start_ms, end_ms = tonumber(sale[1]), tonumber(sale[2])
-local rate = tonumber(room[1] or '1')
+local admission_ms = tonumber(sale[3])
+local ceiling = tonumber(room[1] or '1')
 local served = tonumber(room[2] or '0')
 local at_ms = tonumber(room[3] or sale[1])
 local early, late = tonumber(room[4] or '0'), tonumber(room[5] or '0')
+-- A room opened before floors existed: the floor is the ceiling (no change).
+local floor = tonumber(room[6] or room[1] or '1')
+local cap = tonumber(room[7] or '0')
+local pace = tonumber(room[8] or room[1] or '1')
+local adj_ms = tonumber(room[9] or '0')
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
+local sold = tonumber(sale[5] or '0') - stock
+
+-- Buyers holding an unused admission (with a cap only): admitted in the
+-- last admission window, less those that ordered. The log's entries are
+-- at least max(1 s, window / 64) apart, so it holds about 66 of them.
+local active = 0
+local log_gap = math.max(1000, math.floor(admission_ms / 64))
+if cap > 0 then
+  local since = now_ms - admission_ms
+  local served_then = 0
+  local log = redis.call('LRANGE', KEYS[5], 0, -1)
+  for _, e in ipairs(log) do
+    local a, s = string.match(e, '^(%d+):([%d.]+)$')
+    if a and tonumber(a) <= since then
+      served_then = tonumber(s)
+      break
+    end
+  end
+  -- At most the places reached within the window, and at most the places
+  -- reached that have not ordered (an order needs a valid admission).
+  active = math.max(0, math.min(math.floor(served) - math.floor(served_then),
+    math.floor(served) - sold))
+end
+
+-- The oldest order not yet persisted: pending in the group, or not yet
+-- read by it (stream ids are Redis's clock in ms).
+local oldest = -1
+local function id_ms(id)
+  return tonumber(string.match(id or '', '^(%d+)-'))
+end
+local pending = redis.pcall('XPENDING', KEYS[4], ARGV[4])
+if type(pending) == 'table' and not pending.err then
+  local ms = pending[2] and id_ms(pending[2])
+  if ms then
+    oldest = ms
+  end
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[4])
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g, 2 do
+      f[g[i]] = g[i + 1]
+    end
+    if f['name'] == ARGV[4] then
+      local unread = redis.call('XRANGE', KEYS[4], '(' .. f['last-delivered-id'], '+', 'COUNT', 1)
+      local ms = unread[1] and id_ms(unread[1][1])
+      if ms and (oldest < 0 or ms < oldest) then
+        oldest = ms
+      end
+    end
+  end
+end
+local age = -1
+if oldest >= 0 then
+  age = math.max(0, now_ms - oldest)
+end
+
 local from = math.max(at_ms, start_ms)
 if now_ms > from then
   if stock > 0 and now_ms < end_ms then
-    local moved = rate * (now_ms - from) / 1000
+    local moved = pace * (now_ms - from) / 1000
+    if cap > 0 then
+      moved = math.min(moved, math.max(0, cap - active))
+    end
+    local before = served
     served = math.min(served + moved, early + late)
+    -- The places it reached hold their admission from now.
+    active = active + math.floor(served) - math.floor(before)
   end
   at_ms = now_ms
   redis.call('HSET', KEYS[3], 'served', tostring(served), 'at_ms', at_ms)
+  -- The pace for what comes next.
+  if now_ms >= start_ms and now_ms - adj_ms >= 1000 then
+    if age > tonumber(ARGV[5]) then
+      pace = math.max(floor, pace / 2)
+    else
+      local dt = math.min(now_ms - adj_ms, 10000) / 1000
+      pace = math.min(ceiling, pace + ceiling * dt / 10)
+    end
+    redis.call('HSET', KEYS[3], 'pace', tostring(pace), 'adj_ms', now_ms)
+  end
 end
 if ARGV[1] ~= '' then
-  rate = tonumber(ARGV[1])
-  redis.call('HSET', KEYS[3], 'rate', ARGV[1])
+  -- A new ceiling holds at once (the strain, if any, lowers it again).
+  ceiling = tonumber(ARGV[1])
+  pace = ceiling
+  redis.call('HSET', KEYS[3], 'rate', ARGV[1], 'pace', ARGV[1])
 end
-return {'room', start_ms, end_ms, tonumber(sale[3]), sale[4], rate,
-  tostring(served), at_ms, early, late, stock, now_ms}
+if ARGV[2] ~= '' then
+  floor = tonumber(ARGV[2])
+  redis.call('HSET', KEYS[3], 'floor', ARGV[2])
+end
+if floor > ceiling then
+  floor = ceiling
+  redis.call('HSET', KEYS[3], 'floor', floor)
+end
+if pace < floor or pace > ceiling then
+  pace = math.min(ceiling, math.max(floor, pace))
+  redis.call('HSET', KEYS[3], 'pace', tostring(pace))
+end
+if ARGV[3] ~= '' then
+  cap = tonumber(ARGV[3])
+  redis.call('HSET', KEYS[3], 'cap', ARGV[3])
+end
+local log = {}
+if cap > 0 then
+  -- What the line may reach before the next tick (room_join.lua keeps to it).
+  redis.call('HSET', KEYS[3], 'limit', tostring(served + math.max(0, cap - active)))
+  local head = redis.call('LINDEX', KEYS[5], 0)
+  local head_ms = tonumber(string.match(head or '', '^(%d+):'))
+  if not head_ms or now_ms - head_ms >= log_gap then
+    redis.call('LPUSH', KEYS[5], now_ms .. ':' .. tostring(served))
+    redis.call('LTRIM', KEYS[5], 0, 70)
+  end
+  -- Where the line stood when: an admission's time runs from the moment
+  -- the line reached its place.
+  log = redis.call('LRANGE', KEYS[5], 0, -1)
+else
+  redis.call('HDEL', KEYS[3], 'limit')
+  redis.call('DEL', KEYS[5])
+end
+return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
+  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log}

@@ -49,13 +49,18 @@ pub struct Metrics {
     /// Per open sale: the units by which its books were last found off.
     pub sale_books_difference: IntGaugeVec,
     /// Per open sale with a waiting room, refreshed at each scrape: buyers
-    /// who joined, places admitted, buyers still waiting, the pace, and
-    /// the estimated wait of whoever joins now.
+    /// who joined, places admitted, buyers still waiting, the pace (and
+    /// its ceiling and floor), the estimated wait of whoever joins now, the
+    /// buyers holding an unused admission and the cap on them (0: none).
     pub room_joined: IntGaugeVec,
     pub room_admitted: IntGaugeVec,
     pub room_waiting: IntGaugeVec,
     pub room_admit_per_sec: IntGaugeVec,
+    pub room_admit_ceiling_per_sec: IntGaugeVec,
+    pub room_admit_floor_per_sec: IntGaugeVec,
     pub room_wait_seconds: IntGaugeVec,
+    pub room_active: IntGaugeVec,
+    pub room_active_cap: IntGaugeVec,
     /// Sales by state (`open`: in the registry, not ended or not yet
     /// looked at; `ended_unsettled`: ended, waiting for something before
     /// they retire; `retired`), set by the workers' retirement pass.
@@ -309,7 +314,23 @@ impl Metrics {
             ),
             room_admit_per_sec: gauge(
                 "room_admit_per_sec",
-                "The waiting room's admission rate (buyers per second)",
+                "The waiting room's admission rate now (buyers per second): the ceiling, lower while orders wait to be persisted",
+            ),
+            room_admit_ceiling_per_sec: gauge(
+                "room_admit_ceiling_per_sec",
+                "The highest admission rate the operator set for the waiting room",
+            ),
+            room_admit_floor_per_sec: gauge(
+                "room_admit_floor_per_sec",
+                "The lowest admission rate the waiting room drops to under strain",
+            ),
+            room_active: gauge(
+                "room_active",
+                "Buyers holding an unused admission (counted when the room has an active cap)",
+            ),
+            room_active_cap: gauge(
+                "room_active_cap",
+                "The most buyers who may hold an unused admission (0: no cap)",
             ),
             room_wait_seconds: gauge(
                 "room_wait_seconds",

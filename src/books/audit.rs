@@ -285,6 +285,8 @@ mod tests {
             room_admit_per_sec: None,
             room_admission_secs: None,
             room_join_early_secs: None,
+            room_admit_floor_per_sec: None,
+            room_active_cap: None,
             closed: None,
             retired: None,
             purged: None,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::error::BooksError;
 use super::retire;
-use crate::domain::ProductId;
-use crate::sale::room::RoomState;
+use crate::domain::{ProductId, RoomBounds};
+use crate::sale::room::{NewBounds, RoomState};
 use crate::sale::{SaleSpec, Sales};
 use crate::store::{Db, FinalAudit, NewProduct, Product};
 
@@ -113,19 +113,24 @@ impl Catalog {
         self.status_of(id, product).await
     }
 
-    /// A new admission rate for the sale's waiting room: Redis first (the
-    /// line moves at it from now), then the books (for a sale opened again
-    /// by recovery). `None`: the sale has no room.
-    pub async fn set_pace(
+    /// New bounds for the sale's waiting room: Redis first (the line
+    /// moves within them from now), then the books, as the room holds them
+    /// (for a sale opened again by recovery). `None`: the sale has no room.
+    pub async fn set_room_bounds(
         &self,
         id: &ProductId,
-        admit_per_sec: u32,
+        change: NewBounds,
     ) -> Result<Option<Arc<RoomState>>, BooksError> {
-        let Some(room) = self.sales.room.set_rate(id, admit_per_sec).await? else {
+        let Some(room) = self.sales.room.set_bounds(id, change).await? else {
             return Ok(None);
         };
-        self.db.set_room_rate(id, admit_per_sec).await?;
-        tracing::info!(product_id = %id, admit_per_sec, "waiting room pace changed");
+        let bounds = RoomBounds {
+            ceiling: room.ceiling,
+            floor: room.floor,
+            cap: u32::try_from(room.cap).unwrap_or(u32::MAX),
+        };
+        self.db.set_room_bounds(id, bounds).await?;
+        tracing::info!(product_id = %id, ?bounds, "waiting room bounds changed");
         Ok(Some(room))
     }
 }

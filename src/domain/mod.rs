@@ -44,10 +44,24 @@ pub struct PendingOrder {
 )]
 #[serde(deny_unknown_fields)]
 pub struct WaitingRoom {
-    /// Buyers admitted per second (1 to 100,000); changed live by
-    /// `POST /api/admin/products/{id}/room`.
+    /// Buyers admitted per second at most: the ceiling (1 to 100,000);
+    /// changed live by `POST /api/admin/products/{id}/room`.
     #[schema(minimum = 1, maximum = 100_000)]
     pub admit_per_sec: u32,
+    /// The pace's floor while the backend is strained (orders waiting to
+    /// be persisted for more than 2 s): the pace halves each second down to
+    /// it and climbs back to the ceiling when the strain clears. 1 to
+    /// `admit_per_sec`; default a tenth of it (at least 1). Equal to
+    /// `admit_per_sec`: a fixed pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100_000)]
+    pub admit_floor_per_sec: Option<u32>,
+    /// At most this many buyers hold an admission they have not used yet
+    /// (admitted within the last `admission_secs`, less the units sold
+    /// since): the line waits while the cap is reached. Default: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10_000_000)]
+    pub active_cap: Option<u32>,
     /// How long an admission stays valid, in seconds (1 to 86,400; default 120).
     #[serde(default = "WaitingRoom::default_admission_secs")]
     #[schema(minimum = 1, maximum = 86_400)]
@@ -59,8 +73,19 @@ pub struct WaitingRoom {
     pub join_early_secs: u32,
 }
 
+/// A waiting room's bounds: the pace's ceiling and floor (buyers per
+/// second) and its active cap (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct RoomBounds {
+    pub ceiling: u32,
+    pub floor: u32,
+    pub cap: u32,
+}
+
 /// Highest admission rate a room takes.
 pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
+/// Highest active cap a room takes.
+pub const MAX_ACTIVE_CAP: u32 = 10_000_000;
 
 impl WaitingRoom {
     fn default_admission_secs() -> u32 {
@@ -71,11 +96,33 @@ impl WaitingRoom {
         600
     }
 
+    /// The pace's floor: as set, or a tenth of the ceiling (at least 1).
+    pub fn floor(&self) -> u32 {
+        self.admit_floor_per_sec
+            .unwrap_or((self.admit_per_sec / 10).max(1))
+    }
+
     /// Checks the bounds.
     pub fn validate(self) -> Result<Self, Invalid> {
         if self.admit_per_sec == 0 || self.admit_per_sec > MAX_ADMIT_PER_SEC {
             return Err(invalid(format!(
                 "waiting_room.admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
+            )));
+        }
+        if self
+            .admit_floor_per_sec
+            .is_some_and(|f| f == 0 || f > self.admit_per_sec)
+        {
+            return Err(invalid(
+                "waiting_room.admit_floor_per_sec must be between 1 and admit_per_sec",
+            ));
+        }
+        if self
+            .active_cap
+            .is_some_and(|c| c == 0 || c > MAX_ACTIVE_CAP)
+        {
+            return Err(invalid(format!(
+                "waiting_room.active_cap must be between 1 and {MAX_ACTIVE_CAP}"
             )));
         }
         if self.admission_secs == 0 || self.admission_secs > 86_400 {

@@ -71,7 +71,11 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
         &m.room_admitted,
         &m.room_waiting,
         &m.room_admit_per_sec,
+        &m.room_admit_ceiling_per_sec,
+        &m.room_admit_floor_per_sec,
         &m.room_wait_seconds,
+        &m.room_active,
+        &m.room_active_cap,
     ] {
         gauge.reset();
     }
@@ -121,7 +125,19 @@ fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
         .set(figures.waiting as i64);
     m.room_admit_per_sec
         .with_label_values(&id)
-        .set(room.rate as i64);
+        .set(room.rate.round() as i64);
+    m.room_admit_ceiling_per_sec
+        .with_label_values(&id)
+        .set(i64::from(room.ceiling));
+    m.room_admit_floor_per_sec
+        .with_label_values(&id)
+        .set(i64::from(room.floor));
+    m.room_active
+        .with_label_values(&id)
+        .set(i64::try_from(room.active).unwrap_or(i64::MAX));
+    m.room_active_cap
+        .with_label_values(&id)
+        .set(i64::try_from(room.cap).unwrap_or(i64::MAX));
     m.room_wait_seconds
         .with_label_values(&id)
         .set(figures.wait_at_back_ms.div_ceil(1000) as i64);

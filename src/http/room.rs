@@ -16,8 +16,8 @@ use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
 use super::limits;
 use super::orders::Owner;
 use super::state::AppState;
-use crate::domain::{MAX_ADMIT_PER_SEC, ProductId, now_ms};
-use crate::sale::room::{Joined, RoomLookup, RoomState, Standing};
+use crate::domain::{MAX_ACTIVE_CAP, MAX_ADMIT_PER_SEC, ProductId, now_ms};
+use crate::sale::room::{Joined, NewBounds, RoomLookup, RoomState, Standing};
 
 /// Where a ticket stands.
 #[derive(Serialize, ToSchema)]
@@ -30,8 +30,13 @@ pub enum StandingView {
         place: Option<u64>,
         /// Buyers before this one not yet admitted.
         ahead: Option<u64>,
-        /// At the current pace (null until the draw).
+        /// At the pace now (null until the draw).
         estimated_wait_ms: Option<u64>,
+        /// The estimate as a range (null until the draw): at the pace's
+        /// ceiling, and should strain of the backend halve the pace (not
+        /// below its floor).
+        estimated_wait_min_ms: Option<u64>,
+        estimated_wait_max_ms: Option<u64>,
         /// When early joiners are placed (epoch ms).
         draw_at: i64,
         /// Buyers admitted per second.
@@ -83,6 +88,8 @@ impl StandingView {
                 place: None,
                 ahead: None,
                 estimated_wait_ms: None,
+                estimated_wait_min_ms: None,
+                estimated_wait_max_ms: None,
                 draw_at: draw_at_ms,
                 admit_per_sec: rate,
                 poll_after_ms: poll_after(None, draw_at_ms.saturating_sub(now_ms())),
@@ -91,10 +98,13 @@ impl StandingView {
                 place,
                 ahead,
                 wait_ms,
+                wait_range_ms: (min, max),
             } => Self::Waiting {
                 place: Some(place),
                 ahead: Some(ahead),
                 estimated_wait_ms: Some(wait_ms),
+                estimated_wait_min_ms: Some(min),
+                estimated_wait_max_ms: Some(max),
                 draw_at: room.start_ms,
                 admit_per_sec: rate,
                 poll_after_ms: poll_after(Some(wait_ms), 0),
@@ -270,36 +280,55 @@ async fn standing_of(
     Ok(StandingView::of(&room, standing))
 }
 
+/// New bounds for a room's pace (each one left out: kept).
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomPace {
+    /// The ceiling: buyers admitted per second at most; the pace at once.
     #[schema(minimum = 1, maximum = 100_000)]
-    admit_per_sec: u32,
+    admit_per_sec: Option<u32>,
+    /// The floor the pace drops to while the backend is strained (at most
+    /// the ceiling).
+    #[schema(minimum = 1, maximum = 100_000)]
+    admit_floor_per_sec: Option<u32>,
+    /// The most buyers holding an unused admission; 0: no cap.
+    #[schema(minimum = 0, maximum = 10_000_000)]
+    active_cap: Option<u32>,
 }
 
 /// The room after a change.
 #[derive(Serialize, ToSchema)]
 pub struct RoomView {
     product_id: String,
+    /// The pace now (buyers per second).
     admit_per_sec: f64,
+    /// The bounds the pace keeps to.
+    ceiling_per_sec: u32,
+    floor_per_sec: u32,
+    /// The most buyers holding an unused admission (null: no cap), and how
+    /// many do.
+    active_cap: Option<u64>,
+    active: u64,
     /// Buyers who joined.
     joined: u64,
     /// Places admitted so far.
     admitted: u64,
 }
 
-/// `POST /api/admin/products/{product_id}/room`: the room's pace, live.
+/// `POST /api/admin/products/{product_id}/room`: the room's bounds, live.
 #[utoipa::path(
     post,
     path = "/api/admin/products/{product_id}/room",
     operation_id = "set_room_pace",
     tag = "admin",
-    summary = "Change a waiting room's admission rate, live",
+    summary = "Change a waiting room's pace bounds, live",
+    description = "Any of the ceiling (`admit_per_sec`, the pace at once), the floor the pace drops to under strain (`admit_floor_per_sec`) and the active cap (`active_cap`, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     request_body = RoomPace,
     security(("admin" = [])),
     responses(
-        (status = 200, description = "The new pace holds from now on", body = RoomView),
+        (status = 200, description = "The new bounds hold from now on", body = RoomView),
+        (status = 400, description = "`invalid_request`: a bound out of range, or none given", body = ErrorBody),
         (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
     )
 )]
@@ -310,17 +339,39 @@ pub async fn set_pace(
     JsonBody(body): JsonBody<RoomPace>,
 ) -> Result<Json<RoomView>, ApiError> {
     let product = sale_id(&product_id)?;
-    if body.admit_per_sec == 0 || body.admit_per_sec > MAX_ADMIT_PER_SEC {
-        return Err(ApiError::InvalidRequest(format!(
-            "admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
-        )));
+    let rate = |v: Option<u32>, what: &str| match v {
+        Some(r) if r == 0 || r > MAX_ADMIT_PER_SEC => Err(ApiError::InvalidRequest(format!(
+            "{what} must be between 1 and {MAX_ADMIT_PER_SEC}"
+        ))),
+        _ => Ok(v),
+    };
+    let change = NewBounds {
+        ceiling: rate(body.admit_per_sec, "admit_per_sec")?,
+        floor: rate(body.admit_floor_per_sec, "admit_floor_per_sec")?,
+        cap: match body.active_cap {
+            Some(c) if c > MAX_ACTIVE_CAP => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "active_cap must be between 0 (none) and {MAX_ACTIVE_CAP}"
+                )));
+            }
+            c => c,
+        },
+    };
+    if change == NewBounds::default() {
+        return Err(ApiError::InvalidRequest(
+            "give admit_per_sec, admit_floor_per_sec or active_cap".into(),
+        ));
     }
-    let Some(room) = state.catalog.set_pace(&product, body.admit_per_sec).await? else {
+    let Some(room) = state.catalog.set_room_bounds(&product, change).await? else {
         return Err(ApiError::NoWaitingRoom);
     };
     Ok(Json(RoomView {
         product_id: product.to_string(),
-        admit_per_sec: f64::from(body.admit_per_sec),
+        admit_per_sec: room.rate,
+        ceiling_per_sec: room.ceiling,
+        floor_per_sec: room.floor,
+        active_cap: (room.cap > 0).then_some(room.cap),
+        active: room.active,
         joined: room.joined(),
         admitted: room.admitted_places(),
     }))

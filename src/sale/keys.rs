@@ -44,9 +44,13 @@ pub struct SaleKeys {
     /// Hash: the workers' last verdict on the books (balanced, difference,
     /// judged_ms), for the dashboards; expires unless renewed.
     pub books: String,
-    /// Hash: the waiting room's shared state (rate, served, at_ms, early,
-    /// late); only for a sale with a room.
+    /// Hash: the waiting room's shared state (rate: the ceiling, floor,
+    /// cap, pace, served, at_ms, early, late, ...); only for a sale with a
+    /// room.
     pub room: String,
+    /// List: where the room's line stood when ("at_ms:served", newest
+    /// first), for its active cap; only while a cap is set.
+    pub room_log: String,
     /// Hash: user_id -> the buyer's number in the waiting room (`e<n>`
     /// joined before the start, `l<n>` after): one field per joined buyer.
     pub joined: String,
@@ -82,12 +86,13 @@ impl SaleKeys {
             repaired: key("repaired"),
             books: key("books"),
             room: key("room"),
+            room_log: key("room_log"),
             joined: key("joined"),
         }
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 17] {
+    pub fn all(&self) -> [&str; 18] {
         [
             &self.sale,
             &self.stock,
@@ -105,6 +110,7 @@ impl SaleKeys {
             &self.repaired,
             &self.books,
             &self.room,
+            &self.room_log,
             &self.joined,
         ]
     }

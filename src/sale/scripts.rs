@@ -215,6 +215,7 @@ pub async fn open_sale(
         .key(&keys.stock)
         .key(&keys.orders)
         .key(&keys.room)
+        .key(&keys.room_log)
         .arg(spec.stock)
         .arg(spec.start_ms)
         .arg(spec.end_ms)
@@ -225,6 +226,8 @@ pub async fn open_sale(
         .arg(room.map_or(0, |r| u64::from(r.admission_secs) * 1000))
         .arg(room.map_or(0, |r| u64::from(r.join_early_secs) * 1000))
         .arg(room_key)
+        .arg(room.map_or(0, |r| r.floor()))
+        .arg(room.map_or(0, |r| r.active_cap.unwrap_or(0)))
         .invoke_async(conn)
         .await
 }

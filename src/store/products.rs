@@ -4,7 +4,7 @@ use rust_decimal::Decimal;
 
 use super::db::{Db, StoreError};
 use crate::domain::now_ms;
-use crate::domain::{ProductId, WaitingRoom};
+use crate::domain::{ProductId, RoomBounds, WaitingRoom};
 
 /// A product row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -28,6 +28,8 @@ pub struct Product {
     pub room_admit_per_sec: Option<i32>,
     pub room_admission_secs: Option<i32>,
     pub room_join_early_secs: Option<i32>,
+    pub room_admit_floor_per_sec: Option<i32>,
+    pub room_active_cap: Option<i32>,
     /// When an admin closed the sale early (epoch ms; `end_time` was moved
     /// to it); `None` otherwise.
     pub closed: Option<i64>,
@@ -45,6 +47,10 @@ impl Product {
             admit_per_sec: u32::try_from(self.room_admit_per_sec?).ok()?,
             admission_secs: u32::try_from(self.room_admission_secs?).ok()?,
             join_early_secs: u32::try_from(self.room_join_early_secs?).ok()?,
+            admit_floor_per_sec: self
+                .room_admit_floor_per_sec
+                .and_then(|f| u32::try_from(f).ok()),
+            active_cap: self.room_active_cap.and_then(|c| u32::try_from(c).ok()),
         })
     }
 }
@@ -65,6 +71,7 @@ pub struct NewProduct {
 pub(super) const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
                        end_time, limit_per_user, created, updated, opened, \
                        room_admit_per_sec, room_admission_secs, room_join_early_secs, \
+                       room_admit_floor_per_sec, room_active_cap, \
                        closed, retired, purged";
 
 impl Db {
@@ -86,12 +93,17 @@ impl Db {
             room_admit_per_sec: p.waiting_room.map(|r| r.admit_per_sec as i32),
             room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
             room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
+            room_admit_floor_per_sec: p
+                .waiting_room
+                .and_then(|r| r.admit_floor_per_sec)
+                .map(|f| f as i32),
+            room_active_cap: p.waiting_room.and_then(|r| r.active_cap).map(|c| c as i32),
             closed: None,
             retired: None,
             purged: None,
         };
         let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
         let insert = sqlx::query(&sql)
             .bind(&row.product_id)
@@ -108,6 +120,8 @@ impl Db {
             .bind(row.room_admit_per_sec)
             .bind(row.room_admission_secs)
             .bind(row.room_join_early_secs)
+            .bind(row.room_admit_floor_per_sec)
+            .bind(row.room_active_cap)
             .bind(row.closed)
             .bind(row.retired)
             .bind(row.purged);
@@ -138,14 +152,22 @@ impl Db {
 }
 
 impl Db {
-    /// A waiting room's new admission rate.
-    pub async fn set_room_rate(&self, product_id: &ProductId, rate: u32) -> Result<(), StoreError> {
+    /// A waiting room's bounds as its room now holds them (a cap of 0:
+    /// none), for a sale opened again by recovery.
+    pub async fn set_room_bounds(
+        &self,
+        product_id: &ProductId,
+        bounds: RoomBounds,
+    ) -> Result<(), StoreError> {
         self.call(|pool| async move {
             sqlx::query(
-                "UPDATE tb_product SET room_admit_per_sec = ?, updated = ? \
+                "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
+                 room_active_cap = NULLIF(?, 0), updated = ? \
                  WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
             )
-            .bind(rate)
+            .bind(bounds.ceiling)
+            .bind(bounds.floor)
+            .bind(bounds.cap)
             .bind(now_ms())
             .bind(product_id.as_str())
             .execute(pool)

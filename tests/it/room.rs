@@ -6,7 +6,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, assert_refused, eventually, now_ms, product_body, spawn_app, unique,
+    ADMIN_TOKEN, TestApp, assert_refused, eventually, fast_workers, now_ms, product_body,
+    spawn_app, spawn_app_with, unique,
 };
 
 /// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
@@ -666,4 +667,340 @@ async fn polls_are_limited_per_address() {
     assert!(resp.headers().contains_key("retry-after"));
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "rate_limited");
+}
+
+/// A room sale whose `waiting_room` is `room` (the defaults filled in by
+/// the service), `stock` units, one per buyer, starting `starts_in_ms`
+/// from now.
+async fn room_sale_with(app: &TestApp, stock: u64, starts_in_ms: i64, room: Value) -> String {
+    let id = unique("room-");
+    let mut body = product_body(&id, stock, 1);
+    body["start_time"] = json!(now_ms() + starts_in_ms);
+    body["waiting_room"] = room;
+    app.sale_from(body).await
+}
+
+/// The pace (rounded, buyers per second) as `/metrics` shows it; each
+/// scrape lets this instance read the room again (at most once a second).
+async fn pace(app: &TestApp, sku: &str) -> u64 {
+    room_metric(app, sku, "room_admit_per_sec").await
+}
+
+/// The pace follows the backend: with no worker persisting, the first
+/// order waits; past 2 s the pace halves each second down to its floor
+/// (not below); once a worker has persisted what waited, it climbs back
+/// to the ceiling.
+#[tokio::test]
+async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = room_sale_with(
+        &app,
+        1_000,
+        -1_000,
+        json!({"admit_per_sec": 40, "admit_floor_per_sec": 5, "admission_secs": 60}),
+    )
+    .await;
+    // Joined after the start: user 1 is first in line.
+    let first = ticket(&app, &sku, 1).await;
+    for user in 2..=600 {
+        ticket(&app, &sku, user).await;
+    }
+    assert_eq!(
+        room_metric(&app, &sku, "room_admit_ceiling_per_sec").await,
+        40
+    );
+    assert_eq!(room_metric(&app, &sku, "room_admit_floor_per_sec").await, 5);
+    // The first buyer in line orders; nobody persists it.
+    let a = admission(&app, &sku, &first).await;
+    assert_eq!(
+        order_with(&app, &sku, 1, Some(&a)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(pace(&app, &sku).await, 40, "no strain yet");
+    let mut seen: Vec<u64> = Vec::new();
+    let t0 = std::time::Instant::now();
+    while seen.last() != Some(&5) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the pace never reached its floor: {seen:?}"
+        );
+        let p = pace(&app, &sku).await;
+        if seen.last() != Some(&p) {
+            seen.push(p);
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // Halving, one step at a time (some steps may fall between scrapes).
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
+    assert!(seen.iter().all(|p| *p >= 5), "{seen:?}");
+    // It stays at the floor (not below) while the order still waits.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(pace(&app, &sku).await, 5);
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let shown = crate::dashboard::data(&app, &cookie).await;
+    let room = &shown["sales"][0]["room"];
+    assert_eq!(room["admit_per_sec"], 5.0, "{room}");
+    assert_eq!(
+        (&room["ceiling_per_sec"], &room["floor_per_sec"]),
+        (&json!(40), &json!(5)),
+        "{room}"
+    );
+    assert!(room["unpersisted_ms"].as_u64().unwrap() > 2_000, "{room}");
+
+    // A worker comes: the order is persisted and the pace climbs back.
+    let _worker = app
+        .serve_beside(|s| s.workers = Some(fast_workers("late-worker")))
+        .await;
+    app.drained(&sku, 1).await;
+    eventually(
+        "the pace back at its ceiling",
+        Duration::from_secs(30),
+        || async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            pace(&app, &sku).await == 40
+        },
+    )
+    .await;
+}
+
+/// With an active cap, at most that many buyers hold an admission they
+/// have not used, however many poll; an order frees its place in the cap
+/// (the line moves on by one), and so does an admission that runs out.
+#[tokio::test]
+async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expiry() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        1_000,
+        1_000,
+        json!({"admit_per_sec": 100, "active_cap": 10, "admission_secs": 8}),
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for user in 1..=60 {
+        tickets.push((user, ticket(&app, &sku, user).await));
+    }
+    // The crowd polls; returns the users holding an admission.
+    let admitted = || {
+        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
+        async move {
+            let mut holding = Vec::new();
+            for (user, t) in &tickets {
+                let (_, s) = standing(app, &sku, t).await;
+                if s["status"] == "admitted" {
+                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
+                }
+            }
+            holding
+        }
+    };
+    eventually("the cap reached", Duration::from_secs(10), || async {
+        admitted().await.len() >= 10
+    })
+    .await;
+    // At 100/s the line would have passed everyone by now: the cap holds,
+    // late joiners included.
+    for user in 61..=65 {
+        ticket(&app, &sku, user).await;
+    }
+    for _ in 0..10 {
+        let now = admitted().await;
+        assert_eq!(now.len(), 10, "{now:?}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(room_metric(&app, &sku, "room_active").await, 10);
+    assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 10);
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
+
+    // Four of them order: four more places are admitted, no more.
+    let holding = admitted().await;
+    let mut ordered = std::collections::HashSet::new();
+    for (user, a) in &holding[..4] {
+        assert_eq!(
+            order_with(&app, &sku, *user, Some(a)).await.status(),
+            StatusCode::ACCEPTED
+        );
+        ordered.insert(*user);
+    }
+    // Admitted and not ordered (an admission stays valid after its use).
+    let unused = || async {
+        admitted()
+            .await
+            .into_iter()
+            .filter(|(user, _)| !ordered.contains(user))
+            .count()
+    };
+    eventually(
+        "the line moved on by four",
+        Duration::from_secs(5),
+        || async { room_metric(&app, &sku, "room_admitted").await >= 14 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, 14);
+    assert_eq!(unused().await, 10);
+
+    // The six unused admissions of the first ten run out (8 s): six more.
+    eventually(
+        "expired admissions free their places",
+        Duration::from_secs(15),
+        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
+    )
+    .await;
+    assert!(unused().await <= 10);
+    assert!(room_metric(&app, &sku, "room_active").await <= 10);
+}
+
+/// Units that come back to a sold-out room sale (a cancel here; an unpaid
+/// order's timeout takes the same path) go to the next places in line:
+/// tickets that heard `sold_out` hear `admitted` again in line order, and a
+/// bot ordering without an admission gets nothing at any point.
+#[tokio::test]
+async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        2,
+        -1_000,
+        json!({"admit_per_sec": 2, "admission_secs": 60}),
+    )
+    .await;
+    // Late joiners: served in the order they joined (user n at place n).
+    let mut tickets = Vec::new();
+    for user in 1..=8 {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    let bot = || async {
+        let resp = order_with(&app, &sku, 99, None).await;
+        assert_refused(resp, StatusCode::FORBIDDEN, "admission_required").await;
+    };
+    let mut orders = Vec::new();
+    for (i, t) in tickets[..2].iter().enumerate() {
+        let a = admission(&app, &sku, t).await;
+        let resp = order_with(&app, &sku, i as u64 + 1, Some(&a)).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let order: Value = resp.json().await.unwrap();
+        orders.push(order["order_id"].as_str().unwrap().to_owned());
+    }
+    bot().await;
+    eventually(
+        "sold out, said to the line",
+        Duration::from_secs(5),
+        || async { standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out" },
+    )
+    .await;
+    let line = room_metric(&app, &sku, "room_admitted").await;
+    assert!((2..=4).contains(&line), "the line stood at {line}");
+    app.drained(&sku, 2).await;
+
+    // A unit comes back: the next place in line is admitted.
+    assert_eq!(app.cancel(&orders[0], 1).await.status(), StatusCode::OK);
+    let next = line as usize; // place line + 1, user line + 1
+    bot().await;
+    let a = admission(&app, &sku, &tickets[next]).await;
+    bot().await;
+    assert_eq!(
+        order_with(&app, &sku, next as u64 + 1, Some(&a))
+            .await
+            .status(),
+        StatusCode::ACCEPTED
+    );
+    // Sold out again: places two or more behind it never got in.
+    eventually("sold out again", Duration::from_secs(5), || async {
+        standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out"
+    })
+    .await;
+    assert!(room_metric(&app, &sku, "room_admitted").await <= line + 2);
+    for t in &tickets[next + 2..] {
+        assert_eq!(standing(&app, &sku, t).await.1["status"], "sold_out");
+    }
+    bot().await;
+    app.drained(&sku, 3).await;
+}
+
+/// The bounds are checked where they come in (a sale's creation, the live
+/// change), and a live change keeps what it does not name.
+#[tokio::test]
+async fn room_bounds_are_checked_and_changed_live() {
+    let app = spawn_app().await;
+    for (room, why) in [
+        (
+            json!({"admit_per_sec": 10, "admit_floor_per_sec": 11}),
+            "a floor above the ceiling",
+        ),
+        (
+            json!({"admit_per_sec": 10, "admit_floor_per_sec": 0}),
+            "a floor of 0",
+        ),
+        (json!({"admit_per_sec": 10, "active_cap": 0}), "a cap of 0"),
+        (
+            json!({"admit_per_sec": 10, "active_cap": 10_000_001}),
+            "a cap too high",
+        ),
+    ] {
+        let mut body = product_body(&unique("room-"), 10, 1);
+        body["waiting_room"] = room;
+        let resp = app.create_product(&body).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{why}");
+    }
+    let sku = room_sale_with(&app, 10, 60_000, json!({"admit_per_sec": 50})).await;
+    // The floor defaults to a tenth of the ceiling; no cap.
+    assert_eq!(room_metric(&app, &sku, "room_admit_floor_per_sec").await, 5);
+    assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
+    let set = |body: Value| {
+        let (app, sku) = (&app, sku.clone());
+        async move {
+            let resp = app
+                .client
+                .post(app.url(&format!("/api/admin/products/{sku}/room")))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    for bad in [
+        json!({}),
+        json!({"admit_floor_per_sec": 0}),
+        json!({"admit_per_sec": 100_001}),
+        json!({"active_cap": 10_000_001}),
+        json!({"active_cap": -1}),
+    ] {
+        let (status, body) = set(bad.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (status, room) = set(json!({"active_cap": 7, "admit_floor_per_sec": 20})).await;
+    assert_eq!(status, StatusCode::OK, "{room}");
+    assert_eq!(
+        (
+            &room["ceiling_per_sec"],
+            &room["floor_per_sec"],
+            &room["active_cap"]
+        ),
+        (&json!(50), &json!(20), &json!(7))
+    );
+    // A ceiling below the floor takes the floor down with it.
+    let (_, room) = set(json!({"admit_per_sec": 8})).await;
+    assert_eq!(
+        (
+            &room["ceiling_per_sec"],
+            &room["floor_per_sec"],
+            &room["active_cap"]
+        ),
+        (&json!(8), &json!(8), &json!(7))
+    );
+    assert_eq!(room["admit_per_sec"], 8.0);
+    // The books keep the bounds (a sale opened again by recovery has them).
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(
+        product["waiting_room"],
+        json!({"admit_per_sec": 8, "admit_floor_per_sec": 8, "active_cap": 7,
+               "admission_secs": 120, "join_early_secs": 600}),
+        "{product}"
+    );
+    let (_, room) = set(json!({"active_cap": 0})).await;
+    assert_eq!(room["active_cap"], Value::Null);
+    assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
 }

@@ -171,7 +171,15 @@ pub struct SaleView {
 /// A sale's waiting room on the page.
 #[derive(Debug, Serialize)]
 pub struct RoomView {
+    /// The pace now, and the bounds it keeps to.
     pub admit_per_sec: f64,
+    pub ceiling_per_sec: u32,
+    pub floor_per_sec: u32,
+    /// Buyers holding an unused admission, and the cap (null: none).
+    pub active: u64,
+    pub active_cap: Option<u64>,
+    /// How long the oldest order not yet persisted has waited (null: none).
+    pub unpersisted_ms: Option<u64>,
     #[serde(flatten)]
     pub figures: RoomFigures,
 }
@@ -241,6 +249,11 @@ impl Board {
             if !unavailable && let Ok(Some(room)) = self.sales.room.room(product).await {
                 sale.room = Some(RoomView {
                     admit_per_sec: room.rate,
+                    ceiling_per_sec: room.ceiling,
+                    floor_per_sec: room.floor,
+                    active: room.active,
+                    active_cap: (room.cap > 0).then_some(room.cap),
+                    unpersisted_ms: room.unpersisted_ms,
                     figures: room.figures(at_ms),
                 });
             }

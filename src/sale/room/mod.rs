@@ -63,6 +63,19 @@ pub enum RoomLookup {
     NoSale,
 }
 
+/// How old the oldest order not yet persisted may be before the backend
+/// counts as strained and the room's pace halves (once a second, down to
+/// the floor).
+pub const STRAIN_MS: u64 = 2_000;
+
+/// A change of a room's bounds (each `None`: kept; a cap of 0: none).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NewBounds {
+    pub ceiling: Option<u32>,
+    pub floor: Option<u32>,
+    pub cap: Option<u32>,
+}
+
 /// What a `room_tick.lua` call found.
 enum Ticked {
     NoSale,
@@ -210,7 +223,7 @@ impl Room {
             // Made-up ids cost Redis nothing (as orders for them): the
             // registry as last read says there is no such sale.
             None if self.core.is_no_sale(product) => return Ok(RoomLookup::NoSale),
-            None => match self.tick_room(product, None).await? {
+            None => match self.tick_room(product, NewBounds::default()).await? {
                 Ticked::NoSale => return Ok(RoomLookup::NoSale),
                 Ticked::Read(room) => room,
             },
@@ -230,7 +243,7 @@ impl Room {
         let room = match self.rooms.remembered(product) {
             Some(read) => read.room,
             None if self.core.is_no_sale(product) => None,
-            None => self.tick_room(product, None).await?.room(),
+            None => self.tick_room(product, NewBounds::default()).await?.room(),
         };
         let Some(room) = room else {
             return Ok(Admission::NoRoom);
@@ -258,13 +271,14 @@ impl Room {
         )
     }
 
-    /// Changes the room's admission rate from now on.
-    pub async fn set_rate(
+    /// Changes the room's bounds from now on (a new ceiling is the pace at
+    /// once); the room as it then stands, `None` without a room.
+    pub async fn set_bounds(
         &self,
         product: &ProductId,
-        admit_per_sec: u32,
+        change: NewBounds,
     ) -> Result<Option<Arc<RoomState>>, SaleError> {
-        Ok(self.tick_room(product, Some(admit_per_sec)).await?.room())
+        Ok(self.tick_room(product, change).await?.room())
     }
 
     /// Reads the sale's room again, in the background (one read at a time).
@@ -275,7 +289,7 @@ impl Room {
         }
         let (room, product) = (self.clone(), product.clone());
         tokio::spawn(async move {
-            if let Err(e) = room.tick_room(&product, None).await {
+            if let Err(e) = room.tick_room(&product, NewBounds::default()).await {
                 tracing::warn!(%product, error = %Chain(&e), "cannot read the waiting room");
             }
             slot.refreshing.store(false, Ordering::Release);
@@ -283,7 +297,7 @@ impl Room {
     }
 
     /// Moves the line on and reads the room (`room_tick.lua`); remembers it.
-    async fn tick_room(&self, product: &ProductId, rate: Option<u32>) -> Result<Ticked, SaleError> {
+    async fn tick_room(&self, product: &ProductId, change: NewBounds) -> Result<Ticked, SaleError> {
         let keys: SaleKeys = self.core.keys(product);
         Calls::count(&self.core.calls.rooms);
         let reply: Value = self
@@ -293,7 +307,13 @@ impl Room {
                     .key(&keys.sale)
                     .key(&keys.stock)
                     .key(&keys.room)
-                    .arg(rate.map_or(String::new(), |r| r.to_string()))
+                    .key(&keys.orders)
+                    .key(&keys.room_log)
+                    .arg(text(change.ceiling))
+                    .arg(text(change.floor))
+                    .arg(text(change.cap))
+                    .arg(super::keys::GROUP)
+                    .arg(STRAIN_MS)
                     .invoke_async(&mut c)
                     .await
             })
@@ -320,6 +340,10 @@ impl Room {
     }
 }
 
+fn text(v: Option<u32>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
 fn next<T: FromRedisValue>(parts: &mut impl Iterator<Item = Value>) -> Result<T, SaleError> {
     let v = parts
         .next()
@@ -343,11 +367,8 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
     let key_hex: String = next(&mut parts)?;
     let key = RoomKey::from_hex(&key_hex)
         .ok_or_else(|| SaleError::Corrupt("the room key is not hex".into()))?;
-    let rate: f64 = next::<i64>(&mut parts)? as f64;
-    let served: String = next(&mut parts)?;
-    let served: f64 = served
-        .parse()
-        .map_err(|_| SaleError::Corrupt(format!("room served {served:?}")))?;
+    let rate = fraction(next(&mut parts)?, "pace")?;
+    let served = fraction(next(&mut parts)?, "served")?;
     Ok((
         true,
         Some(RoomState {
@@ -363,6 +384,37 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
             late: next(&mut parts)?,
             stock: next(&mut parts)?,
             now_ms: next(&mut parts)?,
+            ceiling: next(&mut parts)?,
+            floor: next(&mut parts)?,
+            cap: next(&mut parts)?,
+            active: next(&mut parts)?,
+            unpersisted_ms: u64::try_from(next::<i64>(&mut parts)?).ok(),
+            log: next::<Vec<String>>(&mut parts)?
+                .iter()
+                .map(|e| parse_log_entry(e))
+                .collect::<Result<_, _>>()?,
         }),
     ))
+}
+
+/// A room log entry, `at_ms:served`.
+fn parse_log_entry(entry: &str) -> Result<(i64, f64), SaleError> {
+    let mut parts = entry.split(':');
+    let at = parts.next().and_then(|a| a.parse::<i64>().ok());
+    let served = parts
+        .next()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite());
+    match (at, served) {
+        (Some(at), Some(served)) => Ok((at, served)),
+        _ => Err(SaleError::Corrupt(format!("room log entry {entry:?}"))),
+    }
+}
+
+/// A fractional figure the script sends as text.
+fn fraction(text: String, what: &str) -> Result<f64, SaleError> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| SaleError::Corrupt(format!("room {what} {text:?}")))
 }

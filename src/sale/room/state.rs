@@ -28,8 +28,22 @@ pub struct RoomState {
     pub key: RoomKey,
     /// The draw's seed (from the key).
     pub seed: [u8; 32],
-    /// Buyers admitted per second.
+    /// Buyers admitted per second now: the pace, between `floor` and
+    /// `ceiling`, lower while the backend is strained.
     pub rate: f64,
+    /// The operator's bounds on the pace (buyers per second).
+    pub ceiling: u32,
+    pub floor: u32,
+    /// At most this many buyers hold an unused admission (0: no cap), and
+    /// how many do (counted only with a cap).
+    pub cap: u64,
+    pub active: u64,
+    /// How long the oldest order not yet persisted has waited (`None`:
+    /// none waits): past `STRAIN_MS`, the pace halves.
+    pub unpersisted_ms: Option<u64>,
+    /// With a cap: where the line stood when (`(at_ms, served)`, newest
+    /// first, at least a second apart), for when it reached a place.
+    pub log: Vec<(i64, f64)>,
     /// The line: places up to this one are admitted (fractional: it moves
     /// continuously).
     pub served: f64,
@@ -50,11 +64,14 @@ pub enum Standing {
     BeforeDraw {
         draw_at_ms: i64,
     },
-    /// In the line: `ahead` buyers before this one, about `wait_ms` to go.
+    /// In the line: `ahead` buyers before this one, about `wait_ms` to go
+    /// at the pace now; between `wait_range_ms.0` (at the ceiling) and
+    /// `.1` (should strain halve the pace, or bring it to the floor).
     Waiting {
         place: u64,
         ahead: u64,
         wait_ms: u64,
+        wait_range_ms: (u64, u64),
     },
     /// May order until `expires_ms`, with `admission`.
     Admitted {
@@ -148,6 +165,27 @@ impl RoomState {
         self.now_ms >= self.start_ms
     }
 
+    /// When the line reached `place` (epoch ms). With an active cap the
+    /// line stops and starts: from the room's log, between the entries
+    /// around the moment it passed the place (to within an entry's gap).
+    /// Otherwise, or before the log: by its pace back from the reading;
+    /// while it stood (sold out, or nobody left waiting) the admission's
+    /// time stands too.
+    fn reached_ms(&self, place: u64) -> f64 {
+        let p = place as f64;
+        let mut newer = (self.at_ms as f64, self.served);
+        for &(at, served) in &self.log {
+            if served < p {
+                let (newer_at, newer_served) = newer;
+                let share = ((p - served) / (newer_served - served).max(1e-9)).min(1.0);
+                return at as f64 + share * (newer_at - at as f64);
+            }
+            newer = (at as f64, served);
+        }
+        let (at, served) = newer;
+        at - (served - p) / self.rate.max(1e-9) * 1000.0
+    }
+
     /// Where `ticket` stands at `now_ms`.
     pub fn standing(&self, product: &ProductId, ticket: Ticket, now_ms: i64) -> Standing {
         if now_ms >= self.end_ms {
@@ -170,19 +208,17 @@ impl RoomState {
         if place > self.admitted_places() {
             let expected = self.expected_at(now_ms);
             let ahead = place.saturating_sub(expected.floor() as u64 + 1);
-            let wait_ms = ((place as f64 - expected) / self.rate.max(1e-9) * 1000.0)
-                .ceil()
-                .max(0.0);
+            let to_go = (place as f64 - expected).max(0.0);
+            let at = |pace: f64| (to_go / pace.max(1e-9) * 1000.0).ceil() as u64;
+            let slowest = (self.rate / 2.0).max(f64::from(self.floor)).min(self.rate);
             return Standing::Waiting {
                 place,
                 ahead,
-                wait_ms: wait_ms as u64,
+                wait_ms: at(self.rate),
+                wait_range_ms: (at(f64::from(self.ceiling).max(self.rate)), at(slowest)),
             };
         }
-        // When the line reached this place, by its pace: while it stood
-        // (sold out, or nobody left waiting) the admission's time stands too.
-        let reached_ms =
-            self.at_ms as f64 - (self.served - place as f64) / self.rate.max(1e-9) * 1000.0;
+        let reached_ms = self.reached_ms(place);
         let expires_ms = (reached_ms.max(self.start_ms as f64) as i64) + self.admission_ms;
         if now_ms >= expires_ms {
             return Standing::Expired {
@@ -250,5 +286,97 @@ impl Rooms {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(product);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sale::room::Number;
+
+    fn room(log: Vec<(i64, f64)>, served: f64, at_ms: i64) -> RoomState {
+        let key = RoomKey::from_hex(&"ab".repeat(32)).expect("hex");
+        RoomState {
+            start_ms: 0,
+            end_ms: 1_000_000,
+            admission_ms: 10_000,
+            seed: key.draw_seed(),
+            key,
+            rate: 10.0,
+            ceiling: 40,
+            floor: 5,
+            cap: if log.is_empty() { 0 } else { 10 },
+            active: 0,
+            unpersisted_ms: None,
+            log,
+            served,
+            at_ms,
+            early: 0,
+            late: 100,
+            stock: 100,
+            now_ms: at_ms,
+        }
+    }
+
+    fn late(n: u64) -> Ticket {
+        Ticket {
+            user_id: n,
+            number: Number::parse(&format!("l{n}")).expect("a number"),
+        }
+    }
+
+    #[test]
+    fn the_wait_comes_as_a_range_from_the_ceiling_to_half_the_pace() {
+        let product = ProductId::parse("p").expect("id");
+        let r = room(Vec::new(), 10.0, 50_000);
+        let Standing::Waiting {
+            wait_ms,
+            wait_range_ms,
+            ..
+        } = r.standing(&product, late(30), 50_000)
+        else {
+            panic!("waiting")
+        };
+        // 20 places to go: 2 s at 10/s, 0.5 s at the ceiling (40/s), 4 s
+        // at half the pace (5/s, the floor).
+        assert_eq!((wait_ms, wait_range_ms), (2_000, (500, 4_000)));
+        let mut at_floor = r.clone();
+        at_floor.rate = 5.0;
+        let Standing::Waiting { wait_range_ms, .. } = at_floor.standing(&product, late(30), 50_000)
+        else {
+            panic!("waiting")
+        };
+        assert_eq!(wait_range_ms, (500, 4_000), "never below the floor");
+    }
+
+    #[test]
+    fn with_a_cap_an_admission_runs_from_when_the_line_reached_its_place() {
+        let product = ProductId::parse("p").expect("id");
+        // The line reached 10 by 1 s, stood there until 8 s, reached 14 by
+        // 9 s; read at 9.5 s.
+        let log = vec![(9_000, 14.0), (8_000, 10.0), (1_000, 10.0), (0, 0.0)];
+        let r = room(log, 14.0, 9_500);
+        let expires = |place: u64, now: i64| match r.standing(&product, late(place), now) {
+            Standing::Admitted { expires_ms, .. } => Some(expires_ms),
+            _ => None,
+        };
+        // Place 5: halfway from 0 (at 0 s) to 10 (at 1 s): 0.5 s + 10 s.
+        assert_eq!(expires(5, 9_500), Some(10_500));
+        // Place 12: halfway from 10 (8 s) to 14 (9 s): 8.5 s + 10 s.
+        assert_eq!(expires(12, 9_500), Some(18_500));
+        // The line standing does not stop an admission's clock.
+        assert_eq!(
+            r.standing(&product, late(5), 10_600),
+            Standing::Expired {
+                place: 5,
+                expired_ms: 10_500
+            }
+        );
+        // Without a cap (no log): by the pace back from the reading.
+        let r = room(Vec::new(), 14.0, 9_500);
+        let Standing::Admitted { expires_ms, .. } = r.standing(&product, late(12), 9_500) else {
+            panic!("admitted")
+        };
+        assert_eq!(expires_ms, 9_500 - 200 + 10_000);
     }
 }

@@ -106,6 +106,12 @@ function renderSale(el, sale, now) {
     text(field("room_admitted"), count(sale.room.admitted));
     text(field("room_joined"), count(sale.room.joined));
     text(field("room_rate"), perSecond(sale.room.admit_per_sec));
+    // Below the ceiling: the backend is strained (orders wait to be persisted).
+    field("room_rate").classList.toggle("bad", sale.room.admit_per_sec < sale.room.ceiling_per_sec);
+    text(field("room_bounds"), `${count(sale.room.floor_per_sec)}–${count(sale.room.ceiling_per_sec)}`);
+    text(field("room_active"), sale.room.active_cap == null
+      ? "no cap"
+      : `${count(sale.room.active)} of ${count(sale.room.active_cap)}`);
     text(field("room_wait"), duration(sale.room.wait_at_back_ms));
   }
   const body = el.querySelector(".consumers tbody");
