@@ -6,7 +6,7 @@
 -- KEYS[1]  sale hash      fs:{pid}:sale    start_ms, end_ms, limit, price, initial, opened_ms
 -- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
 -- KEYS[3]  orders stream  fs:{pid}:orders
--- KEYS[4]  room hash      fs:{pid}:room    rate, floor, cap, pace, served, at_ms, early, late
+-- KEYS[4]  room hash      fs:{pid}:room    rate, floor, cap, pow, pace, served, at_ms, early, late
 -- KEYS[5]  room log       fs:{pid}:room_log (room_tick.lua's; emptied here)
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
@@ -20,6 +20,7 @@
 -- ARGV[10] waiting room: the sale's signing key (random hex, made by the caller)
 -- ARGV[11] waiting room: the lowest pace under strain (buyers per second)
 -- ARGV[12] waiting room: the active cap (0: none)
+-- ARGV[13] waiting room: the join difficulty (bits; 0: none)
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
@@ -47,7 +48,7 @@ if ARGV[7] ~= '' then
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
   redis.call('DEL', KEYS[4], KEYS[5])
   redis.call('HSET', KEYS[4], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
-    'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
+    'pow', ARGV[13], 'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
 end
 redis.call('SET', KEYS[2], ARGV[1])
 return {1, tonumber(ARGV[1])}

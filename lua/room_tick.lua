@@ -25,7 +25,7 @@
 -- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial
 -- KEYS[2]  stock      fs:{pid}:stock
 -- KEYS[3]  room hash  fs:{pid}:room     rate (the ceiling), served, at_ms, early, late,
---                                       floor, cap, pace, adj_ms, limit
+--                                       floor, cap, pace, adj_ms, limit, pow
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
 -- ARGV[1]  a new ceiling (buyers per second), or "" to keep it
@@ -33,11 +33,12 @@
 -- ARGV[3]  a new active cap (0: none), or "" to keep it
 -- ARGV[4]  the workers' consumer group
 -- ARGV[5]  strain: the age (ms) of the oldest unpersisted order that halves the pace
+-- ARGV[6]  a new join difficulty (bits; 0: none), or "" to keep it
 --
 -- Returns {"room", start_ms, end_ms, admission_ms, key, pace (text),
 -- served (text: fractional), at_ms, early, late, stock, now_ms, ceiling,
 -- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
--- (with a cap; newest first)}, or
+-- (with a cap; newest first), join difficulty}, or
 -- {"no_sale"}, {"no_room"}.
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
@@ -49,7 +50,7 @@ if not sale[4] then
   return {'no_room'}
 end
 local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late',
-  'floor', 'cap', 'pace', 'adj_ms')
+  'floor', 'cap', 'pace', 'adj_ms', 'pow')
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local start_ms, end_ms = tonumber(sale[1]), tonumber(sale[2])
@@ -63,6 +64,7 @@ local floor = tonumber(room[6] or room[1] or '1')
 local cap = tonumber(room[7] or '0')
 local pace = tonumber(room[8] or room[1] or '1')
 local adj_ms = tonumber(room[9] or '0')
+local pow = tonumber(room[10] or '0')
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local sold = tonumber(sale[5] or '0') - stock
 
@@ -167,6 +169,10 @@ if ARGV[3] ~= '' then
   cap = tonumber(ARGV[3])
   redis.call('HSET', KEYS[3], 'cap', ARGV[3])
 end
+if ARGV[6] ~= '' then
+  pow = tonumber(ARGV[6])
+  redis.call('HSET', KEYS[3], 'pow', ARGV[6])
+end
 local log = {}
 if cap > 0 then
   -- What the line may reach before the next tick (room_join.lua keeps to it).
@@ -185,4 +191,4 @@ else
   redis.call('DEL', KEYS[5])
 end
 return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
-  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log}
+  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log, pow}

@@ -287,6 +287,7 @@ mod tests {
             room_join_early_secs: None,
             room_admit_floor_per_sec: None,
             room_active_cap: None,
+            room_join_difficulty: None,
             closed: None,
             retired: None,
             purged: None,

@@ -128,6 +128,7 @@ impl Catalog {
             ceiling: room.ceiling,
             floor: room.floor,
             cap: u32::try_from(room.cap).unwrap_or(u32::MAX),
+            join_difficulty: room.join_difficulty,
         };
         self.db.set_room_bounds(id, bounds).await?;
         tracing::info!(product_id = %id, ?bounds, "waiting room bounds changed");

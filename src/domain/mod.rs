@@ -62,6 +62,12 @@ pub struct WaitingRoom {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 10_000_000)]
     pub active_cap: Option<u32>,
+    /// A proof of work before a join (bits of leading zeros asked of
+    /// `SHA-256(challenge:user_id:nonce)`, about 2^bits hashes; 0 to 24;
+    /// default 0: none). See `GET /api/sales/{id}/challenge`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 24)]
+    pub join_difficulty: Option<u8>,
     /// How long an admission stays valid, in seconds (1 to 86,400; default 120).
     #[serde(default = "WaitingRoom::default_admission_secs")]
     #[schema(minimum = 1, maximum = 86_400)]
@@ -74,18 +80,21 @@ pub struct WaitingRoom {
 }
 
 /// A waiting room's bounds: the pace's ceiling and floor (buyers per
-/// second) and its active cap (0: none).
+/// second), its active cap (0: none) and its join difficulty (bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct RoomBounds {
     pub ceiling: u32,
     pub floor: u32,
     pub cap: u32,
+    pub join_difficulty: u8,
 }
 
 /// Highest admission rate a room takes.
 pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
 /// Highest active cap a room takes.
 pub const MAX_ACTIVE_CAP: u32 = 10_000_000;
+/// Highest join difficulty (bits) a room takes: about 16 million hashes.
+pub const MAX_JOIN_DIFFICULTY: u8 = 24;
 
 impl WaitingRoom {
     fn default_admission_secs() -> u32 {
@@ -123,6 +132,14 @@ impl WaitingRoom {
         {
             return Err(invalid(format!(
                 "waiting_room.active_cap must be between 1 and {MAX_ACTIVE_CAP}"
+            )));
+        }
+        if self
+            .join_difficulty
+            .is_some_and(|d| d > MAX_JOIN_DIFFICULTY)
+        {
+            return Err(invalid(format!(
+                "waiting_room.join_difficulty must be between 0 and {MAX_JOIN_DIFFICULTY}"
             )));
         }
         if self.admission_secs == 0 || self.admission_secs > 86_400 {

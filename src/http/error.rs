@@ -85,6 +85,9 @@ pub enum ApiError {
     AdmissionExpired,
     #[error("this sale has no waiting room")]
     NoWaitingRoom,
+    /// The room asks a proof of work before a join.
+    #[error("{0}")]
+    ChallengeRequired(String),
     /// Joining opens at `opens_at` (epoch ms).
     #[error("the waiting room opens at {opens_at} (epoch ms)")]
     QueueNotOpen { opens_at: i64 },
@@ -156,6 +159,7 @@ codes! {
     Forbidden = "forbidden", FORBIDDEN;
     AdmissionRequired = "admission_required", FORBIDDEN;
     AdmissionExpired = "admission_expired", FORBIDDEN;
+    ChallengeRequired = "challenge_required", FORBIDDEN;
     NotFound = "not_found", NOT_FOUND;
     ProductNotFound = "product_not_found", NOT_FOUND;
     OrderNotFound = "order_not_found", NOT_FOUND;
@@ -215,6 +219,7 @@ impl ApiError {
             Self::IdempotencyKeyReused => Code::IdempotencyKeyReused,
             Self::InvalidTransition(_) => Code::InvalidTransition,
             Self::AdmissionRequired(_) => Code::AdmissionRequired,
+            Self::ChallengeRequired(_) => Code::ChallengeRequired,
             Self::AdmissionExpired => Code::AdmissionExpired,
             Self::NoWaitingRoom => Code::NoWaitingRoom,
             Self::QueueNotOpen { .. } => Code::QueueNotOpen,

@@ -46,6 +46,7 @@ use super::{events, health, orders, payments, products, room};
         events::replay,
         orders::list_for_user,
         room::join,
+        room::challenge,
         room::standing,
         room::set_pace,
     ),

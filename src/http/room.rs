@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use axum::body::{Bytes, HttpBody};
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Json};
 use serde::{Deserialize, Serialize};
@@ -16,8 +17,8 @@ use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
 use super::limits;
 use super::orders::Owner;
 use super::state::AppState;
-use crate::domain::{MAX_ACTIVE_CAP, MAX_ADMIT_PER_SEC, ProductId, now_ms};
-use crate::sale::room::{Joined, NewBounds, RoomLookup, RoomState, Standing};
+use crate::domain::{MAX_ACTIVE_CAP, MAX_ADMIT_PER_SEC, MAX_JOIN_DIFFICULTY, ProductId, now_ms};
+use crate::sale::room::{Joined, NewBounds, RoomLookup, RoomState, Standing, pow};
 
 /// Where a ticket stands.
 #[derive(Serialize, ToSchema)]
@@ -154,12 +155,15 @@ fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
     tag = "waiting room",
     summary = "Join a sale's waiting room",
     description = "The buyer (the authenticated one; `user_id` in the body only with `AUTH=none`) joins the line and gets a ticket. Joining again gives the same ticket and place. Everyone who joins before the start is shuffled at the start; later joiners are served in arrival order after them.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(
+        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("Join-Proof" = Option<String>, Header, max_length = 100, description = "`<challenge>.<nonce>`: the proof of work, when the room asks one (see `GET /api/sales/{product_id}/challenge`)"),
+    ),
     request_body = Option<Owner>,
     security(("buyer" = [])),
     responses(
         (status = 200, description = "In the line", body = TicketView),
-        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer", body = ErrorBody),
+        (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer; `challenge_required`: the room asks a proof of work and this one is missing, stale or short", body = ErrorBody),
         (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
         (status = 409, description = "`queue_not_open` (joining opens `join_early_secs` before the start), `sale_ended` or `sold_out`", body = ErrorBody),
     )
@@ -167,24 +171,93 @@ fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
 pub async fn join(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     PathParam(product_id): PathParam<String>,
     OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Json<TicketView>, ApiError> {
     let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
     let product = sale_id(&product_id)?;
-    let (ticket, new) = match state.sales.room.join(&product, user_id).await? {
+    let proof = headers.get(JOIN_PROOF).and_then(|v| v.to_str().ok());
+    let joined = state.sales.room.join(&product, user_id, proof).await?;
+    let (ticket, new) = match joined {
         Joined::Ticket { ticket, new } => (ticket, new),
         Joined::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
         Joined::NoRoom => return Err(ApiError::NoWaitingRoom),
         Joined::NotOpen { opens_ms } => return Err(ApiError::QueueNotOpen { opens_at: opens_ms }),
         Joined::Ended => return Err(ApiError::SaleEnded),
         Joined::SoldOut => return Err(ApiError::SoldOut),
+        Joined::ProofRefused {
+            refused,
+            difficulty,
+        } => {
+            let why = match refused {
+                pow::Refused::Missing => "this sale's waiting room asks a proof of work",
+                pow::Refused::Stale => {
+                    "the proof's challenge is not this sale's for this minute or the last"
+                }
+                pow::Refused::TooEasy => {
+                    "the proof's hash has too few leading zero bits for this buyer"
+                }
+            };
+            return Err(ApiError::ChallengeRequired(format!(
+                "{why}: solve GET /api/sales/{product}/challenge ({difficulty} bits) and send Join-Proof: <challenge>.<nonce>"
+            )));
+        }
     };
     let standing = standing_of(&state, &product, &ticket).await?;
     Ok(Json(TicketView {
         ticket,
         new,
         standing,
+    }))
+}
+
+/// The header a join's proof of work comes in: `<challenge>.<nonce>`.
+pub const JOIN_PROOF: &str = "join-proof";
+
+/// A sale's join challenge.
+#[derive(Serialize, ToSchema)]
+pub struct ChallengeView {
+    /// Find a nonce (1 to 32 letters or digits) such that
+    /// `SHA-256("<challenge>:<user_id>:<nonce>")` starts with `difficulty`
+    /// zero bits, and join with `Join-Proof: <challenge>.<nonce>`.
+    challenge: String,
+    /// Bits (0: joining costs nothing; about 2^difficulty hashes).
+    difficulty: u8,
+    /// A proof of this challenge is accepted until then (epoch ms).
+    expires_at: i64,
+}
+
+/// `GET /api/sales/{product_id}/challenge`: from this instance's reading
+/// of the room, no Redis call.
+#[utoipa::path(
+    get,
+    path = "/api/sales/{product_id}/challenge",
+    operation_id = "join_challenge",
+    tag = "waiting room",
+    summary = "The proof of work a join costs",
+    description = "The sale's challenge for this minute (the same for every buyer; a proof of it is accepted this minute and the next) and the difficulty in bits. With a difficulty above 0, `POST /api/sales/{product_id}/queue` needs the header `Join-Proof: <challenge>.<nonce>` where `SHA-256(\"<challenge>:<user_id>:<nonce>\")` starts with that many zero bits.",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    responses(
+        (status = 200, description = "The challenge", body = ChallengeView),
+        (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
+    )
+)]
+pub async fn challenge(
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+) -> Result<Json<ChallengeView>, ApiError> {
+    let product = sale_id(&product_id)?;
+    let room = match state.sales.room.lookup(&product).await? {
+        RoomLookup::Room(room) => room,
+        RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
+        RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
+    };
+    let (challenge, expires_at) = pow::challenge(&room.key, &product, now_ms());
+    Ok(Json(ChallengeView {
+        challenge,
+        difficulty: room.join_difficulty,
+        expires_at,
     }))
 }
 
@@ -294,6 +367,9 @@ pub struct RoomPace {
     /// The most buyers holding an unused admission; 0: no cap.
     #[schema(minimum = 0, maximum = 10_000_000)]
     active_cap: Option<u32>,
+    /// Bits of proof of work a join costs; 0: none.
+    #[schema(minimum = 0, maximum = 24)]
+    join_difficulty: Option<u8>,
 }
 
 /// The room after a change.
@@ -309,6 +385,8 @@ pub struct RoomView {
     /// many do.
     active_cap: Option<u64>,
     active: u64,
+    /// Bits of proof of work a join costs (0: none).
+    join_difficulty: u8,
     /// Buyers who joined.
     joined: u64,
     /// Places admitted so far.
@@ -322,7 +400,7 @@ pub struct RoomView {
     operation_id = "set_room_pace",
     tag = "admin",
     summary = "Change a waiting room's pace bounds, live",
-    description = "Any of the ceiling (`admit_per_sec`, the pace at once), the floor the pace drops to under strain (`admit_floor_per_sec`) and the active cap (`active_cap`, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
+    description = "Any of the ceiling (`admit_per_sec`, the pace at once), the floor the pace drops to under strain (`admit_floor_per_sec`), the active cap (`active_cap`, 0: none) and the join difficulty (`join_difficulty`, bits, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     request_body = RoomPace,
     security(("admin" = [])),
@@ -356,10 +434,18 @@ pub async fn set_pace(
             }
             c => c,
         },
+        join_difficulty: match body.join_difficulty {
+            Some(d) if d > MAX_JOIN_DIFFICULTY => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "join_difficulty must be between 0 and {MAX_JOIN_DIFFICULTY}"
+                )));
+            }
+            d => d,
+        },
     };
     if change == NewBounds::default() {
         return Err(ApiError::InvalidRequest(
-            "give admit_per_sec, admit_floor_per_sec or active_cap".into(),
+            "give admit_per_sec, admit_floor_per_sec, active_cap or join_difficulty".into(),
         ));
     }
     let Some(room) = state.catalog.set_room_bounds(&product, change).await? else {
@@ -372,6 +458,7 @@ pub async fn set_pace(
         floor_per_sec: room.floor,
         active_cap: (room.cap > 0).then_some(room.cap),
         active: room.active,
+        join_difficulty: room.join_difficulty,
         joined: room.joined(),
         admitted: room.admitted_places(),
     }))

@@ -33,6 +33,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::openapi_json))
         .route("/metrics", get(metrics::metrics))
         .route("/api/products/{product_id}", get(products::get))
+        .route("/api/sales/{product_id}/challenge", get(room::challenge))
         .route("/api/orders", post(orders::place::route))
         .route("/api/payments/notifications", post(payments::notify))
         .route(

@@ -228,6 +228,7 @@ pub async fn open_sale(
         .arg(room_key)
         .arg(room.map_or(0, |r| r.floor()))
         .arg(room.map_or(0, |r| r.active_cap.unwrap_or(0)))
+        .arg(room.map_or(0, |r| r.join_difficulty.unwrap_or(0)))
         .invoke_async(conn)
         .await
 }

@@ -30,6 +30,7 @@ pub struct Product {
     pub room_join_early_secs: Option<i32>,
     pub room_admit_floor_per_sec: Option<i32>,
     pub room_active_cap: Option<i32>,
+    pub room_join_difficulty: Option<i8>,
     /// When an admin closed the sale early (epoch ms; `end_time` was moved
     /// to it); `None` otherwise.
     pub closed: Option<i64>,
@@ -51,6 +52,7 @@ impl Product {
                 .room_admit_floor_per_sec
                 .and_then(|f| u32::try_from(f).ok()),
             active_cap: self.room_active_cap.and_then(|c| u32::try_from(c).ok()),
+            join_difficulty: self.room_join_difficulty.and_then(|d| u8::try_from(d).ok()),
         })
     }
 }
@@ -71,7 +73,7 @@ pub struct NewProduct {
 pub(super) const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
                        end_time, limit_per_user, created, updated, opened, \
                        room_admit_per_sec, room_admission_secs, room_join_early_secs, \
-                       room_admit_floor_per_sec, room_active_cap, \
+                       room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
                        closed, retired, purged";
 
 impl Db {
@@ -98,12 +100,16 @@ impl Db {
                 .and_then(|r| r.admit_floor_per_sec)
                 .map(|f| f as i32),
             room_active_cap: p.waiting_room.and_then(|r| r.active_cap).map(|c| c as i32),
+            room_join_difficulty: p
+                .waiting_room
+                .and_then(|r| r.join_difficulty)
+                .map(|d| d as i8),
             closed: None,
             retired: None,
             purged: None,
         };
         let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
         let insert = sqlx::query(&sql)
             .bind(&row.product_id)
@@ -122,6 +128,7 @@ impl Db {
             .bind(row.room_join_early_secs)
             .bind(row.room_admit_floor_per_sec)
             .bind(row.room_active_cap)
+            .bind(row.room_join_difficulty)
             .bind(row.closed)
             .bind(row.retired)
             .bind(row.purged);
@@ -162,12 +169,14 @@ impl Db {
         self.call(|pool| async move {
             sqlx::query(
                 "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
-                 room_active_cap = NULLIF(?, 0), updated = ? \
+                 room_active_cap = NULLIF(?, 0), room_join_difficulty = NULLIF(?, 0), \
+                 updated = ? \
                  WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
             )
             .bind(bounds.ceiling)
             .bind(bounds.floor)
             .bind(bounds.cap)
+            .bind(bounds.join_difficulty)
             .bind(now_ms())
             .bind(product_id.as_str())
             .execute(pool)

@@ -1004,3 +1004,108 @@ async fn room_bounds_are_checked_and_changed_live() {
     assert_eq!(room["active_cap"], Value::Null);
     assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
 }
+
+async fn join_with_proof(app: &TestApp, sku: &str, user: u64, proof: &str) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/sales/{sku}/queue")))
+        .header("Join-Proof", proof)
+        .json(&json!({"user_id": user}))
+        .send()
+        .await
+        .expect("answered");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A room that asks a proof of work: a join without one, with another
+/// buyer's, with another sale's or a made-up challenge, is refused 403
+/// `challenge_required` without a Redis call; a solved challenge joins.
+/// The difficulty changes live (0: joining is free again).
+#[tokio::test]
+async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
+    use flashsale::sale::room::pow;
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        10,
+        60_000,
+        json!({"admit_per_sec": 10, "join_difficulty": 12}),
+    )
+    .await;
+    let other = room_sale_with(
+        &app,
+        10,
+        60_000,
+        json!({"admit_per_sec": 10, "join_difficulty": 12}),
+    )
+    .await;
+    let (status, c) = app.get_json(&format!("/api/sales/{sku}/challenge")).await;
+    assert_eq!(status, StatusCode::OK, "{c}");
+    assert_eq!(c["difficulty"], 12);
+    assert!(c["expires_at"].as_i64().unwrap() > now_ms() + 60_000, "{c}");
+    let challenge = c["challenge"].as_str().unwrap().to_owned();
+    let (_, c2) = app.get_json(&format!("/api/sales/{other}/challenge")).await;
+    let other_challenge = c2["challenge"].as_str().unwrap().to_owned();
+    assert_ne!(challenge, other_challenge);
+
+    // A proof for buyer 2 that does not also hold for buyer 1.
+    let (user, stolen) = (2..)
+        .map(|u| (u, pow::solve(&challenge, u, 12)))
+        .find(|(_, n)| !pow::holds(&challenge, 1, n, 12))
+        .unwrap();
+    let before = app.sales.room_calls();
+    for (proof, why) in [
+        (None, "no proof"),
+        (Some(format!("{challenge}.{stolen}")), "another buyer's"),
+        (
+            Some(format!(
+                "{other_challenge}.{}",
+                pow::solve(&other_challenge, 1, 12)
+            )),
+            "another sale's",
+        ),
+        (Some(format!("{}.1", "0".repeat(32))), "a made-up challenge"),
+        (Some("not a proof".into()), "no challenge at all"),
+    ] {
+        let (status, body) = match &proof {
+            None => join(&app, &sku, 1).await,
+            Some(p) => join_with_proof(&app, &sku, 1, p).await,
+        };
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::FORBIDDEN, Some("challenge_required")),
+            "{why}: {body}"
+        );
+    }
+    assert_eq!(
+        app.sales.room_calls(),
+        before,
+        "refused joins cost Redis nothing"
+    );
+    // The rightful buyer's proof joins.
+    let (status, body) = join_with_proof(&app, &sku, user, &format!("{challenge}.{stolen}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mine = pow::solve(&challenge, 1, 12);
+    let (status, body) = join_with_proof(&app, &sku, 1, &format!("{challenge}.{mine}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["ticket"].is_string());
+
+    // Live: no difficulty, no proof needed.
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/room")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"join_difficulty": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (status, body) = join(&app, &sku, 3).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert!(
+        product["waiting_room"].get("join_difficulty").is_none(),
+        "{product}"
+    );
+}

@@ -17,6 +17,7 @@
 //!   and expiry, signed with the sale's key.
 
 pub mod pass;
+pub mod pow;
 pub mod queue;
 pub(super) mod state;
 
@@ -74,6 +75,8 @@ pub struct NewBounds {
     pub ceiling: Option<u32>,
     pub floor: Option<u32>,
     pub cap: Option<u32>,
+    /// Bits of proof of work a join costs (0: none).
+    pub join_difficulty: Option<u8>,
 }
 
 /// What a `room_tick.lua` call found.
@@ -120,6 +123,12 @@ pub enum Joined {
     },
     Ended,
     SoldOut,
+    /// The room asks a proof of work of `difficulty` bits, and this join's
+    /// is missing, stale or short.
+    ProofRefused {
+        refused: pow::Refused,
+        difficulty: u8,
+    },
 }
 
 impl Room {
@@ -133,9 +142,31 @@ impl Room {
     /// `user_id` joins the sale's waiting room (`room_join.lua`). An id
     /// that no sale has (by this process's read of the registry) is
     /// answered without Redis.
-    pub async fn join(&self, product: &ProductId, user_id: UserId) -> Result<Joined, SaleError> {
+    pub async fn join(
+        &self,
+        product: &ProductId,
+        user_id: UserId,
+        proof: Option<&str>,
+    ) -> Result<Joined, SaleError> {
         if self.core.is_no_sale(product) {
             return Ok(Joined::NoSale);
+        }
+        // A room that asks a proof of work: checked here, before any Redis
+        // call (the room as this process knows it, read once if never).
+        if let RoomLookup::Room(room) = self.lookup(product).await?
+            && let Err(refused) = pow::check(
+                &room.key,
+                product,
+                user_id.get(),
+                room.join_difficulty,
+                proof,
+                crate::domain::now_ms(),
+            )
+        {
+            return Ok(Joined::ProofRefused {
+                refused,
+                difficulty: room.join_difficulty,
+            });
         }
         let keys = self.core.keys(product);
         Calls::count(&self.core.calls.rooms);
@@ -314,6 +345,11 @@ impl Room {
                     .arg(text(change.cap))
                     .arg(super::keys::GROUP)
                     .arg(STRAIN_MS)
+                    .arg(
+                        change
+                            .join_difficulty
+                            .map_or(String::new(), |d| d.to_string()),
+                    )
                     .invoke_async(&mut c)
                     .await
             })
@@ -393,6 +429,7 @@ fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
                 .iter()
                 .map(|e| parse_log_entry(e))
                 .collect::<Result<_, _>>()?,
+            join_difficulty: next(&mut parts)?,
         }),
     ))
 }

@@ -191,6 +191,17 @@ impl RoomKey {
         Ok(())
     }
 
+    /// The join challenge of this sale for a time window (see
+    /// [`super::pow`]): the same for every buyer, made by this key only.
+    pub fn challenge(&self, product: &ProductId, window: i64) -> String {
+        hex(&self.tag("challenge", product, 0, &window.to_string()))
+    }
+
+    /// Whether `text` is this sale's challenge for `window` (constant time).
+    pub fn is_challenge(&self, product: &ProductId, window: i64, text: &str) -> bool {
+        self.verify("challenge", product, 0, &window.to_string(), text)
+    }
+
     /// 32 bytes only this sale's key can make: the seed of its draw.
     pub fn draw_seed(&self) -> [u8; 32] {
         let mut mac = self.mac.clone();

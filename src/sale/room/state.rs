@@ -44,6 +44,8 @@ pub struct RoomState {
     /// With a cap: where the line stood when (`(at_ms, served)`, newest
     /// first, at least a second apart), for when it reached a place.
     pub log: Vec<(i64, f64)>,
+    /// Bits of proof of work a join costs (0: none; see `pow`).
+    pub join_difficulty: u8,
     /// The line: places up to this one are admitted (fractional: it moves
     /// continuously).
     pub served: f64,
@@ -309,6 +311,7 @@ mod tests {
             active: 0,
             unpersisted_ms: None,
             log,
+            join_difficulty: 0,
             served,
             at_ms,
             early: 0,
