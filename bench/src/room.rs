@@ -68,6 +68,21 @@ pub struct BenchRoomArgs {
     pub concurrency: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Tickets of the paced crowd (0: skip it): they join a room whose line
+    /// barely moves and poll when each answer's `poll_after_ms` says.
+    #[arg(long, default_value_t = 0)]
+    pub crowd: u64,
+    /// Seconds the paced crowd polls.
+    #[arg(long, default_value_t = 30)]
+    pub crowd_secs: u64,
+    /// Share of the crowd that ignores `poll_after_ms` and polls every
+    /// 200 ms (answered the same, from memory).
+    #[arg(long, default_value_t = 0.02)]
+    pub eager_crowd_share: f64,
+    /// Measure the join's proof of work: its check per join, and solving
+    /// it natively at 12, 16 and 20 bits.
+    #[arg(long)]
+    pub pow: bool,
 }
 
 /// One keep-alive connection per request in flight, reused.
@@ -378,6 +393,12 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     if args.cost_secs > 0 {
         products.extend(compare_costs(&args, &pool, &headers, &api, &redis).await?);
     }
+    if args.crowd > 0 {
+        products.push(paced_crowd(&args, &pool, &headers, &api, &redis).await?);
+    }
+    if args.pow {
+        join_cost();
+    }
     let sales = redis_settings.sales()?;
     for product in &products {
         for sql in [
@@ -637,6 +658,170 @@ async fn compare_costs(
         polls.1 / sold_out.1
     );
     Ok(vec![sold, line])
+}
+
+/// The paced crowd: `args.crowd` tickets in the line of a room that admits
+/// one buyer a second, polling for `args.crowd_secs` as the server paces
+/// them (each answer's `poll_after_ms`), a share of them every 200 ms
+/// whatever it says. Prints the polls per second against one poll a
+/// second per ticket, the service's CPU and Redis commands per poll.
+async fn paced_crowd(
+    args: &BenchRoomArgs,
+    pool: &Pool,
+    admin: &[(&str, &str)],
+    api: &ThreadGroup,
+    redis: &Redis,
+) -> anyhow::Result<flashsale::domain::ProductId> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    let line = super::bench_product("crowd");
+    let now = flashsale::domain::now_ms();
+    let body = json!({
+        "product_id": line.as_str(), "title": "the crowd", "price": "1.00",
+        "available_qty": 10_000_000, "start_time": now - 1_000, "end_time": now + 3_600_000,
+        "limit_per_user": 1,
+        "waiting_room": {"admit_per_sec": 1, "admit_floor_per_sec": 1, "admission_secs": 120},
+    });
+    pool.open_sale(admin, &body).await?;
+    let joined_at = Instant::now();
+    let mut joins = Vec::new();
+    let conns = args.concurrency as u64;
+    for c in 0..conns {
+        let (authority, line, crowd) = (pool.authority.clone(), line.to_string(), args.crowd);
+        joins.push(tokio::spawn(async move {
+            let mut conn = Conn::open(&authority).await?;
+            let mut tickets = Vec::new();
+            for user in (1..=crowd).filter(|u| u % conns == c) {
+                let body = json!({"user_id": user}).to_string();
+                let path = format!("/api/sales/{line}/queue");
+                let (status, answer) = conn.send(Method::POST, &path, &[], Some(body)).await?;
+                anyhow::ensure!(status == StatusCode::OK, "join: {status}");
+                let answer: Value = serde_json::from_slice(&answer)?;
+                let ticket = answer["ticket"].as_str().unwrap_or_default();
+                tickets.push(format!("/api/sales/{line}/queue/{ticket}"));
+            }
+            anyhow::Ok(tickets)
+        }));
+    }
+    let mut tickets = Vec::new();
+    for j in joins {
+        tickets.extend(j.await??);
+    }
+    println!(
+        "paced crowd: {} tickets joined in {:.1} s ({} connections), the line admits 1/s",
+        tickets.len(),
+        joined_at.elapsed().as_secs_f64(),
+        args.concurrency
+    );
+    // Every ticket's first poll spread over the first 5 s; then each when
+    // its answer says (the eager ones: every 200 ms).
+    let mut rng = Rng(args.seed ^ 0xc0ffee);
+    let start = Instant::now();
+    let mut due = BinaryHeap::new();
+    for i in 0..tickets.len() {
+        let eager = rng.unit() < args.eager_crowd_share;
+        let at = start + Duration::from_secs_f64(rng.unit() * 5.0);
+        due.push(Reverse((at, i, eager)));
+    }
+    let due = Arc::new(Mutex::new(due));
+    let tickets = Arc::new(tickets);
+    let until = start + Duration::from_secs(args.crowd_secs);
+    let (cmds0, cpu0) = (redis_commands(redis).await?, api.cpu());
+    let mut callers = Vec::new();
+    for _ in 0..args.concurrency {
+        let (authority, due, tickets) = (pool.authority.clone(), due.clone(), tickets.clone());
+        callers.push(tokio::spawn(async move {
+            let mut conn = Conn::open(&authority).await?;
+            // (paced polls, eager polls, sum of poll_after_ms told)
+            let (mut paced, mut eager_polls, mut told_ms) = (0u64, 0u64, 0u64);
+            loop {
+                let next = due.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.pop();
+                let Some(Reverse((at, i, eager))) = next else {
+                    break;
+                };
+                if at >= until {
+                    break;
+                }
+                tokio::time::sleep_until(at.into()).await;
+                let (status, answer) = conn.send(Method::GET, &tickets[i], &[], None).await?;
+                anyhow::ensure!(status == StatusCode::OK, "poll: {status}");
+                let answer: Value = serde_json::from_slice(&answer)?;
+                let after = answer["poll_after_ms"].as_u64().unwrap_or(1_000);
+                let next = if eager {
+                    eager_polls += 1;
+                    Duration::from_millis(200)
+                } else {
+                    paced += 1;
+                    told_ms += after;
+                    Duration::from_millis(after)
+                };
+                if answer["status"] == "waiting" {
+                    due.lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .push(Reverse((Instant::now() + next, i, eager)));
+                }
+            }
+            anyhow::Ok((paced, eager_polls, told_ms))
+        }));
+    }
+    let (mut paced, mut eager, mut told_ms) = (0, 0, 0);
+    for c in callers {
+        let (p, e, t) = c.await??;
+        (paced, eager, told_ms) = (paced + p, eager + e, told_ms + t);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let polls = paced + eager;
+    let cpu = match (cpu0, api.cpu()) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64() * 1e6 / polls.max(1) as f64,
+        _ => f64::NAN,
+    };
+    let cmds = (redis_commands(redis).await? - cmds0) as f64 / polls.max(1) as f64;
+    let every_second = tickets.len() as f64;
+    println!(
+        "  {polls} polls in {secs:.1} s: {:.0}/s ({paced} paced, {eager} eager every 200 ms);          one a second per ticket would be {every_second:.0}/s: {:.1}x fewer",
+        polls as f64 / secs,
+        every_second / (polls as f64 / secs)
+    );
+    println!(
+        "  mean poll_after_ms told {:.0}; service CPU {cpu:.1} us/poll; Redis {cmds:.5} commands/poll",
+        told_ms as f64 / paced.max(1) as f64
+    );
+    Ok(line)
+}
+
+/// What the join's proof of work costs: its check per join (one HMAC, one
+/// SHA-256), and solving it natively on this machine.
+fn join_cost() {
+    use flashsale::sale::room::{RoomKey, pow};
+    let key = RoomKey::from_hex(&RoomKey::generate()).unwrap_or_else(|| unreachable!());
+    let Ok(product) = flashsale::domain::ProductId::parse("pow-bench") else {
+        return;
+    };
+    let now = flashsale::domain::now_ms();
+    let (challenge, _) = pow::challenge(&key, &product, now);
+    let nonce = pow::solve(&challenge, 7, 16);
+    let proof = format!("{challenge}.{nonce}");
+    let n = 200_000u32;
+    let t = Instant::now();
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += u32::from(pow::check(&key, &product, 7, 16, Some(&proof), now).is_ok());
+    }
+    let per_check = t.elapsed().as_secs_f64() * 1e9 / f64::from(n);
+    println!("join's proof of work:");
+    println!("  check per join (valid proof, 16 bits): {per_check:.0} ns ({ok} of {n} held)");
+    for bits in [12u8, 16, 20] {
+        let runs = 8u64;
+        let t = Instant::now();
+        for user in 0..runs {
+            let _ = pow::solve(&challenge, 100 + user, bits);
+        }
+        println!(
+            "  solving natively, {bits} bits: {:.1} ms on average over {runs} buyers",
+            t.elapsed().as_secs_f64() * 1000.0 / runs as f64
+        );
+    }
 }
 
 /// `total_commands_processed` of `INFO stats`.
