@@ -231,6 +231,23 @@ async fn in_a_browser_a_buyer_waits_in_line_orders_and_sees_it_confirmed() {
     assert!(visible(&browser, "#user-id").await);
     assert_eq!(text(&browser, "label[for=user-id]").await, "Your user id");
 
+    // Every call to the room from here on, with when it was sent and when
+    // its answer said to ask again.
+    browser
+        .eval(
+            "window.roomCalls = []; const send = window.fetch;
+             window.fetch = async (url, init) => {
+               const at = performance.now();
+               const answer = await send(url, init);
+               if (String(url).includes('/queue')) {
+                 const body = await answer.clone().json().catch(() => ({}));
+                 window.roomCalls.push({at, after: body.poll_after_ms ?? null, status: body.status});
+               }
+               return answer;
+             }; return null;",
+        )
+        .await;
+
     // Joining without a user id: told so, in the status region.
     browser.click("#join").await;
     assert!(text(&browser, "#status").await.contains("user id"));
@@ -268,6 +285,22 @@ async fn in_a_browser_a_buyer_waits_in_line_orders_and_sees_it_confirmed() {
     assert!(text(&browser, "#line-note").await.contains("estimate"));
 
     wait_for_phase(&browser, "admitted", Duration::from_secs(20)).await;
+    // Asked again when told, never sooner: the join, at least one poll
+    // while waiting, the poll that found the turn.
+    let calls = browser.eval("return window.roomCalls;").await;
+    let calls = calls.as_array().expect("the room's calls");
+    assert!(calls.len() >= 3, "{calls:?}");
+    assert_eq!(calls.last().unwrap()["status"], "admitted", "{calls:?}");
+    for pair in calls.windows(2) {
+        let waited = pair[1]["at"].as_f64().unwrap() - pair[0]["at"].as_f64().unwrap();
+        let told = pair[0]["after"]
+            .as_f64()
+            .expect("a waiting answer says when");
+        assert!(
+            waited >= told - 5.0,
+            "asked after {waited} ms, told {told}: {calls:?}"
+        );
+    }
     assert!(text(&browser, "#status").await.contains("your turn"));
     assert!(is_clock(&text(&browser, "#admission-left").await));
     assert!(visible(&browser, "#buy").await);
