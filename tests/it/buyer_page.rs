@@ -368,5 +368,17 @@ async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address
     // Only a bearer token names user 42: the page sent the fragment's.
     let order_id = text(&browser, "#order-id").await;
     assert_eq!(app.order_rows(&sku).await, vec![(order_id, 42, 1)]);
+
+    // Another page of the shop's, without the fragment: the token stays
+    // with the tab, and goes with the join, the polls and the order.
+    let room = room_sale(&app, 2, -1_000, 50).await;
+    browser.goto(&app.url(&format!("/sale/{room}"))).await;
+    wait_for_phase(&browser, "idle", Duration::from_secs(10)).await;
+    browser.click("#join").await;
+    wait_for_phase(&browser, "admitted", Duration::from_secs(20)).await;
+    browser.click("#buy").await;
+    wait_for_phase(&browser, "done", Duration::from_secs(20)).await;
+    let order_id = text(&browser, "#order-id").await;
+    assert_eq!(app.order_rows(&room).await, vec![(order_id, 42, 1)]);
     browser.quit().await;
 }
