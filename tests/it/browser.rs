@@ -176,6 +176,16 @@ impl Browser {
         }
     }
 
+    /// Resizes the window (e.g. to a phone's width).
+    pub async fn set_window_size(&self, width: u32, height: u32) {
+        self.call(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     /// A PNG of the window.
     pub async fn screenshot(&self) -> Vec<u8> {
         use base64::Engine;

@@ -327,6 +327,46 @@ async fn in_a_browser_a_buyer_waits_in_line_orders_and_sees_it_confirmed() {
 }
 
 #[tokio::test]
+async fn in_a_browser_at_a_phones_width_a_turn_left_unused_runs_out() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let id = unique("room-");
+    let mut body = product_body(&id, 5, 1);
+    body["waiting_room"] =
+        json!({"admit_per_sec": 50, "admission_secs": 2, "join_early_secs": 600});
+    let sku = app.sale_from(body).await;
+
+    browser.set_window_size(360, 780).await;
+    browser.goto(&app.url(&format!("/sale/{sku}"))).await;
+    wait_for_phase(&browser, "idle", Duration::from_secs(10)).await;
+    browser.type_into("#user-id", "9").await;
+    browser.click("#join").await;
+    wait_for_phase(&browser, "admitted", Duration::from_secs(20)).await;
+    // Nothing wider than the screen; the button within reach.
+    let fits = browser
+        .eval(
+            "const r = document.getElementById('buy').getBoundingClientRect();
+             return document.documentElement.scrollWidth <= window.innerWidth
+               && r.left >= 0 && r.right <= window.innerWidth;",
+        )
+        .await;
+    assert_eq!(fits, true);
+    let width = browser.eval("return window.innerWidth;").await;
+    assert!(width.as_u64().is_some_and(|w| w <= 360), "{width}");
+    // The buyer does not buy: when the time left reaches 0 the page asks,
+    // and the turn is over.
+    wait_for_phase(&browser, "over", Duration::from_secs(20)).await;
+    let status = text(&browser, "#status").await;
+    assert!(status.starts_with("Your turn ran out at"), "{status}");
+    assert!(!visible(&browser, "#buy").await);
+    assert!(!visible(&browser, "#join").await);
+    assert!(app.order_rows(&sku).await.is_empty());
+    browser.quit().await;
+}
+
+#[tokio::test]
 async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address_bar() {
     let Some(browser) = Browser::start().await else {
         return;

@@ -17,8 +17,8 @@ const page = {
   // countdown by a phone's clock minutes off would be wrong.
   offset: 0,
   product: null,
-  // idle, joining, waiting, sold-out, admitted, expired, ordering,
-  // following, done, over (nothing more to do).
+  // idle, joining, waiting, sold-out, admitted, ordering, following,
+  // done, over (nothing more to do).
   flow: "idle",
   ticket: null,
   admission: null,
@@ -154,7 +154,7 @@ function setFlow(flow) {
   render();
 }
 
-const STEP = { idle: "join", joining: "join", expired: "join", waiting: "wait",
+const STEP = { idle: "join", joining: "join", waiting: "wait",
   "sold-out": "wait", admitted: "turn", ordering: "order", following: "order", done: "done" };
 
 function renderSteps() {
@@ -206,9 +206,9 @@ function render() {
 
   // Buttons: real ones, shown only when they can be used.
   const join = $("join");
-  join.hidden = !room || !["idle", "joining", "expired"].includes(flow) || over;
+  join.hidden = !room || !["idle", "joining"].includes(flow) || over;
   join.disabled = flow === "joining" || now < joinOpens || Date.now() < page.pausedUntil;
-  text(join, flow === "expired" ? "Join again" : flow === "joining" ? "Joining…" : "Join the line");
+  text(join, flow === "joining" ? "Joining…" : "Join the line");
   const buy = $("buy");
   buy.hidden = (over && flow !== "ordering")
     || (room ? !["admitted", "ordering"].includes(flow) : !["idle", "ordering"].includes(flow));
@@ -355,11 +355,11 @@ function standing(s) {
       keepFocus($("buy"));
       break;
     case "expired":
+      // Final: joining again gives the same ticket, whose place has passed.
       page.admission = null;
-      line.hidden = false;
-      setFlow("expired");
-      say(`Your turn ran out at ${timeOfDay(s.expired_at)} without an order. Join again: you keep your ticket, and the line has moved on.`, "bad");
-      keepFocus($("join"));
+      line.hidden = true;
+      setFlow("over");
+      say(`Your turn ran out at ${timeOfDay(s.expired_at)} without an order: each place in line gets one turn.`, "bad");
       break;
     case "sold_out":
       line.hidden = true;
@@ -475,9 +475,11 @@ function refused(r) {
       schedulePoll(0);
       return;
     case "admission_required":
+      // Not (or no longer) this buyer's turn: where the ticket stands says why.
       page.admission = null;
-      setFlow(page.ticket ? "expired" : "idle");
       say(message, "bad");
+      if (page.ticket) schedulePoll(0);
+      else setFlow("idle");
       return;
     case "queue_not_open":
       say(`The line is not open yet: joining opens at ${when(page.product.start_time - page.product.waiting_room.join_early_secs * 1000)}.`, "bad");
