@@ -7,8 +7,9 @@
 //!   ([`http::auth`]), one module per resource (`orders`, `products`,
 //!   `room`, `payments`: the payment side's signed notifications, `events`:
 //!   the outbox read in order), bounded connections (`conn`) and requests (`limits`), one
-//!   error mapping (`error`), and the operator's live page
-//!   ([`http::dashboard`]).
+//!   error mapping (`error`), the operator's live page
+//!   ([`http::dashboard`]) and a sale's page for its buyers (`buyer_page`,
+//!   over the public API).
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
 //!   MySQL transaction per batch, then XACK; reclaim, dead letters, trim)
 //!   and the periodic passes (`periodic`: sweeper, reconciliation,

@@ -6,7 +6,8 @@
 //! - one module per resource: `orders` (placing, reading, paying,
 //!   cancelling), `products` (admin: create, open, close, audit), `room`
 //!   (the waiting room), `health`, [`metrics`], [`openapi`] (the contract),
-//!   [`dashboard`] (the operator's live page);
+//!   [`dashboard`] (the operator's live page), `buyer_page` (a sale's page
+//!   for its buyers, over the public API); `pages` what both pages share;
 //! - what every request goes through: [`auth`] (who is buying), [`limits`]
 //!   (the guards in front of Redis), `extract` (input into validated
 //!   values), `body`, `logs`;
@@ -15,6 +16,7 @@
 
 pub mod auth;
 mod body;
+mod buyer_page;
 pub mod conn;
 pub mod dashboard;
 pub mod error;
@@ -26,6 +28,7 @@ mod logs;
 pub mod metrics;
 pub mod openapi;
 mod orders;
+mod pages;
 pub mod payments;
 mod products;
 mod room;

@@ -8,6 +8,7 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
 use super::body::MAX_BODY_BYTES;
+use super::buyer_page::{self, Identity};
 use super::error::ApiError;
 use super::state::AppState;
 use super::{
@@ -50,7 +51,13 @@ pub fn router(state: AppState) -> Router {
                 .route("/api/sales/{product_id}/queue", post(room::join))
                 .merge(buyer_pays(&state))
                 .route_layer(from_fn_with_state(guards.clone(), limits::guard_lookup)),
-        );
+        )
+        // The buyer's page: static, public, under the per-request guards
+        // as `GET /api/products/{id}` (it takes no order or user id).
+        .merge(buyer_page::routes(match state.auth {
+            None => Identity::UserIdField,
+            Some(_) => Identity::Verified,
+        }));
     if state.admin_routes {
         api = api
             .route("/api/admin/products", post(products::create))

@@ -18,6 +18,11 @@ pub struct Browser {
     driver: Child,
     base: String,
     http: reqwest::Client,
+    /// chromedriver's address and the session's path, to end the session
+    /// without a runtime (on drop).
+    driver_addr: String,
+    session_path: String,
+    closed: bool,
 }
 
 impl Browser {
@@ -91,6 +96,9 @@ impl Browser {
             driver,
             base: format!("{driver_url}/session/{id}"),
             http,
+            driver_addr: format!("127.0.0.1:{port}"),
+            session_path: format!("/session/{id}"),
+            closed: false,
         })
     }
 
@@ -176,6 +184,16 @@ impl Browser {
         }
     }
 
+    /// Resizes the window (e.g. to a phone's width).
+    pub async fn set_window_size(&self, width: u32, height: u32) {
+        self.call(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     /// A PNG of the window.
     pub async fn screenshot(&self) -> Vec<u8> {
         use base64::Engine;
@@ -188,5 +206,29 @@ impl Browser {
     pub async fn quit(mut self) {
         let _ = self.http.delete(&self.base).send().await;
         let _ = self.driver.kill().await;
+        self.closed = true;
+    }
+}
+
+impl Drop for Browser {
+    /// A test that fails never reaches [`Browser::quit`]: the session is
+    /// ended here, so chromedriver closes Chromium (killing chromedriver
+    /// alone leaves the browser running, orphaned).
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        if self.closed {
+            return;
+        }
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.driver_addr) else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "DELETE {} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.session_path, self.driver_addr
+        );
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::helpers::{
     Backend, TestApp, assert_refused, now_ms, settings_for, spawn_app_cli, spawn_app_with, unique,
 };
 
-const SECRET: &str = "test-jwt-secret-0123456789abcdef0123456789";
+pub(crate) const SECRET: &str = "test-jwt-secret-0123456789abcdef0123456789";
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -45,7 +45,7 @@ fn sign(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: Value) -> 
 }
 
 /// A valid HS256 token for `user` (the suite's secret, an hour left).
-fn token(user: u64) -> String {
+pub(crate) fn token(user: u64) -> String {
     sign(
         Algorithm::HS256,
         None,

@@ -21,6 +21,7 @@ macro_rules! on_both_backends {
 pub(crate) use on_both_backends;
 
 mod browser;
+mod buyer_page;
 mod cluster;
 mod connections;
 mod dashboard;

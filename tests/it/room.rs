@@ -279,6 +279,35 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
 }
 
 #[tokio::test]
+async fn a_late_joiner_is_never_placed_by_a_count_read_before_the_draw() {
+    let app = spawn_app().await;
+    let n = 20u64;
+    let sku = room_sale(&app, 100, 1_500, 1, 60).await;
+    // The instance reads the room while they join, before the start.
+    for user in 1..=n {
+        ticket(&app, &sku, user).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    // The first to join after the start, answered from that reading: its
+    // count of early joiners may be short, so no place yet (the page
+    // would have shown a place near the front); then behind all of them.
+    let (status, joined) = join(&app, &sku, n + 1).await;
+    assert_eq!(status, StatusCode::OK, "{joined}");
+    assert!(
+        joined["place"].is_null() || joined["place"] == n + 1,
+        "{joined}"
+    );
+    let late = joined["ticket"].as_str().unwrap().to_owned();
+    eventually(
+        "the late joiner's place",
+        Duration::from_secs(5),
+        || async { standing(&app, &sku, &late).await.1["place"].is_u64() },
+    )
+    .await;
+    assert_eq!(standing(&app, &sku, &late).await.1["place"], n + 1);
+}
+
+#[tokio::test]
 async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
     let app = spawn_app().await;
     let sku = room_sale(&app, 1_000, 1_500, 20, 60).await;

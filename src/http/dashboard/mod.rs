@@ -12,7 +12,7 @@
 //! - Data: `GET /admin/dashboard/data`, polled by the page every second,
 //!   answers the numbers read once per tick for every viewer ([`board`]).
 //! - Assets: the page, its script and style are in the binary (no CDN),
-//!   under a Content-Security-Policy that allows nothing else.
+//!   under a Content-Security-Policy that allows nothing else (`pages`).
 
 pub mod board;
 pub mod session;
@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use super::error::ApiError;
 use super::limits::{self, Guards};
+use super::pages::{asset, html};
 pub use board::{Board, Dashboard};
 use session::{COOKIE, COOKIE_PATH};
 
@@ -37,9 +38,6 @@ const PAGE: &str = include_str!("assets/dashboard.html");
 const LOGIN: &str = include_str!("assets/login.html");
 const SCRIPT: &str = include_str!("assets/dashboard.js");
 const STYLE: &str = include_str!("assets/dashboard.css");
-
-/// Nothing but this origin's own script, style and data; never framed.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The dashboard's routes, over its own state (merged into the API's
 /// router with the admin routes); `guards` throttle the sign-ins.
@@ -71,7 +69,7 @@ where
 /// `GET /admin/dashboard`: the page, or the login form (401) without a session.
 async fn page(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
     match signed_in(&dashboard, &headers) {
-        Ok(()) => html(StatusCode::OK, PAGE.to_owned()),
+        Ok(()) => html(StatusCode::OK, PAGE),
         Err(_) => login_form(StatusCode::UNAUTHORIZED, None),
     }
 }
@@ -164,35 +162,6 @@ fn login_form(status: StatusCode, message: Option<&'static str>) -> Response {
         format!("<p class=\"error\" role=\"alert\">{m}</p>")
     });
     html(status, LOGIN.replace("{{message}}", &message))
-}
-
-fn html(status: StatusCode, body: String) -> Response {
-    let mut response = (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body,
-    )
-        .into_response();
-    secure_headers(response.headers_mut());
-    response
-}
-
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
-    secure_headers(response.headers_mut());
-    response
-}
-
-fn secure_headers(headers: &mut HeaderMap) {
-    for (name, value) in [
-        (header::CONTENT_SECURITY_POLICY, CSP),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::CACHE_CONTROL, "no-store"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
 }
 
 fn see_other(to: &'static str) -> Response {
