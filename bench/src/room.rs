@@ -75,6 +75,9 @@ pub struct BenchRoomArgs {
     /// Seconds the paced crowd polls.
     #[arg(long, default_value_t = 30)]
     pub crowd_secs: u64,
+    /// The paced crowd's line: buyers admitted per second.
+    #[arg(long, default_value_t = 200)]
+    pub crowd_rate: u32,
     /// Share of the crowd that ignores `poll_after_ms` and polls every
     /// 200 ms (answered the same, from memory).
     #[arg(long, default_value_t = 0.02)]
@@ -661,7 +664,7 @@ async fn compare_costs(
 }
 
 /// The paced crowd: `args.crowd` tickets in the line of a room that admits
-/// one buyer a second, polling for `args.crowd_secs` as the server paces
+/// `args.crowd_rate` buyers a second (nobody orders), polling for `args.crowd_secs` as the server paces
 /// them (each answer's `poll_after_ms`), a share of them every 200 ms
 /// whatever it says. Prints the polls per second against one poll a
 /// second per ticket, the service's CPU and Redis commands per poll.
@@ -681,7 +684,8 @@ async fn paced_crowd(
         "product_id": line.as_str(), "title": "the crowd", "price": "1.00",
         "available_qty": 10_000_000, "start_time": now - 1_000, "end_time": now + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"admit_per_sec": 1, "admit_floor_per_sec": 1, "admission_secs": 120},
+        "waiting_room": {"admit_per_sec": args.crowd_rate, "admit_floor_per_sec": args.crowd_rate,
+                         "admission_secs": 120},
     });
     pool.open_sale(admin, &body).await?;
     let joined_at = Instant::now();
@@ -709,10 +713,11 @@ async fn paced_crowd(
         tickets.extend(j.await??);
     }
     println!(
-        "paced crowd: {} tickets joined in {:.1} s ({} connections), the line admits 1/s",
+        "paced crowd: {} tickets joined in {:.1} s ({} connections), the line admits {}/s",
         tickets.len(),
         joined_at.elapsed().as_secs_f64(),
-        args.concurrency
+        args.concurrency,
+        args.crowd_rate
     );
     // Every ticket's first poll spread over the first 5 s; then each when
     // its answer says (the eager ones: every 200 ms).
@@ -779,7 +784,7 @@ async fn paced_crowd(
     let cmds = (redis_commands(redis).await? - cmds0) as f64 / polls.max(1) as f64;
     let every_second = tickets.len() as f64;
     println!(
-        "  {polls} polls in {secs:.1} s: {:.0}/s ({paced} paced, {eager} eager every 200 ms);          one a second per ticket would be {every_second:.0}/s: {:.1}x fewer",
+        "  {polls} polls in {secs:.1} s: {:.0}/s ({paced} paced, {eager} eager every 200 ms); one a second per ticket would be {every_second:.0}/s: {:.1}x fewer",
         polls as f64 / secs,
         every_second / (polls as f64 / secs)
     );

@@ -226,6 +226,10 @@ pub struct ChallengeView {
     difficulty: u8,
     /// A proof of this challenge is accepted until then (epoch ms).
     expires_at: i64,
+    /// The buyer this request was verified as (the `user_id` to hash);
+    /// absent with `AUTH=none` or without credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_id: Option<u64>,
 }
 
 /// `GET /api/sales/{product_id}/challenge`: from this instance's reading
@@ -236,7 +240,7 @@ pub struct ChallengeView {
     operation_id = "join_challenge",
     tag = "waiting room",
     summary = "The proof of work a join costs",
-    description = "The sale's challenge for this minute (the same for every buyer; a proof of it is accepted this minute and the next) and the difficulty in bits. With a difficulty above 0, `POST /api/sales/{product_id}/queue` needs the header `Join-Proof: <challenge>.<nonce>` where `SHA-256(\"<challenge>:<user_id>:<nonce>\")` starts with that many zero bits.",
+    description = "The sale's challenge for this minute (the same for every buyer; a proof of it is accepted this minute and the next) and the difficulty in bits; with a verified buyer's credentials, also the `user_id` the proof must name. With a difficulty above 0, `POST /api/sales/{product_id}/queue` needs the header `Join-Proof: <challenge>.<nonce>` where `SHA-256(\"<challenge>:<user_id>:<nonce>\")` starts with that many zero bits.",
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     responses(
         (status = 200, description = "The challenge", body = ChallengeView),
@@ -245,6 +249,7 @@ pub struct ChallengeView {
 )]
 pub async fn challenge(
     State(state): State<AppState>,
+    caller: Result<Caller, ApiError>,
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ChallengeView>, ApiError> {
     let product = sale_id(&product_id)?;
@@ -258,6 +263,10 @@ pub async fn challenge(
         challenge,
         difficulty: room.join_difficulty,
         expires_at,
+        user_id: match caller {
+            Ok(Caller::Buyer(me)) => Some(me.get()),
+            _ => None,
+        },
     }))
 }
 

@@ -410,8 +410,19 @@ async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address
     assert_eq!(app.order_rows(&sku).await, vec![(order_id, 42, 1)]);
 
     // Another page of the shop's, without the fragment: the token stays
-    // with the tab, and goes with the join, the polls and the order.
+    // with the tab, and goes with the join, the polls and the order. This
+    // room asks a proof of work: the page solves the challenge for the
+    // buyer the token names (it learns who from the challenge's answer).
     let room = room_sale(&app, 2, -1_000, 50).await;
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{room}/room")))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&json!({"join_difficulty": 10}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), StatusCode::OK);
     browser.goto(&app.url(&format!("/sale/{room}"))).await;
     wait_for_phase(&browser, "idle", Duration::from_secs(10)).await;
     browser.click("#join").await;

@@ -1138,3 +1138,35 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         "{product}"
     );
 }
+
+/// Polling sooner than `poll_after_ms` gains nothing and costs Redis
+/// nothing: 200 polls within about a second are answered the same from
+/// the instance's reading, which it renews at most once a second.
+#[tokio::test]
+async fn early_polls_are_answered_from_memory() {
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 100, -1_000, 1, 60).await;
+    let _first = ticket(&app, &sku, 1).await;
+    let mut tickets = Vec::new();
+    for user in 2..=40 {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    let t = tickets.last().unwrap();
+    let (_, s) = standing(&app, &sku, t).await;
+    assert_eq!(s["status"], "waiting", "{s}");
+    let told = s["poll_after_ms"].as_u64().unwrap();
+    assert!(told >= 1_000, "{s}");
+    let before = app.sales.room_calls();
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        let (status, again) = standing(&app, &sku, t).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(again["place"], s["place"], "{again}");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let calls = app.sales.room_calls() - before;
+    assert!(
+        calls as f64 <= secs.ceil() + 1.0,
+        "{calls} room calls for 200 polls in {secs:.2} s"
+    );
+}

@@ -276,13 +276,55 @@ function idempotencyKey(who) {
 
 // ---- the waiting room
 
+// The room may ask a proof of work before a join: a nonce such that
+// SHA-256("<challenge>:<user_id>:<nonce>") starts with `difficulty` zero
+// bits (about 2^difficulty hashes), tried in batches so the page stays live.
+function zeroBits(bytes) {
+  let bits = 0;
+  for (const b of bytes) {
+    if (b === 0) { bits += 8; continue; }
+    return bits + Math.clz32(b) - 24;
+  }
+  return bits;
+}
+
+async function proofOfWork(who) {
+  const id = encodeURIComponent(page.productId);
+  const c = await api("GET", `/api/sales/${id}/challenge`);
+  if (!c.ok) return { refused: c };
+  const { challenge, difficulty } = c.data;
+  if (!difficulty) return { proof: null };
+  const user = page.auth === "none" ? who.user_id : c.data.user_id;
+  if (user === undefined || user === null) return { proof: null };
+  say("Proving you are a person, not a script: a short computation (it takes a few seconds at most).");
+  const encoder = new TextEncoder();
+  const batch = 256;
+  for (let from = 0; ; from += batch) {
+    const tries = [];
+    for (let n = from; n < from + batch; n++) {
+      tries.push(crypto.subtle.digest("SHA-256", encoder.encode(`${challenge}:${user}:${n}`)));
+    }
+    const hashes = await Promise.all(tries);
+    const found = hashes.findIndex((h) => zeroBits(new Uint8Array(h)) >= difficulty);
+    if (found >= 0) return { proof: `${challenge}.${from + found}` };
+  }
+}
+
 async function join() {
   const who = buyer();
   if (!who) return;
   $("user-id").readOnly = true;
   setFlow("joining");
+  const work = await proofOfWork(who);
+  if (work.refused) {
+    setFlow("idle");
+    $("user-id").readOnly = false;
+    refused(work.refused);
+    return;
+  }
   const r = await api("POST", `/api/sales/${encodeURIComponent(page.productId)}/queue`,
-    { body: page.auth === "none" ? who : undefined });
+    { body: page.auth === "none" ? who : undefined,
+      headers: work.proof ? { "Join-Proof": work.proof } : {} });
   if (!r.ok) {
     setFlow("idle");
     $("user-id").readOnly = false;
