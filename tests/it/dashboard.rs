@@ -375,6 +375,26 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
         "return document.querySelector('section[data-product=\"{sku}\"] .room').offsetParent !== null;"
     );
     assert_eq!(browser.eval(&room_shown).await, false);
+    // A sale with a room shows its pace, the pace's bounds and the buyers
+    // holding an admission against its cap.
+    let room_sku = crate::helpers::unique("room-");
+    let mut body = crate::helpers::product_body(&room_sku, 10, 1);
+    body["start_time"] = serde_json::json!(crate::helpers::now_ms() + 60_000);
+    body["waiting_room"] =
+        serde_json::json!({"admit_per_sec": 40, "admit_floor_per_sec": 4, "active_cap": 10});
+    app.sale_from(body).await;
+    eventually("the room's figures", Duration::from_secs(15), || async {
+        field(&browser, &room_sku, "room_bounds").await.as_deref() == Some("4–40")
+    })
+    .await;
+    assert_eq!(
+        field(&browser, &room_sku, "room_active").await.as_deref(),
+        Some("0 of 10")
+    );
+    let rate = field(&browser, &room_sku, "room_rate")
+        .await
+        .unwrap_or_default();
+    assert!(rate.starts_with("40"), "{rate}");
 
     // More orders: the page follows without a reload.
     let before = browser.eval("return document.body.dataset.ticks;").await;

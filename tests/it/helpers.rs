@@ -541,7 +541,10 @@ impl TestApp {
                 StatusCode::SERVICE_UNAVAILABLE => {
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
-                other => panic!("order of user {user_id} answered {other}"),
+                other => panic!(
+                    "order of user {user_id} answered {other}: {}",
+                    resp.text().await.unwrap_or_default()
+                ),
             }
         }
         panic!("order of user {user_id} never accepted")

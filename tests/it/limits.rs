@@ -385,6 +385,7 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
         ("post", "/api/orders/{order_id}/cancel"),
         ("get", "/api/users/{user_id}/orders"),
         ("post", "/api/sales/{product_id}/queue"),
+        ("get", "/api/sales/{product_id}/challenge"),
         ("get", "/api/sales/{product_id}/queue/{ticket}"),
         ("post", "/api/admin/products/{product_id}/room"),
         ("post", "/api/admin/products/{product_id}/close"),

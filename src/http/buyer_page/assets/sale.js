@@ -112,12 +112,13 @@ function span(ms) {
   if (s < 5400) return `${Math.round(s / 60)} min`;
   return `${(s / 3600).toFixed(1)} h`;
 }
-// The server's estimate is at the current pace, which can change: shown
-// as a range, 25% either side.
-function etaRange(ms) {
+// The server's estimate is at the current pace, which follows the
+// backend: shown as the server's range (at the pace's ceiling; should
+// strain halve it), or 25% either side of the estimate without one.
+function etaRange(ms, min, max) {
   if (ms <= 0) return "any moment";
-  const low = span(ms * 0.75);
-  const high = span(ms * 1.25);
+  const low = span(Number.isFinite(min) ? min : ms * 0.75);
+  const high = span(Number.isFinite(max) ? max : ms * 1.25);
   return low === high ? `about ${low}` : `${low} – ${high}`;
 }
 const timeOfDay = (ms) => new Date(ms - page.offset).toLocaleTimeString();
@@ -373,7 +374,7 @@ function standing(s) {
       } else {
         text($("place"), number.format(s.place));
         text($("ahead"), number.format(s.ahead));
-        text($("eta"), etaRange(s.estimated_wait_ms));
+        text($("eta"), etaRange(s.estimated_wait_ms, s.estimated_wait_min_ms, s.estimated_wait_max_ms));
         text($("line-note"), `The wait is an estimate at the current pace (${number.format(s.admit_per_sec)} buyers a second); it may change. This page asks again when the service says to.`);
         if (page.flow !== "waiting" || $("status").dataset.place !== String(s.place)) {
           say(`You are number ${number.format(s.place)} in line.`, "good");
