@@ -880,8 +880,8 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
 
-/// Units that come back to a sold-out room sale (a cancel here; an unpaid
-/// order's timeout takes the same path) go to the next places in line:
+/// Units that come back to a sold-out room sale (a cancel, unpaid orders'
+/// timeouts) go to the next places in line:
 /// tickets that heard `sold_out` hear `admitted` again in line order, and a
 /// bot ordering without an admission gets nothing at any point.
 #[tokio::test]
@@ -945,6 +945,20 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     }
     bot().await;
     app.drained(&sku, 3).await;
+
+    // Unpaid orders time out: their units go to the line as well.
+    let swept = app.overdue_sweeper().sweep().await.expect("a sweep");
+    assert_eq!(swept.expired, 2, "{swept:?}");
+    bot().await;
+    let last = tickets.len() - 1;
+    let a = admission(&app, &sku, &tickets[last]).await;
+    assert_eq!(
+        order_with(&app, &sku, last as u64 + 1, Some(&a))
+            .await
+            .status(),
+        StatusCode::ACCEPTED
+    );
+    bot().await;
 }
 
 /// The bounds are checked where they come in (a sale's creation, the live
