@@ -135,9 +135,14 @@ impl Books {
                 let Some((_, product)) = crate::domain::OrderId::parse(p.order_id.as_str()) else {
                     return Err(BooksError::NotFound);
                 };
-                match self.sales.orders.find(&p.order_id, &product).await {
-                    Ok(Some(_)) => Err(BooksError::Pending),
-                    _ => Err(BooksError::NotFound),
+                // Told 202 and not in the books: pending, asked again. A
+                // Redis that does not answer is a 503 (never a 404 for an
+                // order that may exist), and an order the workers persisted
+                // between the two reads is pending too (asked again, found).
+                match self.sales.orders.find(&p.order_id, &product).await? {
+                    Some(_) => Err(BooksError::Pending),
+                    None if self.db.order(&p.order_id).await?.is_some() => Err(BooksError::Pending),
+                    None => Err(BooksError::NotFound),
                 }
             }
             Recorded::MustRetake(_) => Err(BooksError::Corrupt(format!(

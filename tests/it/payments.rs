@@ -377,6 +377,40 @@ async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
     assert!(app.payments(&id).await.is_empty());
 }
 
+/// A payment for an order not yet in the books while Redis does not
+/// answer: 503, asked again, never the 404 that tells the payment side
+/// there is no such order.
+#[tokio::test]
+async fn a_payment_while_redis_does_not_answer_is_asked_again() {
+    let redis = crate::proxy::Proxy::start("127.0.0.1:6379").await;
+    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
+        s.http.limits = Limits::unlimited();
+        s.workers = None;
+        s.redis.target =
+            flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
+        s.redis.timeout = Duration::from_millis(300);
+    })
+    .await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 1).await;
+    redis.set_on(false);
+    let body = notification("payment.succeeded", &id, "pay_redis_down", &amount(1));
+    let (status, refused) = app.notify(&body).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")),
+        "{refused}"
+    );
+    assert!(app.payments(&id).await.is_empty());
+    // Redis back: still in its stream, asked again as before.
+    redis.set_on(true);
+    eventually("order_pending again", Duration::from_secs(10), || async {
+        app.notify(&body).await.1["error"] == "order_pending"
+    })
+    .await;
+}
+
 /// A payment and the payment timeout race for the same orders, both
 /// orders of arrival: each order ends paid, by a payment `paid` (it came
 /// first) or `paid_again` (the timeout came first, and the sale still had
