@@ -73,10 +73,11 @@ local sold = tonumber(sale[5] or '0') - stock
 -- at least max(1 s, window / 64) apart, so it holds about 66 of them.
 local active = 0
 local log_gap = math.max(1000, math.floor(admission_ms / 64))
+local log, log_read = {}, false
 if cap > 0 then
   local since = now_ms - admission_ms
   local served_then = 0
-  local log = redis.call('LRANGE', KEYS[5], 0, -1)
+  log, log_read = redis.call('LRANGE', KEYS[5], 0, -1), true
   for _, e in ipairs(log) do
     local a, s = string.match(e, '^(%d+):([%d.]+)$')
     if a and tonumber(a) <= since then
@@ -173,19 +174,22 @@ if ARGV[6] ~= '' then
   pow = tonumber(ARGV[6])
   redis.call('HSET', KEYS[3], 'pow', ARGV[6])
 end
-local log = {}
 if cap > 0 then
   -- What the line may reach before the next tick (room_join.lua keeps to it).
   redis.call('HSET', KEYS[3], 'limit', tostring(served + math.max(0, cap - active)))
-  local head = redis.call('LINDEX', KEYS[5], 0)
-  local head_ms = tonumber(string.match(head or '', '^(%d+):'))
-  if not head_ms or now_ms - head_ms >= log_gap then
-    redis.call('LPUSH', KEYS[5], now_ms .. ':' .. tostring(served))
-    redis.call('LTRIM', KEYS[5], 0, 70)
+  -- Where the line stood when (returned: an admission's time runs from
+  -- the moment the line reached its place).
+  if not log_read then
+    log = redis.call('LRANGE', KEYS[5], 0, -1)
   end
-  -- Where the line stood when: an admission's time runs from the moment
-  -- the line reached its place.
-  log = redis.call('LRANGE', KEYS[5], 0, -1)
+  local head_ms = tonumber(string.match(log[1] or '', '^(%d+):'))
+  if not head_ms or now_ms - head_ms >= log_gap then
+    local entry = now_ms .. ':' .. tostring(served)
+    redis.call('LPUSH', KEYS[5], entry)
+    redis.call('LTRIM', KEYS[5], 0, 70)
+    table.insert(log, 1, entry)
+    log[72] = nil
+  end
 else
   redis.call('HDEL', KEYS[3], 'limit')
   redis.call('DEL', KEYS[5])

@@ -554,27 +554,7 @@ async fn compare_costs(
         "waiting_room": {"admit_per_sec": 1, "admission_secs": 120, "join_early_secs": 3600},
     });
     pool.open_sale(admin, &body).await?;
-    let mut joins = Vec::new();
-    for c in 0..args.concurrency as u64 {
-        let (authority, line) = (pool.authority.clone(), line.to_string());
-        joins.push(tokio::spawn(async move {
-            let mut conn = Conn::open(&authority).await?;
-            let mut tickets = Vec::new();
-            for user in (1..=2000u64).filter(|u| u % 32 == c % 32) {
-                let body = json!({"user_id": user}).to_string();
-                let path = format!("/api/sales/{line}/queue");
-                let (_, answer) = conn.send(Method::POST, &path, &[], Some(body)).await?;
-                let answer: Value = serde_json::from_slice(&answer)?;
-                let ticket = answer["ticket"].as_str().unwrap_or_default();
-                tickets.push(format!("/api/sales/{line}/queue/{ticket}"));
-            }
-            anyhow::Ok(tickets)
-        }));
-    }
-    let mut tickets = Vec::new();
-    for j in joins {
-        tickets.extend(j.await??);
-    }
+    let tickets = join_line(&pool.authority, &line, 2000, args.concurrency).await?;
     let tickets = Arc::new(tickets);
     let drawn =
         Duration::from_millis((start_ms - flashsale::domain::now_ms()).max(0) as u64 + 1_500);
@@ -689,29 +669,7 @@ async fn paced_crowd(
     });
     pool.open_sale(admin, &body).await?;
     let joined_at = Instant::now();
-    let mut joins = Vec::new();
-    let conns = args.concurrency as u64;
-    for c in 0..conns {
-        let (authority, line, crowd) = (pool.authority.clone(), line.to_string(), args.crowd);
-        joins.push(tokio::spawn(async move {
-            let mut conn = Conn::open(&authority).await?;
-            let mut tickets = Vec::new();
-            for user in (1..=crowd).filter(|u| u % conns == c) {
-                let body = json!({"user_id": user}).to_string();
-                let path = format!("/api/sales/{line}/queue");
-                let (status, answer) = conn.send(Method::POST, &path, &[], Some(body)).await?;
-                anyhow::ensure!(status == StatusCode::OK, "join: {status}");
-                let answer: Value = serde_json::from_slice(&answer)?;
-                let ticket = answer["ticket"].as_str().unwrap_or_default();
-                tickets.push(format!("/api/sales/{line}/queue/{ticket}"));
-            }
-            anyhow::Ok(tickets)
-        }));
-    }
-    let mut tickets = Vec::new();
-    for j in joins {
-        tickets.extend(j.await??);
-    }
+    let tickets = join_line(&pool.authority, &line, args.crowd, args.concurrency).await?;
     println!(
         "paced crowd: {} tickets joined in {:.1} s ({} connections), the line admits {}/s",
         tickets.len(),
@@ -793,6 +751,40 @@ async fn paced_crowd(
         told_ms as f64 / paced.max(1) as f64
     );
     Ok(line)
+}
+
+/// Buyers 1 to `buyers` join the room of `line` over `conns` connections;
+/// their tickets' poll paths.
+async fn join_line(
+    authority: &str,
+    line: &flashsale::domain::ProductId,
+    buyers: u64,
+    conns: usize,
+) -> anyhow::Result<Vec<String>> {
+    let conns = conns.max(1) as u64;
+    let mut joins = Vec::new();
+    for c in 0..conns {
+        let (authority, line) = (authority.to_owned(), line.to_string());
+        joins.push(tokio::spawn(async move {
+            let mut conn = Conn::open(&authority).await?;
+            let mut tickets = Vec::new();
+            for user in (1..=buyers).filter(|u| u % conns == c) {
+                let body = json!({"user_id": user}).to_string();
+                let path = format!("/api/sales/{line}/queue");
+                let (status, answer) = conn.send(Method::POST, &path, &[], Some(body)).await?;
+                anyhow::ensure!(status == StatusCode::OK, "join: {status}");
+                let answer: Value = serde_json::from_slice(&answer)?;
+                let ticket = answer["ticket"].as_str().unwrap_or_default();
+                tickets.push(format!("/api/sales/{line}/queue/{ticket}"));
+            }
+            anyhow::Ok(tickets)
+        }));
+    }
+    let mut tickets = Vec::new();
+    for j in joins {
+        tickets.extend(j.await??);
+    }
+    Ok(tickets)
 }
 
 /// What the join's proof of work costs: its check per join (one HMAC, one

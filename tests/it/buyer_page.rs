@@ -135,17 +135,6 @@ async fn room_sale(app: &TestApp, stock: u64, starts_in_ms: i64, rate: u32) -> S
     app.sale_from(body).await
 }
 
-async fn join_by_api(app: &TestApp, sku: &str, user: u64) {
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/sales/{sku}/queue")))
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(resp.status(), StatusCode::OK);
-}
-
 async fn phase(browser: &Browser) -> String {
     browser
         .eval("return document.body.dataset.phase;")
@@ -196,7 +185,7 @@ async fn in_a_browser_a_buyer_waits_in_line_orders_and_sees_it_confirmed() {
     // it at 1 a second.
     let sku = room_sale(&app, 1, 5_000, 1).await;
     for user in 101..=103 {
-        join_by_api(&app, &sku, user).await;
+        crate::room::ticket(&app, &sku, user).await;
     }
 
     browser.goto(&app.url(&format!("/sale/{sku}"))).await;
@@ -414,15 +403,8 @@ async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address
     // room asks a proof of work: the page solves the challenge for the
     // buyer the token names (it learns who from the challenge's answer).
     let room = room_sale(&app, 2, -1_000, 50).await;
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{room}/room")))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&json!({"join_difficulty": 10}))
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(resp.status(), StatusCode::OK);
+    let (status, _) = crate::room::set_room(&app, &room, json!({"join_difficulty": 10})).await;
+    assert_eq!(status, StatusCode::OK);
     browser.goto(&app.url(&format!("/sale/{room}"))).await;
     wait_for_phase(&browser, "idle", Duration::from_secs(10)).await;
     browser.click("#join").await;

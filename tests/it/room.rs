@@ -31,10 +31,35 @@ async fn room_sale(
 }
 
 async fn join(app: &TestApp, sku: &str, user: u64) -> (StatusCode, Value) {
-    let resp = app
+    join_with_proof(app, sku, user, None).await
+}
+
+/// Joins, with `Join-Proof: proof` when given.
+async fn join_with_proof(
+    app: &TestApp,
+    sku: &str,
+    user: u64,
+    proof: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut req = app
         .client
         .post(app.url(&format!("/api/sales/{sku}/queue")))
-        .json(&json!({"user_id": user}))
+        .json(&json!({"user_id": user}));
+    if let Some(proof) = proof {
+        req = req.header("Join-Proof", proof);
+    }
+    let resp = req.send().await.expect("answered");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// `POST /api/admin/products/{sku}/room` with `body`: the answer.
+pub(crate) async fn set_room(app: &TestApp, sku: &str, body: Value) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/room")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
         .send()
         .await
         .expect("answered");
@@ -42,7 +67,7 @@ async fn join(app: &TestApp, sku: &str, user: u64) -> (StatusCode, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-async fn ticket(app: &TestApp, sku: &str, user: u64) -> String {
+pub(crate) async fn ticket(app: &TestApp, sku: &str, user: u64) -> String {
     let (status, body) = join(app, sku, user).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["ticket"].as_str().expect("a ticket").to_owned()
@@ -336,15 +361,8 @@ async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
         "{after_2s} admitted after ~2 s at 20/s"
     );
 
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/room")))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"admit_per_sec": 1000}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    let (status, _) = set_room(&app, &sku, json!({"admit_per_sec": 1000})).await;
+    assert_eq!(status, StatusCode::OK);
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(product["waiting_room"]["admit_per_sec"], 1000);
     eventually(
@@ -990,20 +1008,7 @@ async fn room_bounds_are_checked_and_changed_live() {
     // The floor defaults to a tenth of the ceiling; no cap.
     assert_eq!(room_metric(&app, &sku, "room_admit_floor_per_sec").await, 5);
     assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
-    let set = |body: Value| {
-        let (app, sku) = (&app, sku.clone());
-        async move {
-            let resp = app
-                .client
-                .post(app.url(&format!("/api/admin/products/{sku}/room")))
-                .bearer_auth(ADMIN_TOKEN)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            (resp.status(), resp.json::<Value>().await.unwrap())
-        }
-    };
+    let set = |body: Value| set_room(&app, &sku, body);
     for bad in [
         json!({}),
         json!({"admit_floor_per_sec": 0}),
@@ -1046,19 +1051,6 @@ async fn room_bounds_are_checked_and_changed_live() {
     let (_, room) = set(json!({"active_cap": 0})).await;
     assert_eq!(room["active_cap"], Value::Null);
     assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
-}
-
-async fn join_with_proof(app: &TestApp, sku: &str, user: u64, proof: &str) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/sales/{sku}/queue")))
-        .header("Join-Proof", proof)
-        .json(&json!({"user_id": user}))
-        .send()
-        .await
-        .expect("answered");
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 /// A room that asks a proof of work: a join without one, with another
@@ -1111,10 +1103,7 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         (Some(format!("{}.1", "0".repeat(32))), "a made-up challenge"),
         (Some("not a proof".into()), "no challenge at all"),
     ] {
-        let (status, body) = match &proof {
-            None => join(&app, &sku, 1).await,
-            Some(p) => join_with_proof(&app, &sku, 1, p).await,
-        };
+        let (status, body) = join_with_proof(&app, &sku, 1, proof.as_deref()).await;
         assert_eq!(
             (status, body["error"].as_str()),
             (StatusCode::FORBIDDEN, Some("challenge_required")),
@@ -1127,23 +1116,17 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         "refused joins cost Redis nothing"
     );
     // The rightful buyer's proof joins.
-    let (status, body) = join_with_proof(&app, &sku, user, &format!("{challenge}.{stolen}")).await;
+    let (status, body) =
+        join_with_proof(&app, &sku, user, Some(&format!("{challenge}.{stolen}"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let mine = pow::solve(&challenge, 1, 12);
-    let (status, body) = join_with_proof(&app, &sku, 1, &format!("{challenge}.{mine}")).await;
+    let (status, body) = join_with_proof(&app, &sku, 1, Some(&format!("{challenge}.{mine}"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body["ticket"].is_string());
 
     // Live: no difficulty, no proof needed.
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/room")))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"join_difficulty": 0}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    let (status, _) = set_room(&app, &sku, json!({"join_difficulty": 0})).await;
+    assert_eq!(status, StatusCode::OK);
     let (status, body) = join(&app, &sku, 3).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;

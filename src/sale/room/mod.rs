@@ -151,9 +151,14 @@ impl Room {
         if self.core.is_no_sale(product) {
             return Ok(Joined::NoSale);
         }
-        // A room that asks a proof of work: checked here, before any Redis
-        // call (the room as this process knows it, read once if never).
-        if let RoomLookup::Room(room) = self.lookup(product).await?
+        // The room as this process knows it (read once if never): a proof
+        // of work it asks is checked here, before any Redis call, and its
+        // key signs the ticket.
+        let known = match self.lookup(product).await? {
+            RoomLookup::Room(room) => Some(room),
+            RoomLookup::NoRoom | RoomLookup::NoSale => None,
+        };
+        if let Some(room) = &known
             && let Err(refused) = pow::check(
                 &room.key,
                 product,
@@ -191,11 +196,14 @@ impl Room {
                 let new: i64 = next(&mut parts)?;
                 let number = Number::parse(&text)
                     .ok_or_else(|| SaleError::Corrupt(format!("room number {text:?}")))?;
-                // The key is needed to sign: the room as this process knows it.
-                let room = self
-                    .room(product)
-                    .await?
-                    .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into()))?;
+                // Joined a room this process had not read as one: read it.
+                let room = match known {
+                    Some(room) => room,
+                    None => self
+                        .room(product)
+                        .await?
+                        .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into()))?,
+                };
                 Joined::Ticket {
                     ticket: room.key.ticket(
                         product,
