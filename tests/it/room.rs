@@ -542,10 +542,20 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
             "{body}"
         );
     }
+    for n in 0..50 {
+        let (status, body) = app
+            .get_json(&format!("/api/sales/made-up-{n}/challenge"))
+            .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("product_not_found")),
+            "{body}"
+        );
+    }
     assert_eq!(
         app.sales.room_calls() - before,
         0,
-        "room scripts for 350 polls and joins of ids nobody opened"
+        "room scripts for 400 polls, joins and challenges of ids nobody opened"
     );
     // The real sale still answers.
     assert_eq!(standing(&app, &real, &t).await.0, StatusCode::OK);
