@@ -5,7 +5,8 @@
 -- same step. There is no moment where stock is gone but the order is not
 -- queued, so no rollback path exists on the order path.
 --
--- KEYS[1]  sale hash      fs:{pid}:sale      (written by open_sale.lua)
+-- KEYS[1]  sale hash      fs:{pid}:sale      (written by open_sale.lua; its
+--                                             `awake` field: see drain_sleep.lua)
 -- KEYS[2]  stock          fs:{pid}:stock
 -- KEYS[3]  bought hash    fs:{pid}:bought    user_id -> units accepted
 -- KEYS[4]  idem hash      fs:{pid}:idem      "user_id:key" -> order_id
@@ -37,7 +38,7 @@
 --   {"no_sale"} {"sold_out"} {"admission_required"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key', 'awake')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -99,5 +100,12 @@ redis.call('HSET', KEYS[6], ARGV[1],
   ',"entry_id":"' .. entry .. '"}')
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[1])
+end
+-- The sale's drains sleep (drain_sleep.lua removed the mark): ring the bell,
+-- once, on the deployment's channel `<prefix>:bell` (KEYS[1] is
+-- `<prefix>:{<product_id>}:sale`), with the sale's id.
+if not sale[6] then
+  redis.call('HSET', KEYS[1], 'awake', '1')
+  redis.call('PUBLISH', string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[3] - 8) .. ':bell', ARGV[3])
 end
 return {'ok', ARGV[1], sale[4], now_ms, allowance - qty}

@@ -35,6 +35,13 @@ pub struct Metrics {
     pub reclaimed: IntCounter,
     /// Entries moved to dead letters.
     pub dead_letters: IntCounter,
+    /// The drains' reads of their streams (`XREADGROUP`).
+    pub stream_reads: IntCounter,
+    /// Drains sleeping on their sale's bell now (see `sale::bells`).
+    pub drains_asleep: IntGauge,
+    /// Sleeping drains woken, by why (`bell`: an order; `check`: the
+    /// periodic look).
+    pub drain_wakeups: IntCounterVec,
     /// From an order's acceptance in Redis to its commit in MySQL.
     pub accept_to_persist: Histogram,
     /// Per open sale, refreshed at each scrape.
@@ -275,6 +282,22 @@ impl Metrics {
             dead_letters: counter(
                 "dead_letters_total",
                 "Stream entries moved to dead letters by this process",
+            ),
+            stream_reads: counter(
+                "stream_reads_total",
+                "The workers' reads of their sales' streams (XREADGROUP)",
+            ),
+            drains_asleep: register(
+                &registry,
+                IntGauge::new(
+                    "drains_asleep",
+                    "Sales whose drain sleeps until an order rings its bell",
+                ),
+            ),
+            drain_wakeups: counter_vec(
+                "drain_wakeups_total",
+                "Sleeping drains woken, by why (bell: an order; check: the periodic look)",
+                &["reason"],
             ),
             accept_to_persist: histogram(
                 "accept_to_persist_seconds",

@@ -43,6 +43,12 @@ pub struct Capacity {
     pub workers_cores: Option<f64>,
     /// MySQL cores, at the same rate.
     pub mysql_cores: Option<f64>,
+    /// The most accepted orders/s one sale's Redis core takes at `busy`
+    /// (from Redis's CPU per accepted order: exact on the accepting mix).
+    pub redis_ceiling_orders_per_s: Option<f64>,
+    /// Cores of the whole system (API, Redis, workers, MySQL) per 10,000
+    /// accepted orders/s, at `busy`.
+    pub system_cores_per_10k_orders: Option<f64>,
     /// Seconds from the sell-out until the last unit is in MySQL, at the
     /// drain rate (the workers persist while the sale runs, so this is the
     /// bound, not the usual wait).
@@ -66,6 +72,11 @@ impl Capacity {
                 .map(|us| busy * 1e6 / us),
             workers_cores: cores(demand.drain_orders_per_s, cpu.workers_us_per_order),
             mysql_cores: cores(demand.drain_orders_per_s, cpu.mysql_us_per_order),
+            redis_ceiling_orders_per_s: cpu
+                .redis_us_per_accepted_order
+                .filter(|us| *us > 0.0)
+                .map(|us| busy * 1e6 / us),
+            system_cores_per_10k_orders: cores(10_000.0, cpu.system_us_per_accepted_order),
             persist_secs: demand.stock as f64 / demand.drain_orders_per_s.max(1.0),
         }
     }
@@ -115,6 +126,20 @@ impl Capacity {
             self.stock,
             self.persist_secs
         ));
+        if let (Some(total), Some(system), Some(ceiling)) = (
+            cpu.system_us_per_accepted_order,
+            self.system_cores_per_10k_orders,
+            self.redis_ceiling_orders_per_s,
+        ) {
+            let part = |v: Option<f64>| v.map_or("?".to_owned(), |v| format!("{v:.1}"));
+            lines.push(format!(
+                "  per accepted order: API {} + Redis {} + workers {} + MySQL {} = {total:.1} µs of CPU (this mix's refusals included): {system:.2} cores per 10,000 accepted orders/s; one sale's Redis core accepts at most {ceiling:.0} orders/s",
+                part(cpu.api_us_per_accepted_order),
+                part(cpu.redis_us_per_accepted_order),
+                part(cpu.workers_us_per_order),
+                part(cpu.mysql_us_per_order),
+            ));
+        }
         lines.push(
             "  assumes: this run's CPU per request and per order, on cores like this machine's; the same mix (shares of sold-out, refused and accepted requests) at the planned rate; keep-alive clients; per-order costs include this run's fixed costs (a small run overstates them)".to_owned(),
         );
@@ -133,6 +158,9 @@ mod tests {
             generator_us_per_request: Some(25.0),
             workers_us_per_order: Some(20.0),
             mysql_us_per_order: Some(100.0),
+            api_us_per_accepted_order: Some(70.0),
+            redis_us_per_accepted_order: Some(10.0),
+            system_us_per_accepted_order: Some(200.0),
         }
     }
 
@@ -159,8 +187,16 @@ mod tests {
         assert!(close(plan.workers_cores, 0.08));
         assert!(close(plan.mysql_cores, 0.4));
         assert!((plan.persist_secs - 0.5).abs() < 1e-9);
+        // One core half busy at 10 µs an accepted order: 50k orders/s;
+        // 10k orders/s × 200 µs = 2 cores of work, half busy: 4.
+        assert!(close(plan.redis_ceiling_orders_per_s, 50_000.0));
+        assert!(close(plan.system_cores_per_10k_orders, 4.0));
         let text = plan.lines(&measured()).join("\n");
         assert!(text.contains("7.00 cores"), "{text}");
+        assert!(
+            text.contains("= 200.0 µs of CPU") && text.contains("4.00 cores per 10,000"),
+            "{text}"
+        );
         assert!(text.contains("at most 100000 requests/s of this mix: enough"));
     }
 

@@ -99,6 +99,15 @@ pub struct CpuPerRequest {
     /// MySQL, per persisted order (same span; the bench's own polling of
     /// `tb_order` every 25 ms included).
     pub mysql_us_per_order: Option<f64>,
+    /// The API instances, per accepted order (the mix's refusals included:
+    /// on the accepting mix, where every request is an accepted order,
+    /// this is what an order costs).
+    pub api_us_per_accepted_order: Option<f64>,
+    /// Redis, per accepted order (the same way).
+    pub redis_us_per_accepted_order: Option<f64>,
+    /// The whole system, per accepted order: API + Redis + workers + MySQL
+    /// (the load generator apart).
+    pub system_us_per_accepted_order: Option<f64>,
 }
 
 impl CpuPerRequest {
@@ -128,12 +137,19 @@ impl CpuPerRequest {
             _ => None,
         };
         let drained = drained.unwrap_or_default();
+        let api = per(start.api, burst_end.api, orders);
+        let redis = per(start.redis, burst_end.redis, orders);
+        let workers = per(start.workers, drained.workers, orders);
+        let mysql = per(start.mysql, drained.mysql, orders);
         Self {
             api_us_per_request: per(start.api, burst_end.api, requests),
             redis_us_per_request: per(start.redis, burst_end.redis, requests),
             generator_us_per_request: rest,
-            workers_us_per_order: per(start.workers, drained.workers, orders),
-            mysql_us_per_order: per(start.mysql, drained.mysql, orders),
+            workers_us_per_order: workers,
+            mysql_us_per_order: mysql,
+            api_us_per_accepted_order: api,
+            redis_us_per_accepted_order: redis,
+            system_us_per_accepted_order: (|| Some(api? + redis? + workers? + mysql?))(),
         }
     }
 }
@@ -162,7 +178,13 @@ mod tests {
         assert!(close(c.generator_us_per_request, 30.0));
         assert!(close(c.workers_us_per_order, 1_500.0));
         assert!(close(c.mysql_us_per_order, 2_000.0));
+        // Per accepted order: 2 s of API and 1 s of Redis over 1,000
+        // orders, plus the workers' and MySQL's.
+        assert!(close(c.api_us_per_accepted_order, 2_000.0));
+        assert!(close(c.redis_us_per_accepted_order, 1_000.0));
+        assert!(close(c.system_us_per_accepted_order, 6_500.0));
         let never = CpuPerRequest::new(start, end, None, 100_000, 1_000);
         assert!(never.workers_us_per_order.is_none());
+        assert!(never.system_us_per_accepted_order.is_none());
     }
 }

@@ -201,12 +201,11 @@ async fn pooled_order(
     user: u64,
 ) -> Result<(), SaleError> {
     let mut conn = flashsale::bench_support::blocking_pool(redis).get().await?;
-    let keys = sales.keys(product);
     let order_id = OrderId::generate(product);
     redis
         .bounded(flashsale::bench_support::place_order_on(
             &mut *conn,
-            &keys,
+            sales.prefix(),
             &flashsale::bench_support::OrderCall {
                 order_id: &order_id,
                 user_id: super::user_id(user)?,

@@ -1574,6 +1574,14 @@ fn print_report(r: &Report) {
         us(r.cpu.workers_us_per_order),
         us(r.cpu.mysql_us_per_order),
     );
+    println!(
+        "CPU per accepted order (the mix's refusals included): API {}, Redis {}, workers {}, MySQL {}; the whole system {}",
+        us(r.cpu.api_us_per_accepted_order),
+        us(r.cpu.redis_us_per_accepted_order),
+        us(r.cpu.workers_us_per_order),
+        us(r.cpu.mysql_us_per_order),
+        us(r.cpu.system_us_per_accepted_order),
+    );
     if let (Some(ms), Some(us)) = (r.http_cpu_ms, r.http_cpu_us_per_request) {
         println!(
             "{:<8} CPU {ms:.0} ms during the burst, {us:.1} µs per request (this whole process)",

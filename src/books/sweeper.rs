@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::error::BooksError;
 use super::orders::Books;
+use crate::domain::ProductId;
 use crate::sale::Sales;
 
 /// What one pass did.
@@ -50,8 +51,17 @@ impl Sweeper {
         }
     }
 
-    /// One pass.
+    /// One pass, over every open sale's cancel requests.
     pub async fn sweep(&self) -> Result<Swept, BooksError> {
+        self.sweep_picking(|open| open).await
+    }
+
+    /// One pass, over the cancel requests of the open sales `pick` keeps
+    /// (the workers pick those not quiet: `worker::activity`).
+    pub async fn sweep_picking(
+        &self,
+        pick: impl FnOnce(Vec<ProductId>) -> Vec<ProductId>,
+    ) -> Result<Swept, BooksError> {
         let mut expired = 0;
         for _ in 0..EXPIRY_BATCHES_PER_PASS {
             let cancelled = self
@@ -68,7 +78,7 @@ impl Sweeper {
             .repair_releases(self.release_grace, BATCH)
             .await?;
         let mut requests_applied = 0;
-        for product in self.sales.lifecycle.open_sales().await? {
+        for product in pick(self.sales.lifecycle.open_sales().await?) {
             requests_applied += self.books.apply_cancel_requests(&product).await?;
         }
         Ok(Swept {

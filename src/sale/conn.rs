@@ -166,12 +166,23 @@ pub struct Redis {
     pool: Pool,
     /// Connections an order holds alone while it WAITs for replicas.
     exclusive: Pool,
+    /// Where a subscriber connects (`subscriber`): the server, or each
+    /// seed node of a cluster in turn (a cluster delivers a `PUBLISH` on
+    /// every node).
+    subscribe_at: Arc<Vec<redis::Client>>,
     timeout: Duration,
 }
 
 impl Redis {
     /// Builds the handle without connecting (connections are made on first use).
     pub fn new(target: &RedisTarget, timeout: Duration, pool_size: u32) -> Result<Self, SaleError> {
+        let subscribe_at = match target {
+            RedisTarget::Single(url) => vec![redis::Client::open(url.as_str())?],
+            RedisTarget::Cluster(nodes) => nodes
+                .iter()
+                .map(|n| redis::Client::open(n.as_str()))
+                .collect::<Result<_, _>>()?,
+        };
         let (managed, cluster, client) = match target {
             RedisTarget::Single(url) => {
                 let client = redis::Client::open(url.as_str())?;
@@ -218,8 +229,28 @@ impl Redis {
             cluster,
             pool: pool(),
             exclusive: pool(),
+            subscribe_at: Arc::new(subscribe_at),
             timeout,
         })
+    }
+
+    /// A pub/sub connection subscribed to `channel`: on the server, or on
+    /// the first seed node of a cluster that answers (each try bounded by
+    /// the Redis timeout).
+    pub async fn subscriber(&self, channel: &str) -> Result<redis::aio::PubSub, SaleError> {
+        let mut last = SaleError::Timeout(self.timeout);
+        for client in self.subscribe_at.iter() {
+            let subscribe = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            };
+            match self.bounded(subscribe).await {
+                Ok(pubsub) => return Ok(pubsub),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// The shared multiplexed connection, for non-blocking commands.

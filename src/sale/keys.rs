@@ -66,9 +66,67 @@ pub fn registry(prefix: &str) -> String {
     format!("{prefix}:sales")
 }
 
+/// The pub/sub channel on which an order rings a sleeping sale's bell
+/// (payload: the product id; see `sale::bells`). A channel, not a key: no
+/// cluster slot.
+pub fn bell_channel(prefix: &str) -> String {
+    format!("{prefix}:bell")
+}
+
+/// One key of a sale, `<prefix>:{<product_id>}:<name>`, written where it is
+/// used (into a command's arguments, with no `String` of its own: the order
+/// path builds only the keys of its script) or made a `String`
+/// ([`SaleKeys`] is made of these).
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a> {
+    pub prefix: &'a str,
+    pub product: &'a ProductId,
+    pub name: &'static str,
+}
+
+impl Key<'_> {
+    /// The key's pieces, in order (joined by plain copies: `format!` cost
+    /// the order path ~1,300 instructions a key).
+    fn pieces(&self) -> [&str; 5] {
+        [self.prefix, ":{", self.product.as_str(), "}:", self.name]
+    }
+}
+
+impl std::fmt::Display for Key<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.pieces().iter().try_for_each(|p| f.write_str(p))
+    }
+}
+
+impl From<Key<'_>> for String {
+    fn from(key: Key<'_>) -> String {
+        let pieces = key.pieces();
+        let mut s = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+        pieces.iter().for_each(|p| s.push_str(p));
+        s
+    }
+}
+
+impl redis::ToRedisArgs for Key<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        for p in self.pieces() {
+            // Writing into the command's own buffer cannot fail.
+            let _ = arg.write_all(p.as_bytes());
+        }
+    }
+}
+
 impl SaleKeys {
     pub fn new(prefix: &str, product: &ProductId) -> Self {
-        let key = |name: &str| format!("{prefix}:{{{product}}}:{name}");
+        let key = |name: &'static str| {
+            String::from(Key {
+                prefix,
+                product,
+                name,
+            })
+        };
         Self {
             sale: key("sale"),
             stock: key("stock"),
@@ -125,6 +183,14 @@ mod tests {
         let product = ProductId::parse("sku-1").unwrap();
         let keys = SaleKeys::new("fs", &product);
         assert_eq!(keys.stock, "fs:{sku-1}:stock");
+        let written = redis::cmd("X")
+            .arg(Key {
+                prefix: "fs",
+                product: &product,
+                name: "stock",
+            })
+            .get_packed_command();
+        assert!(written.ends_with(b"$16\r\nfs:{sku-1}:stock\r\n"));
         for key in keys.all() {
             let tag = key
                 .split_once('{')

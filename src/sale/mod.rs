@@ -15,11 +15,13 @@
 //! | [`Queue`] | the one read model of a sale's queue (dashboard, metrics, `flashsale streams`, the workers' checks) | `queue.rs` |
 //! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger.rs` |
 //! | [`SaleStream`] | the consumer group's side of one sale's stream | `stream.rs` |
+//! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `bells.rs` |
 //!
 //! [`memory`] answers the orders that cannot change the books (outside the
 //! window, sold out, at the limit, unknown product) from Redis's earlier
 //! answers, without a round trip. Shared types are in `types.rs`.
 
+pub mod bells;
 mod conn;
 mod core;
 pub mod durability;
@@ -38,6 +40,7 @@ mod types;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+pub use bells::Bells;
 pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
 pub use entry::Entry;
 pub use keys::SaleKeys;
@@ -64,6 +67,8 @@ pub struct Sales {
     pub lifecycle: Lifecycle,
     pub queue: Queue,
     pub ledger: Ledger,
+    /// What wakes this process's sleeping drains (see [`bells`]).
+    pub bells: Bells,
     core: Arc<core::Core>,
 }
 
@@ -85,6 +90,7 @@ impl Sales {
         });
         let room = Room::new(core.clone());
         Self {
+            bells: Bells::new(&core.prefix),
             orders: Orders::new(core.clone(), room.clone()),
             lifecycle: Lifecycle::new(core.clone(), room.clone()),
             queue: Queue::new(core.clone()),
@@ -99,9 +105,19 @@ impl Sales {
         SaleStream::new(self.core.redis.clone(), self.keys(product), consumer)
     }
 
+    /// The keys' prefix (`REDIS_KEY_PREFIX`).
+    pub fn prefix(&self) -> &str {
+        &self.core.prefix
+    }
+
     /// The sale's keys (for operators' tools and tests; handles build their own).
     pub fn keys(&self, product: &ProductId) -> SaleKeys {
         self.core.keys(product)
+    }
+
+    /// Holds this process's bell subscription until `shutdown` (see [`bells`]).
+    pub async fn listen_for_bells(&self, shutdown: tokio_util::sync::CancellationToken) {
+        self.bells.listen(&self.core.redis, shutdown).await
     }
 
     /// Redis answers a `PING` (the service's readiness).

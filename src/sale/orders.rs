@@ -86,7 +86,6 @@ impl Orders {
     async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
         let core = &self.core;
         let product = order.product;
-        let keys = core.keys(product);
         let order_id = OrderId::generate(product);
         let idem = order
             .idempotency_key
@@ -106,10 +105,10 @@ impl Orders {
             None => {
                 let mut conn = core.redis.shared().await?;
                 core.redis
-                    .bounded(scripts::place_order(&mut conn, &keys, &call))
+                    .bounded(scripts::place_order(&mut conn, &core.prefix, &call))
                     .await?
             }
-            Some(wait) => self.place_and_wait(&keys, &call, wait).await?,
+            Some(wait) => self.place_and_wait(&call, wait).await?,
         };
         let received = core.memory.now();
         self.decide(reply, &order, order_id, (sent, received))
@@ -189,7 +188,6 @@ impl Orders {
     /// must not lose an acknowledged one.
     async fn place_and_wait(
         &self,
-        keys: &SaleKeys,
         call: &OrderCall<'_>,
         wait: Wait,
     ) -> Result<PlaceReply, SaleError> {
@@ -197,7 +195,12 @@ impl Orders {
         let mut pooled = core.alone().await?;
         let (reply, acked) = core
             .redis
-            .bounded(scripts::place_order_and_wait(&mut pooled, keys, call, wait))
+            .bounded(scripts::place_order_and_wait(
+                &mut pooled,
+                &core.prefix,
+                call,
+                wait,
+            ))
             .await?;
         match (&reply, wait.confirmed(acked)) {
             (PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. }, _) | (_, Ok(())) => {
@@ -209,7 +212,8 @@ impl Orders {
             // claimed it meanwhile, after its own WAIT: then the replicas
             // have it after all.)
             (PlaceReply::Accepted { .. }, Err(e)) => {
-                match self.void(&mut pooled, keys, call).await {
+                let keys = core.keys(call.product);
+                match self.void(&mut pooled, &keys, call).await {
                     Some(Voided::Claimed) => Ok(reply),
                     _ => Err(e),
                 }

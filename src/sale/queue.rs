@@ -116,7 +116,9 @@ pub struct BooksVerdict {
 
 /// How long a recorded verdict outlives its last renewal: a verdict nobody
 /// renews (no worker checking) fades rather than stand for the present.
-const VERDICT_TTL_MS: u64 = 60_000;
+/// Three of the workers' looks at a quiet sale (every five minutes:
+/// `worker::activity`), so a quiet sale's verdict never lapses between them.
+const VERDICT_TTL_MS: u64 = 900_000;
 
 impl Queue {
     pub(super) fn new(core: Arc<Core>) -> Self {

@@ -11,7 +11,7 @@ use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value, aio::Conne
 use rust_decimal::Decimal;
 
 use super::conn::{Conn, Wait};
-use super::keys::SaleKeys;
+use super::keys::{Key, SaleKeys};
 use super::types::{
     Booked, BookedState, Progress, Rejection, Restore, Restored, SaleSpec, booked_record,
 };
@@ -327,26 +327,79 @@ pub enum PlaceReply {
     Rejected(Rejection),
 }
 
-/// `place_order.lua`.
+/// `place_order.lua`, as one `EVALSHA` written straight into its command
+/// buffer (see [`place_order_cmd`]); loaded again on NOSCRIPT.
 pub async fn place_order(
     conn: &mut impl ConnectionLike,
-    keys: &SaleKeys,
+    prefix: &str,
     order: &OrderCall<'_>,
 ) -> RedisResult<PlaceReply> {
-    place_order_call(keys, order).invoke_async(conn).await
+    let cmd = place_order_cmd(prefix, order);
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            PLACE_ORDER.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
 }
 
 /// `place_order.lua`, then `WAIT`, on the same connection and node (see
-/// [`invoke_and_wait`]); returns the reply and the replicas that have the
+/// [`pipe_and_wait`]); returns the reply and the replicas that have the
 /// order. On a replay the script writes too, so the WAIT covers the first
 /// order whichever answer this is.
 pub async fn place_order_and_wait(
     conn: &mut Conn,
-    keys: &SaleKeys,
+    prefix: &str,
     order: &OrderCall<'_>,
     wait: Wait,
 ) -> RedisResult<(PlaceReply, u32)> {
-    invoke_and_wait(conn, &keys.orders, &place_order_call(keys, order), wait).await
+    let cmd = place_order_cmd(prefix, order);
+    let orders = order_key(prefix, order.product, "orders").to_string();
+    let pipe = || {
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone());
+        pipe
+    };
+    let load = async |c: &mut Conn| PLACE_ORDER.prepare_invoke().load_async(c).await;
+    pipe_and_wait(conn, &orders, pipe, load, wait).await
+}
+
+/// The `EVALSHA` of `place_order.lua`: its keys and arguments are written
+/// into the command's one buffer as they are made (no `String` per key, no
+/// copy per argument: what `redis::Script`'s invocation costs on the
+/// order path, see BENCHMARKS.md "What an accepted order costs").
+fn place_order_cmd(prefix: &str, order: &OrderCall<'_>) -> redis::Cmd {
+    let key = |name| order_key(prefix, order.product, name);
+    let product = order.product.as_str();
+    let room = 96 + 8 * (prefix.len() + product.len() + 12) + order.order_id.as_str().len();
+    let mut cmd = redis::Cmd::with_capacity(17, room);
+    cmd.arg("EVALSHA")
+        .arg(PLACE_ORDER.get_hash())
+        .arg(7)
+        .arg(key("sale"))
+        .arg(key("stock"))
+        .arg(key("bought"))
+        .arg(key("idem"))
+        .arg(key("orders"))
+        .arg(key("accepted"))
+        .arg(key("void"))
+        .arg(order.order_id.as_str())
+        .arg(order.user_id)
+        .arg(product)
+        .arg(order.quantity)
+        .arg(order.idempotency_field.unwrap_or(""))
+        .arg(order.idempotency_key.unwrap_or(""))
+        .arg(if order.admitted { "1" } else { "" });
+    cmd
+}
+
+fn order_key<'a>(prefix: &'a str, product: &'a ProductId, name: &'static str) -> Key<'a> {
+    Key {
+        prefix,
+        product,
+        name,
+    }
 }
 
 /// A script call, then `WAIT`, as one pipeline to the master holding `key`
@@ -362,11 +415,29 @@ pub(super) async fn invoke_and_wait<T: FromRedisValue>(
         pipe.invoke_script(call);
         pipe
     };
+    pipe_and_wait(
+        conn,
+        key,
+        pipe,
+        async |c: &mut Conn| call.load_async(c).await,
+        wait,
+    )
+    .await
+}
+
+/// A pipeline of one script call (`pipe` makes it), then `WAIT`; `load`
+/// loads the script when the node answers NOSCRIPT (a pipeline does not load
+/// it by itself: after a restart, or a failover to a node that never ran it).
+async fn pipe_and_wait<T: FromRedisValue>(
+    conn: &mut Conn,
+    key: &str,
+    pipe: impl Fn() -> redis::Pipeline,
+    load: impl AsyncFnOnce(&mut Conn) -> RedisResult<String>,
+    wait: Wait,
+) -> RedisResult<(T, u32)> {
     let (reply, acked) = match super::conn::then_wait(conn, key, pipe(), wait).await {
-        // A pipeline does not load the script by itself (after a restart or
-        // a failover to a node that never ran it).
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            call.load_async(conn).await?;
+            load(conn).await?;
             super::conn::then_wait(conn, key, pipe(), wait).await?
         }
         other => other?,
@@ -385,25 +456,6 @@ pub struct OrderCall<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The API checked the buyer's admission from the sale's waiting room.
     pub admitted: bool,
-}
-
-fn place_order_call(keys: &SaleKeys, order: &OrderCall<'_>) -> redis::ScriptInvocation<'static> {
-    let mut call = PLACE_ORDER.prepare_invoke();
-    call.key(&keys.sale)
-        .key(&keys.stock)
-        .key(&keys.bought)
-        .key(&keys.idem)
-        .key(&keys.orders)
-        .key(&keys.accepted)
-        .key(&keys.void)
-        .arg(order.order_id.as_str())
-        .arg(order.user_id)
-        .arg(order.product.as_str())
-        .arg(order.quantity)
-        .arg(order.idempotency_field.unwrap_or(""))
-        .arg(order.idempotency_key.unwrap_or(""))
-        .arg(if order.admitted { "1" } else { "" });
-    call
 }
 
 impl FromRedisValue for PlaceReply {
@@ -451,5 +503,55 @@ impl FromRedisValue for PlaceReply {
             other => return Err(format!("unknown place_order status {other:?}").into()),
         };
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order's command carries the script's KEYS in its contract's
+    /// order, named as every other handle names them (`SaleKeys`), and its
+    /// ARGV: byte for byte what `redis::Script`'s invocation sends.
+    #[test]
+    fn the_order_command_is_the_scripts_invocation() {
+        let product = ProductId::parse("sku-1").unwrap();
+        let order_id = OrderId::generate(&product);
+        let order = OrderCall {
+            order_id: &order_id,
+            user_id: UserId::new(42).unwrap(),
+            product: &product,
+            quantity: Quantity::new(2).unwrap(),
+            idempotency_field: Some("42:k-1"),
+            idempotency_key: Some("k-1"),
+            admitted: true,
+        };
+        let keys = SaleKeys::new("fs", &product);
+        let mut invocation = PLACE_ORDER.prepare_invoke();
+        for key in [
+            &keys.sale,
+            &keys.stock,
+            &keys.bought,
+            &keys.idem,
+            &keys.orders,
+            &keys.accepted,
+            &keys.void,
+        ] {
+            invocation.key(key);
+        }
+        invocation
+            .arg(order_id.as_str())
+            .arg(42)
+            .arg("sku-1")
+            .arg(2)
+            .arg("42:k-1")
+            .arg("k-1")
+            .arg("1");
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation);
+        assert_eq!(
+            place_order_cmd("fs", &order).get_packed_command(),
+            pipe.get_packed_pipeline()
+        );
     }
 }

@@ -123,6 +123,20 @@ impl SaleStream {
         self.redis.bounded(call).await
     }
 
+    /// Asks to sleep until the sale's bell (`drain_sleep.lua`): true when
+    /// the group had nothing pending and nothing undelivered, and the sale's
+    /// next order will ring; false when something waits.
+    pub async fn sleep(&self) -> Result<bool, SaleError> {
+        let mut conn = self.redis.shared().await?;
+        let mut call = DRAIN_SLEEP.key(&self.keys.sale);
+        call.key(&self.keys.orders).arg(GROUP);
+        Ok(self
+            .redis
+            .bounded(call.invoke_async::<i64>(&mut conn))
+            .await?
+            == 1)
+    }
+
     /// Trims acked entries older than `retention` (see [`trim`]).
     pub async fn trim(&self, retention: Duration) -> Result<u64, SaleError> {
         let mut conn = self.redis.shared().await?;
@@ -219,6 +233,8 @@ async fn deliveries(
         .collect())
 }
 
+static DRAIN_SLEEP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/drain_sleep.lua")));
 static DEAD_LETTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/dead_letter.lua")));
 

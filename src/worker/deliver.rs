@@ -369,12 +369,7 @@ impl Deliverer {
             .backoff_min
             .saturating_mul(1 << attempts.saturating_sub(1).min(20));
         let ceiling = doubled.min(self.settings.backoff_max);
-        let mut r = [0u8; 8];
-        let unit = match getrandom::fill(&mut r) {
-            Ok(()) => (u64::from_le_bytes(r) >> 11) as f64 / (1u64 << 53) as f64,
-            Err(_) => 0.5,
-        };
-        ceiling.mul_f64(0.5 + 0.5 * unit)
+        ceiling.mul_f64(0.5 + 0.5 * super::every::unit_random())
     }
 
     /// One attempt: `Ok` on a 2xx within the timeout.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::activity::Activity;
 use super::{WorkerConfig, WorkerError};
 use crate::domain::Chain;
 use crate::domain::PendingOrder;
@@ -68,6 +69,9 @@ pub struct SaleWorker {
     ahead: Option<Vec<Entry>>,
     /// When a read last returned entries (a sale is hot for `HOT_FOR` after).
     last_entries: Instant,
+    /// When a trim last ran.
+    last_trim: Option<Instant>,
+    activity: Activity,
 }
 
 /// Entries of a batch with the orders they carry.
@@ -75,8 +79,13 @@ type Batch<'a> = Vec<(&'a Entry, PendingOrder)>;
 
 /// How long a sale counts as selling after its last new entry.
 const HOT_FOR: Duration = Duration::from_secs(10);
-/// How often an idle sale's stream is polled.
+/// How often an idle sale's stream is polled when it cannot sleep on its
+/// bell (no bell subscription, or entries pending to another consumer).
 const IDLE_POLL: Duration = Duration::from_millis(500);
+/// How long a drain sleeps on its bell before it looks anyway (a bell lost
+/// without the subscription noticing; trimming), spread ±25% so that the
+/// drains of many quiet sales do not look all at once.
+const SLEEP_CHECK: Duration = Duration::from_secs(300);
 /// How long a read waits for a free pooled connection before it polls instead.
 const POOL_WAIT: Duration = Duration::from_millis(20);
 
@@ -87,8 +96,11 @@ impl SaleWorker {
         db: Db,
         cfg: Arc<WorkerConfig>,
         metrics: Arc<Metrics>,
+        activity: Activity,
     ) -> Self {
         Self {
+            activity,
+            last_trim: None,
             stream: sales.stream(&product, &cfg.consumer),
             product,
             sales,
@@ -205,18 +217,57 @@ impl SaleWorker {
     }
 
     /// Trims acked entries older than the retention.
-    pub async fn trim(&self) -> Result<u64, WorkerError> {
-        Ok(self.stream.trim(self.cfg.retention).await?)
+    pub async fn trim(&mut self) -> Result<u64, WorkerError> {
+        let trimmed = self.stream.trim(self.cfg.retention).await?;
+        self.last_trim = Some(Instant::now());
+        Ok(trimmed)
+    }
+
+    /// Whether a sleeping drain's stream may still hold entries to trim:
+    /// entries were read (or the drain started) less than the retention
+    /// before the last trim.
+    fn may_trim(&self) -> bool {
+        let aged_out = self.last_entries + self.cfg.retention;
+        Instant::now() >= aged_out && self.last_trim.is_none_or(|t| t < aged_out)
+    }
+
+    /// Sleeps until the sale's bell rings, when its stream has nothing
+    /// pending or undelivered (`drain_sleep.lua`) and a bell subscription is
+    /// up; or for `SLEEP_CHECK` at most, or until `shutdown`. Returns
+    /// whether it slept (false: something waits, or no bells to sleep on).
+    pub async fn sleep(&mut self, shutdown: &CancellationToken) -> Result<bool, WorkerError> {
+        let bells = &self.sales.bells;
+        if !bells.listening() || self.ahead.is_some() || self.cursor != Cursor::New {
+            return Ok(false);
+        }
+        let bell = bells.waiter(&self.product);
+        if !self.stream.sleep().await? {
+            return Ok(false);
+        }
+        self.activity.sleeps(&self.product);
+        self.metrics.drains_asleep.inc();
+        let spread = SLEEP_CHECK / 4;
+        let check = SLEEP_CHECK - spread + spread.mul_f64(2.0 * super::every::unit_random());
+        tokio::select! {
+            _ = bell.notified() => self.metrics.drain_wakeups.with_label_values(&["bell"]).inc(),
+            _ = tokio::time::sleep(check) => self.metrics.drain_wakeups.with_label_values(&["check"]).inc(),
+            _ = shutdown.cancelled() => {}
+        }
+        self.metrics.drains_asleep.dec();
+        self.activity.wakes(&self.product);
+        Ok(true)
     }
 
     /// Reads a batch. Only a hot sale's wait for new entries blocks in Redis,
     /// on a pooled connection of its own (see sale::conn); every other read
     /// is non-blocking on the shared connection, and an idle sale that found
-    /// nothing waits `IDLE_POLL` here instead. So the pool only needs a
+    /// nothing sleeps on its bell ([`Self::sleep`]), or without bells waits
+    /// `IDLE_POLL` here instead. So the pool only needs a
     /// connection per sale that is selling right now, however many sales the
     /// registry lists, and a full pool slows a drain down, never stops it.
     async fn read(&self, from: &str, block: Option<Duration>) -> Result<Vec<Entry>, WorkerError> {
         let count = self.cfg.batch_size;
+        self.metrics.stream_reads.inc();
         if let Some(block) = block
             && self.last_entries.elapsed() < HOT_FOR
             && let Some(entries) = self
@@ -229,6 +280,7 @@ impl SaleWorker {
         let entries = self.stream.read_now(from, count).await?;
         if entries.is_empty()
             && let Some(block) = block
+            && !self.sales.bells.listening()
         {
             tokio::time::sleep(block.min(IDLE_POLL)).await;
         }
@@ -411,28 +463,59 @@ impl Outcome {
 }
 
 /// Drains one sale until `shutdown`: steps, with a reclaim pass every half
-/// claim-idle time and a trim every `trim_every`. Errors back off (capped);
-/// nothing is dropped mid-batch: shutdown is checked between steps, and a
-/// step is bounded by the block time.
+/// claim-idle time and a trim every `trim_every`; a step that finds nothing
+/// sleeps on the sale's bell ([`SaleWorker::sleep`]), and a drain woken
+/// without finding anything sleeps again at once (nothing is pending then:
+/// no reclaim; a trim only while entries may still age out). Errors back
+/// off (capped); nothing is dropped mid-batch: shutdown is checked between
+/// steps, and a step is bounded by the block time.
 pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
     let cfg = w.cfg.clone();
     let mut backoff = cfg.backoff_min;
     let reclaim_every = (cfg.claim_idle / 2).max(Duration::from_millis(50));
     let mut next_reclaim = Instant::now() + reclaim_every;
     let mut next_trim = Instant::now() + cfg.trim_every;
+    let mut slept = false;
     while !shutdown.is_cancelled() {
-        let mut result = w.step().await.map(|_| ());
-        if result.is_ok() && Instant::now() >= next_reclaim {
-            result = w.reclaim().await.map(|_| ());
-            next_reclaim = Instant::now() + reclaim_every;
-        }
-        if result.is_ok() && Instant::now() >= next_trim {
-            result = w.trim().await.map(|_| ());
-            next_trim = Instant::now() + cfg.trim_every;
+        let mut result = w.step().await.map(|o| o.read);
+        let quiet = slept && matches!(result, Ok(0));
+        if quiet {
+            if w.may_trim() {
+                result = w.trim().await.map(|_| 0);
+            }
+        } else {
+            if result.is_ok() && Instant::now() >= next_reclaim {
+                result = w.reclaim().await.map(|o| o.read);
+                next_reclaim = Instant::now() + reclaim_every;
+            }
+            if result.is_ok() && Instant::now() >= next_trim {
+                result = w.trim().await.map(|_| 0);
+                next_trim = Instant::now() + cfg.trim_every;
+            }
         }
         match result {
-            Ok(()) => backoff = cfg.backoff_min,
+            Ok(read) => {
+                backoff = cfg.backoff_min;
+                slept = false;
+                if read == 0 {
+                    match w.sleep(&shutdown).await {
+                        Ok(s) => slept = s,
+                        Err(e) => {
+                            tracing::warn!(product_id = %w.product, error = %Chain(&e), "cannot sleep on the bell; polling");
+                        }
+                    }
+                    if !slept && w.sales.bells.listening() {
+                        // Something waits that this drain cannot read (another
+                        // consumer's pending entries): poll, as without bells.
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(IDLE_POLL) => {}
+                        }
+                    }
+                }
+            }
             Err(e) => {
+                slept = false;
                 tracing::warn!(product_id = %w.product, error = %Chain(&e), retry_in = ?backoff, "drain failed; backing off");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,

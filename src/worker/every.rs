@@ -68,6 +68,15 @@ where
     })
 }
 
+/// A number in [0, 1), different at each call: for spreading waits.
+pub fn unit_random() -> f64 {
+    let mut r = [0u8; 8];
+    match getrandom::fill(&mut r) {
+        Ok(()) => (u64::from_le_bytes(r) >> 11) as f64 / (1u64 << 53) as f64,
+        Err(_) => 0.5,
+    }
+}
+
 /// Waits for a spawned task and says how it ended, when it ended badly.
 pub async fn report_exit(what: &'static str, task: JoinHandle<()>) {
     if let Err(e) = task.await {

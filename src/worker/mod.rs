@@ -12,6 +12,7 @@
 //! retirement passes (`books::retire`: ended, settled sales leave the
 //! registry, so their drains stop).
 
+pub mod activity;
 pub mod deliver;
 pub mod drain;
 pub mod every;
@@ -26,6 +27,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use drain::{Outcome, SaleWorker};
+
+use activity::Activity;
 
 use crate::books::retire::{RetireSettings, Retirer};
 use crate::books::{Books, Sweeper};
@@ -157,6 +160,8 @@ pub struct Workers {
     cfg: Arc<WorkerConfig>,
     /// What the workers did (rows persisted, reclaims, dead letters, ...).
     metrics: Arc<Metrics>,
+    /// Which sales' drains sleep (for the per-sale passes).
+    activity: Activity,
 }
 
 impl Workers {
@@ -166,6 +171,7 @@ impl Workers {
             db,
             cfg: Arc::new(cfg),
             metrics: Arc::default(),
+            activity: Activity::default(),
         }
     }
 
@@ -198,6 +204,7 @@ impl Workers {
             self.db.clone(),
             self.cfg.clone(),
             self.metrics.clone(),
+            self.activity.clone(),
         )
     }
 
@@ -216,6 +223,14 @@ impl Workers {
         }
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
         let passes = periodic::start(&self, &shutdown);
+        let sales = self.sales.clone();
+        let bells = every::supervised("bells", shutdown.clone(), {
+            let stop = shutdown.clone();
+            move || {
+                let (sales, stop) = (sales.clone(), stop.clone());
+                async move { sales.listen_for_bells(stop).await }
+            }
+        });
         let mut drains = Drains::default();
         loop {
             if let Err(e) = self.step(&mut drains, &shutdown).await {
@@ -227,6 +242,7 @@ impl Workers {
             }
         }
         drains.stop_all().await;
+        let _ = bells.await;
         for pass in passes {
             let _ = pass.await;
         }
@@ -247,7 +263,9 @@ impl Workers {
             .await?
             .into_iter()
             .collect();
-        drains.stop_those_not_in(&open);
+        for gone in drains.stop_those_not_in(&open) {
+            self.sales.bells.forget(&gone);
+        }
         for product in open {
             let workers = self.clone();
             drains.start(product, shutdown, |product, stop| {
@@ -287,21 +305,23 @@ impl Drains {
         }
     }
 
-    /// Stops the drains of the sales not in `open` (and forgets those that ended).
-    fn stop_those_not_in(&mut self, open: &HashSet<ProductId>) {
+    /// Stops the drains of the sales not in `open` (and forgets those that
+    /// ended); returns the sales no longer open.
+    fn stop_those_not_in(&mut self, open: &HashSet<ProductId>) -> Vec<ProductId> {
         let gone: Vec<ProductId> = self
             .running
             .iter()
             .filter(|(p, (task, _))| !open.contains(*p) || task.is_finished())
             .map(|(p, _)| p.clone())
             .collect();
-        for product in gone {
-            if let Some((task, stop)) = self.running.remove(&product) {
+        for product in &gone {
+            if let Some((task, stop)) = self.running.remove(product) {
                 stop.cancel();
                 self.stopping.push(task);
             }
         }
         self.stopping.retain(|t| !t.is_finished());
+        gone.into_iter().filter(|p| !open.contains(p)).collect()
     }
 
     /// Waits for every drain to finish its batch and stop.

@@ -8,6 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Workers;
+use super::activity::Looks;
 use super::deliver::{Deliverer, Lags};
 use super::every::{every, supervised};
 use super::reconciler::Reconciler;
@@ -41,8 +42,13 @@ type Pass = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 async fn sweeping(workers: Workers, stop: CancellationToken) {
     let sweeper = workers.sweeper();
+    let looks = Mutex::new(Looks::default());
     every("sweeper", workers.cfg.sweep_every, stop, || async {
-        sweeper.sweep().await.map(|_| ())
+        let mut looks = looks.lock().await;
+        sweeper
+            .sweep_picking(|open| looks.due(&workers.activity, &open))
+            .await
+            .map(|_| ())
     })
     .await;
 }
@@ -78,21 +84,22 @@ async fn reconciling(workers: Workers, stop: CancellationToken) {
     .await;
 }
 
-/// Every open sale's books every `books_every`, the verdicts exported
+/// Every open sale's books every `books_every` (a quiet sale's less often:
+/// see `super::activity`), the verdicts exported
 /// (`flashsale_sale_books_balanced`, `_difference`, and the sale's `books`
 /// key for the dashboards); a sale that leaves the registry leaves them.
 async fn checking_books(workers: Workers, stop: CancellationToken) {
-    let verdicts = Mutex::new(books::live::Verdicts::default());
+    let verdicts = Mutex::new((books::live::Verdicts::default(), Looks::default()));
     every("books check", workers.cfg.books_every, stop, || async {
-        let mut verdicts = verdicts.lock().await;
+        let (verdicts, looks) = &mut *verdicts.lock().await;
         let open = workers.sales.lifecycle.open_sales().await?;
-        for product in &open {
+        for product in &looks.due(&workers.activity, &open) {
             let checked = books::live::check(
                 &workers.sales,
                 &workers.db,
                 product,
                 workers.cfg.release_grace,
-                &mut verdicts,
+                verdicts,
             )
             .await;
             match checked {

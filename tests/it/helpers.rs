@@ -755,3 +755,19 @@ impl TestApp {
         .await;
     }
 }
+
+/// The value of a series on the instance's `/metrics` (0 when absent).
+pub async fn metric(app: &TestApp, base: &str, series: &str) -> f64 {
+    let text = app
+        .client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}

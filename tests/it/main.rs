@@ -20,6 +20,7 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
+mod bells;
 mod browser;
 mod buyer_page;
 mod cluster;

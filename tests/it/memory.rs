@@ -8,7 +8,8 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, now_ms, product_body, spawn_app_on, spawn_app_with, status_code, unique,
+    Backend, TestApp, metric, now_ms, product_body, spawn_app_on, spawn_app_with, status_code,
+    unique,
 };
 
 /// `POST /api/orders` to the instance at `base`.
@@ -21,22 +22,6 @@ async fn order_at(app: &TestApp, base: &str, user: u64, sku: &str, key: Option<&
         req = req.header("Idempotency-Key", key);
     }
     req.send().await.expect("request sent")
-}
-
-/// The value of a series on the instance's `/metrics` (0 when absent).
-async fn metric(app: &TestApp, base: &str, series: &str) -> f64 {
-    let text = app
-        .client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }
 
 fn answered(outcome: &str, by: &str) -> String {
