@@ -106,6 +106,8 @@ end
 -- `<prefix>:{<product_id>}:sale`), with the sale's id.
 if not sale[6] then
   redis.call('HSET', KEYS[1], 'awake', '1')
-  redis.call('PUBLISH', string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[3] - 8) .. ':bell', ARGV[3])
+  -- pcall: a Redis user not allowed to PUBLISH must not fail the order (its
+  -- drains then poll: they cannot subscribe either).
+  redis.pcall('PUBLISH', string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[3] - 8) .. ':bell', ARGV[3])
 end
 return {'ok', ARGV[1], sale[4], now_ms, allowance - qty}

@@ -114,11 +114,10 @@ pub struct BooksVerdict {
     pub judged_ms: i64,
 }
 
-/// How long a recorded verdict outlives its last renewal: a verdict nobody
-/// renews (no worker checking) fades rather than stand for the present.
-/// Three of the workers' looks at a quiet sale (every five minutes:
-/// `worker::activity`), so a quiet sale's verdict never lapses between them.
-const VERDICT_TTL_MS: u64 = 900_000;
+/// How long a recorded reason an ended sale is unsettled outlives its last
+/// renewal: what nobody renews (no worker checking) fades rather than stand
+/// for the present.
+const VERDICT_TTL_MS: u64 = 60_000;
 
 impl Queue {
     pub(super) fn new(core: Arc<Core>) -> Self {
@@ -186,11 +185,13 @@ impl Queue {
     }
 
     /// Records a worker's verdict on the sale's books for every instance's
-    /// dashboard ([`QueueView::books`]); it expires unless renewed.
+    /// dashboard ([`QueueView::books`]); it expires `lasts` after, unless
+    /// renewed (the worker says how long: a quiet sale is judged less often).
     pub async fn record_books(
         &self,
         product: &ProductId,
         verdict: BooksVerdict,
+        lasts: std::time::Duration,
     ) -> Result<(), SaleError> {
         let keys = self.core.keys(product);
         let mut pipe = redis::pipe();
@@ -203,7 +204,7 @@ impl Queue {
             ],
         )
         .ignore()
-        .pexpire(&keys.books, VERDICT_TTL_MS as i64)
+        .pexpire(&keys.books, lasts.as_millis().max(1) as i64)
         .ignore();
         self.core
             .call(|mut c| async move { pipe.query_async::<()>(&mut c).await })

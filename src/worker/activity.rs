@@ -2,7 +2,7 @@
 //! cancels asked while pending) follow orders rather than the number of
 //! open sales: a sale whose drains sleep (see `sale::bells`) and were not
 //! awake since a pass last looked at it has nothing new for that pass; it is
-//! looked at again only every [`QUIET_LOOK`], in case something changed
+//! looked at again only every [`QUIET_PASSES`] passes, in case something changed
 //! that no drain saw (a hand edit, a cancel request that raced its order's
 //! persisting).
 
@@ -14,8 +14,9 @@ use tokio::time::Instant;
 
 use crate::domain::ProductId;
 
-/// How often a pass looks at a sale that stayed quiet since its last look.
-pub const QUIET_LOOK: Duration = Duration::from_secs(300);
+/// A pass looks at a sale that stayed quiet since its last look every this
+/// many passes (every 5 minutes for a pass every 5 s).
+pub const QUIET_PASSES: u32 = 60;
 
 /// The drains' sleep, as this process's passes see it. Cheap to clone.
 #[derive(Clone, Default)]
@@ -44,15 +45,30 @@ impl Activity {
 }
 
 /// One pass's memory of when it last looked at each sale.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Looks {
     last: HashMap<ProductId, Instant>,
+    /// How often a quiet sale is looked at.
+    quiet: Duration,
 }
 
 impl Looks {
+    /// For a pass every `every`.
+    pub fn new(every: Duration) -> Self {
+        Self {
+            last: HashMap::new(),
+            quiet: every * QUIET_PASSES,
+        }
+    }
+
+    /// How often a quiet sale is looked at.
+    pub fn quiet(&self) -> Duration {
+        self.quiet
+    }
+
     /// Of `open`, the sales due a look now (each then counts as looked at):
     /// those awake, asleep since the last look, never looked at, or last
-    /// looked at [`QUIET_LOOK`] ago. Sales no longer open are forgotten.
+    /// looked at [`Self::quiet`] ago. Sales no longer open are forgotten.
     pub fn due(&mut self, activity: &Activity, open: &[ProductId]) -> Vec<ProductId> {
         let now = Instant::now();
         let asleep = activity.map();
@@ -60,7 +76,7 @@ impl Looks {
             .iter()
             .filter(|p| match (asleep.get(*p), self.last.get(*p)) {
                 (Some(since), Some(looked)) => {
-                    since >= looked || now.duration_since(*looked) >= QUIET_LOOK
+                    since >= looked || now.duration_since(*looked) >= self.quiet
                 }
                 _ => true,
             })
@@ -86,7 +102,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quiet_sale_is_looked_at_every_five_minutes_an_active_one_every_pass() {
-        let (activity, mut looks) = (Activity::default(), Looks::default());
+        let activity = Activity::default();
+        let mut looks = Looks::new(Duration::from_secs(5));
         let (busy, quiet) = (pid("busy"), pid("quiet"));
         let open = vec![busy.clone(), quiet.clone()];
         assert_eq!(looks.due(&activity, &open), open, "first looks: all");
@@ -101,7 +118,7 @@ mod tests {
             tokio::time::advance(Duration::from_secs(5)).await;
             assert_eq!(looks.due(&activity, &open), vec![busy.clone()]);
         }
-        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(looks.due(&activity, &open), open, "five minutes on: a look");
         activity.wakes(&quiet);
         tokio::time::advance(Duration::from_secs(5)).await;

@@ -267,8 +267,10 @@ impl Workers {
             self.sales.bells.forget(&gone);
         }
         for product in open {
-            let workers = self.clone();
             drains.start(product, shutdown, |product, stop| {
+                // Cloned only for a drain that starts: every look at the
+                // registry goes over every open sale.
+                let workers = self.clone();
                 every::supervised("drain", stop.clone(), move || {
                     drain::run_sale(workers.sale_worker(product.clone()), stop.clone())
                 })

@@ -42,7 +42,7 @@ type Pass = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 async fn sweeping(workers: Workers, stop: CancellationToken) {
     let sweeper = workers.sweeper();
-    let looks = Mutex::new(Looks::default());
+    let looks = Mutex::new(Looks::new(workers.cfg.sweep_every));
     every("sweeper", workers.cfg.sweep_every, stop, || async {
         let mut looks = looks.lock().await;
         sweeper
@@ -89,7 +89,11 @@ async fn reconciling(workers: Workers, stop: CancellationToken) {
 /// (`flashsale_sale_books_balanced`, `_difference`, and the sale's `books`
 /// key for the dashboards); a sale that leaves the registry leaves them.
 async fn checking_books(workers: Workers, stop: CancellationToken) {
-    let verdicts = Mutex::new((books::live::Verdicts::default(), Looks::default()));
+    let looks = Looks::new(workers.cfg.books_every);
+    // A verdict outlives three looks at a quiet sale: it never lapses
+    // between them, and fades once nobody checks.
+    let lasts = looks.quiet() * 3;
+    let verdicts = Mutex::new((books::live::Verdicts::default(), looks));
     every("books check", workers.cfg.books_every, stop, || async {
         let (verdicts, looks) = &mut *verdicts.lock().await;
         let open = workers.sales.lifecycle.open_sales().await?;
@@ -112,7 +116,7 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
                         difference: v.difference,
                         judged_ms: now_ms(),
                     };
-                    if let Err(e) = workers.sales.queue.record_books(product, recorded).await {
+                    if let Err(e) = workers.sales.queue.record_books(product, recorded, lasts).await {
                         tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
                     }
                 }

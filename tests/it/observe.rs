@@ -481,16 +481,22 @@ async fn a_worker_process_exports_its_metrics_on_metrics_addr() {
         || async { app.persisted(&sku).await.0 == 2 },
     )
     .await;
-    let text = app
-        .client
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .expect("the worker's metrics listener answers")
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(sample(&text, "flashsale_rows_persisted_total"), 2.0);
+    let scrape = || async {
+        app.client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+            .expect("the worker's metrics listener answers")
+            .text()
+            .await
+            .unwrap()
+    };
+    // The rows are counted once acked, a moment after their commit.
+    eventually("both rows counted", Duration::from_secs(10), || async {
+        sample(&scrape().await, "flashsale_rows_persisted_total") == 2.0
+    })
+    .await;
+    let text = scrape().await;
     assert_eq!(
         sample(&text, "flashsale_accept_to_persist_seconds_count"),
         2.0
