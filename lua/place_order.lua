@@ -74,18 +74,25 @@ if stock <= 0 then
   return {'sold_out'}
 end
 
+-- The buyer's units, this order's counted in: one write, not a read and a
+-- write, for an accepted order; a refusal takes its units back (it leaves
+-- the hash as it was, in the same atomic step).
 local qty = tonumber(ARGV[4])
-local bought = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-local allowance = tonumber(sale[3]) - bought
-if qty > allowance then
-  return {'limit', math.max(allowance, 0)}
-end
-if qty > stock then
+local bought = redis.call('HINCRBY', KEYS[3], ARGV[2], qty)
+local allowance = tonumber(sale[3]) - (bought - qty)
+if qty > allowance or qty > stock then
+  if bought == qty then
+    redis.call('HDEL', KEYS[3], ARGV[2])
+  else
+    redis.call('HINCRBY', KEYS[3], ARGV[2], -qty)
+  end
+  if qty > allowance then
+    return {'limit', math.max(allowance, 0)}
+  end
   return {'insufficient', stock}
 end
 
 redis.call('DECRBY', KEYS[2], qty)
-redis.call('HINCRBY', KEYS[3], ARGV[2], qty)
 local fields = {'order_id', ARGV[1], 'user_id', ARGV[2], 'product_id', ARGV[3],
   'quantity', ARGV[4], 'price', sale[4], 'created_ms', now_ms}
 if ARGV[6] ~= '' then

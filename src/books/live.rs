@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use super::error::BooksError;
 use crate::domain::{ProductId, now_ms};
-use crate::sale::{QueueView, Sales};
+use crate::sale::Sales;
+use crate::sale::queue::Backlog;
 use crate::store::Db;
 
 /// What one check saw of a sale.
@@ -151,19 +152,12 @@ impl Verdicts {
 
 /// Looks at one sale: Redis, then MySQL, then Redis again.
 pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, BooksError> {
-    let backlog = |v: &QueueView| match v.has_group {
-        true => v.lag.map(|lag| lag + v.pending),
-        // No group yet: nothing was ever read, so nothing may be waiting.
-        false => (v.stream_length == 0).then_some(0),
-    };
-    let stock = |v: &QueueView| v.stock.map(|s| s.max(0));
-    let before = sales.queue.view(product).await?;
-    let available_qty = db
-        .product(product)
+    let stock = |v: &Backlog| v.stock.map(|s| s.max(0));
+    let before = sales.queue.backlog(product).await?;
+    let (available_qty, (unreturned_units, newest_unreturned_ms)) = db
+        .books_figures(product)
         .await?
-        .ok_or_else(|| BooksError::Corrupt(format!("open sale {product} is not in tb_product")))?
-        .available_qty;
-    let (unreturned_units, newest_unreturned_ms) = db.unreturned_units(product).await?;
+        .ok_or_else(|| BooksError::Corrupt(format!("open sale {product} is not in tb_product")))?;
     let dead_letter_units = if before.dead_letters > 0 {
         sales
             .ledger
@@ -175,9 +169,9 @@ pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, B
     } else {
         0
     };
-    let after = sales.queue.view(product).await?;
+    let after = sales.queue.backlog(product).await?;
     Ok(Look {
-        backlog: (backlog(&before), backlog(&after)),
+        backlog: (before.unsettled, after.unsettled),
         stock: (stock(&before), stock(&after)),
         available_qty,
         dead_letter_units,

@@ -29,6 +29,19 @@ pub struct Queue {
     core: Arc<Core>,
 }
 
+/// What the books check needs of a sale's queue (see `books::live`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// Units left (`None`: the sale is not in Redis).
+    pub stock: Option<i64>,
+    /// Entries the workers have yet to settle: not yet delivered, or
+    /// delivered and not acked (`None`: Redis cannot tell, `XINFO GROUPS`
+    /// gave no lag).
+    pub unsettled: Option<u64>,
+    /// Entries in the dead letters.
+    pub dead_letters: u64,
+}
+
 /// One sale's queue, now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct QueueView {
@@ -159,6 +172,42 @@ impl Queue {
             .call(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
         read_view(keys, replies)
+    }
+
+    /// What the books check reads of the queue ([`Backlog`]): four cheap
+    /// commands in one round trip, where [`Self::view`] sends nine and
+    /// parses the stream's first and last entries and every consumer.
+    pub async fn backlog(&self, product: &ProductId) -> Result<Backlog, SaleError> {
+        let keys = self.core.keys(product);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .get(&keys.stock)
+            .cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&keys.orders)
+            .xlen(&keys.orders)
+            .xlen(&keys.dead);
+        let replies: Vec<RedisResult<Value>> = self
+            .core
+            .call(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
+        let stock: Option<i64> = parse(next()?)?;
+        // Fails when the stream does not exist (a sale not opened yet).
+        let groups: Option<StreamInfoGroupsReply> = next().ok().map(parse).transpose()?;
+        let stream_length: u64 = parse(next()?)?;
+        let dead_letters: u64 = parse(next()?)?;
+        let unsettled = match groups.and_then(|g| g.groups.into_iter().find(|g| g.name == GROUP)) {
+            Some(group) => group.lag.map(|lag| lag as u64 + group.pending as u64),
+            // No group yet: nothing was ever read, so nothing may be waiting.
+            None => (stream_length == 0).then_some(0),
+        };
+        Ok(Backlog {
+            stock,
+            unsettled,
+            dead_letters,
+        })
     }
 
     /// The oldest `limit` entries delivered and not acknowledged (`XPENDING`).

@@ -232,6 +232,35 @@ impl Db {
         Ok((units, newest.unwrap_or(0)))
     }
 
+    /// What the live books check reads of MySQL, in one query: the
+    /// product's `available_qty`, then what [`Self::unreturned_units`]
+    /// answers; `None` when the product is not in `tb_product`.
+    pub async fn books_figures(
+        &self,
+        product: &ProductId,
+    ) -> Result<Option<(i64, (i64, i64))>, StoreError> {
+        let row: Option<(i64, Option<rust_decimal::Decimal>, Option<i64>)> = self
+            .call(|pool| async move {
+                // The aggregate has one row, whatever matches.
+                sqlx::query_as(
+                    "SELECT p.available_qty, c.units, c.newest FROM tb_product p \
+                     CROSS JOIN (SELECT SUM(quantity) AS units, MAX(updated) AS newest \
+                     FROM tb_order WHERE status = ? AND released = 0 AND product_id = ?) c \
+                     WHERE p.product_id = ?",
+                )
+                .bind(OrderStatus::Cancelled.as_str())
+                .bind(product.as_str())
+                .bind(product.as_str())
+                .fetch_optional(pool)
+                .await
+            })
+            .await?;
+        Ok(row.map(|(available, units, newest)| {
+            let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
+            (available, (units, newest.unwrap_or(0)))
+        }))
+    }
+
     /// Every order of a product (for the audit and for recovery).
     pub async fn orders_of_product(
         &self,

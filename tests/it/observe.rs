@@ -797,3 +797,53 @@ async fn the_books_gauge_does_not_flap_during_a_burst() {
         seen.iter().filter(|(b, _)| *b != 1.0).collect::<Vec<_>>()
     );
 }
+
+/// The books check's read of a sale's queue (`Queue::backlog`): entries not
+/// yet delivered and entries delivered but not acked are both unsettled (a
+/// sale with either is not judged), with the stock and the dead letters.
+#[tokio::test]
+async fn the_books_checks_read_counts_undelivered_and_unacked_entries_as_unsettled() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(10, 5).await;
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let backlog = || async { app.sales.queue.backlog(&product).await.unwrap() };
+    let quiet = backlog().await;
+    assert_eq!(
+        (quiet.stock, quiet.unsettled, quiet.dead_letters),
+        (Some(10), Some(0), 0)
+    );
+    for user in 1..=3 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    let queued = backlog().await;
+    assert_eq!((queued.stock, queued.unsettled), (Some(7), Some(3)));
+    // A consumer takes two and has not acked them: still unsettled.
+    let mut r = app.redis.clone();
+    let orders = app.key(&sku, "orders");
+    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(flashsale::sale::keys::GROUP)
+        .arg("a-test")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg(&orders)
+        .arg(">")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let ids: Vec<String> = read.keys[0].ids.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(backlog().await.unsettled, Some(3));
+    let _: u64 = redis::cmd("XACK")
+        .arg(&orders)
+        .arg(flashsale::sale::keys::GROUP)
+        .arg(&ids)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(backlog().await.unsettled, Some(1));
+}

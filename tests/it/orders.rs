@@ -79,12 +79,20 @@ async fn a_quantity_over_the_allowance_or_the_stock_is_refused_whole(backend: Ba
         app.place_order(1, &sku, 3).await.status(),
         StatusCode::ACCEPTED
     );
+    // Refused by the script (a keyed order always reaches it), the buyer's
+    // units are as they were: the script counts an order's units in, and
+    // takes them back when it refuses.
+    let keyed = json!({"user_id": 1, "product_id": sku, "quantity": 2});
+    let resp = app.post_order(&keyed, Some(&unique("k-"))).await;
+    assert_eq!(status_code(resp).await.1, "limit_exceeded");
+    assert_eq!(app.bought(&sku, 1).await, 3);
     let resp = app.place_order(2, &sku, 3).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "insufficient_stock");
     assert!(body["message"].as_str().unwrap().contains('2'), "{body}");
     assert_eq!(app.stock(&sku).await, Some(2));
+    assert_eq!(app.bought(&sku, 2).await, 0);
     assert_eq!(
         app.place_order(2, &sku, 2).await.status(),
         StatusCode::ACCEPTED
@@ -295,7 +303,47 @@ async fn orders_keep_working_after_redis_forgets_the_scripts(backend: Backend) {
     assert_eq!(app.stock(&sku).await, Some(4));
 }
 
+/// Many buyers, each sending two orders at once with an allowance of one:
+/// each gets one 202 and one 409 (`limit_exceeded`), whether Redis or the
+/// memory answers the second, and the stock falls by one per buyer.
+async fn buyers_sending_two_orders_at_once_get_one_each(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = app.new_sale(400, 1).await;
+    let buyers = 150u64;
+    let mut set = JoinSet::new();
+    for user in 1..=buyers {
+        for _ in 0..2 {
+            let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
+            set.spawn(async move {
+                let resp = client
+                    .post(url)
+                    .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
+                    .send()
+                    .await
+                    .expect("answered");
+                (user, status_code(resp).await)
+            });
+        }
+    }
+    let mut answers = std::collections::HashMap::<u64, (u32, u32)>::new();
+    while let Some(r) = set.join_next().await {
+        let (user, answer) = r.expect("task");
+        let counts = answers.entry(user).or_default();
+        match answer {
+            (StatusCode::ACCEPTED, _) => counts.0 += 1,
+            (StatusCode::CONFLICT, code) if code == "limit_exceeded" => counts.1 += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    for user in 1..=buyers {
+        assert_eq!(answers[&user], (1, 1), "buyer {user}: (202s, 409s)");
+    }
+    assert_eq!(app.stock(&sku).await, Some(400 - buyers as i64));
+    assert_eq!(app.stream_len(&sku).await, buyers);
+}
+
 crate::on_both_backends!(
+    buyers_sending_two_orders_at_once_get_one_each,
     two_thousand_buyers_for_one_hundred_units_never_oversell,
     one_user_firing_fifty_orders_gets_exactly_the_limit,
     a_quantity_over_the_allowance_or_the_stock_is_refused_whole,
