@@ -228,8 +228,7 @@ impl Db {
                 .await
             })
             .await?;
-        let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
-        Ok((units, newest.unwrap_or(0)))
+        Ok((whole_units(units), newest.unwrap_or(0)))
     }
 
     /// What the live books check reads of MySQL, in one query: the
@@ -256,8 +255,7 @@ impl Db {
             })
             .await?;
         Ok(row.map(|(available, units, newest)| {
-            let units = units.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX));
-            (available, (units, newest.unwrap_or(0)))
+            (available, (whole_units(units), newest.unwrap_or(0)))
         }))
     }
 
@@ -369,4 +367,9 @@ pub(super) async fn cancel_rows(
             .await?;
     }
     Ok(())
+}
+
+/// A `SUM` of units as MySQL answers it (a DECIMAL, NULL over no rows).
+fn whole_units(sum: Option<rust_decimal::Decimal>) -> i64 {
+    sum.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX))
 }
