@@ -6,6 +6,7 @@
 # once). Works in a scratch database `order_table_cost`, dropped at the end.
 #
 #   scripts/order-table-cost.sh [rounds]
+#   VARIANTS="as-is ascii-bin-ids" scripts/order-table-cost.sh 3   # some of the twins
 set -euo pipefail
 rounds=${1:-2}
 pid=$(pgrep -x mariadbd || pgrep -x mysqld)
@@ -48,9 +49,13 @@ declare -A variants=(
   [no-status-index]="ALTER TABLE T DROP KEY idx_status_released_created;"
   [pk-and-order-id-only]="ALTER TABLE T DROP KEY idx_status_released_created, DROP KEY idx_user, DROP KEY idx_product_status;"
   [decimal-19-4]="ALTER TABLE T MODIFY price DECIMAL(19,4) NOT NULL;"
+  [ascii-bin-ids]="ALTER TABLE T MODIFY order_id VARCHAR(191) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY product_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL;"
+  [ascii-bin-ids-status]="ALTER TABLE T MODIFY order_id VARCHAR(191) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY product_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL;"
+  [order-id-pk]="ALTER TABLE T DROP COLUMN id, DROP KEY uk_order_id, ADD PRIMARY KEY (order_id);"
+  [order-id-pk-ascii-bin]="ALTER TABLE T DROP COLUMN id, DROP KEY uk_order_id, MODIFY order_id VARCHAR(191) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, MODIFY product_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, ADD PRIMARY KEY (order_id);"
 )
 for round in $(seq 1 "$rounds"); do
-  for name in as-is two-status-indexes no-status-index pk-and-order-id-only decimal-19-4; do
+  for name in ${VARIANTS:-as-is two-status-indexes no-status-index pk-and-order-id-only decimal-19-4 ascii-bin-ids ascii-bin-ids-status order-id-pk order-id-pk-ascii-bin}; do
     mariadb -uroot $db -e "DROP TABLE IF EXISTS T; CREATE TABLE T LIKE flashsale.tb_order; ${variants[$name]}"
     sleep 0.5
     before=$(cpu)

@@ -2,6 +2,8 @@
 //! it is never persisted, and after `MAX_DELIVERIES` it goes to dead letters.
 
 use redis::{FromRedisValue, ParsingError, Value};
+use rust_decimal::Decimal;
+use serde::Deserialize;
 
 use crate::domain::PendingOrder;
 use crate::domain::{OrderId, ProductId, Quantity, UserId};
@@ -34,26 +36,50 @@ impl Entry {
     }
 
     /// The order this entry carries, checked against the stream it came from.
+    /// `place_order.lua` writes the order as one JSON field, `order` (and the
+    /// `idempotency_key`, when there is one); entries written before, one
+    /// field per value, are read too.
     pub fn order(&self, product: &ProductId) -> Result<PendingOrder, String> {
-        let raw_id = self.text("order_id")?;
-        let (order_id, of) =
-            OrderId::parse(raw_id).ok_or_else(|| format!("order_id {raw_id:?} is malformed"))?;
-        let product_id = self.text("product_id")?;
-        if of != *product || product_id != product.as_str() {
-            return Err(format!(
-                "order {raw_id} of product {product_id:?} found in the stream of {product}"
-            ));
+        let Some(json) = self.field("order") else {
+            return self.order_of_fields(product);
+        };
+        let r: Record<'_> = serde_json::from_str(json).map_err(|e| format!("field order: {e}"))?;
+        checked(product, r, None, self.field("idempotency_key"))
+    }
+
+    /// The order id and units an entry names, whatever its shape, and
+    /// even when it does not parse as a whole (a dead letter's books count
+    /// its units): for reading the stream and the dead letters, not for
+    /// persisting.
+    pub fn names(&self) -> (Option<String>, Option<i64>) {
+        match self
+            .field("order")
+            .map(serde_json::from_str::<serde_json::Value>)
+        {
+            Some(Ok(v)) => (
+                v["order_id"].as_str().map(str::to_owned),
+                v["quantity"].as_i64(),
+            ),
+            Some(Err(_)) => (None, None),
+            None => (
+                self.field("order_id").map(str::to_owned),
+                self.field("quantity").and_then(|q| q.parse().ok()),
+            ),
         }
-        let out_of_range = |_| format!("order {raw_id} has a zero or out-of-range number");
-        Ok(PendingOrder {
-            order_id,
-            user_id: UserId::new(self.number("user_id")?).map_err(out_of_range)?,
-            product_id: product.clone(),
-            quantity: Quantity::new(self.number("quantity")?).map_err(out_of_range)?,
+    }
+
+    /// An entry of the earlier shape: `order_id`, `user_id`, `product_id`,
+    /// `quantity`, `price`, `created_ms` (and `idempotency_key`).
+    fn order_of_fields(&self, product: &ProductId) -> Result<PendingOrder, String> {
+        let record = Record {
+            order_id: self.text("order_id")?,
+            user_id: self.number("user_id")?,
+            quantity: self.number("quantity")?,
             price: self.number("price")?,
             created_ms: self.number("created_ms")?,
-            idempotency_key: self.text("idempotency_key").ok().map(str::to_owned),
-        })
+        };
+        let product_id = Some(self.text("product_id")?);
+        checked(product, record, product_id, self.field("idempotency_key"))
     }
 
     /// Decodes `[id, [field, value, ...]]`; a deleted entry (`[id, nil]`) has no fields.
@@ -111,6 +137,46 @@ impl Entry {
     }
 }
 
+/// An order as a stream entry holds it (`place_order.lua`'s JSON).
+#[derive(Deserialize)]
+struct Record<'a> {
+    order_id: &'a str,
+    user_id: u64,
+    quantity: u64,
+    price: Decimal,
+    created_ms: i64,
+}
+
+/// `record` as an order of `product`'s stream: its id names that sale (and
+/// so does `product_id`, in entries that carry one), its numbers are in
+/// range.
+fn checked(
+    product: &ProductId,
+    record: Record<'_>,
+    product_id: Option<&str>,
+    idempotency_key: Option<&str>,
+) -> Result<PendingOrder, String> {
+    let raw_id = record.order_id;
+    let (order_id, of) =
+        OrderId::parse(raw_id).ok_or_else(|| format!("order_id {raw_id:?} is malformed"))?;
+    if of != *product || product_id.is_some_and(|p| p != product.as_str()) {
+        let named = product_id.unwrap_or(of.as_str());
+        return Err(format!(
+            "order {raw_id} of product {named:?} found in the stream of {product}"
+        ));
+    }
+    let out_of_range = |_| format!("order {raw_id} has a zero or out-of-range number");
+    Ok(PendingOrder {
+        order_id,
+        user_id: UserId::new(record.user_id).map_err(out_of_range)?,
+        product_id: product.clone(),
+        quantity: Quantity::new(record.quantity).map_err(out_of_range)?,
+        price: record.price,
+        created_ms: record.created_ms,
+        idempotency_key: idempotency_key.map(str::to_owned),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +193,7 @@ mod tests {
         Value::Array(vec![bulk(id), Value::Array(flat)])
     }
 
+    /// An entry of the earlier shape, a field per value.
     fn order_fields(order_id: &str) -> Vec<(&str, &str)> {
         vec![
             ("order_id", order_id),
@@ -138,21 +205,42 @@ mod tests {
         ]
     }
 
+    /// An entry as `place_order.lua` writes it now.
+    fn record(order_id: &str, quantity: &str) -> String {
+        format!(
+            r#"{{"order_id":"{order_id}","user_id":42,"quantity":{quantity},"price":"4999.5","created_ms":1700000000000}}"#
+        )
+    }
+
     #[test]
     fn an_entry_decodes_into_its_order_checked_against_its_stream() {
         let sku = ProductId::parse("sku-1").unwrap();
         let id = "sku-1:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47";
-        let list = Value::Array(vec![entry("1-0", &order_fields(id))]);
+        let keyed = [
+            ("order", record(id, "2")),
+            ("idempotency_key", r#"k"\1"#.into()),
+        ];
+        let keyed: Vec<(&str, &str)> = keyed.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let list = Value::Array(vec![
+            entry("1-0", &[("order", &record(id, "2"))]),
+            entry("2-0", &keyed),
+            entry("3-0", &order_fields(id)),
+        ]);
         let entries = Entry::decode_list(list).unwrap();
         assert_eq!(entries[0].id, "1-0");
-        assert_eq!(entries[0].field("quantity"), Some("2"));
-        let order = entries[0].order(&sku).unwrap();
-        assert_eq!((order.user_id.get(), order.quantity.get()), (42, 2));
-        assert_eq!(order.price.to_string(), "4999.5");
-        assert_eq!(order.idempotency_key, None);
-        // Found in another sale's stream: poison, not an order of that sale.
-        let other = ProductId::parse("sku-2").unwrap();
-        assert!(entries[0].order(&other).is_err());
+        // One JSON field, with the key in a field of its own, and the
+        // earlier shape (a field per value): the same order.
+        for (e, key) in entries.iter().zip([None, Some(r#"k"\1"#), None]) {
+            let order = e.order(&sku).unwrap();
+            assert_eq!(order.order_id.as_str(), id);
+            assert_eq!((order.user_id.get(), order.quantity.get()), (42, 2));
+            assert_eq!(order.price.to_string(), "4999.5");
+            assert_eq!(order.created_ms, 1_700_000_000_000);
+            assert_eq!(order.idempotency_key.as_deref(), key);
+            // Found in another sale's stream: poison, not an order of that sale.
+            let other = ProductId::parse("sku-2").unwrap();
+            assert!(e.order(&other).is_err());
+        }
     }
 
     #[test]
@@ -171,10 +259,45 @@ mod tests {
         let mut bad_id = order_fields("sku-1:nothex");
         bad_id[0] = ("order_id", "sku-1:nothex");
         assert!(decode(bad_id).unwrap_err().contains("malformed"));
+        let zero = record(id, "0");
+        assert!(
+            decode(vec![("order", &zero)])
+                .unwrap_err()
+                .contains("zero or out-of-range")
+        );
+        let broken = record(id, "\"lots\"");
+        assert!(
+            decode(vec![("order", &broken)])
+                .unwrap_err()
+                .starts_with("field order:")
+        );
+        let half = &record(id, "1")[..30];
+        assert!(
+            decode(vec![("order", half)])
+                .unwrap_err()
+                .starts_with("field order:")
+        );
         // A deleted entry (`[id, nil]`) has no fields; nil is no entries.
         let deleted = Value::Array(vec![Value::Array(vec![bulk("2-0"), Value::Nil])]);
         assert!(Entry::decode_list(deleted).unwrap()[0].fields.is_empty());
         assert!(Entry::decode_list(Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_entry_names_its_order_and_units_in_either_shape_even_unparsed() {
+        let id = "sku-1:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47";
+        let decode = |fields: &[(&str, &str)]| {
+            Entry::decode_list(Value::Array(vec![entry("1-0", fields)])).unwrap()[0].names()
+        };
+        let named = (Some(id.to_owned()), Some(2));
+        assert_eq!(decode(&[("order", &record(id, "2"))]), named);
+        assert_eq!(decode(&order_fields(id)), named);
+        // Of another sale, or not an order id: not persisted, but its
+        // units still count in the books (dead letters).
+        let elsewhere = record("sku-9:019acb2f3a1c8e0d4a7b2c9f51e6d03a8b47", "3");
+        assert_eq!(decode(&[("order", &elsewhere)]).1, Some(3));
+        assert_eq!(decode(&[("order", "{not json")]), (None, None));
+        assert_eq!(decode(&[]), (None, None));
     }
 
     #[test]

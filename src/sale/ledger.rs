@@ -101,12 +101,12 @@ impl Ledger {
         Ok(Entry::decode_list(entries)
             .map_err(redis::RedisError::from)?
             .iter()
-            .map(|e| DeadLetter {
-                order_id: e.field("order_id").map(str::to_owned),
-                quantity: e
-                    .field("quantity")
-                    .and_then(|q| q.parse().ok())
-                    .unwrap_or(0),
+            .map(|e| {
+                let (order_id, quantity) = e.names();
+                DeadLetter {
+                    order_id,
+                    quantity: quantity.unwrap_or(0),
+                }
             })
             .collect())
     }
@@ -146,9 +146,10 @@ impl Ledger {
             .stream_entries(product)
             .await?
             .iter()
-            .filter_map(|e| e.field("order_id"))
+            .filter_map(|e| e.names().0)
             .filter(|id| {
-                !persisted.contains(id) && voided.get(*id).is_none_or(|state| state != "void")
+                !persisted.contains(id.as_str())
+                    && voided.get(id).is_none_or(|state| state != "void")
             })
             .count())
     }

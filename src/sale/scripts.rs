@@ -460,6 +460,9 @@ pub struct OrderCall<'a> {
 
 impl FromRedisValue for PlaceReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        if let Value::BulkString(accepted) = &v {
+            return Self::accepted(accepted);
+        }
         let mut parts = Vec::<Value>::from_redis_value(v)?.into_iter();
         let status = String::from_redis_value(parts.next().ok_or("empty reply")?)?;
         let mut next = || {
@@ -468,20 +471,6 @@ impl FromRedisValue for PlaceReply {
                 .ok_or_else(|| format!("short reply for {status}"))
         };
         let reply = match status.as_str() {
-            "ok" => {
-                let _order_id = String::from_redis_value(next()?)?;
-                let price = String::from_redis_value(next()?)?;
-                let price = price
-                    .parse()
-                    .map_err(|e| format!("price {price:?} in sale: {e}"))?;
-                let created_ms = i64::from_redis_value(next()?)?;
-                let allowance_left = u64::from_redis_value(next()?)?;
-                Self::Accepted {
-                    price,
-                    created_ms,
-                    allowance_left,
-                }
-            }
             "repeat" => Self::Replayed {
                 order_id: OrderId::from_trusted(String::from_redis_value(next()?)?),
                 record: String::from_redis_value(next()?)?,
@@ -506,9 +495,61 @@ impl FromRedisValue for PlaceReply {
     }
 }
 
+impl PlaceReply {
+    /// An accepted order's reply, `ok <price> <created_ms> <allowance_left>`:
+    /// one string to parse rather than an array of four.
+    fn accepted(reply: &[u8]) -> Result<Self, ParsingError> {
+        let text = std::str::from_utf8(reply).map_err(|_| "place_order reply is not UTF-8")?;
+        let mut parts = text.split(' ');
+        let mut next = |what: &str| {
+            parts
+                .next()
+                .ok_or_else(|| format!("place_order reply {text:?} lacks its {what}"))
+        };
+        if next("status")? != "ok" {
+            return Err(format!("unknown place_order reply {text:?}").into());
+        }
+        let bad = |what: &str| format!("place_order reply {text:?}: bad {what}");
+        Ok(Self::Accepted {
+            price: next("price")?.parse().map_err(|_| bad("price"))?,
+            created_ms: next("created_ms")?.parse().map_err(|_| bad("created_ms"))?,
+            allowance_left: next("allowance")?.parse().map_err(|_| bad("allowance"))?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_accepted_orders_reply_is_one_string_and_refusals_are_arrays() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = PlaceReply::from_redis_value(bulk("ok 4999.50 1796003647270 3")).unwrap();
+        let PlaceReply::Accepted {
+            price,
+            created_ms,
+            allowance_left,
+        } = reply
+        else {
+            panic!("{reply:?}");
+        };
+        assert_eq!(
+            (price.to_string(), created_ms, allowance_left),
+            ("4999.50".into(), 1_796_003_647_270, 3)
+        );
+        for broken in ["ok 4999 1796003647270", "ok x 1 1", "no 1 1 1", ""] {
+            assert!(
+                PlaceReply::from_redis_value(bulk(broken)).is_err(),
+                "{broken}"
+            );
+        }
+        let limit = Value::Array(vec![bulk("limit"), Value::Int(0)]);
+        assert!(matches!(
+            PlaceReply::from_redis_value(limit).unwrap(),
+            PlaceReply::Rejected(Rejection::LimitExceeded { allowance: 0 })
+        ));
+    }
 
     /// The order's command carries the script's KEYS in its contract's
     /// order, named as every other handle names them (`SaleKeys`), and its

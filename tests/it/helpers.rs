@@ -701,20 +701,34 @@ impl TestApp {
     /// Appends to the sale's stream, by hand, an entry no worker can
     /// persist (its quantity is not a number); returns its id.
     pub async fn add_poison_entry(&self, product_id: &str) -> String {
+        let order_id = format!("{product_id}:0123456789abcdef0123456789abcdef");
+        self.add_entry_of_fields(product_id, &order_id, 2, "lots")
+            .await
+    }
+
+    /// Appends to the sale's stream, by hand, an order in the entries' shape
+    /// before one JSON field (`order_id`, `user_id`, `product_id`, ... each a
+    /// field, as a deployment's streams hold them when it upgrades); returns
+    /// the entry's id.
+    pub async fn add_entry_of_fields(
+        &self,
+        product_id: &str,
+        order_id: &str,
+        user_id: u64,
+        quantity: &str,
+    ) -> String {
         let mut r = self.redis.clone();
         r.xadd(
             self.key(product_id, "orders"),
             "*",
             &[
-                (
-                    "order_id",
-                    format!("{product_id}:0123456789abcdef0123456789abcdef"),
-                ),
-                ("user_id", "2".into()),
+                ("order_id", order_id.to_owned()),
+                ("user_id", user_id.to_string()),
                 ("product_id", product_id.to_owned()),
-                ("quantity", "lots".into()),
+                ("quantity", quantity.to_owned()),
                 ("price", "1".into()),
                 ("created_ms", "1".into()),
+                ("idempotency_key", "old-key".into()),
             ],
         )
         .await

@@ -197,6 +197,60 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     drop(w);
 }
 
+/// A keyed order's entry carries its Idempotency-Key beside the order's JSON
+/// (a key may hold any visible character); an entry written by an earlier
+/// version, a field per value, is persisted as well.
+async fn keyed_orders_and_entries_of_the_earlier_shape_are_persisted_whole(backend: Backend) {
+    let app = spawn_app_on(backend, |s| s.workers = None).await;
+    let sku = app.new_sale(10, 1).await;
+    let key = r#"k"e\y{"},:1"#;
+    let keyed = app
+        .post_order(
+            &json!({"user_id": 7, "product_id": sku, "quantity": 1}),
+            Some(key),
+        )
+        .await;
+    assert_eq!(keyed.status(), StatusCode::ACCEPTED);
+    let keyed: Value = keyed.json().await.unwrap();
+    let old_id = format!("{sku}:0123456789abcdef0123456789abcdef0042");
+    app.add_entry_of_fields(&sku, &old_id, 8, "1").await;
+
+    let w = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("w"));
+    let step = w.sale_worker(pid(&sku)).step().await.unwrap();
+    assert_eq!((step.read, step.acked, step.dead), (2, 2, 0));
+    let rows: Vec<(String, i64, i64, String, i64, Option<String>)> = sqlx::query_as(
+        "SELECT order_id, user_id, quantity, CAST(price AS CHAR), created, idempotency_key \
+         FROM tb_order WHERE product_id = ? ORDER BY user_id",
+    )
+    .bind(&sku)
+    .fetch_all(&app.mysql)
+    .await
+    .unwrap();
+    let price: rust_decimal::Decimal = rows[0].3.parse().unwrap();
+    assert_eq!(
+        (
+            &rows[0].0,
+            rows[0].1,
+            rows[0].2,
+            price.normalize().to_string()
+        ),
+        (
+            &keyed["order_id"].as_str().unwrap().to_owned(),
+            7,
+            1,
+            keyed["price"].as_str().unwrap().to_owned()
+        )
+    );
+    assert_eq!(rows[0].4, keyed["created"].as_i64().unwrap());
+    assert_eq!(rows[0].5.as_deref(), Some(key));
+    assert_eq!(
+        (&rows[1].0, rows[1].1, rows[1].2, rows[1].4),
+        (&old_id, 8, 1, 1)
+    );
+    assert_eq!(rows[1].5.as_deref(), Some("old-key"));
+    drop(w);
+}
+
 async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns(backend: Backend) {
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let app = spawn_app_on(backend, |s| {
@@ -361,6 +415,7 @@ crate::on_both_backends!(
     a_worker_killed_between_commit_and_ack_is_finished_by_another,
     a_restarted_worker_finishes_its_own_pending_entries_first,
     a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted,
+    keyed_orders_and_entries_of_the_earlier_shape_are_persisted_whole,
     orders_accepted_while_mysql_is_down_are_persisted_when_it_returns,
     two_workers_on_one_sale_persist_every_order_once,
     trimming_keeps_pending_and_undelivered_entries_and_the_retention,
