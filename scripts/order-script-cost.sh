@@ -12,14 +12,19 @@
 #          no logic: HMGET, TIME, GET, HINCRBY, DECRBY, XADD
 #          (both XADD one field, the order's JSON, as the script does now;
 #          the measurements before it XADDed six fields, one per value)
-#   then `lua/place_order.lua` as in the working tree, and at each REV given.
+#   then `lua/place_order.lua` as in the working tree, with 1, 4, 8 and 16
+#   orders a call (BATCHES: the orders that share a call, sale/line.rs), and
+#   at each REV given (a script of one order a call, before the calls were
+#   shared, is sent one order a call).
 #
 # Each runs on a private Redis (port 6395, under valgrind, started and
-# stopped here) with one open sale of ample stock and limit: 1,000 calls to
-# warm up, then N (default 5000) counted, 16 pipelined per connection, each
-# a new buyer and order id (so every call is an accepted order).
+# stopped here) with one open sale of ample stock and limit: 200 calls to
+# warm up, then N (default 5000) orders counted, 16 calls pipelined per
+# connection, each order a new buyer and order id (so every order is
+# accepted). Figures are instructions per ORDER.
 #
 #   scripts/order-script-cost.sh [REV]...        N=5000 by default
+#   BATCHES="1 8" scripts/order-script-cost.sh    # orders a call, working tree
 #   EXTRA="a.lua b.lua" scripts/order-script-cost.sh   # candidate scripts too
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,9 +61,10 @@ for rev in "$@"; do
   git show "$rev:lua/place_order.lua" >"$WORK/place_order@$rev.lua"
 done
 
-# Instructions per call of one script.
+# Instructions per order of one script, B orders a call (B=1 and the old
+# arguments for a script of one order a call).
 cost() {
-  local script=$1 out="$WORK/cg.out"
+  local script=$1 B=${2:-1} out="$WORK/cg.out"
   valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
     redis-server --port $PORT --save "" --appendonly no >/dev/null 2>&1 &
   local vg=$!
@@ -68,14 +74,21 @@ cost() {
   $r set 'bx:{p}:stock' 1000000000 >/dev/null
   local sha
   sha=$($r script load "$(cat "$script")")
+  local args=()
+  if grep -q 'ARGV\[1\]  order_id' "$script" || [[ $(basename "$script") != place_order* ]]; then
+    args=(o-__rand_int__ __rand_int__ p 1 '' '' '') # one order a call
+  else
+    args=(p)
+    for _ in $(seq "$B"); do args+=(o-__rand_int__ __rand_int__ 1 ''); done
+  fi
   calls() {
     redis-benchmark -p $PORT -q -n "$1" -c 4 -P 16 -r 1000000 evalsha "$sha" 7 \
       'bx:{p}:sale' 'bx:{p}:stock' 'bx:{p}:bought' 'bx:{p}:idem' 'bx:{p}:orders' \
-      'bx:{p}:accepted' 'bx:{p}:void' o-__rand_int__ __rand_int__ p 1 '' '' '' >/dev/null
+      'bx:{p}:accepted' 'bx:{p}:void' "${args[@]}" >/dev/null
   }
-  calls 1000
+  calls 200
   callgrind_control -z $vg >/dev/null 2>&1
-  calls "$N"
+  calls $((N / B))
   callgrind_control -d $vg >/dev/null 2>&1
   sleep 1
   local total
@@ -84,10 +97,10 @@ cost() {
   $r shutdown nosave >/dev/null 2>&1 || true
   wait $vg 2>/dev/null || true
   rm -f "$out".*
-  printf '%-28s %8d instructions per call\n' "$(basename "$script" .lua)" $((total / N))
+  printf '%-28s %3d a call: %8d instructions per order\n' "$(basename "$script" .lua)" "$B" $((total / (N / B * B)))
 }
 
 for s in nop bare floor; do cost "$WORK/$s.lua"; done
-cost "$WORK/place_order@tree.lua"
+for b in ${BATCHES:-1 4 8 16}; do cost "$WORK/place_order@tree.lua" "$b"; done
 for rev in "$@"; do cost "$WORK/place_order@$rev.lua"; done
 for f in ${EXTRA:-}; do cost "$f"; done

@@ -11,7 +11,7 @@ use sqlx::MySqlPool;
 use crate::domain::PendingOrder;
 use crate::http::auth::Auth;
 use crate::http::error::ApiError;
-pub use crate::sale::{OrderCall, place_order_on};
+pub use crate::sale::{OrderCall, PlaceReply, place_orders_on};
 use crate::sale::{Pool, Redis, SaleError};
 use crate::store::{Db, StoreError};
 

@@ -20,7 +20,8 @@
 //!   lost; a sale's end of life (close, retire, purge).
 //! - [`sale`]: the Redis side, as handles by role over one connection:
 //!   `orders` (one Lua script checks the sale, deducts stock and appends
-//!   the order to the sale's stream, atomically: where stock is deducted),
+//!   the order to the sale's stream, atomically: where stock is deducted;
+//!   the orders of a sale that arrive together share a call, `line`),
 //!   `room` (the waiting room), `lifecycle` (open, close, retire),
 //!   `queue` (what the stream holds), `ledger` (what the books need from
 //!   Redis), and `stream` (the workers' reads).

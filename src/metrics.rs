@@ -23,6 +23,9 @@ pub struct Metrics {
     /// Redis calls of the order path: `place_order` (the order script) and
     /// `memory_read` (background reads that keep the memory fresh).
     pub order_path_calls: IntCounterVec,
+    /// Orders the order script's calls carried (over its calls: the orders
+    /// a call shares, `sale::line`).
+    pub order_script_orders: IntCounter,
     /// Time to answer `POST /api/orders`, by outcome class (`accepted`, `refused`, `shed`).
     pub order_latency: HistogramVec,
     /// Orders inserted into `tb_order` (redeliveries not counted twice).
@@ -262,6 +265,10 @@ impl Metrics {
                 "order_path_redis_calls_total",
                 "Redis calls of the order path: the order script, and background reads for the memory",
                 &["call"],
+            ),
+            order_script_orders: counter(
+                "order_script_orders_total",
+                "Orders decided by the order script's calls (several arriving together share one call)",
             ),
             order_latency,
             rows_persisted: counter("rows_persisted_total", "Orders inserted into tb_order"),

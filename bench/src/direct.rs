@@ -203,18 +203,17 @@ async fn pooled_order(
     let mut conn = flashsale::bench_support::blocking_pool(redis).get().await?;
     let order_id = OrderId::generate(product);
     redis
-        .bounded(flashsale::bench_support::place_order_on(
+        .bounded(flashsale::bench_support::place_orders_on(
             &mut *conn,
             sales.prefix(),
-            &flashsale::bench_support::OrderCall {
-                order_id: &order_id,
+            product,
+            &[flashsale::bench_support::OrderCall {
+                order_id,
                 user_id: super::user_id(user)?,
-                product,
                 quantity: super::ONE,
-                idempotency_field: None,
                 idempotency_key: None,
-                admitted: false,
-            },
+                vouched: flashsale::sale::Vouched::No,
+            }],
         ))
         .await?;
     Ok(())

@@ -61,6 +61,8 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
         let counter = m.order_path_calls.with_label_values(&[call]);
         counter.inc_by(now.saturating_sub(counter.get()));
     }
+    let orders = &m.order_script_orders;
+    orders.inc_by(sales.script_orders().saturating_sub(orders.get()));
     for gauge in [
         &m.sale_stock,
         &m.stream_length,

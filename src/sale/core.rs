@@ -30,8 +30,11 @@ pub(super) struct Core {
 /// memory show here).
 #[derive(Debug, Default)]
 pub(super) struct Calls {
-    /// `place_order.lua`.
+    /// `place_order.lua` calls.
     pub(super) orders: AtomicU64,
+    /// The orders those calls carried (several share a call when they
+    /// arrive together: `sale::line`).
+    pub(super) orders_sent: AtomicU64,
     /// `sale_clock.lua` and registry reads, in the background.
     pub(super) memory_reads: AtomicU64,
     /// `room_tick.lua` and `room_join.lua`.
@@ -41,6 +44,10 @@ pub(super) struct Calls {
 impl Calls {
     pub(super) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

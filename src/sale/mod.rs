@@ -9,7 +9,7 @@
 //!
 //! | handle | what it does | where |
 //! |---|---|---|
-//! | [`Orders`] | the order path (memory first, then `place_order.lua`: check, deduct, enqueue in one step); voids; the workers' claim; an order's record and progress; cancel requests; giving units back | `orders.rs` |
+//! | [`Orders`] | the order path (memory first, then `place_order.lua`: check, deduct, enqueue in one step, for the orders of the sale that arrived together: `line.rs`); voids; the workers' claim; an order's record and progress; cancel requests; giving units back | `orders.rs` |
 //! | [`Room`] | the waiting room: join, where a ticket stands, admissions, the pace (`room_tick.lua`) | `room/` |
 //! | [`Lifecycle`] | open, close, the clock, the registry, a sale's end | `lifecycle.rs` |
 //! | [`Queue`] | the one read model of a sale's queue (dashboard, metrics, `flashsale streams`, the workers' checks) | `queue.rs` |
@@ -29,6 +29,7 @@ mod entry;
 pub mod keys;
 mod ledger;
 mod lifecycle;
+mod line;
 pub mod memory;
 mod orders;
 pub mod queue;
@@ -52,7 +53,7 @@ pub use queue::{Queue, QueueView};
 pub use room::Room;
 pub use scripts::Retake;
 #[cfg(feature = "bench")]
-pub use scripts::{OrderCall, place_order as place_order_on};
+pub use scripts::{OrderCall, PlaceReply, place_orders as place_orders_on};
 pub use stream::{Claimed, SaleStream};
 pub use types::*;
 
@@ -134,6 +135,11 @@ impl Sales {
     /// `place_order.lua` calls this process has sent.
     pub fn script_calls(&self) -> u64 {
         self.core.calls.orders.load(Ordering::Relaxed)
+    }
+
+    /// The orders those calls carried.
+    pub fn script_orders(&self) -> u64 {
+        self.core.calls.orders_sent.load(Ordering::Relaxed)
     }
 
     /// Background reads that keep the memory fresh (a sale's window and

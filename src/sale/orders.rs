@@ -11,6 +11,7 @@ use redis::AsyncCommands;
 use super::conn::{Conn, Wait};
 use super::core::{Calls, Core};
 use super::keys::SaleKeys;
+use super::line::{Joined, Lines, Sent, Waiting};
 use super::memory::Heard;
 use super::memory::clock::Reading;
 use super::room::Room;
@@ -26,6 +27,33 @@ pub struct Orders {
     core: Arc<Core>,
     /// The waiting rooms: an order without an admission is refused from them.
     room: Room,
+    /// The sales' order lines in this process.
+    lines: Arc<Lines>,
+}
+
+/// Hands a sale's line on when a call of it is done (or abandoned: the
+/// caller's request ended mid-call): the orders that queued meanwhile go in
+/// the next call, on a task of their own.
+struct Handoff<'a> {
+    orders: &'a Orders,
+    product: &'a ProductId,
+}
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        let Some(next) = self.orders.lines.next(self.product) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.orders.clone().drive(self.product.clone(), next));
+            }
+            // Outside a runtime (it is shutting down): the waiting orders
+            // are dropped, unsent (their callers answer 503), and the line
+            // freed.
+            Err(_) => while self.orders.lines.next(self.product).is_some() {},
+        }
+    }
 }
 
 /// One order to decide.
@@ -40,7 +68,11 @@ pub struct NewOrder<'a> {
 
 impl Orders {
     pub(super) fn new(core: Arc<Core>, room: Room) -> Self {
-        Self { core, room }
+        Self {
+            core,
+            room,
+            lines: Arc::default(),
+        }
     }
 
     /// Decides one order atomically; see `lua/place_order.lua`. A refusal
@@ -83,35 +115,97 @@ impl Orders {
         Box::pin(self.place_in_redis(order)).await
     }
 
+    /// The order through its sale's line (see [`super::line`]): sent at
+    /// once when no call of the sale is in flight, else in the next call.
     async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
-        let core = &self.core;
         let product = order.product;
         let order_id = OrderId::generate(product);
-        let idem = order
-            .idempotency_key
-            .map(|k| format!("{}:{k}", order.user_id));
         let call = OrderCall {
-            order_id: &order_id,
+            order_id: order_id.clone(),
             user_id: order.user_id,
-            product,
             quantity: order.quantity,
-            idempotency_field: idem.as_deref(),
-            idempotency_key: order.idempotency_key,
-            admitted: order.vouched == Vouched::Admitted,
+            idempotency_key: order.idempotency_key.map(str::to_owned),
+            vouched: order.vouched,
         };
-        Calls::count(&core.calls.orders);
-        let sent = core.memory.now();
-        let reply = match core.wait {
-            None => {
-                let mut conn = core.redis.shared().await?;
-                core.redis
-                    .bounded(scripts::place_order(&mut conn, &core.prefix, &call))
-                    .await?
+        let sent = match self.lines.join(product, call) {
+            Joined::First(call) => {
+                let _next = Handoff {
+                    orders: self,
+                    product,
+                };
+                let mut sent = self.send(product, std::slice::from_ref(&call)).await;
+                sent.pop().ok_or(SaleError::Dropped)?
             }
-            Some(wait) => self.place_and_wait(&call, wait).await?,
+            Joined::Queued(answer) => {
+                // The call in flight, then this order's: each bounded by
+                // the Redis timeout.
+                let bound = 2 * self.core.redis.timeout();
+                match tokio::time::timeout(bound, answer).await {
+                    Ok(Ok(sent)) => sent,
+                    Ok(Err(_)) => return Err(SaleError::Dropped),
+                    Err(_) => return Err(SaleError::Timeout(bound)),
+                }
+            }
+        };
+        self.decide(sent.reply?, &order, order_id, (sent.sent, sent.received))
+    }
+
+    /// Sends the line's next call: the orders that waited, their answers
+    /// to their callers, then the line handed on.
+    async fn drive(self, product: ProductId, waiting: Vec<Waiting>) {
+        let _next = Handoff {
+            orders: &self,
+            product: &product,
+        };
+        let (orders, answers): (Vec<OrderCall>, Vec<_>) =
+            waiting.into_iter().map(|w| (w.order, w.answer)).unzip();
+        let sent = self.send(&product, &orders).await;
+        for (answer, sent) in answers.into_iter().zip(sent) {
+            // A caller that stopped waiting meanwhile drops its answer.
+            let _ = answer.send(sent);
+        }
+    }
+
+    /// One `place_order.lua` call for `orders` (with its WAIT when
+    /// configured): an answer for each, in their order.
+    async fn send(&self, product: &ProductId, orders: &[OrderCall]) -> Vec<Sent> {
+        let core = &self.core;
+        Calls::count(&core.calls.orders);
+        Calls::add(&core.calls.orders_sent, orders.len());
+        let sent = core.memory.now();
+        let replies = match core.wait {
+            None => self.place_orders(product, orders).await,
+            Some(wait) => self.place_and_wait(product, orders, wait).await,
         };
         let received = core.memory.now();
-        self.decide(reply, &order, order_id, (sent, received))
+        let sent_as = |reply| Sent {
+            reply,
+            sent,
+            received,
+        };
+        match replies {
+            Ok(replies) => replies.into_iter().map(sent_as).collect(),
+            Err(e) => orders.iter().map(|_| sent_as(Err(e.clone()))).collect(),
+        }
+    }
+
+    async fn place_orders(
+        &self,
+        product: &ProductId,
+        orders: &[OrderCall],
+    ) -> Result<Vec<Result<PlaceReply, SaleError>>, SaleError> {
+        let core = &self.core;
+        let mut conn = core.redis.shared().await?;
+        let replies = core
+            .redis
+            .bounded(scripts::place_orders(
+                &mut conn,
+                &core.prefix,
+                product,
+                orders,
+            ))
+            .await?;
+        Ok(replies.into_iter().map(Ok).collect())
     }
 
     /// What the script's reply means for the order, learnt by this
@@ -188,59 +282,68 @@ impl Orders {
     /// must not lose an acknowledged one.
     async fn place_and_wait(
         &self,
-        call: &OrderCall<'_>,
+        product: &ProductId,
+        orders: &[OrderCall],
         wait: Wait,
-    ) -> Result<PlaceReply, SaleError> {
+    ) -> Result<Vec<Result<PlaceReply, SaleError>>, SaleError> {
         let core = &self.core;
         let mut pooled = core.alone().await?;
-        let (reply, acked) = core
+        let (replies, acked) = core
             .redis
-            .bounded(scripts::place_order_and_wait(
+            .bounded(scripts::place_orders_and_wait(
                 &mut pooled,
                 &core.prefix,
-                call,
+                product,
+                orders,
                 wait,
             ))
             .await?;
-        match (&reply, wait.confirmed(acked)) {
-            (PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. }, _) | (_, Ok(())) => {
-                Ok(reply)
-            }
-            (PlaceReply::Replayed { .. }, Err(e)) => Err(e),
-            // A 503 for a new order: take it back, so that it never reaches
-            // the books unless a later answer is a 202. (Unless a worker
-            // claimed it meanwhile, after its own WAIT: then the replicas
-            // have it after all.)
-            (PlaceReply::Accepted { .. }, Err(e)) => {
-                let keys = core.keys(call.product);
-                match self.void(&mut pooled, &keys, call).await {
-                    Some(Voided::Claimed) => Ok(reply),
-                    _ => Err(e),
+        let confirmed = wait.confirmed(acked);
+        let keys = core.keys(product);
+        let mut answers = Vec::with_capacity(replies.len());
+        for (reply, order) in replies.into_iter().zip(orders) {
+            answers.push(match (&reply, &confirmed) {
+                (PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. }, _) | (_, Ok(())) => {
+                    Ok(reply)
                 }
-            }
+                (PlaceReply::Replayed { .. }, Err(e)) => Err(e.clone()),
+                // A 503 for a new order: take it back, so that it never
+                // reaches the books unless a later answer is a 202. (Unless
+                // a worker claimed it meanwhile, after its own WAIT: then
+                // the replicas have it after all.)
+                (PlaceReply::Accepted { .. }, Err(e)) => {
+                    match self.void(&mut pooled, &keys, product, order).await {
+                        Some(Voided::Claimed) => Ok(reply),
+                        _ => Err(e.clone()),
+                    }
+                }
+            });
         }
+        Ok(answers)
     }
 
     /// Takes back an order whose WAIT failed (see `lua/void_order.lua`), on
     /// the connection that placed it; `None` when Redis did not answer (the
     /// order then stands, like one a keyed retry answered: see the docs).
-    async fn void(&self, conn: &mut Conn, keys: &SaleKeys, call: &OrderCall<'_>) -> Option<Voided> {
-        let order_id = call.order_id;
+    async fn void(
+        &self,
+        conn: &mut Conn,
+        keys: &SaleKeys,
+        product: &ProductId,
+        order: &OrderCall,
+    ) -> Option<Voided> {
+        let order_id = &order.order_id;
+        let field = order.idempotency_field();
         let voided = self
             .core
             .redis
-            .bounded(scripts::void_order(
-                conn,
-                keys,
-                order_id,
-                call.idempotency_field,
-            ))
+            .bounded(scripts::void_order(conn, keys, order_id, field.as_deref()))
             .await;
         match voided {
             Ok(Voided::Void) => {
                 self.core
                     .memory
-                    .released(call.product, Some(call.user_id.get()));
+                    .released(product, Some(order.user_id.get()));
                 tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
             }
             Ok(Voided::Claimed) => {}

@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use super::conn::{Conn, Wait};
 use super::keys::{Key, SaleKeys};
 use super::types::{
-    Booked, BookedState, Progress, Rejection, Restore, Restored, SaleSpec, booked_record,
+    Booked, BookedState, Progress, Rejection, Restore, Restored, SaleSpec, Vouched, booked_record,
 };
 use crate::domain::PendingOrder;
 use crate::domain::{OrderId, ProductId, Quantity, UserId};
@@ -305,8 +305,8 @@ pub(super) fn retake_order_call(
     call
 }
 
-/// The decoded reply of `place_order.lua`.
-#[derive(Debug)]
+/// What `place_order.lua` answered for one order of a call.
+#[derive(Debug, Clone)]
 pub enum PlaceReply {
     Accepted {
         price: Decimal,
@@ -327,53 +327,82 @@ pub enum PlaceReply {
     Rejected(Rejection),
 }
 
-/// `place_order.lua`, as one `EVALSHA` written straight into its command
-/// buffer (see [`place_order_cmd`]); loaded again on NOSCRIPT.
-pub async fn place_order(
+/// One order of a `place_order.lua` call, owned: it waits in its sale's
+/// line (`sale::line`) for the call that carries it.
+#[derive(Debug, Clone)]
+pub struct OrderCall {
+    pub order_id: OrderId,
+    pub user_id: UserId,
+    pub quantity: Quantity,
+    /// Its Idempotency-Key, if any (kept with the order, for MySQL).
+    pub idempotency_key: Option<String>,
+    /// Whether the API checked the buyer's admission from the sale's room.
+    pub vouched: Vouched,
+}
+
+impl OrderCall {
+    /// The idempotency record's field, `user_id:key`: keys of different
+    /// buyers never meet.
+    pub fn idempotency_field(&self) -> Option<String> {
+        self.idempotency_key
+            .as_ref()
+            .map(|k| format!("{}:{k}", self.user_id))
+    }
+}
+
+/// `place_order.lua` for `orders` of `product`'s sale (one or more, in
+/// their order of arrival), as one `EVALSHA` written straight into its
+/// command buffer (see [`place_order_cmd`]); loaded again on NOSCRIPT.
+/// One reply per order, in their order.
+pub async fn place_orders(
     conn: &mut impl ConnectionLike,
     prefix: &str,
-    order: &OrderCall<'_>,
-) -> RedisResult<PlaceReply> {
-    let cmd = place_order_cmd(prefix, order);
-    match cmd.query_async(conn).await {
+    product: &ProductId,
+    orders: &[OrderCall],
+) -> RedisResult<Vec<PlaceReply>> {
+    let cmd = place_order_cmd(prefix, product, orders);
+    let reply = match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             PLACE_ORDER.prepare_invoke().load_async(conn).await?;
             cmd.query_async(conn).await
         }
         other => other,
-    }
+    }?;
+    Ok(parse_place_replies(reply, orders.len())?)
 }
 
 /// `place_order.lua`, then `WAIT`, on the same connection and node (see
-/// [`pipe_and_wait`]); returns the reply and the replicas that have the
-/// order. On a replay the script writes too, so the WAIT covers the first
+/// [`pipe_and_wait`]); returns the replies and the replicas that have the
+/// orders. On a replay the script writes too, so the WAIT covers the first
 /// order whichever answer this is.
-pub async fn place_order_and_wait(
+pub async fn place_orders_and_wait(
     conn: &mut Conn,
     prefix: &str,
-    order: &OrderCall<'_>,
+    product: &ProductId,
+    orders: &[OrderCall],
     wait: Wait,
-) -> RedisResult<(PlaceReply, u32)> {
-    let cmd = place_order_cmd(prefix, order);
-    let orders = order_key(prefix, order.product, "orders").to_string();
+) -> RedisResult<(Vec<PlaceReply>, u32)> {
+    let cmd = place_order_cmd(prefix, product, orders);
+    let stream = order_key(prefix, product, "orders").to_string();
     let pipe = || {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone());
         pipe
     };
     let load = async |c: &mut Conn| PLACE_ORDER.prepare_invoke().load_async(c).await;
-    pipe_and_wait(conn, &orders, pipe, load, wait).await
+    let (reply, acked) = pipe_and_wait::<Value>(conn, &stream, pipe, load, wait).await?;
+    Ok((parse_place_replies(reply, orders.len())?, acked))
 }
 
 /// The `EVALSHA` of `place_order.lua`: its keys and arguments are written
 /// into the command's one buffer as they are made (no `String` per key, no
 /// copy per argument: what `redis::Script`'s invocation costs on the
 /// order path, see BENCHMARKS.md "What an accepted order costs").
-fn place_order_cmd(prefix: &str, order: &OrderCall<'_>) -> redis::Cmd {
-    let key = |name| order_key(prefix, order.product, name);
-    let product = order.product.as_str();
-    let room = 96 + 8 * (prefix.len() + product.len() + 12) + order.order_id.as_str().len();
-    let mut cmd = redis::Cmd::with_capacity(17, room);
+fn place_order_cmd(prefix: &str, product: &ProductId, orders: &[OrderCall]) -> redis::Cmd {
+    let key = |name| order_key(prefix, product, name);
+    let ids: usize = orders.iter().map(|o| o.order_id.as_str().len()).sum();
+    let room = 96 + 8 * (prefix.len() + product.as_str().len() + 12) + ids + 48 * orders.len();
+    let mut cmd = redis::Cmd::with_capacity(11 + 6 * orders.len(), room);
     cmd.arg("EVALSHA")
         .arg(PLACE_ORDER.get_hash())
         .arg(7)
@@ -384,14 +413,98 @@ fn place_order_cmd(prefix: &str, order: &OrderCall<'_>) -> redis::Cmd {
         .arg(key("orders"))
         .arg(key("accepted"))
         .arg(key("void"))
-        .arg(order.order_id.as_str())
-        .arg(order.user_id)
-        .arg(product)
-        .arg(order.quantity)
-        .arg(order.idempotency_field.unwrap_or(""))
-        .arg(order.idempotency_key.unwrap_or(""))
-        .arg(if order.admitted { "1" } else { "" });
+        .arg(product.as_str());
+    for order in orders {
+        let admitted = order.vouched == Vouched::Admitted;
+        let flags = match (admitted, order.idempotency_key.is_some()) {
+            (false, false) => "",
+            (true, false) => "a",
+            (false, true) => "k",
+            (true, true) => "ak",
+        };
+        cmd.arg(order.order_id.as_str())
+            .arg(order.user_id)
+            .arg(order.quantity)
+            .arg(flags);
+        if let (Some(field), Some(key)) = (order.idempotency_field(), &order.idempotency_key) {
+            cmd.arg(field).arg(key.as_str());
+        }
+    }
     cmd
+}
+
+/// The reply of a `place_order.lua` call for `n` orders: one
+/// [`PlaceReply`] each. `{"no_sale"}` answers them all; otherwise the
+/// price and Redis's time (ms) the call's orders share, then an answer per
+/// order: the integer units the buyer may still buy for an accepted one
+/// (nothing else to parse on the busiest path), an array for any other.
+fn parse_place_replies(reply: Value, n: usize) -> Result<Vec<PlaceReply>, ParsingError> {
+    let Value::Array(parts) = reply else {
+        return Err(format!("place_order reply {reply:?} is not an array").into());
+    };
+    let mut parts = parts.into_iter();
+    let (Some(price), Some(now_ms)) = (parts.next(), parts.next()) else {
+        return match parts.len() {
+            0 => Ok(vec![PlaceReply::Rejected(Rejection::NoSale); n]),
+            _ => Err("place_order reply too short".into()),
+        };
+    };
+    if parts.len() != n {
+        return Err(format!("place_order answered {} of {n} orders", parts.len()).into());
+    }
+    let price = String::from_redis_value(price)?;
+    let price: Decimal = price
+        .parse()
+        .map_err(|_| format!("place_order reply: bad price {price:?}"))?;
+    let now_ms = i64::from_redis_value(now_ms)?;
+    parts
+        .map(|answer| match answer {
+            Value::Int(left) => Ok(PlaceReply::Accepted {
+                price,
+                created_ms: now_ms,
+                allowance_left: u64::try_from(left)
+                    .map_err(|_| format!("place_order reply: allowance {left}"))?,
+            }),
+            other => PlaceReply::refused(other, now_ms),
+        })
+        .collect()
+}
+
+impl PlaceReply {
+    /// An answer other than an acceptance: `{status, ...}`.
+    fn refused(answer: Value, now_ms: i64) -> Result<Self, ParsingError> {
+        let Value::Array(parts) = answer else {
+            return Err(format!("place_order answer {answer:?} is not an array").into());
+        };
+        let mut parts = parts.into_iter();
+        let status = String::from_redis_value(parts.next().ok_or("empty answer")?)?;
+        let mut next = || {
+            parts
+                .next()
+                .ok_or_else(|| format!("short answer for {status}"))
+        };
+        let reply = match status.as_str() {
+            "repeat" => Self::Replayed {
+                order_id: OrderId::from_trusted(String::from_redis_value(next()?)?),
+                record: String::from_redis_value(next()?)?,
+            },
+            "not_started" | "ended" => Self::OutsideWindow {
+                start_ms: i64::from_redis_value(next()?)?,
+                end_ms: i64::from_redis_value(next()?)?,
+                now_ms,
+            },
+            "sold_out" => Self::Rejected(Rejection::SoldOut),
+            "admission_required" => Self::Rejected(Rejection::AdmissionRequired),
+            "insufficient" => Self::Rejected(Rejection::InsufficientStock {
+                left: u64::from_redis_value(next()?)?,
+            }),
+            "limit" => Self::Rejected(Rejection::LimitExceeded {
+                allowance: u64::from_redis_value(next()?)?,
+            }),
+            other => return Err(format!("unknown place_order answer {other:?}").into()),
+        };
+        Ok(reply)
+    }
 }
 
 fn order_key<'a>(prefix: &'a str, product: &'a ProductId, name: &'static str) -> Key<'a> {
@@ -445,128 +558,109 @@ async fn pipe_and_wait<T: FromRedisValue>(
     Ok((T::from_redis_value(reply)?, acked))
 }
 
-/// What `place_order.lua` is asked to decide.
-pub struct OrderCall<'a> {
-    pub order_id: &'a OrderId,
-    pub user_id: UserId,
-    pub product: &'a ProductId,
-    pub quantity: Quantity,
-    pub idempotency_field: Option<&'a str>,
-    /// The key alone (kept with the order, for MySQL).
-    pub idempotency_key: Option<&'a str>,
-    /// The API checked the buyer's admission from the sale's waiting room.
-    pub admitted: bool,
-}
-
-impl FromRedisValue for PlaceReply {
-    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        if let Value::BulkString(accepted) = &v {
-            return Self::accepted(accepted);
-        }
-        let mut parts = Vec::<Value>::from_redis_value(v)?.into_iter();
-        let status = String::from_redis_value(parts.next().ok_or("empty reply")?)?;
-        let mut next = || {
-            parts
-                .next()
-                .ok_or_else(|| format!("short reply for {status}"))
-        };
-        let reply = match status.as_str() {
-            "repeat" => Self::Replayed {
-                order_id: OrderId::from_trusted(String::from_redis_value(next()?)?),
-                record: String::from_redis_value(next()?)?,
-            },
-            "no_sale" => Self::Rejected(Rejection::NoSale),
-            "not_started" | "ended" => Self::OutsideWindow {
-                start_ms: i64::from_redis_value(next()?)?,
-                end_ms: i64::from_redis_value(next()?)?,
-                now_ms: i64::from_redis_value(next()?)?,
-            },
-            "sold_out" => Self::Rejected(Rejection::SoldOut),
-            "admission_required" => Self::Rejected(Rejection::AdmissionRequired),
-            "insufficient" => Self::Rejected(Rejection::InsufficientStock {
-                left: u64::from_redis_value(next()?)?,
-            }),
-            "limit" => Self::Rejected(Rejection::LimitExceeded {
-                allowance: u64::from_redis_value(next()?)?,
-            }),
-            other => return Err(format!("unknown place_order status {other:?}").into()),
-        };
-        Ok(reply)
-    }
-}
-
-impl PlaceReply {
-    /// An accepted order's reply, `ok <price> <created_ms> <allowance_left>`:
-    /// one string to parse rather than an array of four.
-    fn accepted(reply: &[u8]) -> Result<Self, ParsingError> {
-        let text = std::str::from_utf8(reply).map_err(|_| "place_order reply is not UTF-8")?;
-        let mut parts = text.split(' ');
-        let mut next = |what: &str| {
-            parts
-                .next()
-                .ok_or_else(|| format!("place_order reply {text:?} lacks its {what}"))
-        };
-        if next("status")? != "ok" {
-            return Err(format!("unknown place_order reply {text:?}").into());
-        }
-        let bad = |what: &str| format!("place_order reply {text:?}: bad {what}");
-        Ok(Self::Accepted {
-            price: next("price")?.parse().map_err(|_| bad("price"))?,
-            created_ms: next("created_ms")?.parse().map_err(|_| bad("created_ms"))?,
-            allowance_left: next("allowance")?.parse().map_err(|_| bad("allowance"))?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
     #[test]
-    fn an_accepted_orders_reply_is_one_string_and_refusals_are_arrays() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let reply = PlaceReply::from_redis_value(bulk("ok 4999.50 1796003647270 3")).unwrap();
+    fn a_calls_reply_shares_price_and_time_and_answers_each_order() {
+        let reply = Value::Array(vec![
+            bulk("4999.50"),
+            Value::Int(1_796_003_647_270),
+            Value::Int(3),
+            Value::Array(vec![bulk("limit"), Value::Int(0)]),
+            Value::Array(vec![bulk("ended"), Value::Int(10), Value::Int(20)]),
+            Value::Int(0),
+        ]);
+        let replies = parse_place_replies(reply, 4).unwrap();
         let PlaceReply::Accepted {
             price,
             created_ms,
             allowance_left,
-        } = reply
+        } = &replies[0]
         else {
-            panic!("{reply:?}");
+            panic!("{replies:?}");
         };
         assert_eq!(
-            (price.to_string(), created_ms, allowance_left),
+            (price.to_string(), *created_ms, *allowance_left),
             ("4999.50".into(), 1_796_003_647_270, 3)
         );
-        for broken in ["ok 4999 1796003647270", "ok x 1 1", "no 1 1 1", ""] {
-            assert!(
-                PlaceReply::from_redis_value(bulk(broken)).is_err(),
-                "{broken}"
-            );
-        }
-        let limit = Value::Array(vec![bulk("limit"), Value::Int(0)]);
         assert!(matches!(
-            PlaceReply::from_redis_value(limit).unwrap(),
+            replies[1],
             PlaceReply::Rejected(Rejection::LimitExceeded { allowance: 0 })
         ));
+        assert!(matches!(
+            replies[2],
+            PlaceReply::OutsideWindow {
+                start_ms: 10,
+                end_ms: 20,
+                now_ms: 1_796_003_647_270
+            }
+        ));
+        assert!(matches!(
+            replies[3],
+            PlaceReply::Accepted {
+                allowance_left: 0,
+                ..
+            }
+        ));
+
+        let no_sale = parse_place_replies(Value::Array(vec![bulk("no_sale")]), 2).unwrap();
+        assert!(
+            no_sale
+                .iter()
+                .all(|r| matches!(r, PlaceReply::Rejected(Rejection::NoSale)))
+        );
+        // A reply that answers another number of orders, or is malformed,
+        // is an error, never a guess.
+        for broken in [
+            Value::Array(vec![bulk("1.00"), Value::Int(1), Value::Int(1)]),
+            Value::Array(vec![bulk("x"), Value::Int(1), Value::Int(1), Value::Int(1)]),
+            Value::Array(vec![
+                bulk("1"),
+                Value::Int(1),
+                Value::Int(-1),
+                Value::Int(1),
+            ]),
+            Value::Array(vec![
+                bulk("1"),
+                Value::Int(1),
+                Value::Array(vec![bulk("what")]),
+                Value::Int(1),
+            ]),
+            bulk("ok 4999 1796003647270 1"),
+        ] {
+            assert!(
+                parse_place_replies(broken.clone(), 2).is_err(),
+                "{broken:?}"
+            );
+        }
     }
 
-    /// The order's command carries the script's KEYS in its contract's
+    /// The order command carries the script's KEYS in its contract's
     /// order, named as every other handle names them (`SaleKeys`), and its
-    /// ARGV: byte for byte what `redis::Script`'s invocation sends.
+    /// ARGV, four per order or six when keyed: byte for byte what
+    /// `redis::Script`'s invocation sends.
     #[test]
     fn the_order_command_is_the_scripts_invocation() {
         let product = ProductId::parse("sku-1").unwrap();
-        let order_id = OrderId::generate(&product);
-        let order = OrderCall {
-            order_id: &order_id,
-            user_id: UserId::new(42).unwrap(),
-            product: &product,
+        let order = |user, key: Option<&str>, vouched| OrderCall {
+            order_id: OrderId::generate(&product),
+            user_id: UserId::new(user).unwrap(),
             quantity: Quantity::new(2).unwrap(),
-            idempotency_field: Some("42:k-1"),
-            idempotency_key: Some("k-1"),
-            admitted: true,
+            idempotency_key: key.map(str::to_owned),
+            vouched,
         };
+        let orders = [
+            order(42, Some("k-1"), Vouched::Admitted),
+            order(7, None, Vouched::No),
+            order(8, Some("k 2"), Vouched::No),
+            order(9, None, Vouched::Admitted),
+        ];
         let keys = SaleKeys::new("fs", &product);
         let mut invocation = PLACE_ORDER.prepare_invoke();
         for key in [
@@ -580,18 +674,26 @@ mod tests {
         ] {
             invocation.key(key);
         }
-        invocation
-            .arg(order_id.as_str())
-            .arg(42)
-            .arg("sku-1")
-            .arg(2)
-            .arg("42:k-1")
-            .arg("k-1")
-            .arg("1");
+        invocation.arg("sku-1");
+        for (o, user, flags, keyed) in [
+            (&orders[0], 42, "ak", Some(("42:k-1", "k-1"))),
+            (&orders[1], 7, "", None),
+            (&orders[2], 8, "k", Some(("8:k 2", "k 2"))),
+            (&orders[3], 9, "a", None),
+        ] {
+            invocation
+                .arg(o.order_id.as_str())
+                .arg(user)
+                .arg(2)
+                .arg(flags);
+            if let Some((field, key)) = keyed {
+                invocation.arg(field).arg(key);
+            }
+        }
         let mut pipe = redis::pipe();
         pipe.invoke_script(&invocation);
         assert_eq!(
-            place_order_cmd("fs", &order).get_packed_command(),
+            place_order_cmd("fs", &product, &orders).get_packed_command(),
             pipe.get_packed_pipeline()
         );
     }

@@ -9,8 +9,9 @@ use serde::Deserialize;
 
 use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 
-/// A failure to get an answer from Redis.
-#[derive(Debug, thiserror::Error)]
+/// A failure to get an answer from Redis. `Clone`: the orders that shared
+/// a call share its failure.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SaleError {
     #[error("redis")]
     Redis(#[from] redis::RedisError),
@@ -26,6 +27,10 @@ pub enum SaleError {
     /// foreign writer, never the caller's fault.
     #[error("unexpected data in redis: {0}")]
     Corrupt(String),
+    /// The task sending the order's call ended without an answer (the
+    /// process is shutting down): the order may or may not be placed.
+    #[error("the order's call ended without an answer")]
+    Dropped,
 }
 
 impl SaleError {
@@ -33,7 +38,7 @@ impl SaleError {
     pub fn is_unavailable(&self) -> bool {
         use redis::{ErrorKind, ServerErrorKind};
         match self {
-            Self::Timeout(_) | Self::Pool(_) | Self::NotReplicated { .. } => true,
+            Self::Timeout(_) | Self::Pool(_) | Self::NotReplicated { .. } | Self::Dropped => true,
             Self::Redis(e) => match e.kind() {
                 ErrorKind::Io
                 | ErrorKind::ClusterConnectionNotFound

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use flashsale::domain::{OrderId, ProductId, Quantity, UserId};
-use flashsale::sale::{OrderCall, Redis, RedisTarget};
+use flashsale::sale::{OrderCall, Redis, RedisTarget, Vouched};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
@@ -90,16 +90,14 @@ async fn an_order_rung_while_nobody_listens_is_persisted_when_the_subscription_i
     let product = ProductId::parse(&sku).unwrap();
     let order_id = OrderId::generate(&product);
     let call = OrderCall {
-        order_id: &order_id,
+        order_id,
         user_id: UserId::new(2).unwrap(),
-        product: &product,
         quantity: Quantity::new(1).unwrap(),
-        idempotency_field: None,
         idempotency_key: None,
-        admitted: false,
+        vouched: Vouched::No,
     };
     let mut conn = direct.shared().await.unwrap();
-    let reply = flashsale::sale::place_order_on(&mut conn, &app.prefix, &call).await;
+    let reply = flashsale::sale::place_orders_on(&mut conn, &app.prefix, &product, &[call]).await;
     assert!(format!("{reply:?}").contains("Accepted"), "{reply:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let back = Instant::now();

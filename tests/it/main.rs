@@ -33,6 +33,7 @@ mod helpers;
 mod identity;
 mod lifecycle;
 mod limits;
+mod line;
 mod memory;
 mod nodes;
 mod observe;
