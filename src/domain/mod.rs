@@ -278,6 +278,10 @@ mod tests {
         let (parsed, of) = OrderId::parse(id.as_str()).unwrap();
         assert_eq!(parsed, id);
         assert_eq!(of, product);
+        // Its first 12 digits are the time it was made, in ms.
+        let suffix = id.as_str().strip_prefix("sku-1:").unwrap();
+        let made = i64::from_str_radix(&suffix[..12], 16).unwrap();
+        assert!((now_ms() - made).abs() < 10_000, "{id}");
         assert!(OrderId::parse("sku-1:nothex").is_none());
         // Ids of the earlier format (32 digits) still name their product.
         let (_, of) = OrderId::parse("sku-1:01a22cea2b9fd1c4909e1c7500000000").unwrap();

@@ -5,12 +5,13 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use axum::BoxError;
 use axum::body::{Bytes, HttpBody};
 use axum::extract::{FromRequestParts, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{BoxError, Json};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -257,7 +258,13 @@ enum Placement {
 }
 
 fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy) -> Answer {
-    let mut response = (StatusCode::ACCEPTED, Json(order)).into_response();
+    let json = HeaderValue::from_static("application/json");
+    let mut response = (
+        StatusCode::ACCEPTED,
+        [(CONTENT_TYPE, json)],
+        order.to_json(),
+    )
+        .into_response();
     let outcome = if placement == Placement::Replayed {
         response
             .headers_mut()
