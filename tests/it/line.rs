@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::helpers::{Backend, metric, spawn_app_on, spawn_app_with};
+use crate::helpers::{Backend, TestApp, metric, spawn_app_on, spawn_app_with};
 use crate::proxy::{Mode, Proxy};
 
 /// One call of seven orders on a sale of 5 units, 3 a buyer: the buyer's
@@ -98,6 +98,33 @@ async fn one_call_decides_each_of_its_orders_in_turn(backend: Backend) {
 
 crate::on_both_backends!(one_call_decides_each_of_its_orders_in_turn);
 
+/// Posts an order of buyer 1, then, 60 ms later (while its call is in
+/// flight on a slow Redis), `more` orders of buyers 2.. at once: their
+/// answers' statuses, and the order-script calls they took.
+async fn one_then_more(app: &TestApp, sku: &str, more: u64) -> (Vec<StatusCode>, u64) {
+    let post = |user: u64| {
+        let (client, url) = (app.client.clone(), app.url("/api/orders"));
+        let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
+        async move {
+            let resp = client.post(url).json(&body).send().await.expect("answered");
+            resp.status()
+        }
+    };
+    let calls = app.sales.script_calls();
+    let mut set = JoinSet::new();
+    set.spawn(post(1));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    for user in 2..=more + 1 {
+        set.spawn(post(user));
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = set.join_next().await {
+        statuses.push(status.expect("a task"));
+    }
+    assert_eq!(statuses.len() as u64, more + 1);
+    (statuses, app.sales.script_calls() - calls)
+}
+
 /// With Redis slow to answer (behind a proxy that holds each chunk), the
 /// orders posted while the first order's call is in flight are decided in
 /// one more call, not one each; every one is accepted and persisted.
@@ -110,29 +137,11 @@ async fn orders_arriving_during_a_call_share_the_next_one() {
     .await;
     let sku = app.new_sale(100, 1).await;
     proxy.set_mode(Mode::Slow(Duration::from_millis(150)));
-    let post = |user: u64| {
-        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
-        async move {
-            let resp = client
-                .post(url)
-                .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
-                .send()
-                .await
-                .expect("answered");
-            resp.status()
-        }
-    };
-    let calls = app.sales.script_calls();
-    let mut set = JoinSet::new();
-    set.spawn(post(1));
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    for user in 2..=21 {
-        set.spawn(post(user));
-    }
-    while let Some(status) = set.join_next().await {
-        assert_eq!(status.unwrap(), StatusCode::ACCEPTED);
-    }
-    let made = app.sales.script_calls() - calls;
+    let (statuses, made) = one_then_more(&app, &sku, 20).await;
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::ACCEPTED),
+        "{statuses:?}"
+    );
     assert!(
         (2..=3).contains(&made),
         "21 orders, 20 of them at once during the first's call, took {made} calls"
@@ -158,29 +167,13 @@ async fn orders_of_a_call_the_replicas_did_not_confirm_are_each_taken_back() {
     })
     .await;
     let sku = app.new_sale(100, 1).await;
-    let post = |user: u64| {
-        let (client, url, sku) = (app.client.clone(), app.url("/api/orders"), sku.clone());
-        async move {
-            let resp = client
-                .post(url)
-                .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
-                .send()
-                .await
-                .expect("answered");
-            resp.status()
-        }
-    };
-    let calls = app.sales.script_calls();
-    let mut set = JoinSet::new();
-    set.spawn(post(1));
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    for user in 2..=11 {
-        set.spawn(post(user));
-    }
-    while let Some(status) = set.join_next().await {
-        assert_eq!(status.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
-    }
-    let made = app.sales.script_calls() - calls;
+    let (statuses, made) = one_then_more(&app, &sku, 10).await;
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::SERVICE_UNAVAILABLE),
+        "{statuses:?}"
+    );
     assert!(made <= 3, "11 orders took {made} calls");
     assert_eq!(app.stock(&sku).await, Some(100));
     for user in 1..=11 {
