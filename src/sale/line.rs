@@ -41,10 +41,11 @@ pub(super) struct Sent {
     pub(super) received: Reading,
 }
 
-/// An order waiting in its sale's line, and where its answer goes.
+/// An order waiting in its sale's line, and where it goes back with its
+/// answer.
 pub(super) struct Waiting {
     pub(super) order: OrderCall,
-    pub(super) answer: oneshot::Sender<Sent>,
+    pub(super) answer: oneshot::Sender<(OrderCall, Sent)>,
 }
 
 /// The busy lines of this process: a sale is here while one of its calls
@@ -61,7 +62,7 @@ pub(super) enum Joined {
     /// alone, then hands the line on ([`Lines::next`]).
     First(OrderCall),
     /// A call is in flight: the order waits for the next one.
-    Queued(oneshot::Receiver<Sent>),
+    Queued(oneshot::Receiver<(OrderCall, Sent)>),
 }
 
 impl Lines {

@@ -119,35 +119,36 @@ impl Orders {
     /// once when no call of the sale is in flight, else in the next call.
     async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
         let product = order.product;
-        let order_id = OrderId::generate(product);
         let call = OrderCall {
-            order_id: order_id.clone(),
+            order_id: OrderId::generate(product),
             user_id: order.user_id,
             quantity: order.quantity,
             idempotency_key: order.idempotency_key.map(str::to_owned),
             vouched: order.vouched,
         };
-        let sent = match self.lines.join(product, call) {
+        // The order comes back with its answer: its id and key become the
+        // accepted order's, with no copy.
+        let (call, sent) = match self.lines.join(product, call) {
             Joined::First(call) => {
                 let _next = Handoff {
                     orders: self,
                     product,
                 };
                 let mut sent = self.send(product, std::slice::from_ref(&call)).await;
-                sent.pop().ok_or(SaleError::Dropped)?
+                (call, sent.pop().ok_or(SaleError::Dropped)?)
             }
             Joined::Queued(answer) => {
                 // The call in flight, then this order's: each bounded by
                 // the Redis timeout.
                 let bound = 2 * self.core.redis.timeout();
                 match tokio::time::timeout(bound, answer).await {
-                    Ok(Ok(sent)) => sent,
+                    Ok(Ok(answered)) => answered,
                     Ok(Err(_)) => return Err(SaleError::Dropped),
                     Err(_) => return Err(SaleError::Timeout(bound)),
                 }
             }
         };
-        self.decide(sent.reply?, &order, order_id, (sent.sent, sent.received))
+        self.decide(sent.reply?, &order, call, (sent.sent, sent.received))
     }
 
     /// Sends the line's next call: the orders that waited, their answers
@@ -160,9 +161,9 @@ impl Orders {
         let (orders, answers): (Vec<OrderCall>, Vec<_>) =
             waiting.into_iter().map(|w| (w.order, w.answer)).unzip();
         let sent = self.send(&product, &orders).await;
-        for (answer, sent) in answers.into_iter().zip(sent) {
+        for ((answer, order), sent) in answers.into_iter().zip(orders).zip(sent) {
             // A caller that stopped waiting meanwhile drops its answer.
-            let _ = answer.send(sent);
+            let _ = answer.send((order, sent));
         }
     }
 
@@ -215,7 +216,7 @@ impl Orders {
         &self,
         reply: PlaceReply,
         order: &NewOrder<'_>,
-        order_id: OrderId,
+        call: OrderCall,
         (sent, received): (Reading, Reading),
     ) -> Result<Decision, SaleError> {
         let core = &self.core;
@@ -236,13 +237,13 @@ impl Orders {
                     allowance_left,
                 });
                 let accepted = PendingOrder {
-                    order_id,
+                    order_id: call.order_id,
                     user_id: order.user_id,
                     product_id: product.clone(),
                     quantity: order.quantity,
                     price,
                     created_ms,
-                    idempotency_key: order.idempotency_key.map(str::to_owned),
+                    idempotency_key: call.idempotency_key,
                 };
                 placed(accepted, false)
             }

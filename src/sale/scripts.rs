@@ -181,7 +181,7 @@ pub async fn restore_booked(
         let field = o
             .idempotency_key
             .as_ref()
-            .map(|k| format!("{}:{k}", o.user_id))
+            .map(|k| idempotency_field(o.user_id, k))
             .unwrap_or_default();
         call.arg(o.order_id.as_str())
             .arg(o.user_id)
@@ -346,8 +346,14 @@ impl OrderCall {
     pub fn idempotency_field(&self) -> Option<String> {
         self.idempotency_key
             .as_ref()
-            .map(|k| format!("{}:{k}", self.user_id))
+            .map(|k| idempotency_field(self.user_id, k))
     }
+}
+
+/// The field of an Idempotency-Key's record in the sale's `idem` hash:
+/// `user_id:key`, so that keys of different buyers never meet.
+fn idempotency_field(user_id: UserId, key: &str) -> String {
+    format!("{user_id}:{key}")
 }
 
 /// `place_order.lua` for `orders` of `product`'s sale (one or more, in
