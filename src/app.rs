@@ -15,7 +15,9 @@ use crate::http::conn::Connections;
 use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
-use crate::sale::{SaleError, Sales};
+use crate::books::{Audit, Books, Catalog, Outbox};
+use crate::http::watched::Watched;
+use crate::sale::{SaleError, Sales, durability};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
 
@@ -35,11 +37,14 @@ pub enum StartupError {
     Auth(#[from] crate::http::auth::AuthError),
 }
 
-/// A built service, bound to its port, not yet serving.
+/// A built service, bound to its port, not yet serving: the one place
+/// that holds the stores whole and gives each part its handles.
 pub struct App {
     listener: TcpListener,
     state: AppState,
     workers: Option<Workers>,
+    sales: Sales,
+    db: Db,
 }
 
 /// Connections a listener queues before it accepts them (the kernel caps it
@@ -64,11 +69,11 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn start_dependencies(sales: &Sales, db: &Db, token: &CancellationToken) {
     let (db, stop) = (db.clone(), token.clone());
     tokio::spawn(async move { db.migrate_until_ready(stop).await });
-    let (sales, stop) = (sales.clone(), token.clone());
+    let (redis, stop) = (sales.redis().clone(), token.clone());
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = sales.check_persistence_when_up() => {}
+            _ = durability::check_persistence_when_up(&redis) => {}
         }
     });
 }
@@ -86,7 +91,7 @@ impl App {
         let workers = settings
             .workers
             .clone()
-            .map(|cfg| Workers::new(sales.clone(), db.clone(), cfg).with_metrics(metrics.clone()));
+            .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
         let dashboard = (http.admin_routes)
             .then_some(http.admin_token.clone())
             .flatten()
@@ -97,7 +102,7 @@ impl App {
                         http.dashboard_session,
                     ),
                     board: http::dashboard::Board::new(
-                        sales.clone(),
+                        Watched::of(&sales),
                         metrics.clone(),
                         match &settings.workers {
                             Some(w) => http::dashboard::board::Workers::Here {
@@ -110,11 +115,23 @@ impl App {
                 })
             });
         let state = AppState::new(Shared {
-            books: crate::books::Books::new(sales.clone(), db.clone()),
-            catalog: crate::books::Catalog::new(sales.clone(), db.clone()),
+            orders: sales.orders().clone(),
+            room: sales.room().clone(),
+            books: Books::new(
+                (sales.accepted().clone(), sales.ledger().clone()),
+                (db.orders(), db.payments()),
+            ),
+            catalog: Catalog::new(
+                (sales.lifecycle().clone(), sales.ledger().clone(), sales.room().clone()),
+                (db.products(), db.audits()),
+            ),
+            audit: Audit::new(
+                sales.ledger().clone(),
+                (db.products(), db.orders(), db.audits()),
+            ),
+            outbox: Outbox::new(db.events(), db.deliveries()),
+            watched: Watched::of(&sales),
             dashboard,
-            sales,
-            db,
             admin_token: http.admin_token.clone(),
             admin_routes: http.admin_routes,
             auth,
@@ -127,6 +144,8 @@ impl App {
             listener,
             state,
             workers,
+            sales,
+            db,
         })
     }
 
@@ -168,6 +187,16 @@ impl App {
         self.workers.as_ref()
     }
 
+    /// The sales in Redis, whole (for tests and operators' tools).
+    pub fn sales(&self) -> &Sales {
+        &self.sales
+    }
+
+    /// The books in MySQL, whole (for tests and operators' tools).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     /// Serves until `shutdown` completes: the server stops taking requests
     /// and finishes those in flight; the workers finish the batch in hand.
     /// Answers at once; `/readyz` says when MySQL's database is ready.
@@ -176,7 +205,7 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let token = CancellationToken::new();
-        start_dependencies(&self.state.sales, &self.state.db, &token);
+        start_dependencies(&self.sales, &self.db, &token);
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
         tokio::spawn(sweep_buckets(
             self.state.guards.clone(),
@@ -219,7 +248,7 @@ pub async fn run_workers(
     if let Some(addr) = settings.metrics_addr {
         let listener = listen(addr)?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
-        let router = http::metrics::worker_router(metrics.clone(), sales.clone());
+        let router = http::metrics::worker_router(metrics.clone(), Watched::of(&sales));
         let connections = Connections::new(settings.connections.clone());
         let stop = token.clone();
         tokio::spawn(async move {
@@ -232,7 +261,7 @@ pub async fn run_workers(
             }
         });
     }
-    Workers::new(sales, db, cfg)
+    Workers::new(&sales, &db, cfg)
         .with_metrics(metrics)
         .run(token)
         .await;

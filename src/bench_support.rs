@@ -32,7 +32,7 @@ pub async fn insert_orders_raw(
     table: &str,
     orders: &[PendingOrder],
 ) -> Result<u64, StoreError> {
-    db.insert_orders_raw(table, orders).await
+    db.orders().insert_orders_raw(table, orders).await
 }
 
 /// The user a bearer token (without `Bearer `) names, as a request

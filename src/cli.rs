@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::books::{audit, recover, retire};
+use crate::books::{Audit, Recovery, Settlement, audit, recover, retire};
 use crate::config::{
     AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, SalesArgs, StreamsArgs,
 };
@@ -39,6 +39,14 @@ async fn connect(redis: &RedisArgs, db: &DbArgs) -> anyhow::Result<(Sales, Db)> 
     .db()?;
     db.create_and_migrate().await?;
     Ok((redis_of(redis)?, db))
+}
+
+/// The audit over both stores.
+fn audit_of(sales: &Sales, db: &Db) -> Audit {
+    Audit::new(
+        sales.ledger().clone(),
+        (db.products(), db.orders(), db.audits()),
+    )
 }
 
 /// `serve --dry-run` / `worker --dry-run`: the settings as the process
@@ -92,7 +100,7 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
         .map(ProductId::parse)
         .transpose()
         .context("--product")?;
-    let audits = audit::audit(&sales, &db, only.as_ref()).await?;
+    let audits = audit_of(&sales, &db).audit(only.as_ref()).await?;
     let ok = audits.iter().all(|a| a.ok());
     if args.json {
         println!("{}", serde_json::json!({"ok": ok, "sales": audits}));
@@ -111,7 +119,11 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         true => recover::Overwrite::Force,
         false => recover::Overwrite::Refuse,
     };
-    let done = recover::recover(&sales, &db, &product, overwrite).await?;
+    let recovery = Recovery::new(
+        (sales.ledger().clone(), sales.lifecycle().clone()),
+        (db.products(), db.orders()),
+    );
+    let done = recovery.recover(&product, overwrite).await?;
     println!(
         "recovered {}: stock {}, {} buyers' counts, {} cancelled orders marked released",
         done.product_id, done.stock, done.buyers, done.released
@@ -124,7 +136,12 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
 pub async fn sales(args: SalesArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
     let after = Duration::from_secs(args.retire_after_secs);
-    let listed = retire::list(&sales, &db, after).await?;
+    let settlement = Settlement::new(
+        (sales.lifecycle().clone(), sales.queue().clone()),
+        (db.products(), db.orders()),
+        audit_of(&sales, &db),
+    );
+    let listed = settlement.list(after).await?;
     if args.json {
         println!("{}", serde_json::to_string(&listed)?);
     } else {
@@ -181,16 +198,16 @@ pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
     let products = match args.product.as_deref() {
         Some(p) => vec![ProductId::parse(p).context("--product")?],
         None => {
-            let mut all = sales.lifecycle.open_sales().await?;
+            let mut all = sales.lifecycle().open_sales().await?;
             all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
             all
         }
     };
     let mut reports = Vec::with_capacity(products.len());
     for product in products {
-        let view = sales.queue.view(&product).await?;
+        let view = sales.queue().view(&product).await?;
         let pending_entries = match (view.has_group, args.pending) {
-            (true, limit) if limit > 0 => sales.queue.pending(&product, limit).await?,
+            (true, limit) if limit > 0 => sales.queue().pending(&product, limit).await?,
             _ => Vec::new(),
         };
         reports.push(StreamReport {

@@ -18,8 +18,8 @@ use serde::Serialize;
 use super::error::BooksError;
 use crate::domain::OrderStatus;
 use crate::domain::ProductId;
-use crate::sale::{SaleSnapshot, Sales};
-use crate::store::{Db, FinalAudit, OrderRow, Product};
+use crate::sale::{self, SaleSnapshot};
+use crate::store::{self, FinalAudit, OrderRow, Product};
 
 /// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
@@ -63,38 +63,54 @@ impl SaleAudit {
     }
 }
 
-/// Audits every opened sale, or the one named.
-pub async fn audit(
-    sales: &Sales,
-    db: &Db,
-    only: Option<&ProductId>,
-) -> Result<Vec<SaleAudit>, BooksError> {
-    let products = match only {
-        Some(id) => vec![db.product(id).await?.ok_or(BooksError::NoProduct)?],
-        None => db.opened_products().await?,
-    };
-    let mut out = Vec::with_capacity(products.len());
-    for p in &products {
-        out.push(audit_sale(sales, db, p).await?);
-    }
-    Ok(out)
+/// The audit's handle: what it reads of each store.
+#[derive(Clone)]
+pub struct Audit {
+    ledger: sale::Ledger,
+    products: store::Products,
+    orders: store::Orders,
+    audits: store::Audits,
 }
 
-pub async fn audit_sale(
-    sales: &Sales,
-    db: &Db,
-    product: &Product,
-) -> Result<SaleAudit, BooksError> {
-    let id = ProductId::parse(&product.product_id)
-        .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
-    let rows = db.orders_of_product(&id).await?;
-    if product.retired.is_some()
-        && let Some(recorded) = db.final_audit(&id).await?
-    {
-        return Ok(retired_figures(product, &rows, &recorded));
+impl Audit {
+    pub fn new(
+        ledger: sale::Ledger,
+        (products, orders, audits): (store::Products, store::Orders, store::Audits),
+    ) -> Self {
+        Self {
+            ledger,
+            products,
+            orders,
+            audits,
+        }
     }
-    let redis = sales.ledger.snapshot(&id).await?;
-    Ok(figures(product, &rows, &redis))
+
+    /// Audits every opened sale, or the one named.
+    pub async fn audit(&self, only: Option<&ProductId>) -> Result<Vec<SaleAudit>, BooksError> {
+        let products = match only {
+            Some(id) => vec![self.products.product(id).await?.ok_or(BooksError::NoProduct)?],
+            None => self.products.opened_products().await?,
+        };
+        let mut out = Vec::with_capacity(products.len());
+        for p in &products {
+            out.push(self.sale(p).await?);
+        }
+        Ok(out)
+    }
+
+    /// One sale's audit: for a retired one, Redis's part as recorded.
+    pub async fn sale(&self, product: &Product) -> Result<SaleAudit, BooksError> {
+        let id = ProductId::parse(&product.product_id)
+            .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
+        let rows = self.orders.orders_of_product(&id).await?;
+        if product.retired.is_some()
+            && let Some(recorded) = self.audits.final_audit(&id).await?
+        {
+            return Ok(retired_figures(product, &rows, &recorded));
+        }
+        let redis = self.ledger.snapshot(&id).await?;
+        Ok(figures(product, &rows, &redis))
+    }
 }
 
 /// A retired sale's audit: Redis's part as recorded at its retirement,

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use super::error::BooksError;
-use super::retire;
-use crate::domain::{ProductId, RoomBounds};
+use crate::domain::{ProductId, RoomBounds, now_ms};
 use crate::sale::room::{NewBounds, RoomState};
-use crate::sale::{SaleSpec, Sales};
-use crate::store::{Db, FinalAudit, NewProduct, Product};
+use crate::sale::{self, SaleSpec};
+use crate::store::{self, FinalAudit, NewProduct, Product};
 
 /// The settings a product's sale is opened with in Redis, with `stock` units.
 pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
@@ -47,25 +46,39 @@ pub struct ProductStatus {
 /// Sales as an admin runs them, across MySQL and Redis.
 #[derive(Clone)]
 pub struct Catalog {
-    sales: Sales,
-    db: Db,
+    lifecycle: sale::Lifecycle,
+    /// The stock left in Redis.
+    ledger: sale::Ledger,
+    room: sale::Room,
+    products: store::Products,
+    /// A retired sale's final figures.
+    audits: store::Audits,
 }
 
 impl Catalog {
-    pub fn new(sales: Sales, db: Db) -> Self {
-        Self { sales, db }
+    pub fn new(
+        (lifecycle, ledger, room): (sale::Lifecycle, sale::Ledger, sale::Room),
+        (products, audits): (store::Products, store::Audits),
+    ) -> Self {
+        Self {
+            lifecycle,
+            ledger,
+            room,
+            products,
+            audits,
+        }
     }
 
     /// Creates a product in MySQL (its sale opens with [`Catalog::open`]).
     pub async fn create(&self, new: &NewProduct) -> Result<Product, BooksError> {
-        let product = self.db.create_product(new).await?;
+        let product = self.products.create(new).await?;
         tracing::info!(product_id = %new.product_id, "product created");
         Ok(product)
     }
 
     /// The product's row (`NoProduct`: none).
     pub async fn product(&self, id: &ProductId) -> Result<Product, BooksError> {
-        self.db.product(id).await?.ok_or(BooksError::NoProduct)
+        self.products.product(id).await?.ok_or(BooksError::NoProduct)
     }
 
     /// Opens the product's sale in Redis with the units MySQL has, then
@@ -76,8 +89,8 @@ impl Catalog {
             return Err(BooksError::SaleClosed);
         }
         let spec = sale_spec(&product, product.available_qty.max(0) as u64);
-        let (opened, stock) = self.sales.lifecycle.open(id, &spec).await?;
-        self.db.mark_opened(id).await?;
+        let (opened, stock) = self.lifecycle.open(id, &spec).await?;
+        self.products.mark_opened(id).await?;
         if opened {
             tracing::info!(product_id = %id, stock, "sale opened");
         }
@@ -97,8 +110,8 @@ impl Catalog {
         product: Product,
     ) -> Result<ProductStatus, BooksError> {
         let (stock, final_audit) = match product.retired {
-            Some(_) => (None, self.db.final_audit(id).await?),
-            None => (self.sales.orders.stock(id).await?, None),
+            Some(_) => (None, self.audits.final_audit(id).await?),
+            None => (self.ledger.stock(id).await?, None),
         };
         Ok(ProductStatus {
             product,
@@ -107,10 +120,28 @@ impl Catalog {
         })
     }
 
-    /// Closes the sale now (see [`retire::close`]) and says where it stands.
+    /// Closes a sale early: Redis first (no order is accepted from then
+    /// on), then MySQL (its `end_time` and `closed`), and says where it
+    /// stands. Idempotent; the workers retire it once settled.
+    /// `NoProduct` when there is no such product.
     pub async fn close(&self, id: &ProductId) -> Result<ProductStatus, BooksError> {
-        let product = retire::close(&self.sales, &self.db, id).await?;
-        self.status_of(id, product).await
+        let product = self.product(id).await?;
+        if product.retired.is_some() {
+            return self.status_of(id, product).await;
+        }
+        let now = now_ms();
+        // The Redis node's end decides orders; MySQL takes the same instant.
+        let ended = match product.opened {
+            Some(_) => self.lifecycle.close(id).await?,
+            None => None,
+        };
+        let closed = self
+            .products
+            .close_product(id, now, ended.unwrap_or(now).min(now))
+            .await?
+            .ok_or(BooksError::NoProduct)?;
+        tracing::info!(product_id = %id, end_time = closed.end_time, "sale closed by an admin");
+        self.status_of(id, closed).await
     }
 
     /// New bounds for the sale's waiting room: Redis first (the line
@@ -121,7 +152,7 @@ impl Catalog {
         id: &ProductId,
         change: NewBounds,
     ) -> Result<Option<Arc<RoomState>>, BooksError> {
-        let Some(room) = self.sales.room.set_bounds(id, change).await? else {
+        let Some(room) = self.room.set_bounds(id, change).await? else {
             return Ok(None);
         };
         let bounds = RoomBounds {
@@ -130,7 +161,7 @@ impl Catalog {
             cap: u32::try_from(room.cap).unwrap_or(u32::MAX),
             join_difficulty: room.join_difficulty,
         };
-        self.db.set_room_bounds(id, bounds).await?;
+        self.products.set_room_bounds(id, bounds).await?;
         tracing::info!(product_id = %id, ?bounds, "waiting room bounds changed");
         Ok(Some(room))
     }

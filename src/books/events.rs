@@ -1,12 +1,43 @@
-//! An event as the shop's systems get it, pulled (`GET /api/admin/events`)
-//! or pushed (the workers' delivery): one shape for both.
+//! The outbox as the shop's systems see it ([`Outbox`]): an event as they
+//! get it, pulled (`GET /api/admin/events`) or pushed (the workers'
+//! delivery), one shape for both; and the dead letters an operator replays.
 
 use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::error::BooksError;
 use crate::domain::OrderStatus;
-use crate::store::{EventKind, EventRow};
+use crate::store::{DeadEvent, Deliveries, EventKind, EventRow, Events};
+
+/// The outbox, read in order, and its dead letters.
+#[derive(Clone)]
+pub struct Outbox {
+    events: Events,
+    deliveries: Deliveries,
+}
+
+impl Outbox {
+    pub fn new(events: Events, deliveries: Deliveries) -> Self {
+        Self { events, deliveries }
+    }
+
+    /// Up to `limit` events after the cursor `after`, in order.
+    pub async fn after(&self, after: i64, limit: u32) -> Result<Vec<EventMessage>, BooksError> {
+        let rows = self.events.events_after(after, limit).await?;
+        Ok(rows.into_iter().map(EventMessage::from).collect())
+    }
+
+    /// The events whose delivery gave up (at most 1,000, oldest first).
+    pub async fn dead(&self) -> Result<Vec<DeadEvent>, BooksError> {
+        Ok(self.deliveries.dead_events().await?)
+    }
+
+    /// Marks dead letters (one, or all) to be delivered again; how many.
+    pub async fn replay(&self, event_id: Option<i64>) -> Result<u64, BooksError> {
+        Ok(self.deliveries.replay_dead_events(event_id).await?)
+    }
+}
 
 /// One change of an order, or of a sale.
 #[derive(Serialize, ToSchema)]

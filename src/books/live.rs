@@ -31,9 +31,9 @@ use std::time::Duration;
 
 use super::error::BooksError;
 use crate::domain::{ProductId, now_ms};
-use crate::sale::Sales;
 use crate::sale::queue::Backlog;
-use crate::store::Db;
+use crate::sale::{Ledger, Queue};
+use crate::store;
 
 /// What one check saw of a sale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,49 +150,61 @@ impl Verdicts {
     }
 }
 
-/// Looks at one sale: Redis, then MySQL, then Redis again.
-pub async fn look(sales: &Sales, db: &Db, product: &ProductId) -> Result<Look, BooksError> {
-    let stock = |v: &Backlog| v.stock.map(|s| s.max(0));
-    let before = sales.queue.backlog(product).await?;
-    let (available_qty, (unreturned_units, newest_unreturned_ms)) = db
-        .books_figures(product)
-        .await?
-        .ok_or_else(|| BooksError::Corrupt(format!("open sale {product} is not in tb_product")))?;
-    let dead_letter_units = if before.dead_letters > 0 {
-        sales
-            .ledger
-            .dead_letters(product)
-            .await?
-            .iter()
-            .map(|d| d.quantity)
-            .sum()
-    } else {
-        0
-    };
-    let after = sales.queue.backlog(product).await?;
-    Ok(Look {
-        backlog: (before.unsettled, after.unsettled),
-        stock: (stock(&before), stock(&after)),
-        available_qty,
-        dead_letter_units,
-        unreturned_units,
-        newest_unreturned_ms,
-    })
+/// What the live check reads: the queue, the dead letters, the books'
+/// figures.
+#[derive(Clone)]
+pub struct LiveCheck {
+    queue: Queue,
+    ledger: Ledger,
+    orders: store::Orders,
 }
 
-/// Checks `product` now and records the judgement.
-pub async fn check(
-    sales: &Sales,
-    db: &Db,
-    product: &ProductId,
-    grace: Duration,
-    verdicts: &mut Verdicts,
-) -> Result<Option<Verdict>, BooksError> {
-    let judged = look(sales, db, product).await?.judge(now_ms(), grace);
-    if let Judged::Unbalanced { difference } = judged {
-        tracing::debug!(%product, difference, "the books do not balance (yet)");
+impl LiveCheck {
+    pub fn new((queue, ledger): (Queue, Ledger), orders: store::Orders) -> Self {
+        Self {
+            queue,
+            ledger,
+            orders,
+        }
     }
-    Ok(verdicts.record(product, judged))
+
+    /// Looks at one sale: Redis, then MySQL, then Redis again.
+    pub async fn look(&self, product: &ProductId) -> Result<Look, BooksError> {
+        let stock = |v: &Backlog| v.stock.map(|s| s.max(0));
+        let before = self.queue.backlog(product).await?;
+        let (available_qty, (unreturned_units, newest_unreturned_ms)) = self
+            .orders
+            .books_figures(product)
+            .await?
+            .ok_or_else(|| BooksError::Corrupt(format!("open sale {product} is not in tb_product")))?;
+        let dead_letter_units = match before.dead_letters {
+            0 => 0,
+            _ => self.ledger.dead_letters(product).await?.iter().map(|d| d.quantity).sum(),
+        };
+        let after = self.queue.backlog(product).await?;
+        Ok(Look {
+            backlog: (before.unsettled, after.unsettled),
+            stock: (stock(&before), stock(&after)),
+            available_qty,
+            dead_letter_units,
+            unreturned_units,
+            newest_unreturned_ms,
+        })
+    }
+
+    /// Checks `product` now and records the judgement.
+    pub async fn check(
+        &self,
+        product: &ProductId,
+        grace: Duration,
+        verdicts: &mut Verdicts,
+    ) -> Result<Option<Verdict>, BooksError> {
+        let judged = self.look(product).await?.judge(now_ms(), grace);
+        if let Judged::Unbalanced { difference } = judged {
+            tracing::debug!(%product, difference, "the books do not balance (yet)");
+        }
+        Ok(verdicts.record(product, judged))
+    }
 }
 
 #[cfg(test)]

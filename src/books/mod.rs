@@ -29,9 +29,13 @@ pub mod recover;
 pub mod retire;
 mod sweeper;
 
+pub use audit::Audit;
 pub use catalog::{Catalog, Opened, ProductStatus, sale_spec};
 pub use error::BooksError;
-pub use events::EventMessage;
+pub use events::{EventMessage, Outbox};
+pub use live::LiveCheck;
 pub use orders::{Books, Cancelled, Found, pending_of as pending_order_of};
 pub use payments::{PaymentRecord, decide as decide_payment};
+pub use recover::Recovery;
+pub use retire::{Retirer, Settlement};
 pub use sweeper::{Sweeper, Swept};

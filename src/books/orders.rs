@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::error::BooksError;
 use crate::domain::{Chain, OrderId, PendingOrder, ProductId, Quantity, UserId, now_ms};
-use crate::sale::{Progress, Sales};
-use crate::store::{Db, OrderRow, Transition};
+use crate::sale::{self, Progress};
+use crate::store::{self, OrderRow, Transition};
 
 /// What a cancel did.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,13 +32,31 @@ pub enum Found {
 /// Pay and cancel, across MySQL and Redis.
 #[derive(Clone)]
 pub struct Books {
-    pub(super) sales: Sales,
-    pub(super) db: Db,
+    /// What Redis holds of the accepted orders.
+    pub(super) accepted: sale::Accepted,
+    /// Whether Redis still has a sale (a refund's units go back only then).
+    pub(super) ledger: sale::Ledger,
+    /// The persisted orders.
+    pub(super) orders: store::Orders,
+    pub(super) payments: store::Payments,
 }
 
 impl Books {
-    pub fn new(sales: Sales, db: Db) -> Self {
-        Self { sales, db }
+    pub fn new(
+        (accepted, ledger): (sale::Accepted, sale::Ledger),
+        (orders, payments): (store::Orders, store::Payments),
+    ) -> Self {
+        Self {
+            accepted,
+            ledger,
+            orders,
+            payments,
+        }
+    }
+
+    /// Whether Redis and MySQL answer (the service's readiness).
+    pub async fn ping(&self) -> (Result<(), sale::SaleError>, Result<(), store::StoreError>) {
+        tokio::join!(self.accepted.ping(), self.orders.ping())
     }
 
     /// An order, wherever it is: Redis first, then MySQL (a worker persists
@@ -46,12 +64,12 @@ impl Books {
     /// always in one of the two). While MySQL is unavailable, an order Redis
     /// holds is answered from Redis rather than with the store's error.
     pub async fn find(&self, id: &OrderId, product: &ProductId) -> Result<Found, BooksError> {
-        let pending = self.sales.orders.find(id, product).await?;
-        match self.db.order(id).await {
+        let pending = self.accepted.find(id, product).await?;
+        match self.orders.order(id).await {
             Ok(Some(row)) => Ok(Found::Booked(row)),
             Ok(None) => pending.map(Found::Pending).ok_or(BooksError::NotFound),
             Err(e) if e.is_unavailable() && pending.is_some() => {
-                match self.sales.orders.progress(id, product).await? {
+                match self.accepted.progress(id, product).await? {
                     Some((order, progress)) => Ok(Found::Provisional(order, progress)),
                     None => Err(e.into()),
                 }
@@ -68,7 +86,18 @@ impl Books {
         product: &ProductId,
         key: &str,
     ) -> Result<Option<OrderRow>, BooksError> {
-        Ok(self.db.order_by_key(user, product, key).await?)
+        Ok(self.orders.order_by_key(user, product, key).await?)
+    }
+
+    /// A buyer's orders in the books, newest first: up to `limit` placed
+    /// before `before` (epoch ms; `None`: from the newest).
+    pub async fn orders_of_user(
+        &self,
+        user: UserId,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<OrderRow>, BooksError> {
+        Ok(self.orders.orders_of_user(user, before, limit).await?)
     }
 
     /// `confirmed` → `paid` (payment itself happens elsewhere; this records it).
@@ -78,7 +107,7 @@ impl Books {
         product: &ProductId,
         user: UserId,
     ) -> Result<OrderRow, BooksError> {
-        match self.db.pay(id, user).await? {
+        match self.orders.pay(id, user).await? {
             Transition::Done(row) | Transition::Already(row) if row.user_id == user.as_i64() => {
                 Ok(row)
             }
@@ -97,7 +126,7 @@ impl Books {
         product: &ProductId,
         user: Option<UserId>,
     ) -> Result<Cancelled, BooksError> {
-        match self.db.cancel(id, user).await? {
+        match self.orders.cancel(id, user).await? {
             Transition::Done(row) => {
                 self.release_logged(&row).await;
                 Ok(Cancelled::Done(row))
@@ -110,18 +139,17 @@ impl Books {
             }
             Transition::Already(row) | Transition::Refused(row) => Err(refusal(&row, user)),
             Transition::NotFound => {
-                let Some(order) = self.sales.orders.find(id, product).await? else {
+                let Some(order) = self.accepted.find(id, product).await? else {
                     return Err(BooksError::NotFound);
                 };
                 if user.is_some_and(|u| order.user_id != u) {
                     return Err(BooksError::Forbidden);
                 }
-                self.sales.orders.request_cancel(&order).await?;
+                self.accepted.request_cancel(&order).await?;
                 // Persisted meanwhile? Then cancel it now (the request is moot).
-                if self.db.order(id).await?.is_some() {
+                if self.orders.order(id).await?.is_some() {
                     let done = Box::pin(self.cancel(id, product, user)).await?;
-                    self.sales
-                        .orders
+                    self.accepted
                         .drop_cancel_request(product, id.as_str())
                         .await?;
                     return Ok(done);
@@ -134,8 +162,8 @@ impl Books {
     /// The Redis half of a cancel, then `released = 1`.
     pub async fn release(&self, row: &OrderRow) -> Result<(), BooksError> {
         let order = pending_of(row)?;
-        self.sales.orders.release(&order, row.updated).await?;
-        self.db.mark_released(&row.order_id).await?;
+        self.accepted.release(&order, row.updated).await?;
+        self.orders.mark_released(&row.order_id).await?;
         Ok(())
     }
 
@@ -144,10 +172,10 @@ impl Books {
     /// give back to), so the units are only marked released.
     pub(super) async fn release_refunded(&self, row: &OrderRow) -> Result<(), BooksError> {
         let product = pending_of(row)?.product_id;
-        if self.sales.ledger.has_sale(&product).await? {
+        if self.ledger.has_sale(&product).await? {
             self.release_logged(row).await;
         } else {
-            self.db.mark_released(&row.order_id).await?;
+            self.orders.mark_released(&row.order_id).await?;
         }
         Ok(())
     }
@@ -163,7 +191,7 @@ impl Books {
     /// Cancels orders unpaid for longer than `timeout`; returns how many.
     pub async fn cancel_expired(&self, timeout: Duration, limit: u32) -> Result<usize, BooksError> {
         let rows = self
-            .db
+            .orders
             .cancel_expired(now_ms() - timeout.as_millis() as i64, limit)
             .await?;
         for row in &rows {
@@ -177,7 +205,7 @@ impl Books {
     /// cancel in progress is left alone); returns how many.
     pub async fn repair_releases(&self, grace: Duration, limit: u32) -> Result<usize, BooksError> {
         let rows = self
-            .db
+            .orders
             .unreleased(now_ms() - grace.as_millis() as i64, limit)
             .await?;
         for row in &rows {
@@ -191,15 +219,15 @@ impl Books {
     /// the orders persisted since; returns how many were applied.
     pub async fn apply_cancel_requests(&self, product: &ProductId) -> Result<usize, BooksError> {
         let mut applied = 0;
-        for (id, user) in self.sales.orders.cancel_requests(product).await? {
+        for (id, user) in self.accepted.cancel_requests(product).await? {
             let (Some((order_id, _)), Ok(user)) = (OrderId::parse(&id), UserId::new(user)) else {
-                self.sales.orders.drop_cancel_request(product, &id).await?;
+                self.accepted.drop_cancel_request(product, &id).await?;
                 continue;
             };
             match self.cancel(&order_id, product, Some(user)).await {
                 Ok(Cancelled::Done(_))
                 | Err(BooksError::InvalidTransition(_) | BooksError::NotFound) => {
-                    self.sales.orders.drop_cancel_request(product, &id).await?;
+                    self.accepted.drop_cancel_request(product, &id).await?;
                     applied += 1;
                 }
                 Ok(Cancelled::Requested(_)) => {} // still pending
@@ -216,7 +244,7 @@ impl Books {
         product: &ProductId,
         user: UserId,
     ) -> Result<BooksError, BooksError> {
-        Ok(match self.sales.orders.find(id, product).await? {
+        Ok(match self.accepted.find(id, product).await? {
             None => BooksError::NotFound,
             Some(o) if o.user_id != user => BooksError::Forbidden,
             Some(_) => BooksError::InvalidTransition("pending".into()),

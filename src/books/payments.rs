@@ -27,7 +27,7 @@ use super::error::BooksError;
 use super::orders::{Books, pending_of};
 use crate::domain::{Currency, OrderStatus, PaymentKind, PaymentResult};
 use crate::sale::Retake;
-use crate::store::{NewPayment, OrderRow, Recorded};
+use crate::store::{NewPayment, OrderRow};
 
 /// What a notification came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +82,10 @@ pub fn decide(
     })
 }
 
+/// Tries of one notification: a deadlock's victim, or a second delivery
+/// racing the first to insert its row, changed nothing and is tried again.
+const ATTEMPTS: usize = 3;
+
 impl Books {
     /// Records a verified notification (see the module docs). Refused:
     /// an order the books do not hold (`NotFound`: whether it ever
@@ -93,63 +97,91 @@ impl Books {
         p: &NewPayment,
         currency: Currency,
     ) -> Result<PaymentRecord, BooksError> {
-        let first = self
-            .db
-            .record_payment(p, &|p, o, r| decide(p, o, r, currency, Retaking::NotTried))
-            .await?;
-        let recorded = match first {
-            Recorded::MustRetake(row) => {
-                let retaking = self.retake(p, &row).await?;
-                self.db
-                    .record_payment(p, &|p, o, r| decide(p, o, r, currency, retaking))
-                    .await?
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.record_once(p, currency).await {
+                Err(BooksError::Store(e)) if attempt < ATTEMPTS && e.is_conflict() => {
+                    tracing::debug!(error = %crate::domain::Chain(&e), attempt, "payment: trying again");
+                }
+                done => return done,
             }
-            other => other,
-        };
-        match recorded {
-            Recorded::Now(result, order) => {
-                self.after_payment(p, result, &order).await?;
-                Ok(PaymentRecord {
-                    result,
-                    order,
-                    replayed: false,
-                })
+        }
+    }
+
+    /// One try: the store locks what the decision reads, the books decide,
+    /// the store records it. A late payment of a cancelled order tries to
+    /// take its units again first, outside the transaction (a Redis call),
+    /// then decides on the order as it then stands.
+    async fn record_once(
+        &self,
+        p: &NewPayment,
+        currency: Currency,
+    ) -> Result<PaymentRecord, BooksError> {
+        let mut retaking = Retaking::NotTried;
+        loop {
+            let mut locked = self.payments.lock(p).await?;
+            if let Some((result, order_id)) = locked.before.take() {
+                drop(locked);
+                return self.recorded_before(p, result, &order_id).await;
             }
-            Recorded::Before { order_id, .. } if order_id != p.order_id.as_str() => {
-                Err(BooksError::PaymentIdReused)
-            }
-            Recorded::Before { result, .. } => {
-                let order = self.db.order(&p.order_id).await?.ok_or_else(|| {
-                    BooksError::Corrupt(format!(
-                        "a payment for {} and no order",
-                        p.order_id.as_str()
-                    ))
-                })?;
-                Ok(PaymentRecord {
-                    result,
-                    order,
-                    replayed: true,
-                })
-            }
-            Recorded::NoOrder => {
-                let Some((_, product)) = crate::domain::OrderId::parse(p.order_id.as_str()) else {
-                    return Err(BooksError::NotFound);
-                };
-                // Told 202 and not in the books: pending, asked again. A
-                // Redis that does not answer is a 503 (never a 404 for an
-                // order that may exist), and an order the workers persisted
-                // between the two reads is pending too (asked again, found).
-                match self.sales.orders.find(&p.order_id, &product).await? {
-                    Some(_) => Err(BooksError::Pending),
-                    None if self.db.order(&p.order_id).await?.is_some() => Err(BooksError::Pending),
-                    None => Err(BooksError::NotFound),
+            let Some(order) = &locked.order else {
+                drop(locked);
+                return Err(self.no_order(p).await?);
+            };
+            match decide(p, order, locked.refunded, currency, retaking) {
+                Some(result) => {
+                    let order = locked.record(p, result).await?;
+                    self.after_payment(p, result, &order).await?;
+                    return Ok(PaymentRecord {
+                        result,
+                        order,
+                        replayed: false,
+                    });
+                }
+                None => {
+                    let row = order.clone();
+                    drop(locked);
+                    retaking = self.retake(p, &row).await?;
                 }
             }
-            Recorded::MustRetake(_) => Err(BooksError::Corrupt(format!(
-                "order {} asked for a second retake",
-                p.order_id.as_str()
-            ))),
         }
+    }
+
+    /// The same notification, recorded before: its first result.
+    async fn recorded_before(
+        &self,
+        p: &NewPayment,
+        result: PaymentResult,
+        order_id: &str,
+    ) -> Result<PaymentRecord, BooksError> {
+        if order_id != p.order_id.as_str() {
+            return Err(BooksError::PaymentIdReused);
+        }
+        let order = self.orders.order(&p.order_id).await?.ok_or_else(|| {
+            BooksError::Corrupt(format!("a payment for {} and no order", p.order_id.as_str()))
+        })?;
+        Ok(PaymentRecord {
+            result,
+            order,
+            replayed: true,
+        })
+    }
+
+    /// Why a notification for an order the books do not hold is refused.
+    /// Told 202 and not in the books: pending, asked again. A Redis that
+    /// does not answer is a 503 (never a 404 for an order that may exist),
+    /// and an order the workers persisted between the two reads is pending
+    /// too (asked again, found).
+    async fn no_order(&self, p: &NewPayment) -> Result<BooksError, BooksError> {
+        let Some((_, product)) = crate::domain::OrderId::parse(p.order_id.as_str()) else {
+            return Ok(BooksError::NotFound);
+        };
+        Ok(match self.accepted.find(&p.order_id, &product).await? {
+            Some(_) => BooksError::Pending,
+            None if self.orders.order(&p.order_id).await?.is_some() => BooksError::Pending,
+            None => BooksError::NotFound,
+        })
     }
 
     /// A late payment's cancelled order takes its units again, if the sale
@@ -161,8 +193,7 @@ impl Books {
         }
         Ok(
             match self
-                .sales
-                .orders
+                .accepted
                 .retake(&pending_of(row)?, row.updated)
                 .await?
             {

@@ -19,8 +19,8 @@ use super::error::BooksError;
 use super::orders::pending_of;
 use crate::domain::OrderStatus;
 use crate::domain::ProductId;
-use crate::sale::{Booked, BookedState, Restore, Restored, Sales};
-use crate::store::{Db, OrderRow};
+use crate::sale::{Booked, BookedState, Ledger, Restore, Restored};
+use crate::store::{self, OrderRow};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Reconciled {
@@ -51,20 +51,19 @@ pub(crate) fn booked(rows: &[OrderRow]) -> Result<Vec<Booked>, BooksError> {
 
 /// Restores in Redis what the books hold and Redis lost, for one sale.
 pub async fn reconcile(
-    sales: &Sales,
-    db: &Db,
+    ledger: &Ledger,
+    orders: &store::Orders,
     product: &ProductId,
 ) -> Result<Reconciled, BooksError> {
-    if sales.orders.stock(product).await?.is_none() {
+    if ledger.stock(product).await?.is_none() {
         return Ok(Reconciled {
             product_id: product.to_string(),
             in_redis: false,
             restored: Restored::default(),
         });
     }
-    let rows = db.orders_of_product(product).await?;
-    let restored = sales
-        .ledger
+    let rows = orders.orders_of_product(product).await?;
+    let restored = ledger
         .restore_booked(product, &booked(&rows)?, Restore::Repair)
         .await?;
     if !restored.is_empty() {

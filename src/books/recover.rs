@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use super::error::BooksError;
 use crate::domain::{ProductId, UserId};
-use crate::sale::{BookedState, Restore, SaleError, Sales};
-use crate::store::{Db, OrderRow, Product};
+use crate::sale::{BookedState, Ledger, Lifecycle, Restore, SaleError};
+use crate::store::{self, OrderRow, Product};
 
 /// Whether a rebuild may go ahead over what Redis still holds of the sale
 /// (its hash, or orders in its stream MySQL does not have: those would be
@@ -42,82 +42,103 @@ pub struct Recovered {
     pub released: usize,
 }
 
-pub async fn recover(
-    sales: &Sales,
-    db: &Db,
-    product_id: &ProductId,
-    overwrite: Overwrite,
-) -> Result<Recovered, BooksError> {
-    let product = db.product(product_id).await?.ok_or(BooksError::NoProduct)?;
-    let rows = db.orders_of_product(product_id).await?;
-    may_recover(sales, (product_id, &product), &rows, overwrite).await?;
-
-    // Closed while it is rebuilt: without the sale hash every order is
-    // refused. The stock starts full and the books' orders are taken off it.
-    sales
-        .ledger
-        .reset(product_id, product.initial_qty.max(0) as u64)
-        .await?;
-    let booked = super::reconcile::booked(&rows)?;
-    let restored = sales
-        .ledger
-        .restore_booked(product_id, &booked, Restore::Rebuild)
-        .await?;
-    let stock = restored.stock.max(0);
-    let (opened, _) = sales
-        .lifecycle
-        .open(
-            product_id,
-            &super::catalog::sale_spec(&product, stock as u64),
-        )
-        .await?;
-    if !opened {
-        return Err(
-            SaleError::Corrupt("the sale reappeared while it was being recovered".into()).into(),
-        );
-    }
-    db.mark_all_released(product_id).await?;
-    let buyers: HashSet<UserId> = booked
-        .iter()
-        .filter(|b| b.state == BookedState::Sold)
-        .map(|b| b.order.user_id)
-        .collect();
-    let released = booked
-        .iter()
-        .filter(|b| b.state != BookedState::Sold)
-        .count();
-    tracing::info!(product_id = %product_id, stock, buyers = buyers.len(), "sale recovered from MySQL");
-    Ok(Recovered {
-        product_id: product_id.to_string(),
-        stock,
-        buyers: buyers.len(),
-        released,
-    })
+/// Rebuilding a sale in Redis from the books.
+#[derive(Clone)]
+pub struct Recovery {
+    ledger: Ledger,
+    lifecycle: Lifecycle,
+    products: store::Products,
+    orders: store::Orders,
 }
 
-/// Refused when recovering the sale would lose something: a retired
-/// sale's final books, or (unless `overwrite`) what Redis still holds.
-async fn may_recover(
-    sales: &Sales,
-    (id, product): (&ProductId, &Product),
-    rows: &[OrderRow],
-    overwrite: Overwrite,
-) -> Result<(), BooksError> {
-    if product.retired.is_some() {
-        return Err(BooksError::Refused(
-            "the sale is retired: its books are final and it never opens again".into(),
-        ));
-    }
-    if sales.ledger.has_sale(id).await? && overwrite == Overwrite::Refuse {
-        return Err(BooksError::Refused("Redis still has this sale".into()));
-    }
-    let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
-    let unpersisted = sales.ledger.unpersisted_orders(id, &persisted).await?;
-    if unpersisted > 0 && overwrite == Overwrite::Refuse {
-        return Err(BooksError::Refused(format!(
-            "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
-        )));
+impl Recovery {
+    pub fn new(
+        (ledger, lifecycle): (Ledger, Lifecycle),
+        (products, orders): (store::Products, store::Orders),
+    ) -> Self {
+        Self {
+            ledger,
+            lifecycle,
+            products,
+            orders,
+        }
     }
 
-    Ok(())
+    pub async fn recover(
+        &self,
+        product_id: &ProductId,
+        overwrite: Overwrite,
+    ) -> Result<Recovered, BooksError> {
+        let product = self.products.product(product_id).await?.ok_or(BooksError::NoProduct)?;
+        let rows = self.orders.orders_of_product(product_id).await?;
+        self.may_recover((product_id, &product), &rows, overwrite).await?;
+
+        // Closed while it is rebuilt: without the sale hash every order is
+        // refused. The stock starts full and the books' orders are taken off it.
+        self.ledger
+            .reset(product_id, product.initial_qty.max(0) as u64)
+            .await?;
+        let booked = super::reconcile::booked(&rows)?;
+        let restored = self
+            .ledger
+            .restore_booked(product_id, &booked, Restore::Rebuild)
+            .await?;
+        let stock = restored.stock.max(0);
+        let (opened, _) = self
+            .lifecycle
+            .open(
+                product_id,
+                &super::catalog::sale_spec(&product, stock as u64),
+            )
+            .await?;
+        if !opened {
+            return Err(
+                SaleError::Corrupt("the sale reappeared while it was being recovered".into()).into(),
+            );
+        }
+        self.orders.mark_all_released(product_id).await?;
+        let buyers: HashSet<UserId> = booked
+            .iter()
+            .filter(|b| b.state == BookedState::Sold)
+            .map(|b| b.order.user_id)
+            .collect();
+        let released = booked
+            .iter()
+            .filter(|b| b.state != BookedState::Sold)
+            .count();
+        tracing::info!(product_id = %product_id, stock, buyers = buyers.len(), "sale recovered from MySQL");
+        Ok(Recovered {
+            product_id: product_id.to_string(),
+            stock,
+            buyers: buyers.len(),
+            released,
+        })
+    }
+
+    /// Refused when recovering the sale would lose something: a retired
+    /// sale's final books, or (unless `overwrite`) what Redis still holds.
+    async fn may_recover(
+        &self,
+        (id, product): (&ProductId, &Product),
+        rows: &[OrderRow],
+        overwrite: Overwrite,
+    ) -> Result<(), BooksError> {
+        if product.retired.is_some() {
+            return Err(BooksError::Refused(
+                "the sale is retired: its books are final and it never opens again".into(),
+            ));
+        }
+        if self.ledger.has_sale(id).await? && overwrite == Overwrite::Refuse {
+            return Err(BooksError::Refused("Redis still has this sale".into()));
+        }
+        let persisted: HashSet<&str> = rows.iter().map(|r| r.order_id.as_str()).collect();
+        let unpersisted = self.ledger.unpersisted_orders(id, &persisted).await?;
+        if unpersisted > 0 && overwrite == Overwrite::Refuse {
+            return Err(BooksError::Refused(format!(
+                "the sale's stream holds {unpersisted} orders not yet in MySQL; let the workers drain it first"
+            )));
+        }
+
+        Ok(())
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::error::BooksError;
 use super::orders::Books;
 use crate::domain::ProductId;
-use crate::sale::Sales;
+use crate::sale::Lifecycle;
 
 /// What one pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,7 +29,8 @@ const EXPIRY_BATCHES_PER_PASS: u32 = 50;
 
 pub struct Sweeper {
     books: Books,
-    sales: Sales,
+    /// The registry of open sales.
+    lifecycle: Lifecycle,
     payment_timeout: Duration,
     release_grace: Duration,
 }
@@ -39,13 +40,13 @@ impl Sweeper {
     /// Redis half is missing for `release_grace` is finished.
     pub fn new(
         books: Books,
-        sales: Sales,
+        lifecycle: Lifecycle,
         payment_timeout: Duration,
         release_grace: Duration,
     ) -> Self {
         Self {
             books,
-            sales,
+            lifecycle,
             payment_timeout,
             release_grace,
         }
@@ -78,7 +79,7 @@ impl Sweeper {
             .repair_releases(self.release_grace, BATCH)
             .await?;
         let mut requests_applied = 0;
-        for product in pick(self.sales.lifecycle.open_sales().await?) {
+        for product in pick(self.lifecycle.open_sales().await?) {
             requests_applied += self.books.apply_cancel_requests(&product).await?;
         }
         Ok(Swept {

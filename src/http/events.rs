@@ -64,13 +64,7 @@ pub async fn list(
             "after must be at least 0, limit between 1 and {MAX_EVENTS}"
         )));
     }
-    let events: Vec<EventMessage> = state
-        .db
-        .events_after(after, limit)
-        .await?
-        .into_iter()
-        .map(EventMessage::from)
-        .collect();
+    let events: Vec<EventMessage> = state.outbox.after(after, limit).await?;
     let next = events.last().map_or(after, |e| e.id);
     Ok(Json(EventPage { events, next }))
 }
@@ -93,7 +87,7 @@ pub struct DeadLetters {
 )]
 pub async fn dead(_: Admin, State(state): State<AppState>) -> Result<Json<DeadLetters>, ApiError> {
     Ok(Json(DeadLetters {
-        dead: state.db.dead_events().await?,
+        dead: state.outbox.dead().await?,
     }))
 }
 
@@ -129,6 +123,6 @@ pub async fn replay(
     QueryParams(params): QueryParams<ReplayParams>,
 ) -> Result<Json<Replaying>, ApiError> {
     Ok(Json(Replaying {
-        replaying: state.db.replay_dead_events(params.event_id).await?,
+        replaying: state.outbox.replay(params.event_id).await?,
     }))
 }

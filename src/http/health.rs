@@ -16,7 +16,7 @@ pub async fn healthz() -> Json<Value> {
 /// Redis and MySQL both answer; 503 `unavailable` otherwise.
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "health", responses((status = 200, description = "Redis and MySQL answer", body = Object)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let (redis, mysql) = tokio::join!(state.sales.ping(), state.db.ping());
+    let (redis, mysql) = state.books.ping().await;
     redis?;
     mysql?;
     Ok(Json(

@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use super::state::AppState;
 use crate::domain::Chain;
 use crate::metrics::Metrics;
-use crate::sale::QueueView;
-use crate::sale::Sales;
 use crate::sale::room::RoomState;
+use super::watched::Watched;
+use crate::sale::{Counter, QueueView};
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -37,32 +37,30 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         let counter = m.connections_ended.with_label_values(&[why.label()]);
         counter.inc_by(state.connections.ended(why).saturating_sub(counter.get()));
     }
-    scrape(m, &state.sales).await
+    scrape(m, &state.watched).await
 }
 
 /// The worker-only process's metrics listener: `GET /metrics`, `GET /healthz`.
-pub fn worker_router(metrics: Arc<Metrics>, sales: Sales) -> Router {
+pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
+    let scraped = |State((m, w)): State<(Arc<Metrics>, Watched)>| async move { scrape(&m, &w).await };
     Router::new()
-        .route(
-            "/metrics",
-            get(|State((m, s)): State<(Arc<Metrics>, Sales)>| async move { scrape(&m, &s).await }),
-        )
+        .route("/metrics", get(scraped))
         .route("/healthz", get(super::health::healthz))
-        .with_state((metrics, sales))
+        .with_state((metrics, watched))
 }
 
 /// Refreshes the per-sale gauges from Redis and renders everything.
-async fn scrape(m: &Metrics, sales: &Sales) -> Response {
+async fn scrape(m: &Metrics, sales: &Watched) -> Response {
     // The sales count their own calls; the counters catch up at each scrape.
     for (call, now) in [
-        ("place_order", sales.script_calls()),
-        ("memory_read", sales.memory_reads()),
+        ("place_order", sales.counts().get(Counter::OrderCalls)),
+        ("memory_read", sales.counts().get(Counter::MemoryReads)),
     ] {
         let counter = m.order_path_calls.with_label_values(&[call]);
         counter.inc_by(now.saturating_sub(counter.get()));
     }
     let orders = &m.order_script_orders;
-    orders.inc_by(sales.script_orders().saturating_sub(orders.get()));
+    orders.inc_by(sales.counts().get(Counter::OrdersSent).saturating_sub(orders.get()));
     for gauge in [
         &m.sale_stock,
         &m.stream_length,
@@ -81,16 +79,16 @@ async fn scrape(m: &Metrics, sales: &Sales) -> Response {
     ] {
         gauge.reset();
     }
-    match sales.lifecycle.open_sales().await {
+    match sales.lifecycle().open_sales().await {
         Ok(open) => {
             for product in open.iter().take(MAX_SALES_SCRAPED) {
-                match sales.queue.view(product).await {
+                match sales.queue().view(product).await {
                     Ok(w) => set_sale_gauges(m, product.as_str(), &w),
                     Err(e) => {
                         tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale")
                     }
                 }
-                match sales.room.room(product).await {
+                match sales.room().room(product).await {
                     Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
                     Ok(None) => {}
                     Err(e) => {

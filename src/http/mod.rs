@@ -12,7 +12,8 @@
 //!   (the guards in front of Redis), `extract` (input into validated
 //!   values), `body`, `logs`;
 //! - [`error`]: the one mapping from failures to answers; [`state`]: what
-//!   every handler can reach.
+//!   every handler can reach; [`watched`]: what the operator's views read
+//!   of the sales.
 
 pub mod auth;
 mod body;
@@ -35,6 +36,7 @@ mod room;
 mod router;
 mod server;
 mod state;
+pub mod watched;
 
 pub use body::MAX_BODY_BYTES;
 pub use router::router;

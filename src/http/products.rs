@@ -319,6 +319,6 @@ pub async fn audit(
 ) -> Result<Json<Value>, ApiError> {
     let id = product_id_of(&product_id)?;
     let product = state.catalog.product(&id).await?;
-    let audit = books::audit::audit_sale(&state.sales, &state.db, &product).await?;
+    let audit = state.audit.sale(&product).await?;
     Ok(Json(json!({"ok": audit.ok(), "audit": audit})))
 }

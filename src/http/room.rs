@@ -178,7 +178,7 @@ pub async fn join(
     let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
     let product = sale_id(&product_id)?;
     let proof = headers.get(JOIN_PROOF).and_then(|v| v.to_str().ok());
-    let joined = state.sales.room.join(&product, user_id, proof).await?;
+    let joined = state.room.join(&product, user_id, proof).await?;
     let (ticket, new) = match joined {
         Joined::Ticket { ticket, new } => (ticket, new),
         Joined::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
@@ -253,7 +253,7 @@ pub async fn challenge(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ChallengeView>, ApiError> {
     let product = sale_id(&product_id)?;
-    let room = match state.sales.room.lookup(&product).await? {
+    let room = match state.room.lookup(&product).await? {
         RoomLookup::Room(room) => room,
         RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
         RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
@@ -349,7 +349,7 @@ async fn standing_of(
     product: &ProductId,
     ticket: &str,
 ) -> Result<StandingView, ApiError> {
-    let room = match state.sales.room.lookup(product).await? {
+    let room = match state.room.lookup(product).await? {
         RoomLookup::Room(room) => room,
         RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
         RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use super::dashboard::board::Dashboard;
 use super::{auth, conn, limits};
-use crate::books::{Books, Catalog};
-use crate::sale::Sales;
-use crate::store::Db;
+use crate::books::{Audit, Books, Catalog, Outbox};
+use crate::sale::{Orders, Room};
 
 /// What every handler can reach. Cloned for every request (axum's `State`),
 /// so it is one `Arc`: cloning the parts (connection handles, pools, the key
@@ -16,12 +15,20 @@ use crate::store::Db;
 pub struct AppState(Arc<Shared>);
 
 pub struct Shared {
-    pub sales: Sales,
-    pub db: Db,
+    /// The order path (Redis alone: where stock is deducted).
+    pub orders: Orders,
+    /// The waiting rooms (Redis alone).
+    pub room: Room,
     /// Orders after their 202, across both stores.
     pub books: Books,
     /// Sales as an admin runs them, across both stores.
     pub catalog: Catalog,
+    /// Each sale's books, checked.
+    pub audit: Audit,
+    /// The events, pulled in order, and their dead letters.
+    pub outbox: Outbox,
+    /// What `/metrics` reads of the sales.
+    pub watched: super::watched::Watched,
     /// `None`: the admin routes answer 401.
     pub admin_token: Option<Arc<str>>,
     /// Serve the admin routes at all.

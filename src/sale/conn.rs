@@ -28,7 +28,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
-use super::types::SaleError;
+use super::error::SaleError;
 
 /// Where Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -381,58 +381,6 @@ pub fn key_slot(tag: &str) -> u16 {
         }
     }
     crc % 16384
-}
-
-/// Durability of an accepted order: `WAIT replicas timeout` after the script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
-    pub replicas: u32,
-    pub timeout: Duration,
-}
-
-impl Wait {
-    /// `NotReplicated` when fewer than `replicas` acknowledged the writes.
-    pub fn confirmed(self, acked: u32) -> Result<(), SaleError> {
-        if acked < self.replicas {
-            return Err(SaleError::NotReplicated {
-                acked,
-                wanted: self.replicas,
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Runs the one call in `pipe`, then `WAIT`, as one pipeline on one
-/// connection to the master that holds `key`; returns the call's reply (an
-/// error reply as `Err`) and how many replicas acknowledged. Sent together,
-/// the WAIT runs right after the call, on the node the call ran on, and
-/// counts the replicas that have everything this connection wrote, the
-/// call's writes included. (Routed on its own, a WAIT could reach another
-/// node mid-failover, which would answer at once for writes it never saw.)
-pub async fn then_wait(
-    conn: &mut Conn,
-    key: &str,
-    mut pipe: Pipeline,
-    wait: Wait,
-) -> redis::RedisResult<(Value, u32)> {
-    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-    pipe.cmd("WAIT")
-        .arg(wait.replicas)
-        .arg(wait.timeout.as_millis() as u64);
-    let replies = match conn {
-        Conn::Cluster(c) => {
-            let route = Route::with_key(key, SlotAddr::Master);
-            c.route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
-                .await?
-        }
-        other => other.req_packed_commands(&pipe, 0, 2).await?,
-    };
-    let [reply, acked]: [Value; 2] = replies
-        .try_into()
-        .map_err(|_| redis::ParsingError::from("a call and a WAIT give two replies"))?;
-    let acked = redis::FromRedisValue::from_redis_value(acked.extract_error()?)?;
-    Ok((reply.extract_error()?, acked))
 }
 
 #[cfg(test)]

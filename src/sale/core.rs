@@ -1,8 +1,9 @@
 //! The private core every sale handle shares (as mini-redis's `Db` shares
 //! its `Shared`): the Redis handle, the key prefix, this process's memory
-//! of Redis's answers, the WAIT setting and the call counters. Handles reach Redis only through [`Core::call`] (the
-//! shared connection, within the Redis timeout) and, to WAIT, through
-//! [`Core::alone`]; nothing outside `sale` sees the core.
+//! of Redis's answers, the WAIT setting and the call counts. Handles reach
+//! Redis only through [`Core::call`] (the shared connection, within the
+//! Redis timeout) and, to WAIT, through [`Core::alone`]; nothing outside
+//! `sale` sees the core.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,11 +11,11 @@ use tokio::time::Instant;
 
 use redis::AsyncCommands;
 
-use super::conn::{Conn, Redis, Wait};
+use super::conn::{BlockingConnections, Conn, Redis};
+use super::error::SaleError;
 use super::keys::{self, SaleKeys};
 use super::memory::{self, Memory};
-use super::scripts;
-use super::types::SaleError;
+use super::wait::Wait;
 use crate::domain::{Chain, ProductId};
 
 pub(super) struct Core {
@@ -23,31 +24,36 @@ pub(super) struct Core {
     pub(super) memory: Memory,
     /// Replicas a write must reach before it counts (`None`: no WAIT).
     pub(super) wait: Option<Wait>,
-    pub(super) calls: Calls,
+    pub(super) counts: Arc<Counts>,
 }
 
-/// The Redis calls of the order path and its upkeep (the savings of the
-/// memory show here).
+/// What this process sent to Redis, by kind (the memory's savings show
+/// here; `/metrics` exports them).
 #[derive(Debug, Default)]
-pub(super) struct Calls {
+pub struct Counts([AtomicU64; 4]);
+
+/// A kind of call [`Counts`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
     /// `place_order.lua` calls.
-    pub(super) orders: AtomicU64,
+    OrderCalls,
     /// The orders those calls carried (several share a call when they
-    /// arrive together: `sale::line`).
-    pub(super) orders_sent: AtomicU64,
+    /// arrive together: `sale::orders`).
+    OrdersSent,
     /// `sale_clock.lua` and registry reads, in the background.
-    pub(super) memory_reads: AtomicU64,
+    MemoryReads,
     /// `room_tick.lua` and `room_join.lua`.
-    pub(super) rooms: AtomicU64,
+    RoomCalls,
 }
 
-impl Calls {
-    pub(super) fn count(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+impl Counts {
+    pub(super) fn add(&self, counter: Counter, n: usize) {
+        self.0[counter as usize].fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    pub(super) fn add(counter: &AtomicU64, n: usize) {
-        counter.fetch_add(n as u64, Ordering::Relaxed);
+    /// The calls of this kind sent so far.
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.0[counter as usize].load(Ordering::Relaxed)
     }
 }
 
@@ -73,7 +79,7 @@ impl Core {
     /// of its connection, and blocks it).
     pub(super) async fn alone(
         &self,
-    ) -> Result<bb8::PooledConnection<'_, super::conn::BlockingConnections>, SaleError> {
+    ) -> Result<bb8::PooledConnection<'_, BlockingConnections>, SaleError> {
         Ok(self.redis.exclusive().get().await?)
     }
 
@@ -90,11 +96,11 @@ impl Core {
 
     /// Runs `read`, a read that keeps the memory fresh, in the background
     /// (no order waits for it), counted.
-    fn in_background<F>(self: &Arc<Self>, read: impl FnOnce(Arc<Self>) -> F)
+    pub(super) fn in_background<F>(self: &Arc<Self>, read: impl FnOnce(Arc<Self>) -> F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        Calls::count(&self.calls.memory_reads);
+        self.counts.add(Counter::MemoryReads, 1);
         tokio::spawn(read(self.clone()));
     }
 
@@ -119,45 +125,6 @@ impl Core {
                 Err(e) => {
                     tracing::debug!(error = %Chain(&e), "registry read for memory failed");
                     core.memory.known().refresh_failed();
-                }
-            }
-        });
-    }
-
-    /// Reads a sale's stock, to renew its sold-out mark.
-    pub(super) fn renew_sold_out(self: &Arc<Self>, product: &ProductId) {
-        let product = product.clone();
-        self.in_background(|core| async move {
-            let stock_key = core.keys(&product).stock;
-            let sent = Instant::now();
-            let read = core.call(|mut c| async move { c.get::<_, Option<i64>>(&stock_key).await });
-            let stock = match read.await {
-                Ok(stock) => Some(stock),
-                Err(e) => {
-                    tracing::debug!(product_id = %product, error = %Chain(&e), "stock read for the sold-out mark failed");
-                    None
-                }
-            };
-            core.memory.stock_read(&product, sent, stock);
-        });
-    }
-
-    /// Reads a sale's window and its Redis node's clock.
-    pub(super) fn refresh_sale_clock(self: &Arc<Self>, product: &ProductId) {
-        let product = product.clone();
-        self.in_background(|core| async move {
-            let keys = core.keys(&product);
-            let sent = core.memory.now();
-            let read = core.call(|mut c| async move { scripts::sale_clock(&mut c, &keys).await });
-            match read.await {
-                Ok((redis_ms, window)) => {
-                    let received = core.memory.now();
-                    core.memory
-                        .refreshed(&product, window, redis_ms, sent, received);
-                }
-                Err(e) => {
-                    tracing::debug!(product_id = %product, error = %Chain(&e), "sale clock read failed");
-                    core.memory.refresh_failed(&product);
                 }
             }
         });

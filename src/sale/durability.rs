@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::conn::Redis;
-use super::types::SaleError;
+use super::error::SaleError;
 use crate::domain::Chain;
 
 /// What is risky in Redis's persistence settings; empty when AOF is on with

@@ -1,75 +1,82 @@
 //! The Redis side of a flash sale: where stock is deducted.
 //!
 //! A sale lives in Redis under keys that share the product id as hash tag
-//! ([`keys`]); the Lua scripts in `lua/` change it ([`scripts`], each with
-//! its contract). This module is the only code that reads or writes a
-//! sale's keys, and it never talks to MySQL. [`Sales`] hands out one handle
-//! per role, all over one private core ([`core`]: the connection, the key
-//! prefix, the memory, one bounded `call`):
+//! ([`keys`]); the Lua scripts in `lua/` change it ([`lua`]), each called
+//! and decoded beside the handle that owns it. This module is the only code
+//! that reads or writes a sale's keys, and it never talks to MySQL.
+//! [`Sales`] builds one handle per role over one private core (`core`: the
+//! connection, the key prefix, the memory, one bounded call); a consumer
+//! takes the handles it needs and nothing else:
 //!
 //! | handle | what it does | where |
 //! |---|---|---|
-//! | [`Orders`] | the order path (memory first, then `place_order.lua`: check, deduct, enqueue in one step, for the orders of the sale that arrived together: `line.rs`); voids; the workers' claim; an order's record and progress; cancel requests; giving units back | `orders.rs` |
+//! | [`Orders`] | the order path: memory first, then `place_order.lua` (check, deduct, enqueue in one step), the orders of a sale that arrive together sharing a call; voiding what the replicas did not confirm | `orders/` |
+//! | [`Accepted`] | what Redis holds of an accepted order: its record and progress, cancel requests, giving its units back or taking them again | `orders/accepted.rs` |
 //! | [`Room`] | the waiting room: join, where a ticket stands, admissions, the pace (`room_tick.lua`) | `room/` |
-//! | [`Lifecycle`] | open, close, the clock, the registry, a sale's end | `lifecycle.rs` |
+//! | [`Lifecycle`] | open, close, the clock, the registry of open sales, a sale's end | `lifecycle/` |
 //! | [`Queue`] | the one read model of a sale's queue (dashboard, metrics, `flashsale streams`, the workers' checks) | `queue.rs` |
-//! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger.rs` |
-//! | [`SaleStream`] | the consumer group's side of one sale's stream | `stream.rs` |
-//! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `bells.rs` |
+//! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger/` |
+//! | [`Streams`] | the workers' side of each sale's stream: read, claim, ack, reclaim, dead letters, sleep | `stream/` |
+//! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `stream/bells.rs` |
 //!
-//! [`memory`] answers the orders that cannot change the books (outside the
-//! window, sold out, at the limit, unknown product) from Redis's earlier
-//! answers, without a round trip. Shared types are in `types.rs`.
+//! Underneath: the connection ([`conn`], [`wait`] for `WAIT`), the one
+//! error ([`SaleError`]), why an order is refused ([`Rejection`]) and what
+//! an instance answers from memory ([`memory`]).
 
-pub mod bells;
-mod conn;
+pub mod conn;
 mod core;
 pub mod durability;
-mod entry;
+mod error;
 pub mod keys;
 mod ledger;
 mod lifecycle;
-mod line;
+mod lua;
 pub mod memory;
 mod orders;
 pub mod queue;
+mod rejection;
 pub mod room;
-mod scripts;
-mod stream;
-mod types;
+pub mod stream;
+pub mod wait;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-pub use bells::Bells;
-pub use conn::{Conn, Pool, Redis, RedisTarget, Wait};
-pub use entry::Entry;
+pub use conn::{Conn, Pool, Redis, RedisTarget};
+pub use core::{Counter, Counts};
+pub use error::SaleError;
 pub use keys::SaleKeys;
+pub use ledger::restore::{Booked, BookedState, Repairs, Restore, Restored};
 pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
-pub use lifecycle::Lifecycle;
-pub use memory::{Memory, MemorySettings};
-pub use orders::{NewOrder, Orders};
-pub use queue::{Queue, QueueView};
-pub use room::Room;
-pub use scripts::Retake;
+pub use lifecycle::{Lifecycle, SaleSpec};
+pub use memory::{Keyed, Memory, MemorySettings};
+pub use orders::{
+    Accepted, AnsweredBy, Decision, NewOrder, Orders, Placed, Progress, Retake, Vouched,
+};
 #[cfg(feature = "bench")]
-pub use scripts::{OrderCall, PlaceReply, place_orders as place_orders_on};
-pub use stream::{Claimed, SaleStream};
-pub use types::*;
+pub use orders::{OrderCall, PlaceReply, place::place_orders as place_orders_on};
+pub use queue::{Queue, QueueView};
+pub use rejection::Rejection;
+pub use room::Room;
+pub use stream::bells::Bells;
+pub use stream::entry::Entry;
+pub use stream::{Claimed, SaleStream, Streams};
+pub use wait::Wait;
 
 use crate::domain::ProductId;
 
-/// The sales of this deployment, as seen in Redis: a handle per role over
-/// one private core. Cheap to clone; a consumer keeps the handles it needs.
+/// The sales of this deployment, as seen in Redis: builds the handles,
+/// each over one private core. Cheap to clone; held by what assembles the
+/// service (`app`, the CLI), which gives each consumer its handles.
 #[derive(Clone)]
 pub struct Sales {
-    pub orders: Orders,
-    pub room: Room,
-    pub lifecycle: Lifecycle,
-    pub queue: Queue,
-    pub ledger: Ledger,
-    /// What wakes this process's sleeping drains (see [`bells`]).
-    pub bells: Bells,
+    orders: Orders,
+    accepted: Accepted,
+    room: Room,
+    lifecycle: Lifecycle,
+    queue: Queue,
+    ledger: Ledger,
+    streams: Streams,
+    bells: Bells,
     core: Arc<core::Core>,
 }
 
@@ -87,23 +94,63 @@ impl Sales {
             prefix: prefix.into(),
             memory: Memory::new(memory),
             wait: wait.filter(|w| w.replicas > 0),
-            calls: core::Calls::default(),
+            counts: Arc::default(),
         });
         let room = Room::new(core.clone());
         Self {
-            bells: Bells::new(&core.prefix),
+            bells: Bells::new(core.redis.clone(), &core.prefix),
             orders: Orders::new(core.clone(), room.clone()),
+            accepted: Accepted::new(core.clone()),
             lifecycle: Lifecycle::new(core.clone(), room.clone()),
             queue: Queue::new(core.clone()),
             ledger: Ledger::new(core.clone()),
+            streams: Streams::new(core.clone()),
             room,
             core,
         }
     }
 
-    /// One sale's stream, for consumer `consumer` of its group.
-    pub fn stream(&self, product: &ProductId, consumer: &str) -> SaleStream {
-        SaleStream::new(self.core.redis.clone(), self.keys(product), consumer)
+    pub fn orders(&self) -> &Orders {
+        &self.orders
+    }
+
+    pub fn accepted(&self) -> &Accepted {
+        &self.accepted
+    }
+
+    pub fn room(&self) -> &Room {
+        &self.room
+    }
+
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn streams(&self) -> &Streams {
+        &self.streams
+    }
+
+    pub fn bells(&self) -> &Bells {
+        &self.bells
+    }
+
+    /// What this process sent to Redis, by kind.
+    pub fn counts(&self) -> Arc<Counts> {
+        self.core.counts.clone()
+    }
+
+    /// The Redis connection under the handles (readiness, the startup
+    /// checks, operators' tools).
+    pub fn redis(&self) -> &Redis {
+        &self.core.redis
     }
 
     /// The keys' prefix (`REDIS_KEY_PREFIX`).
@@ -114,43 +161,5 @@ impl Sales {
     /// The sale's keys (for operators' tools and tests; handles build their own).
     pub fn keys(&self, product: &ProductId) -> SaleKeys {
         self.core.keys(product)
-    }
-
-    /// Holds this process's bell subscription until `shutdown` (see [`bells`]).
-    pub async fn listen_for_bells(&self, shutdown: tokio_util::sync::CancellationToken) {
-        self.bells.listen(&self.core.redis, shutdown).await
-    }
-
-    /// Redis answers a `PING` (the service's readiness).
-    pub async fn ping(&self) -> Result<(), SaleError> {
-        self.core.redis.ping().await
-    }
-
-    /// Logs the risks of Redis's persistence settings once Redis answers
-    /// (asked again with back-off while it does not): see [`durability`].
-    pub async fn check_persistence_when_up(&self) {
-        durability::check_persistence_when_up(&self.core.redis).await
-    }
-
-    /// `place_order.lua` calls this process has sent.
-    pub fn script_calls(&self) -> u64 {
-        self.core.calls.orders.load(Ordering::Relaxed)
-    }
-
-    /// The orders those calls carried.
-    pub fn script_orders(&self) -> u64 {
-        self.core.calls.orders_sent.load(Ordering::Relaxed)
-    }
-
-    /// Background reads that keep the memory fresh (a sale's window and
-    /// clock, the registry), sent by this process.
-    pub fn memory_reads(&self) -> u64 {
-        self.core.calls.memory_reads.load(Ordering::Relaxed)
-    }
-
-    /// Waiting-room scripts (`room_tick.lua`, `room_join.lua`) this
-    /// process has sent.
-    pub fn room_calls(&self) -> u64 {
-        self.core.calls.rooms.load(Ordering::Relaxed)
     }
 }

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::core::Core;
 use super::keys::GROUP;
-use super::types::SaleError;
+use super::error::SaleError;
 use crate::domain::ProductId;
 
 /// The queue handle.

@@ -1,19 +1,61 @@
 //! MySQL: the books. Products are created here; accepted orders are written
 //! here by the stream workers. The order path does not need MySQL (only a
 //! keyed retry of a retired sale's order is looked up here).
+//!
+//! One handle per table family, each with its own queries, over one
+//! bounded core ([`Db`]: the pool, the timeout, the database's readiness):
+//!
+//! | handle | tables | what |
+//! |---|---|---|
+//! | [`Products`] | `tb_product` | a sale's row: created, opened, its room's bounds, closed, its MySQL-side stock, retired, purged |
+//! | [`Orders`] | `tb_order` | persisted orders: a batch from the stream (`orders/persist.rs`: where an order is persisted), payments', cancels' and timeouts' status changes (`orders/transitions.rs`), lookups |
+//! | [`Payments`] | `tb_payment` | each notification recorded once, with the order change it makes |
+//! | [`Events`] | `tb_event` | the outbox: an event per change, written in the change's transaction, read in order |
+//! | [`Deliveries`] | `tb_event_delivery`, `tb_event_dead` | pushing the outbox: leases, progress, dead letters, replays |
+//! | [`Audits`] | `tb_sale_audit` | a retired sale's final audit |
+//!
+//! The store reads and writes; what a change means is decided by the books
+//! (`books`), before or after the store's reads, never called back from
+//! inside a transaction.
 
+mod audits;
 mod db;
+mod error;
 mod events;
-mod lifecycle;
 mod orders;
 mod payments;
 mod products;
-mod retire;
 
-pub use db::{Db, StoreError, migration_lock};
-pub use events::{DeadEvent, Delivery, EventKind, EventRow};
-pub use lifecycle::Transition;
-pub use orders::{OrderRow, Persisted};
-pub use payments::{Decide, NewPayment, Recorded};
-pub use products::{NewProduct, Product};
-pub use retire::FinalAudit;
+pub use audits::{Audits, FinalAudit};
+pub use db::{Db, migration_lock};
+pub use error::StoreError;
+pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};
+pub use orders::{OrderRow, Orders, Persisted, Transition};
+pub use payments::{Locked, NewPayment, Payments};
+pub use products::{NewProduct, Product, Products};
+
+impl Db {
+    pub fn products(&self) -> Products {
+        Products::new(self.clone())
+    }
+
+    pub fn orders(&self) -> Orders {
+        Orders::new(self.clone())
+    }
+
+    pub fn payments(&self) -> Payments {
+        Payments::new(self.clone())
+    }
+
+    pub fn events(&self) -> Events {
+        Events::new(self.clone())
+    }
+
+    pub fn deliveries(&self) -> Deliveries {
+        Deliveries::new(self.clone())
+    }
+
+    pub fn audits(&self) -> Audits {
+        Audits::new(self.clone())
+    }
+}

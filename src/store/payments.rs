@@ -1,12 +1,21 @@
-//! `tb_payment`: each payment notification recorded once, in the same
-//! transaction as the order change it makes (so a payment and its change
-//! exist together or not at all).
+//! `tb_payment` ([`Payments`]): each payment notification recorded once, in
+//! the same transaction as the order change it makes (so a payment and its
+//! change exist together or not at all).
+//!
+//! The books decide what a notification means; the store reads and writes.
+//! [`Payments::lock`] opens the transaction and locks what the decision
+//! reads (the order, an earlier record of the same payment, the payment a
+//! refund refers to); the books decide on those facts; [`Locked::record`]
+//! writes the decision and commits. Dropped unrecorded, the transaction
+//! rolls back.
 
 use rust_decimal::Decimal;
+use sqlx::{MySql, Transaction};
 
-use super::db::{Db, StoreError};
+use super::db::Db;
+use super::error::StoreError;
 use super::events::{self, EventKind};
-use super::lifecycle;
+use super::orders::transitions::{cancel_rows, take_units};
 use super::orders::{OrderRow, ROW};
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 
@@ -22,166 +31,167 @@ pub struct NewPayment {
     pub webhook_id: String,
 }
 
-/// What recording a notification found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Recorded {
-    /// Recorded now, with this result; the order as it is now.
-    Now(PaymentResult, OrderRow),
-    /// Recorded before (the same payment id and kind): its first result,
-    /// and the order it was for.
-    Before {
-        result: PaymentResult,
-        order_id: String,
-    },
-    /// No such order in the books.
-    NoOrder,
-    /// Nothing recorded: `decide` asks for the order (cancelled) to take
-    /// its units again first (`retake_order.lua`), then to be asked again.
-    MustRetake(OrderRow),
+/// The payments table's handle.
+#[derive(Clone)]
+pub struct Payments {
+    db: Db,
 }
 
-/// What the books decide for a notification: the order as it stands
-/// (locked), and for a refund, what the refunded payment came to for this
-/// order (`None`: the books hold no such payment for it). `None` asks for
-/// a retake first ([`Recorded::MustRetake`]).
-pub type Decide<'a> =
-    &'a (dyn Fn(&NewPayment, &OrderRow, Option<PaymentResult>) -> Option<PaymentResult> + Sync);
+/// What the books hold of a notification, locked until it is recorded.
+pub struct Locked {
+    tx: Transaction<'static, MySql>,
+    db: Db,
+    /// The order it is for (`None`: no such order in the books).
+    pub order: Option<OrderRow>,
+    /// This payment (id and kind) recorded before: its first result, and
+    /// the order it was for.
+    pub before: Option<(PaymentResult, String)>,
+    /// For a refund: what the refunded payment came to for this order
+    /// (`None`: the books hold no such payment for it).
+    pub refunded: Option<PaymentResult>,
+}
 
-impl Db {
-    /// Records a notification once: locks the order, returns the first
-    /// result if this payment was recorded already, otherwise asks
-    /// `decide` what it means for the order as it stands, applies it
-    /// (`paid`: `confirmed` → `paid`) and records it, in one transaction.
-    /// A payment timeout cancelling the same order waits for the lock, or
-    /// made its change first: either way one of the two sees the other's.
-    pub async fn record_payment(
-        &self,
-        p: &NewPayment,
-        decide: Decide<'_>,
-    ) -> Result<Recorded, StoreError> {
-        // Two deliveries of one notification at once: the second waits for
-        // the order's lock, then finds the first's row.
-        let retry = |e: &StoreError| {
-            e.is_contention()
-                || matches!(e, StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation())
-        };
-        self.retrying(3, retry, || self.record_once(p, decide))
-            .await
+impl Payments {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
     }
 
-    async fn record_once(
-        &self,
-        p: &NewPayment,
-        decide: Decide<'_>,
-    ) -> Result<Recorded, StoreError> {
-        self.transaction(|tx| {
-            Box::pin(async move {
-                let row: Option<OrderRow> = sqlx::query_as(&format!(
-                    "SELECT {ROW} FROM tb_order FORCE INDEX (uk_order_id) \
-                     WHERE order_id = ? FOR UPDATE"
-                ))
-                .bind(p.order_id.as_str())
-                .fetch_optional(&mut **tx)
-                .await?;
-                let before: Option<(String, String)> = sqlx::query_as(
-                    "SELECT result, order_id FROM tb_payment \
-                     WHERE payment_id = ? AND kind = ? FOR UPDATE",
-                )
-                .bind(&p.payment_id)
-                .bind(p.kind.as_str())
-                .fetch_optional(&mut **tx)
-                .await?;
-                if let Some((result, order_id)) = before {
-                    let result = PaymentResult::try_from(result)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    return Ok(Recorded::Before { result, order_id });
+    /// Opens the notification's transaction and reads, locked, what its
+    /// decision needs: the order (`FOR UPDATE`: a payment timeout cancelling
+    /// it waits, or made its change first), an earlier record of the same
+    /// payment, and for a refund the payment it refers to.
+    pub async fn lock(&self, p: &NewPayment) -> Result<Locked, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let read = self.db.bounded(async {
+            let order: Option<OrderRow> = sqlx::query_as(&format!(
+                "SELECT {ROW} FROM tb_order FORCE INDEX (uk_order_id) \
+                 WHERE order_id = ? FOR UPDATE"
+            ))
+            .bind(p.order_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let before = recorded(&mut tx, &p.payment_id, p.kind, None, "FOR UPDATE").await?;
+            let refunded = match (p.kind, &order) {
+                (PaymentKind::Refunded, Some(_)) => {
+                    let paid = PaymentKind::Succeeded;
+                    recorded(&mut tx, &p.payment_id, paid, Some(&p.order_id), "").await?
                 }
-                let Some(mut row) = row else {
-                    return Ok(Recorded::NoOrder);
-                };
-                let refunded = if p.kind == PaymentKind::Refunded {
-                    let found: Option<(String,)> = sqlx::query_as(
-                        "SELECT result FROM tb_payment \
-                         WHERE payment_id = ? AND kind = ? AND order_id = ?",
-                    )
-                    .bind(&p.payment_id)
-                    .bind(PaymentKind::Succeeded.as_str())
-                    .bind(p.order_id.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                    match found {
-                        Some((r,)) => Some(
-                            PaymentResult::try_from(r)
-                                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                        ),
-                        None => None,
-                    }
-                } else {
-                    None
-                };
-                let Some(result) = decide(p, &row, refunded) else {
-                    return Ok(Recorded::MustRetake(row));
-                };
-                let now = now_ms();
-                match result {
-                    PaymentResult::Paid | PaymentResult::PaidAgain => {
-                        let from = row.status;
-                        sqlx::query(
-                            "UPDATE tb_order FORCE INDEX (uk_order_id) \
-                             SET status = ?, released = 0, updated = ? \
-                             WHERE order_id = ? AND status = ?",
-                        )
-                        .bind(OrderStatus::Paid.as_str())
-                        .bind(now)
-                        .bind(p.order_id.as_str())
-                        .bind(from.as_str())
-                        .execute(&mut **tx)
-                        .await?;
-                        if from == OrderStatus::Cancelled {
-                            // The cancel gave its units back; they are the
-                            // order's again.
-                            lifecycle::take_units(tx, &row.product_id, row.quantity, now).await?;
-                        }
-                        row.status = OrderStatus::Paid;
-                        row.released = false;
-                        row.updated = now;
-                        events::record(tx, EventKind::Paid, [row.order_id.as_str()].into_iter())
-                            .await?;
-                    }
-                    PaymentResult::Refunded => {
-                        lifecycle::cancel_rows(tx, std::slice::from_mut(&mut row)).await?;
-                    }
-                    PaymentResult::RefundDue => {
-                        events::record(
-                            tx,
-                            EventKind::RefundDue,
-                            [row.order_id.as_str()].into_iter(),
-                        )
-                        .await?;
-                    }
-                    PaymentResult::AmountMismatch
-                    | PaymentResult::Failed
-                    | PaymentResult::RefundSettled
-                    | PaymentResult::Unmatched => {}
-                }
-                sqlx::query(
-                    "INSERT INTO tb_payment \
-                     (payment_id, kind, order_id, amount, currency, result, webhook_id, received) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(&p.payment_id)
-                .bind(p.kind.as_str())
-                .bind(p.order_id.as_str())
-                .bind(p.amount)
-                .bind(p.currency.as_str())
-                .bind(result.as_str())
-                .bind(&p.webhook_id)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-                Ok(Recorded::Now(result, row))
-            })
+                _ => None,
+            };
+            Ok((order, before, refunded.map(|(result, _)| result)))
+        });
+        let (order, before, refunded) = read.await?;
+        Ok(Locked {
+            tx,
+            db: self.db.clone(),
+            order,
+            before,
+            refunded,
+        })
+    }
+}
+
+impl Locked {
+    /// Applies `result` to the order (`paid`: `confirmed` or `cancelled` →
+    /// `paid`; `refunded`: cancelled, its units given back), records the
+    /// payment and commits; the order as it is now. Call only with an order.
+    pub async fn record(mut self, p: &NewPayment, result: PaymentResult) -> Result<OrderRow, StoreError> {
+        let mut row = self
+            .order
+            .take()
+            .ok_or_else(|| StoreError::Corrupt("a payment recorded without its order".into()))?;
+        let (db, mut tx) = (self.db, self.tx);
+        db.bounded(async {
+            let now = now_ms();
+            apply(&mut tx, result, &mut row, now).await?;
+            sqlx::query(
+                "INSERT INTO tb_payment \
+                 (payment_id, kind, order_id, amount, currency, result, webhook_id, received) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&p.payment_id)
+            .bind(p.kind.as_str())
+            .bind(p.order_id.as_str())
+            .bind(p.amount)
+            .bind(p.currency.as_str())
+            .bind(result.as_str())
+            .bind(&p.webhook_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(row)
         })
         .await
     }
+}
+
+/// The result recorded for payment `id` of `kind` (for `order`, when
+/// given), and the order it was for.
+async fn recorded(
+    tx: &mut Transaction<'static, MySql>,
+    id: &str,
+    kind: PaymentKind,
+    order: Option<&OrderId>,
+    lock: &str,
+) -> Result<Option<(PaymentResult, String)>, StoreError> {
+    let found: Option<(String, String)> = sqlx::query_as(&format!(
+        "SELECT result, order_id FROM tb_payment \
+         WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?) {lock}"
+    ))
+    .bind(id)
+    .bind(kind.as_str())
+    .bind(order.map(OrderId::as_str))
+    .bind(order.map(OrderId::as_str))
+    .fetch_optional(&mut **tx)
+    .await?;
+    found
+        .map(|(result, order_id)| {
+            let result =
+                PaymentResult::try_from(result).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            Ok((result, order_id))
+        })
+        .transpose()
+}
+
+/// What `result` changes of the order, in the payment's transaction.
+async fn apply(
+    tx: &mut Transaction<'static, MySql>,
+    result: PaymentResult,
+    row: &mut OrderRow,
+    now: i64,
+) -> Result<(), StoreError> {
+    match result {
+        PaymentResult::Paid | PaymentResult::PaidAgain => {
+            let from = row.status;
+            sqlx::query(
+                "UPDATE tb_order FORCE INDEX (uk_order_id) \
+                 SET status = ?, released = 0, updated = ? \
+                 WHERE order_id = ? AND status = ?",
+            )
+            .bind(OrderStatus::Paid.as_str())
+            .bind(now)
+            .bind(&row.order_id)
+            .bind(from.as_str())
+            .execute(&mut **tx)
+            .await?;
+            if from == OrderStatus::Cancelled {
+                // The cancel gave its units back; they are the order's again.
+                take_units(tx, &row.product_id, row.quantity, now).await?;
+            }
+            row.status = OrderStatus::Paid;
+            row.released = false;
+            row.updated = now;
+            events::record(tx, EventKind::Paid, [row.order_id.as_str()].into_iter()).await?;
+        }
+        PaymentResult::Refunded => cancel_rows(tx, std::slice::from_mut(row)).await?,
+        PaymentResult::RefundDue => {
+            events::record(tx, EventKind::RefundDue, [row.order_id.as_str()].into_iter()).await?;
+        }
+        PaymentResult::AmountMismatch
+        | PaymentResult::Failed
+        | PaymentResult::RefundSettled
+        | PaymentResult::Unmatched => {}
+    }
+    Ok(())
 }

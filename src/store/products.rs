@@ -2,7 +2,8 @@
 
 use rust_decimal::Decimal;
 
-use super::db::{Db, StoreError};
+use super::db::Db;
+use super::error::StoreError;
 use crate::domain::now_ms;
 use crate::domain::{ProductId, RoomBounds, WaitingRoom};
 
@@ -70,15 +71,25 @@ pub struct NewProduct {
     pub waiting_room: Option<WaitingRoom>,
 }
 
-pub(super) const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
+const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
                        end_time, limit_per_user, created, updated, opened, \
                        room_admit_per_sec, room_admission_secs, room_join_early_secs, \
                        room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
                        closed, retired, purged";
 
-impl Db {
+/// The products table's handle.
+#[derive(Clone)]
+pub struct Products {
+    db: Db,
+}
+
+impl Products {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
     /// Inserts a product; `ProductExists` when the id is taken.
-    pub async fn create_product(&self, p: &NewProduct) -> Result<Product, StoreError> {
+    pub async fn create(&self, p: &NewProduct) -> Result<Product, StoreError> {
         let now = now_ms();
         let row = Product {
             product_id: p.product_id.to_string(),
@@ -132,7 +143,7 @@ impl Db {
             .bind(row.closed)
             .bind(row.retired)
             .bind(row.purged);
-        self.call(|pool| insert.execute(pool))
+        self.db.call(|pool| insert.execute(pool))
             .await
             .map_err(|e| match e {
                 StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -145,6 +156,7 @@ impl Db {
 
     pub async fn product(&self, product_id: &ProductId) -> Result<Option<Product>, StoreError> {
         let row: Option<Product> = self
+            .db
             .call(|pool| async move {
                 sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE product_id = ?"
@@ -156,9 +168,7 @@ impl Db {
             .await?;
         Ok(row.map(normalized))
     }
-}
 
-impl Db {
     /// A waiting room's bounds as its room now holds them (a cap of 0:
     /// none), for a sale opened again by recovery.
     pub async fn set_room_bounds(
@@ -166,7 +176,7 @@ impl Db {
         product_id: &ProductId,
         bounds: RoomBounds,
     ) -> Result<(), StoreError> {
-        self.call(|pool| async move {
+        self.db.call(|pool| async move {
             sqlx::query(
                 "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
                  room_active_cap = NULLIF(?, 0), room_join_difficulty = NULLIF(?, 0), \
@@ -188,7 +198,7 @@ impl Db {
 
     /// Records that the product's sale was opened (the first time only).
     pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
-        self.call(|pool| async move {
+        self.db.call(|pool| async move {
             sqlx::query("UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL")
                 .bind(now_ms())
                 .bind(product_id.as_str())
@@ -202,6 +212,7 @@ impl Db {
     /// Every product whose sale has been opened, oldest first.
     pub async fn opened_products(&self) -> Result<Vec<Product>, StoreError> {
         let rows: Vec<Product> = self
+            .db
             .call(|pool| async move {
                 sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM tb_product WHERE opened IS NOT NULL ORDER BY id"
@@ -212,10 +223,121 @@ impl Db {
             .await?;
         Ok(rows.into_iter().map(normalized).collect())
     }
+
+    /// Closes a product's sale at `closed_at` (`closed` set once; `end_time`
+    /// moved to `end_at` unless it ends earlier; `start_time`, the planned
+    /// start, kept even when the close comes before it); `None` when there
+    /// is no such product. A retired sale is closed already: nothing changes.
+    pub async fn close_product(
+        &self,
+        product: &ProductId,
+        closed_at: i64,
+        end_at: i64,
+    ) -> Result<Option<Product>, StoreError> {
+        self.db.call(|pool| async move {
+            sqlx::query(
+                "UPDATE tb_product SET closed = COALESCE(closed, ?), \
+                 end_time = LEAST(end_time, ?), updated = ? \
+                 WHERE product_id = ? AND retired IS NULL",
+            )
+            .bind(closed_at)
+            .bind(end_at)
+            .bind(closed_at)
+            .bind(product.as_str())
+            .execute(pool)
+            .await
+        })
+        .await
+        .map(drop)?;
+        self.product(product).await
+    }
+
+    /// Opened sales not retired whose end is at or before `ended_by` (epoch
+    /// ms), by end then id, after `after` (the last of the previous page),
+    /// at most `limit`: those a retirement pass looks at.
+    pub async fn ended_unretired(
+        &self,
+        ended_by: i64,
+        after: Option<&(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<Product>, StoreError> {
+        let filter = "retired IS NULL AND opened IS NOT NULL";
+        self.page("end_time", filter, ended_by, after, limit).await
+    }
+
+    /// Retired sales whose Redis keys are not deleted yet, by retirement
+    /// then id, after `after` (the last of the previous page), at most `limit`.
+    pub async fn unpurged(
+        &self,
+        after: Option<&(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<Product>, StoreError> {
+        let filter = "purged IS NULL AND retired IS NOT NULL";
+        self.page("retired", filter, i64::MAX, after, limit).await
+    }
+
+    /// Products matching `filter` with `key` at most `upto`, by `key` then
+    /// id, after `after` (`(key, id)` of the previous page's last), at
+    /// most `limit`. `key` and `filter` are this module's constants.
+    async fn page(
+        &self,
+        key: &str,
+        filter: &str,
+        upto: i64,
+        after: Option<&(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<Product>, StoreError> {
+        let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
+        let rows: Vec<Product> = self
+            .db
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
+                     AND ({key} > ? OR ({key} = ? AND product_id > ?)) \
+                     ORDER BY {key}, product_id LIMIT ?"
+                ))
+                .bind(upto)
+                .bind(from)
+                .bind(from)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            })
+            .await?;
+        Ok(rows.into_iter().map(normalized).collect())
+    }
+
+    /// Records that a retired sale's Redis keys are deleted.
+    pub async fn mark_purged(&self, product: &ProductId, now_ms: i64) -> Result<(), StoreError> {
+        self.db.call(|pool| async move {
+            sqlx::query(
+                "UPDATE tb_product SET purged = ? WHERE product_id = ? AND purged IS NULL \
+                 AND retired IS NOT NULL",
+            )
+            .bind(now_ms)
+            .bind(product.as_str())
+            .execute(pool)
+            .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// How many sales were retired.
+    pub async fn retired_count(&self) -> Result<i64, StoreError> {
+        self.db.call(|pool| async move {
+            sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
+                .fetch_one(pool)
+                .await
+        })
+        .await
+    }
 }
 
+
 /// The column has scale 18; drop its trailing zeros ("4999.5", not "4999.500000000000000000").
-pub(super) fn normalized(p: Product) -> Product {
+fn normalized(p: Product) -> Product {
     Product {
         price: p.price.normalize(),
         ..p

@@ -29,7 +29,7 @@ use crate::books::EventMessage;
 use crate::domain::webhook::Secret;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
-use crate::store::{Db, Delivery, EventRow, StoreError};
+use crate::store::{Deliveries, Events, Delivery, EventRow, StoreError};
 
 /// Where and how events are pushed.
 #[derive(Debug, Clone)]
@@ -140,7 +140,8 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// One process's deliverer to one endpoint.
 pub struct Deliverer {
-    db: Db,
+    events: Events,
+    deliveries: Deliveries,
     settings: DeliverySettings,
     endpoint: String,
     owner: String,
@@ -168,7 +169,7 @@ impl Lags {
 
 impl Deliverer {
     pub fn new(
-        db: Db,
+        (events, deliveries): (Events, Deliveries),
         settings: DeliverySettings,
         owner: String,
         metrics: std::sync::Arc<Metrics>,
@@ -186,7 +187,8 @@ impl Deliverer {
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
         Self {
-            db,
+            events,
+            deliveries,
             endpoint: settings.url.to_string(),
             settings,
             owner,
@@ -244,7 +246,7 @@ impl Deliverer {
         let lease = self.lease();
         let until = now + lease.as_millis() as i64;
         let Some(at) = self
-            .db
+            .deliveries
             .lease_delivery(&self.endpoint, &self.owner, now, until)
             .await?
         else {
@@ -260,10 +262,10 @@ impl Deliverer {
 
     /// The dead letters an operator asked to replay, each tried once.
     async fn replay(&self) -> Result<(), StoreError> {
-        for e in self.db.replays(&self.endpoint, REPLAYS).await? {
+        for e in self.deliveries.replays(&self.endpoint, REPLAYS).await? {
             let sent = self.send(&e).await;
             let why = sent.as_ref().err().map_or("", String::as_str);
-            self.db
+            self.deliveries
                 .replayed(&self.endpoint, e.id, sent.is_ok(), why)
                 .await?;
             self.count(if sent.is_ok() { "replayed" } else { "failed" });
@@ -273,9 +275,9 @@ impl Deliverer {
 
     /// The dead letters and the lag, for the metrics and the dashboard.
     async fn gauge(&self, at: &Delivery) -> Result<(), StoreError> {
-        let dead = self.db.dead_event_count().await?;
+        let dead = self.deliveries.dead_event_count().await?;
         self.metrics.event_dead_letters.set(dead);
-        let lag = self.db.events_behind(at.delivered_up_to).await?;
+        let lag = self.events.events_behind(at.delivered_up_to).await?;
         self.lags
             .update(&self.endpoint, &self.metrics, |l| *l = lag.max(0));
         Ok(())
@@ -294,7 +296,7 @@ impl Deliverer {
         // webhook-ids (at least once), and MySQL does one commit a pass.
         let mut attempts = at.attempts;
         let mut acked = None;
-        let events = self.db.events_after(at.delivered_up_to, BATCH).await?;
+        let events = self.events.events_after(at.delivered_up_to, BATCH).await?;
         // A full page: more may wait behind it.
         let mut next = match events.len() >= BATCH as usize {
             true => Next::Now,
@@ -319,7 +321,7 @@ impl Deliverer {
                     tracing::warn!(event_id = e.id, attempts, error = %why, "event delivery failed");
                     if attempts < self.settings.max_attempts {
                         let next = now_ms() + self.backoff(attempts).as_millis() as i64;
-                        self.db
+                        self.deliveries
                             .delivery_failed(
                                 &self.endpoint,
                                 &self.owner,
@@ -332,7 +334,7 @@ impl Deliverer {
                         return Ok(Next::At(next));
                     }
                     tracing::error!(event_id = e.id, attempts, "event dead-lettered");
-                    self.db
+                    self.deliveries
                         .dead_letter_event(
                             &self.endpoint,
                             &self.owner,
@@ -349,7 +351,7 @@ impl Deliverer {
             }
         }
         if let Some(id) = acked {
-            self.db.delivered(&self.endpoint, &self.owner, id).await?;
+            self.deliveries.delivered(&self.endpoint, &self.owner, id).await?;
         }
         Ok(next)
     }

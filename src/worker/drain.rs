@@ -18,9 +18,8 @@ use crate::domain::Chain;
 use crate::domain::PendingOrder;
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
-use crate::sale::Entry;
-use crate::sale::{SaleStream, Sales};
-use crate::store::{Db, Persisted};
+use crate::sale::{Bells, Entry, SaleStream};
+use crate::store::{self, Persisted};
 
 /// Where a batch came from: read by this worker, or reclaimed from an
 /// idle one (its entries may have been delivered, and failed, before: their
@@ -60,8 +59,10 @@ pub struct Outcome {
 pub struct SaleWorker {
     product: ProductId,
     stream: SaleStream,
-    sales: Sales,
-    db: Db,
+    /// What wakes this drain when its sale is quiet.
+    bells: Bells,
+    /// Where its orders are persisted.
+    orders: store::Orders,
     cfg: Arc<WorkerConfig>,
     metrics: Arc<Metrics>,
     cursor: Cursor,
@@ -90,21 +91,20 @@ const SLEEP_CHECK: Duration = Duration::from_secs(300);
 const POOL_WAIT: Duration = Duration::from_millis(20);
 
 impl SaleWorker {
-    pub fn new(
+    /// The drain of `product`'s stream, with the handles its supervisor gives it.
+    pub(super) fn new(
         product: ProductId,
-        sales: Sales,
-        db: Db,
+        (stream, bells, orders): (SaleStream, Bells, store::Orders),
         cfg: Arc<WorkerConfig>,
-        metrics: Arc<Metrics>,
-        activity: Activity,
+        (metrics, activity): (Arc<Metrics>, Activity),
     ) -> Self {
         Self {
             activity,
             last_trim: None,
-            stream: sales.stream(&product, &cfg.consumer),
+            stream,
+            bells,
+            orders,
             product,
-            sales,
-            db,
             cfg,
             metrics,
             cursor: Cursor::Own("0".into()),
@@ -236,7 +236,7 @@ impl SaleWorker {
     /// up; or for `SLEEP_CHECK` at most, or until `shutdown`. Returns
     /// whether it slept (false: something waits, or no bells to sleep on).
     pub async fn sleep(&mut self, shutdown: &CancellationToken) -> Result<bool, WorkerError> {
-        let bells = &self.sales.bells;
+        let bells = &self.bells;
         if !bells.listening() || self.ahead.is_some() || self.cursor != Cursor::New {
             return Ok(false);
         }
@@ -280,7 +280,7 @@ impl SaleWorker {
         let entries = self.stream.read_now(from, count).await?;
         if entries.is_empty()
             && let Some(block) = block
-            && !self.sales.bells.listening()
+            && !self.bells.listening()
         {
             tokio::time::sleep(block.min(IDLE_POLL)).await;
         }
@@ -336,14 +336,14 @@ impl SaleWorker {
         entries: &[Entry],
         good: Batch<'a>,
     ) -> Result<(Batch<'a>, Batch<'a>), WorkerError> {
-        self.sales.orders.confirm_replicated(&self.product).await?;
+        self.stream.confirm_replicated().await?;
         let last = entries
             .iter()
             .map(|e| e.id.as_str())
             .max_by_key(|id| entry_order(id))
             .unwrap_or("0-0");
         let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
-        let voided = self.sales.orders.claim(&self.product, last, &ids).await?;
+        let voided = self.stream.claim(last, &ids).await?;
         let (void, kept): (Vec<_>, Vec<_>) = good
             .into_iter()
             .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
@@ -363,7 +363,7 @@ impl SaleWorker {
         let metrics = &self.metrics;
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let commit = metrics.commit_latency.start_timer();
-        let (persisted, good) = match self.db.persist_orders(&self.product, &orders).await {
+        let (persisted, good) = match self.orders.persist_orders(&self.product, &orders).await {
             Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
             Err(e) => {
@@ -393,7 +393,7 @@ impl SaleWorker {
         let mut ok = Vec::with_capacity(good.len());
         for (entry, order) in good {
             match self
-                .db
+                .orders
                 .persist_orders(&self.product, std::slice::from_ref(&order))
                 .await
             {
@@ -504,7 +504,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
                             tracing::warn!(product_id = %w.product, error = %Chain(&e), "cannot sleep on the bell; polling");
                         }
                     }
-                    if !slept && w.sales.bells.listening() {
+                    if !slept && w.bells.listening() {
                         // Something waits that this drain cannot read (another
                         // consumer's pending entries): poll, as without bells.
                         tokio::select! {

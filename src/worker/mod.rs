@@ -30,13 +30,12 @@ pub use drain::{Outcome, SaleWorker};
 
 use activity::Activity;
 
-use crate::books::retire::{RetireSettings, Retirer};
-use crate::books::{Books, Sweeper};
-use crate::domain::Chain;
-use crate::domain::ProductId;
+use crate::books::retire::RetireSettings;
+use crate::books::{Audit, Books, LiveCheck, Retirer, Settlement, Sweeper};
+use crate::domain::{Chain, ProductId};
 use crate::metrics::Metrics;
-use crate::sale::{SaleError, Sales};
-use crate::store::{Db, StoreError};
+use crate::sale::{self, SaleError, Sales};
+use crate::store::{self, Db, StoreError};
 
 /// The largest `BATCH_SIZE`: a batch is one multi-row INSERT of 9 values
 /// a row, and MySQL takes at most 65,535 placeholders in one statement.
@@ -155,8 +154,7 @@ pub enum WorkerError {
 /// The workers of one process.
 #[derive(Clone)]
 pub struct Workers {
-    sales: Sales,
-    db: Db,
+    parts: Arc<Parts>,
     cfg: Arc<WorkerConfig>,
     /// What the workers did (rows persisted, reclaims, dead letters, ...).
     metrics: Arc<Metrics>,
@@ -164,11 +162,70 @@ pub struct Workers {
     activity: Activity,
 }
 
-impl Workers {
-    pub fn new(sales: Sales, db: Db, cfg: WorkerConfig) -> Self {
+/// What the workers use of the two stores: the handles, and the books'
+/// parts the periodic passes run.
+struct Parts {
+    /// The registry of open sales.
+    lifecycle: sale::Lifecycle,
+    streams: sale::Streams,
+    bells: sale::Bells,
+    /// Where the books' verdicts are recorded for every instance to show.
+    queue: sale::Queue,
+    /// What reconciliation restores in Redis.
+    ledger: sale::Ledger,
+    /// Where the drains persist; whether the database is ready.
+    orders: store::Orders,
+    products: store::Products,
+    events: store::Events,
+    deliveries: store::Deliveries,
+    books: Books,
+    live: LiveCheck,
+    retirer: Retirer,
+}
+
+impl Parts {
+    fn new(sales: &Sales, db: &Db, retire: RetireSettings) -> Self {
+        let audit = Audit::new(
+            sales.ledger().clone(),
+            (db.products(), db.orders(), db.audits()),
+        );
+        let redis = (sales.lifecycle().clone(), sales.queue().clone());
+        let settlement = Settlement::new(redis.clone(), (db.products(), db.orders()), audit);
+        let retirer = Retirer::new(
+            settlement,
+            redis,
+            (db.products(), db.events(), db.audits()),
+            retire,
+        );
         Self {
-            sales,
-            db,
+            lifecycle: sales.lifecycle().clone(),
+            streams: sales.streams().clone(),
+            bells: sales.bells().clone(),
+            queue: sales.queue().clone(),
+            ledger: sales.ledger().clone(),
+            orders: db.orders(),
+            products: db.products(),
+            events: db.events(),
+            deliveries: db.deliveries(),
+            books: Books::new(
+                (sales.accepted().clone(), sales.ledger().clone()),
+                (db.orders(), db.payments()),
+            ),
+            live: LiveCheck::new(
+                (sales.queue().clone(), sales.ledger().clone()),
+                db.orders(),
+            ),
+            retirer,
+        }
+    }
+}
+
+impl Workers {
+    /// The workers over `sales` and `db`: each part takes the handles it
+    /// uses, nothing holds either whole.
+    pub fn new(sales: &Sales, db: &Db, cfg: WorkerConfig) -> Self {
+        Self {
+            parts: Arc::new(Parts::new(sales, db, cfg.retire)),
             cfg: Arc::new(cfg),
             metrics: Arc::default(),
             activity: Activity::default(),
@@ -187,10 +244,9 @@ impl Workers {
 
     /// The sweeper, for driving pass by pass.
     pub fn sweeper(&self) -> Sweeper {
-        let books = Books::new(self.sales.clone(), self.db.clone());
         Sweeper::new(
-            books,
-            self.sales.clone(),
+            self.parts.books.clone(),
+            self.parts.lifecycle.clone(),
             self.cfg.payment_timeout,
             self.cfg.release_grace,
         )
@@ -198,13 +254,13 @@ impl Workers {
 
     /// A drain of one sale, for driving step by step.
     pub fn sale_worker(&self, product: ProductId) -> SaleWorker {
+        let parts = &self.parts;
+        let stream = parts.streams.stream(&product, &self.cfg.consumer);
         SaleWorker::new(
             product,
-            self.sales.clone(),
-            self.db.clone(),
+            (stream, parts.bells.clone(), parts.orders.clone()),
             self.cfg.clone(),
-            self.metrics.clone(),
-            self.activity.clone(),
+            (self.metrics.clone(), self.activity.clone()),
         )
     }
 
@@ -214,21 +270,21 @@ impl Workers {
     /// stopped the same way. Nothing starts before the database is ready
     /// (a drain would fail every batch and spend the entries' deliveries).
     pub async fn run(self, shutdown: CancellationToken) {
-        if !self.db.is_ready() {
+        if !self.parts.orders.is_ready() {
             tracing::info!("stream workers wait for the database to be ready");
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.db.wait_ready() => {}
+                _ = self.parts.orders.wait_ready() => {}
             }
         }
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
         let passes = periodic::start(&self, &shutdown);
-        let sales = self.sales.clone();
+        let bells = self.parts.bells.clone();
         let bells = every::supervised("bells", shutdown.clone(), {
             let stop = shutdown.clone();
             move || {
-                let (sales, stop) = (sales.clone(), stop.clone());
-                async move { sales.listen_for_bells(stop).await }
+                let (bells, stop) = (bells.clone(), stop.clone());
+                async move { bells.listen(stop).await }
             }
         });
         let mut drains = Drains::default();
@@ -257,14 +313,14 @@ impl Workers {
         shutdown: &CancellationToken,
     ) -> Result<(), SaleError> {
         let open: HashSet<ProductId> = self
-            .sales
+            .parts
             .lifecycle
             .open_sales()
             .await?
             .into_iter()
             .collect();
         for gone in drains.stop_those_not_in(&open) {
-            self.sales.bells.forget(&gone);
+            self.parts.bells.forget(&gone);
         }
         for product in open {
             drains.start(product, shutdown, |product, stop| {
@@ -281,7 +337,7 @@ impl Workers {
 
     /// The retirement passes, for driving pass by pass.
     pub fn retirer(&self) -> Retirer {
-        Retirer::new(self.sales.clone(), self.db.clone(), self.cfg.retire)
+        self.parts.retirer.clone()
     }
 }
 

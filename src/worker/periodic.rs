@@ -59,8 +59,9 @@ async fn delivering(workers: Workers, stop: CancellationToken) {
     let lags = std::sync::Arc::new(Lags::default());
     let mut loops = tokio::task::JoinSet::new();
     for settings in &workers.cfg.events {
+        let parts = &workers.parts;
         let deliverer = Deliverer::new(
-            workers.db.clone(),
+            (parts.events.clone(), parts.deliveries.clone()),
             settings.clone(),
             workers.cfg.consumer.clone(),
             workers.metrics.clone(),
@@ -77,7 +78,9 @@ async fn delivering(workers: Workers, stop: CancellationToken) {
 }
 
 async fn reconciling(workers: Workers, stop: CancellationToken) {
-    let reconciler = Mutex::new(Reconciler::new(workers.sales.clone(), workers.db.clone()));
+    let parts = &workers.parts;
+    let redis = (parts.lifecycle.clone(), parts.ledger.clone());
+    let reconciler = Mutex::new(Reconciler::new(redis, parts.orders.clone()));
     every("reconciler", workers.cfg.reconcile_every, stop, || async {
         reconciler.lock().await.check().await.map(|_| ())
     })
@@ -96,16 +99,10 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
     let verdicts = Mutex::new((books::live::Verdicts::default(), looks));
     every("books check", workers.cfg.books_every, stop, || async {
         let (verdicts, looks) = &mut *verdicts.lock().await;
-        let open = workers.sales.lifecycle.open_sales().await?;
+        let open = workers.parts.lifecycle.open_sales().await?;
         for product in &looks.due(&workers.activity, &open) {
-            let checked = books::live::check(
-                &workers.sales,
-                &workers.db,
-                product,
-                workers.cfg.release_grace,
-                verdicts,
-            )
-            .await;
+            let grace = workers.cfg.release_grace;
+            let checked = workers.parts.live.check(product, grace, verdicts).await;
             match checked {
                 Ok(Some(v)) => {
                     workers
@@ -116,7 +113,7 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
                         difference: v.difference,
                         judged_ms: now_ms(),
                     };
-                    if let Err(e) = workers.sales.queue.record_books(product, recorded, lasts).await {
+                    if let Err(e) = workers.parts.queue.record_books(product, recorded, lasts).await {
                         tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
                     }
                 }
@@ -160,12 +157,12 @@ async fn count_states(workers: &Workers, pass: &books::retire::Pass) {
     m.sales
         .with_label_values(&["ended_unsettled"])
         .set(unsettled);
-    if let Ok(open) = workers.sales.lifecycle.open_sales().await {
+    if let Ok(open) = workers.parts.lifecycle.open_sales().await {
         m.sales
             .with_label_values(&["open"])
             .set((open.len() as i64 - unsettled).max(0));
     }
-    if let Ok(retired) = workers.db.retired_count().await {
+    if let Ok(retired) = workers.parts.products.retired_count().await {
         m.sales.with_label_values(&["retired"]).set(retired);
     }
 }

@@ -13,14 +13,15 @@
 use crate::books::BooksError;
 use crate::books::reconcile::reconcile;
 use crate::domain::ProductId;
-use crate::sale::Sales;
-use crate::store::Db;
+use crate::sale::{Ledger, Lifecycle};
+use crate::store;
 use std::collections::{HashMap, HashSet};
 
 /// The sales reconciled since their master last changed.
 pub struct Reconciler {
-    sales: Sales,
-    db: Db,
+    lifecycle: Lifecycle,
+    ledger: Ledger,
+    orders: store::Orders,
     /// Product -> the master epoch it was last reconciled under.
     seen: HashMap<ProductId, String>,
     /// The open sales and their epochs at the last check that finished.
@@ -28,10 +29,11 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new(sales: Sales, db: Db) -> Self {
+    pub fn new((lifecycle, ledger): (Lifecycle, Ledger), orders: store::Orders) -> Self {
         Self {
-            sales,
-            db,
+            lifecycle,
+            ledger,
+            orders,
             seen: HashMap::new(),
             last: None,
         }
@@ -40,8 +42,8 @@ impl Reconciler {
     /// One check: reconciles the sales whose master changed (or that were
     /// never reconciled by this process); returns how many were reconciled.
     pub async fn check(&mut self) -> Result<usize, BooksError> {
-        let open = self.sales.lifecycle.open_sales().await?;
-        let epochs = self.sales.lifecycle.master_epochs(&open).await?;
+        let open = self.lifecycle.open_sales().await?;
+        let epochs = self.lifecycle.master_epochs(&open).await?;
         // The same sales under the same masters as at the last check: each
         // was reconciled under its master, nothing to do. Compared as lists
         // (the registry's order is stable while it does not change): with
@@ -64,7 +66,7 @@ impl Reconciler {
             if self.seen.get(&product) == Some(&epoch) {
                 continue;
             }
-            reconcile(&self.sales, &self.db, &product).await?;
+            reconcile(&self.ledger, &self.orders, &product).await?;
             self.seen.insert(product, epoch);
             done += 1;
         }

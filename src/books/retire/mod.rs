@@ -30,14 +30,14 @@ use std::time::Duration;
 
 mod settled;
 
-pub use settled::{Assessment, Blocker, Listed, assess, list, state_of};
+pub use settled::{Assessment, Blocker, Listed, Settlement, state_of};
 
 use settled::{product_id, with_ids};
 
 use super::error::BooksError;
 use crate::domain::{Chain, ProductId, now_ms};
-use crate::sale::Sales;
-use crate::store::{Db, FinalAudit, Product};
+use crate::sale::{Lifecycle, Queue};
+use crate::store::{self, FinalAudit, Product};
 
 /// When and how the workers retire sales.
 #[derive(Debug, Clone, Copy)]
@@ -93,16 +93,31 @@ pub struct Pass {
 /// The workers' retirement passes.
 #[derive(Clone)]
 pub struct Retirer {
-    sales: Sales,
-    db: Db,
+    settlement: Settlement,
+    lifecycle: Lifecycle,
+    /// Where an unsettled sale's reasons are shown.
+    queue: Queue,
+    products: store::Products,
+    /// `sale.ended`, announced once.
+    events: store::Events,
+    audits: store::Audits,
     settings: RetireSettings,
 }
 
 impl Retirer {
-    pub fn new(sales: Sales, db: Db, settings: RetireSettings) -> Self {
+    pub fn new(
+        settlement: Settlement,
+        (lifecycle, queue): (Lifecycle, Queue),
+        (products, events, audits): (store::Products, store::Events, store::Audits),
+        settings: RetireSettings,
+    ) -> Self {
         Self {
-            sales,
-            db,
+            settlement,
+            lifecycle,
+            queue,
+            products,
+            events,
+            audits,
             settings,
         }
     }
@@ -126,7 +141,7 @@ impl Retirer {
         let mut after = None;
         loop {
             let page = self
-                .db
+                .products
                 .ended_unretired(ended_by, after.as_ref(), self.settings.batch)
                 .await?;
             let full = page.len() >= self.settings.batch as usize;
@@ -139,7 +154,7 @@ impl Retirer {
         for (product, id) in with_ids(&ended) {
             pace.next().await;
             // `sale.ended`, once, before its retirement's event.
-            if let Err(e) = self.db.announce_end(id.as_str()).await {
+            if let Err(e) = self.events.announce_end(id.as_str()).await {
                 tracing::warn!(product_id = %id, error = %Chain(&e), "cannot record the sale's end; the next pass retries");
                 pass.failed += 1;
                 continue;
@@ -159,7 +174,6 @@ impl Retirer {
                         _ => {
                             let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
                             if let Err(e) = self
-                                .sales
                                 .queue
                                 .record_unsettled(&id, &codes.join(","))
                                 .await
@@ -185,7 +199,7 @@ impl Retirer {
         let mut after = None;
         loop {
             let page = self
-                .db
+                .products
                 .unpurged(after.as_ref(), self.settings.batch)
                 .await?;
             let full = page.len() >= self.settings.batch as usize;
@@ -195,7 +209,7 @@ impl Retirer {
             let page = with_ids(&page);
             // Step 2 again, for a crash between steps 1 and 2: one command a page.
             let ids: Vec<ProductId> = page.iter().map(|(_, id)| id.clone()).collect();
-            self.sales.lifecycle.forget_all(&ids).await?;
+            self.lifecycle.forget_all(&ids).await?;
             for (product, id) in page {
                 if product.retired.unwrap_or(i64::MAX) > due_by {
                     continue;
@@ -227,7 +241,7 @@ impl Retirer {
     ) -> Result<Option<Vec<Blocker>>, BooksError> {
         let id = product_id(product)?;
         if product.retired.is_none() {
-            let assessed = assess(&self.sales, &self.db, product, self.settings.after).await?;
+            let assessed = self.settlement.assess(product, self.settings.after).await?;
             let audit = match assessed.audit {
                 Some(audit) if assessed.blockers.is_empty() => audit,
                 _ => return Ok(Some(assessed.blockers)),
@@ -247,7 +261,7 @@ impl Retirer {
                 repaired_idem: audit.repaired.idempotency_records as i64,
                 retired: now_ms(),
             };
-            if self.db.record_retirement(&recorded).await? {
+            if self.audits.record_retirement(&recorded).await? {
                 tracing::info!(
                     product_id = %id,
                     sold = audit.confirmed + audit.paid,
@@ -258,7 +272,7 @@ impl Retirer {
             }
         }
         if upto >= Step::Leave {
-            self.sales.lifecycle.forget(&id).await?;
+            self.lifecycle.forget(&id).await?;
         }
         if upto >= Step::Purge {
             self.purge(&id).await?;
@@ -268,8 +282,8 @@ impl Retirer {
 
     /// Step 3 of a retired sale.
     async fn purge(&self, id: &ProductId) -> Result<(), BooksError> {
-        self.sales.lifecycle.unlink(id).await?;
-        self.db.mark_purged(id, now_ms()).await?;
+        self.lifecycle.unlink(id).await?;
+        self.products.mark_purged(id, now_ms()).await?;
         tracing::debug!(product_id = %id, "retired sale's Redis keys deleted");
         Ok(())
     }
@@ -294,26 +308,4 @@ impl Pace {
         tokio::time::sleep_until(self.next).await;
         self.next = tokio::time::Instant::now() + self.every;
     }
-}
-
-/// Closes a sale early: Redis first (no order is accepted from then on),
-/// then MySQL (its `end_time` and `closed`). Idempotent; the workers retire
-/// it once settled. `NoProduct` when there is no such product.
-pub async fn close(sales: &Sales, db: &Db, id: &ProductId) -> Result<Product, BooksError> {
-    let product = db.product(id).await?.ok_or(BooksError::NoProduct)?;
-    if product.retired.is_some() {
-        return Ok(product);
-    }
-    let now = now_ms();
-    // The Redis node's end decides orders; MySQL takes the same instant.
-    let ended = match product.opened {
-        Some(_) => sales.lifecycle.close(id).await?,
-        None => None,
-    };
-    let closed = db
-        .close_product(id, now, ended.unwrap_or(now).min(now))
-        .await?
-        .ok_or(BooksError::NoProduct)?;
-    tracing::info!(product_id = %id, end_time = closed.end_time, "sale closed by an admin");
-    Ok(closed)
 }

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::books::audit::{self, SaleAudit};
+use crate::books::audit::{Audit, SaleAudit};
 use crate::books::error::BooksError;
 use crate::domain::{ProductId, SaleState, now_ms};
-use crate::sale::Sales;
-use crate::store::{Db, Product};
+use crate::sale::{Lifecycle, Queue};
+use crate::store::{self, Product};
 
 /// Why an ended sale is not retired yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -89,90 +89,6 @@ impl Assessment {
     }
 }
 
-/// Whether `product` (opened, not retired) is settled; cheap checks first,
-/// the full audit (every order) only when they all pass.
-pub async fn assess(
-    sales: &Sales,
-    db: &Db,
-    product: &Product,
-    after: Duration,
-) -> Result<Assessment, BooksError> {
-    let id = product_id(product)?;
-    let (redis_now, window) = sales.lifecycle.clock(&id).await?;
-    let Some((_, end_ms)) = window else {
-        return Ok(Assessment::blocked(vec![Blocker::MissingInRedis]));
-    };
-    // Every reason is named from the sale's first ended moment: the wait
-    // for RETIRE_AFTER_SECS is one of them, not a reason to look no further.
-    let ends_ms = end_ms.max(product.end_time) + after.as_millis() as i64;
-    let mut blockers = Vec::new();
-    if redis_now < ends_ms || now_ms() < ends_ms {
-        blockers.push(Blocker::NotEnded { ends_ms });
-    }
-    blockers.extend(unsettled_work(sales, db, &id).await?);
-    if !blockers.is_empty() {
-        return Ok(Assessment::blocked(blockers));
-    }
-    let audit = audit::audit_sale(sales, db, product).await?;
-    if audit.pending > 0 {
-        blockers.push(Blocker::Pending { entries: None });
-    }
-    if !audit.ok() {
-        let failed: Vec<String> = audit
-            .checks
-            .iter()
-            .filter(|c| !c.ok)
-            .map(|c| format!("{}: {}", c.name, c.detail))
-            .collect();
-        blockers.push(Blocker::BooksOff {
-            detail: failed.join("; "),
-        });
-    }
-    Ok(Assessment {
-        blockers,
-        audit: Some(audit),
-    })
-}
-
-/// What is still to happen to an ended sale's orders: stream entries,
-/// cancels, unpaid orders, dead letters (the cheap checks, before the audit).
-async fn unsettled_work(
-    sales: &Sales,
-    db: &Db,
-    id: &ProductId,
-) -> Result<Vec<Blocker>, BooksError> {
-    let mut blockers = Vec::new();
-    let watch = sales.queue.view(id).await?;
-    match watch.undelivered() {
-        Some(0) if watch.pending == 0 => {}
-        undelivered => blockers.push(Blocker::Pending {
-            entries: undelivered.map(|u| u + watch.pending),
-        }),
-    }
-    if watch.cancel_requests > 0 {
-        blockers.push(Blocker::CancelRequests {
-            count: watch.cancel_requests,
-        });
-    }
-    let (unreturned, _) = db.unreturned_units(id).await?;
-    if unreturned > 0 {
-        blockers.push(Blocker::UnreturnedCancels { units: unreturned });
-    }
-    let (unpaid, oldest) = db.unpaid_orders(id).await?;
-    if unpaid > 0 {
-        blockers.push(Blocker::Unpaid {
-            orders: unpaid,
-            oldest_ms: oldest.unwrap_or(0),
-        });
-    }
-    if watch.dead_letters > 0 {
-        blockers.push(Blocker::DeadLetters {
-            count: watch.dead_letters,
-        });
-    }
-    Ok(blockers)
-}
-
 /// A product's lifecycle state, from its row alone (never `Unsettled`:
 /// that takes [`assess`]).
 pub fn state_of(product: &Product, now_ms: i64) -> SaleState {
@@ -214,37 +130,146 @@ pub struct Listed {
     pub blockers: Vec<Blocker>,
 }
 
-/// Every opened sale, oldest first, with its state; ended ones assessed as
-/// the workers would (`after`: `RETIRE_AFTER_SECS`). Read-only.
-pub async fn list(sales: &Sales, db: &Db, after: Duration) -> Result<Vec<Listed>, BooksError> {
-    let now = now_ms();
-    let mut out = Vec::new();
-    for product in db.opened_products().await? {
-        let mut blockers = Vec::new();
-        let state = match state_of(&product, now) {
-            SaleState::Ended => {
-                let assessed = assess(sales, db, &product, after).await?;
-                blockers = assessed.blockers;
-                match blockers[..] {
-                    // Settled (the wait for RETIRE_AFTER_SECS is kept, for when).
-                    [] | [Blocker::NotEnded { .. }] => SaleState::Ended,
-                    _ => SaleState::Unsettled,
-                }
-            }
-            state => state,
-        };
-        out.push(Listed {
-            product_id: product.product_id.clone(),
-            state,
-            start_time: product.start_time,
-            end_time: product.end_time,
-            closed: product.closed,
-            retired: product.retired,
-            purged: product.purged.is_some(),
-            blockers,
-        });
+/// What a settlement's assessment reads: the sale's clock and queue in
+/// Redis, its orders in MySQL, its full audit.
+#[derive(Clone)]
+pub struct Settlement {
+    lifecycle: Lifecycle,
+    queue: Queue,
+    products: store::Products,
+    orders: store::Orders,
+    audit: Audit,
+}
+
+impl Settlement {
+    pub fn new(
+        (lifecycle, queue): (Lifecycle, Queue),
+        (products, orders): (store::Products, store::Orders),
+        audit: Audit,
+    ) -> Self {
+        Self {
+            lifecycle,
+            queue,
+            products,
+            orders,
+            audit,
+        }
     }
-    Ok(out)
+
+    /// Whether `product` (opened, not retired) is settled; cheap checks first,
+    /// the full audit (every order) only when they all pass.
+    pub async fn assess(
+        &self,
+        product: &Product,
+        after: Duration,
+    ) -> Result<Assessment, BooksError> {
+        let id = product_id(product)?;
+        let (redis_now, window) = self.lifecycle.clock(&id).await?;
+        let Some((_, end_ms)) = window else {
+            return Ok(Assessment::blocked(vec![Blocker::MissingInRedis]));
+        };
+        // Every reason is named from the sale's first ended moment: the wait
+        // for RETIRE_AFTER_SECS is one of them, not a reason to look no further.
+        let ends_ms = end_ms.max(product.end_time) + after.as_millis() as i64;
+        let mut blockers = Vec::new();
+        if redis_now < ends_ms || now_ms() < ends_ms {
+            blockers.push(Blocker::NotEnded { ends_ms });
+        }
+        blockers.extend(self.unsettled_work(&id).await?);
+        if !blockers.is_empty() {
+            return Ok(Assessment::blocked(blockers));
+        }
+        let audit = self.audit.sale(product).await?;
+        if audit.pending > 0 {
+            blockers.push(Blocker::Pending { entries: None });
+        }
+        if !audit.ok() {
+            let failed: Vec<String> = audit
+                .checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect();
+            blockers.push(Blocker::BooksOff {
+                detail: failed.join("; "),
+            });
+        }
+        Ok(Assessment {
+            blockers,
+            audit: Some(audit),
+        })
+    }
+
+    /// What is still to happen to an ended sale's orders: stream entries,
+    /// cancels, unpaid orders, dead letters (the cheap checks, before the audit).
+    async fn unsettled_work(
+        &self,
+        id: &ProductId,
+    ) -> Result<Vec<Blocker>, BooksError> {
+        let mut blockers = Vec::new();
+        let watch = self.queue.view(id).await?;
+        match watch.undelivered() {
+            Some(0) if watch.pending == 0 => {}
+            undelivered => blockers.push(Blocker::Pending {
+                entries: undelivered.map(|u| u + watch.pending),
+            }),
+        }
+        if watch.cancel_requests > 0 {
+            blockers.push(Blocker::CancelRequests {
+                count: watch.cancel_requests,
+            });
+        }
+        let (unreturned, _) = self.orders.unreturned_units(id).await?;
+        if unreturned > 0 {
+            blockers.push(Blocker::UnreturnedCancels { units: unreturned });
+        }
+        let (unpaid, oldest) = self.orders.unpaid_orders(id).await?;
+        if unpaid > 0 {
+            blockers.push(Blocker::Unpaid {
+                orders: unpaid,
+                oldest_ms: oldest.unwrap_or(0),
+            });
+        }
+        if watch.dead_letters > 0 {
+            blockers.push(Blocker::DeadLetters {
+                count: watch.dead_letters,
+            });
+        }
+        Ok(blockers)
+    }
+
+    /// Every opened sale, oldest first, with its state; ended ones assessed as
+    /// the workers would (`after`: `RETIRE_AFTER_SECS`). Read-only.
+    pub async fn list(&self, after: Duration) -> Result<Vec<Listed>, BooksError> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for product in self.products.opened_products().await? {
+            let mut blockers = Vec::new();
+            let state = match state_of(&product, now) {
+                SaleState::Ended => {
+                    let assessed = self.assess(&product, after).await?;
+                    blockers = assessed.blockers;
+                    match blockers[..] {
+                        // Settled (the wait for RETIRE_AFTER_SECS is kept, for when).
+                        [] | [Blocker::NotEnded { .. }] => SaleState::Ended,
+                        _ => SaleState::Unsettled,
+                    }
+                }
+                state => state,
+            };
+            out.push(Listed {
+                product_id: product.product_id.clone(),
+                state,
+                start_time: product.start_time,
+                end_time: product.end_time,
+                closed: product.closed,
+                retired: product.retired,
+                purged: product.purged.is_some(),
+                blockers,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// Each product with its id (a row whose id does not parse is skipped: no

@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 use crate::domain::{ProductId, now_ms};
 use crate::metrics::{self, Metrics};
 use crate::sale::QueueView;
-use crate::sale::Sales;
+use crate::http::watched::Watched;
 use crate::sale::room::RoomFigures;
 
 /// How often the numbers are read (the page polls at this pace).
@@ -47,7 +47,7 @@ pub enum Workers {
 
 /// the counters of the previous tick for rates).
 pub struct Board {
-    sales: Sales,
+    sales: Watched,
     metrics: Arc<Metrics>,
     /// Where the stream workers run (their counters are this process's).
     workers: Workers,
@@ -192,7 +192,7 @@ struct Counters {
 }
 
 impl Board {
-    pub fn new(sales: Sales, metrics: Arc<Metrics>, workers: Workers) -> Self {
+    pub fn new(sales: Watched, metrics: Arc<Metrics>, workers: Workers) -> Self {
         Self {
             sales,
             metrics,
@@ -223,7 +223,7 @@ impl Board {
         let now = Instant::now();
         let at_ms = now_ms();
         let instance = self.instance(reads, now);
-        let (mut open, redis_error) = match self.sales.lifecycle.open_sales().await {
+        let (mut open, redis_error) = match self.sales.lifecycle().open_sales().await {
             Ok(open) => (open, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
@@ -240,13 +240,13 @@ impl Board {
             let read = if unavailable {
                 Err("redis unavailable".to_owned())
             } else {
-                self.sales.queue.view(product).await.map_err(|e| {
+                self.sales.queue().view(product).await.map_err(|e| {
                     unavailable = e.is_unavailable();
                     e.to_string()
                 })
             };
             let mut sale = view(product, read, track, now, at_ms);
-            if !unavailable && let Ok(Some(room)) = self.sales.room.room(product).await {
+            if !unavailable && let Ok(Some(room)) = self.sales.room().room(product).await {
                 sale.room = Some(RoomView {
                     admit_per_sec: room.rate,
                     ceiling_per_sec: room.ceiling,

@@ -216,7 +216,7 @@ pub async fn list_for_user(
         )));
     }
     let rows = state
-        .db
+        .books
         .orders_of_user(user_id, params.before, limit)
         .await?;
     let orders: Vec<OrderView> = rows.into_iter().map(OrderView::from).collect();

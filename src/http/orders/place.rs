@@ -151,7 +151,6 @@ async fn decide(
         }
     };
     let decided = state
-        .sales
         .orders
         .place(NewOrder {
             product: &product,
@@ -221,7 +220,7 @@ async fn admission(
     keyed: Keyed,
 ) -> Result<Vouched, ApiError> {
     let token = token.to_str().unwrap_or("");
-    match state.sales.room.admission(product, user_id, token).await? {
+    match state.room.admission(product, user_id, token).await? {
         Admission::Admitted => Ok(Vouched::Admitted),
         Admission::NoRoom => Ok(Vouched::No),
         Admission::Refused(_) | Admission::Outside(_) if keyed == Keyed::Yes => Ok(Vouched::No),

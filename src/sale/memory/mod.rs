@@ -33,7 +33,7 @@ pub use clock::{LocalClock, Reading, Sample};
 pub use known::{Known, KnownSales};
 pub use soldout::{Marked, SoldOutMarks};
 
-use super::types::{Keyed, Rejection};
+use super::rejection::Rejection;
 use crate::domain::ProductId;
 
 /// What is answered from memory, and for how long.
@@ -443,6 +443,23 @@ impl SaleMemory {
             .is_some_and(|old| old.age(now) < SAMPLE_EVERY && old.is_tighter(&sample, now));
         if !keep_old {
             window.sample = Some(sample);
+        }
+    }
+}
+
+/// Whether an order carries an Idempotency-Key: its retry must get its
+/// order back, which only the script can answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyed {
+    Yes,
+    No,
+}
+
+impl Keyed {
+    pub fn of<T>(key: Option<T>) -> Self {
+        match key {
+            Some(_) => Self::Yes,
+            None => Self::No,
         }
     }
 }

@@ -18,7 +18,7 @@
 
 pub mod pass;
 pub mod pow;
-pub mod queue;
+pub mod places;
 pub(super) mod state;
 
 use std::sync::Arc;
@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use super::core::{Calls, Core};
-use super::keys::SaleKeys;
-use super::types::{Rejection, SaleError};
+use super::core::{Core, Counter};
+use super::lua::script;
+use super::keys::{GROUP, SaleKeys};
+use super::error::SaleError;
+use super::rejection::Rejection;
 use crate::domain::{Chain, ProductId, UserId};
 pub use pass::{Number, Refused, RoomKey, Ticket};
 use state::Read;
@@ -49,10 +51,8 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// How old the reading "this sale has no room" may be.
 const NO_ROOM_RECHECK: Duration = Duration::from_secs(30);
 
-static JOIN: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_join.lua")));
-static ROOM_TICK: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lua/room_tick.lua")));
+script!(JOIN, "room_join");
+script!(ROOM_TICK, "room_tick");
 
 /// A sale's room, or why there is none.
 #[derive(Debug, Clone)]
@@ -174,7 +174,7 @@ impl Room {
             });
         }
         let keys = self.core.keys(product);
-        Calls::count(&self.core.calls.rooms);
+        self.core.counts.add(Counter::RoomCalls, 1);
         let reply: Value = self
             .core
             .call(|mut c| async move {
@@ -338,7 +338,7 @@ impl Room {
     /// Moves the line on and reads the room (`room_tick.lua`); remembers it.
     async fn tick_room(&self, product: &ProductId, change: NewBounds) -> Result<Ticked, SaleError> {
         let keys: SaleKeys = self.core.keys(product);
-        Calls::count(&self.core.calls.rooms);
+        self.core.counts.add(Counter::RoomCalls, 1);
         let reply: Value = self
             .core
             .call(|mut c| async move {
@@ -351,7 +351,7 @@ impl Room {
                     .arg(text(change.ceiling))
                     .arg(text(change.floor))
                     .arg(text(change.cap))
-                    .arg(super::keys::GROUP)
+                    .arg(GROUP)
                     .arg(STRAIN_MS)
                     .arg(
                         change

@@ -8,9 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use super::super::types::Rejection;
+use crate::sale::rejection::Rejection;
 use super::pass::{RoomKey, Ticket};
-use super::queue;
+use super::places;
 use crate::domain::ProductId;
 
 /// How far outside a room sale's window this process's clock must be for
@@ -197,10 +197,10 @@ impl RoomState {
             return Standing::SoldOut;
         }
         let early = match self.drawn() {
-            true => queue::Early::Final(self.early),
-            false => queue::Early::Counting(self.early),
+            true => places::Early::Final(self.early),
+            false => places::Early::Counting(self.early),
         };
-        let Some(place) = queue::place(ticket.number, early, &self.seed) else {
+        let Some(place) = places::place(ticket.number, early, &self.seed) else {
             return Standing::BeforeDraw {
                 draw_at_ms: self.start_ms,
             };

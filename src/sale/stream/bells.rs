@@ -28,8 +28,8 @@ use futures_core::Stream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::conn::Redis;
-use super::keys;
+use crate::sale::conn::Redis;
+use crate::sale::keys;
 use crate::domain::{Chain, ProductId};
 
 /// How often a quiet subscription is pinged (a half-open connection is
@@ -45,6 +45,7 @@ pub struct Bells {
 }
 
 struct Inner {
+    redis: Redis,
     channel: String,
     waiters: Mutex<HashMap<ProductId, Arc<Notify>>>,
     listening: AtomicBool,
@@ -52,9 +53,10 @@ struct Inner {
 }
 
 impl Bells {
-    pub(super) fn new(prefix: &str) -> Self {
+    pub(crate) fn new(redis: Redis, prefix: &str) -> Self {
         Self {
             inner: Arc::new(Inner {
+                redis,
                 channel: keys::bell_channel(prefix),
                 waiters: Mutex::default(),
                 listening: AtomicBool::new(false),
@@ -128,7 +130,8 @@ impl Bells {
     /// Holds the subscription until `shutdown`: subscribes (again after a
     /// failure, every second), rings the drains of each sale whose bell is
     /// heard, pings a quiet subscription to find a dead one.
-    pub async fn listen(&self, redis: &Redis, shutdown: CancellationToken) {
+    pub async fn listen(&self, shutdown: CancellationToken) {
+        let redis = &self.inner.redis;
         let mut failing = false;
         loop {
             match redis.subscriber(self.channel()).await {

@@ -1,47 +1,67 @@
-//! A sale's stream as the workers' consumer group uses it ([`SaleStream`]):
-//! the consumer-group commands, each on one sale's keys only (one cluster
-//! slot per command), each bounded by the Redis timeout.
+//! The workers' side of the sales' streams: [`Streams`] hands out
+//! [`SaleStream`], one sale's stream for one consumer of its group, with
+//! the consumer-group commands (read, ack, reclaim, dead letters, the
+//! claim before a batch is persisted, sleeping until the sale's bell),
+//! each on one sale's keys only (one cluster slot per command), each
+//! bounded by the Redis timeout. What wakes a sleeping drain is [`bells`];
+//! an entry's shape is [`entry`].
+
+pub mod bells;
+mod claim;
+pub mod entry;
+mod trim;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::streams::{
-    StreamInfoGroupsReply, StreamPendingCountReply, StreamPendingReply, StreamReadOptions,
-    StreamTrimOptions, StreamTrimmingMode,
-};
-use std::sync::LazyLock;
+use redis::streams::{StreamPendingCountReply, StreamReadOptions};
+use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
 
-use redis::{AsyncCommands, RedisResult, Script, aio::ConnectionLike};
+use super::core::Core;
+use super::error::SaleError;
+use super::keys::{GROUP, SaleKeys};
+use super::lua::script;
+use super::wait::then_wait;
+use crate::domain::ProductId;
+use entry::Entry;
 
-use super::conn::Redis;
-use super::entry::Entry;
-use super::keys::GROUP;
-use super::keys::SaleKeys;
-use super::types::SaleError;
+/// The sales' streams, for the workers.
+#[derive(Clone)]
+pub struct Streams {
+    core: Arc<Core>,
+}
+
+impl Streams {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// One sale's stream, for consumer `consumer` of its group.
+    pub fn stream(&self, product: &ProductId, consumer: &str) -> SaleStream {
+        SaleStream {
+            keys: self.core.keys(product),
+            core: self.core.clone(),
+            consumer: consumer.to_owned(),
+        }
+    }
+}
 
 /// One sale's stream, for one consumer of its group.
 #[derive(Clone)]
 pub struct SaleStream {
-    redis: Redis,
+    core: Arc<Core>,
     keys: SaleKeys,
     consumer: String,
 }
 
 impl SaleStream {
-    pub(super) fn new(redis: Redis, keys: SaleKeys, consumer: &str) -> Self {
-        Self {
-            redis,
-            keys,
-            consumer: consumer.to_owned(),
-        }
-    }
-
     /// Up to `count` entries from `from` (`>`: new ones; an id: this
     /// consumer's own pending ones), without waiting.
     pub async fn read_now(&self, from: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
-        let mut conn = self.redis.shared().await?;
+        let mut conn = self.core.redis.shared().await?;
         let read = read(&mut conn, &self.keys, &self.consumer, from, count, None);
-        self.redis.bounded(read).await
+        self.core.redis.bounded(read).await
     }
 
     /// Up to `count` entries, waiting up to `block` for new ones on a pooled
@@ -54,7 +74,7 @@ impl SaleStream {
         block: Duration,
         pool_wait: Duration,
     ) -> Result<Option<Vec<Entry>>, SaleError> {
-        let Ok(Ok(mut conn)) = tokio::time::timeout(pool_wait, self.redis.pool().get()).await
+        let Ok(Ok(mut conn)) = tokio::time::timeout(pool_wait, self.core.redis.pool().get()).await
         else {
             return Ok(None);
         };
@@ -67,7 +87,7 @@ impl SaleStream {
             Some(block),
         );
         // The block time comes on top of the usual bound.
-        let bound = self.redis.timeout() + block;
+        let bound = self.core.redis.timeout() + block;
         match tokio::time::timeout(bound, read).await {
             Ok(r) => Ok(Some(r.map_err(SaleError::from)?)),
             Err(_) => Err(SaleError::Timeout(bound)),
@@ -76,8 +96,8 @@ impl SaleStream {
 
     /// `XACK`s `ids`.
     pub async fn ack(&self, ids: &[&str]) -> Result<u64, SaleError> {
-        let mut conn = self.redis.shared().await?;
-        self.redis.bounded(ack(&mut conn, &self.keys, ids)).await
+        let mut conn = self.core.redis.shared().await?;
+        self.core.redis.bounded(ack(&mut conn, &self.keys, ids)).await
     }
 
     /// Takes over entries idle for at least `min_idle`, from `start`.
@@ -87,7 +107,7 @@ impl SaleStream {
         start: &str,
         count: usize,
     ) -> Result<Claimed, SaleError> {
-        let mut conn = self.redis.shared().await?;
+        let mut conn = self.core.redis.shared().await?;
         let call = autoclaim(
             &mut conn,
             &self.keys,
@@ -96,7 +116,7 @@ impl SaleStream {
             start,
             count,
         );
-        self.redis.bounded(call).await
+        self.core.redis.bounded(call).await
     }
 
     /// Delivery counts of this consumer's pending entries between two ids.
@@ -106,9 +126,9 @@ impl SaleStream {
         last: &str,
         count: usize,
     ) -> Result<HashMap<String, u64>, SaleError> {
-        let mut conn = self.redis.shared().await?;
+        let mut conn = self.core.redis.shared().await?;
         let call = deliveries(&mut conn, &self.keys, &self.consumer, first, last, count);
-        self.redis.bounded(call).await
+        self.core.redis.bounded(call).await
     }
 
     /// Moves `entry` to dead letters and acks it, in one script.
@@ -118,19 +138,66 @@ impl SaleStream {
         reason: &str,
         delivered: u64,
     ) -> Result<(), SaleError> {
-        let mut conn = self.redis.shared().await?;
+        let mut conn = self.core.redis.shared().await?;
         let call = dead_letter(&mut conn, &self.keys, entry, reason, delivered);
-        self.redis.bounded(call).await
+        self.core.redis.bounded(call).await
+    }
+
+    /// Before a worker persists a batch: raises the sale's claimed mark to
+    /// `last_entry` (no order up to it can be voided from now on) and
+    /// returns the batch's orders that were voided, to be acked without a
+    /// row. Call it after [`Self::confirm_replicated`].
+    pub async fn claim(
+        &self,
+        last_entry: &str,
+        order_ids: &[&str],
+    ) -> Result<Vec<String>, SaleError> {
+        let keys = &self.keys;
+        self.core
+            .call(|mut c| async move { claim::claim_batch(&mut c, keys, last_entry, order_ids).await })
+            .await
+    }
+
+    /// With WAIT configured: returns once the replicas hold everything
+    /// written to the sale so far (its stream entries included), else
+    /// `NotReplicated`. A write to the sale's slot and a WAIT behind it, on
+    /// a connection of their own. The workers call it before persisting a
+    /// batch: MySQL must never hold an order that a promoted replica would
+    /// not know (it would sell the units again).
+    pub async fn confirm_replicated(&self) -> Result<(), SaleError> {
+        let Some(wait) = self.core.wait else {
+            return Ok(());
+        };
+        let keys = &self.keys;
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&keys.replicated)
+            .arg(crate::domain::now_ms())
+            .arg("PX")
+            .arg(60_000);
+        let mut pooled = self.core.alone().await?;
+        let (_, acked) = self
+            .core
+            .redis
+            .bounded(then_wait(
+                &mut pooled,
+                &keys.orders,
+                pipe,
+                wait,
+            ))
+            .await?;
+        wait.confirmed(acked)
     }
 
     /// Asks to sleep until the sale's bell (`drain_sleep.lua`): true when
     /// the group had nothing pending and nothing undelivered, and the sale's
     /// next order will ring; false when something waits.
     pub async fn sleep(&self) -> Result<bool, SaleError> {
-        let mut conn = self.redis.shared().await?;
+        let mut conn = self.core.redis.shared().await?;
         let mut call = DRAIN_SLEEP.key(&self.keys.sale);
         call.key(&self.keys.orders).arg(GROUP);
         Ok(self
+            .core
             .redis
             .bounded(call.invoke_async::<i64>(&mut conn))
             .await?
@@ -139,9 +206,9 @@ impl SaleStream {
 
     /// Trims acked entries older than `retention` (see [`trim`]).
     pub async fn trim(&self, retention: Duration) -> Result<u64, SaleError> {
-        let mut conn = self.redis.shared().await?;
-        self.redis
-            .bounded(trim(&mut conn, &self.keys, retention))
+        let mut conn = self.core.redis.shared().await?;
+        self.core.redis
+            .bounded(trim::trim(&mut conn, &self.keys, retention))
             .await
     }
 }
@@ -233,10 +300,8 @@ async fn deliveries(
         .collect())
 }
 
-static DRAIN_SLEEP: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/drain_sleep.lua")));
-static DEAD_LETTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/dead_letter.lua")));
+script!(DRAIN_SLEEP, "drain_sleep");
+script!(DEAD_LETTER, "dead_letter");
 
 /// Moves an entry to the sale's dead-letter stream and acks it, in one
 /// script: the copy is written before the original is released.
@@ -261,83 +326,3 @@ async fn dead_letter(
     call.invoke_async::<String>(conn).await.map(|_| ())
 }
 
-/// A stream id as a comparable pair.
-fn parse_id(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// The lowest stream id to keep (`XTRIM MINID`): nothing pending, nothing
-/// not yet delivered (above `delivered`), nothing younger than `retention`
-/// by the Redis clock (`now_ms`).
-fn trim_bound(
-    delivered: (u64, u64),
-    oldest_pending: Option<(u64, u64)>,
-    now_ms: u64,
-    retention: Duration,
-) -> (u64, u64) {
-    let mut bound = (delivered.0, delivered.1.saturating_add(1));
-    if let Some(oldest) = oldest_pending {
-        bound = bound.min(oldest);
-    }
-    bound.min((now_ms.saturating_sub(retention.as_millis() as u64), 0))
-}
-
-/// Trims entries that are acknowledged AND older than `retention`; never an
-/// entry that is pending or not yet delivered. Returns the entries removed.
-async fn trim(
-    conn: &mut (impl ConnectionLike + Send + Sync),
-    keys: &SaleKeys,
-    retention: Duration,
-) -> RedisResult<u64> {
-    // Order matters: the group's last delivered id first, the pending list
-    // second. An entry delivered between the two reads is newer than that id,
-    // so it is above the bound either way.
-    let groups: StreamInfoGroupsReply = conn.xinfo_groups(&keys.orders).await?;
-    let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
-        return Ok(0);
-    };
-    let Some(delivered) = parse_id(&group.last_delivered_id) else {
-        return Ok(0);
-    };
-    let pending: StreamPendingReply = conn.xpending(&keys.orders, GROUP).await?;
-    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
-    let now_ms = now_s * 1000 + now_us / 1000;
-
-    let oldest_pending = match &pending {
-        StreamPendingReply::Data(p) => parse_id(&p.start_id),
-        _ => None,
-    };
-    let bound = trim_bound(delivered, oldest_pending, now_ms, retention);
-    let opts = StreamTrimOptions::minid(
-        StreamTrimmingMode::Exact,
-        format!("{}-{}", bound.0, bound.1),
-    );
-    conn.xtrim_options(&keys.orders, &opts).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HOUR: Duration = Duration::from_secs(3600);
-
-    #[test]
-    fn the_trim_keeps_everything_pending_undelivered_or_recent() {
-        let now = 10 * 3_600_000;
-        // All delivered and acked, long ago: up to the last delivered one.
-        assert_eq!(trim_bound((1000, 4), None, now, HOUR), (1000, 5));
-        // A pending entry holds everything from it on.
-        assert_eq!(trim_bound((1000, 4), Some((900, 2)), now, HOUR), (900, 2));
-        // Retention holds the last hour, acked or not.
-        let recent = now - 60_000;
-        assert_eq!(
-            trim_bound((recent, 0), None, now, HOUR),
-            (now - 3_600_000, 0)
-        );
-        // A clock before the retention trims nothing rather than wrapping.
-        assert_eq!(trim_bound((5, 0), None, 1000, HOUR), (0, 0));
-        assert_eq!(parse_id("1700000000000-7"), Some((1_700_000_000_000, 7)));
-        assert_eq!(parse_id("nonsense"), None);
-    }
-}

@@ -3,14 +3,17 @@
 //! and its end (out of the registry, keys deleted). The steps that need the
 //! books around them are `books::retire`'s.
 
+pub(crate) mod clock;
+mod open;
+
 use std::sync::Arc;
 
 use redis::AsyncCommands;
 
 use super::core::Core;
+use super::error::SaleError;
 use super::room::{Room, RoomKey};
-use super::scripts;
-use super::types::{SaleError, SaleSpec};
+pub use open::SaleSpec;
 use crate::domain::ProductId;
 
 /// The lifecycle handle.
@@ -40,7 +43,7 @@ impl Lifecycle {
             None => String::new(),
         };
         let opened = core
-            .call(|mut c| async move { scripts::open_sale(&mut c, &keys, spec, &room_key).await })
+            .call(|mut c| async move { open::open_sale(&mut c, &keys, spec, &room_key).await })
             .await?;
         // A command of its own: the registry lives in another slot than the
         // sale. Repeated on every open, so opening again repairs a crash
@@ -64,7 +67,7 @@ impl Lifecycle {
         let keys = self.core.keys(product);
         let end = self
             .core
-            .call(|mut c| async move { scripts::close_sale(&mut c, &keys).await })
+            .call(|mut c| async move { clock::close_sale(&mut c, &keys).await })
             .await?;
         // This instance learns the new window at its next order.
         self.core.memory.forget(product);
@@ -76,7 +79,7 @@ impl Lifecycle {
     pub async fn clock(&self, product: &ProductId) -> Result<(i64, Option<(i64, i64)>), SaleError> {
         let keys = self.core.keys(product);
         self.core
-            .call(|mut c| async move { scripts::sale_clock(&mut c, &keys).await })
+            .call(|mut c| async move { clock::sale_clock(&mut c, &keys).await })
             .await
     }
 

@@ -9,7 +9,11 @@ use std::collections::{HashMap, HashSet};
 use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
-use super::db::{Db, StoreError};
+mod delivery;
+
+use super::db::Db;
+use super::error::StoreError;
+pub use delivery::{DeadEvent, Deliveries, Delivery};
 
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -95,7 +99,7 @@ pub const SLOTS: i64 = 10_000;
 /// orders' (`orders`, comma-separated, `events` of them) or a sale's
 /// (`product_id`).
 #[derive(sqlx::FromRow)]
-struct Stored {
+pub(super) struct Stored {
     id: i64,
     #[sqlx(rename = "type", try_from = "String")]
     kind: EventKind,
@@ -105,10 +109,10 @@ struct Stored {
     created: i64,
 }
 
-const STORED: &str = "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
+pub(super) const STORED: &str = "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
 
 /// One event of a stored row, before its order's details are joined.
-struct Bare {
+pub(super) struct Bare {
     id: i64,
     kind: EventKind,
     /// The order, or `None` for a sale's event (then `product_id`).
@@ -118,7 +122,7 @@ struct Bare {
 }
 
 /// The events of `rows`, in id order.
-fn expand(rows: Vec<Stored>) -> Vec<Bare> {
+pub(super) fn expand(rows: Vec<Stored>) -> Vec<Bare> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let base = r.id.saturating_mul(SLOTS);
@@ -162,7 +166,7 @@ const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 /// Records `kind` for each of `orders` (their ids), in the caller's
 /// transaction: one row for one order, one row for many (up to [`SLOTS`]
 /// each), so a batch pays one small insert, not one per order.
-pub(super) async fn record<'a>(
+pub(crate) async fn record<'a>(
     tx: &mut sqlx::Transaction<'_, MySql>,
     kind: EventKind,
     orders: impl ExactSizeIterator<Item = &'a str>,
@@ -203,7 +207,7 @@ pub(super) async fn record<'a>(
 }
 
 /// Records a sale's own event, in the caller's transaction.
-pub(super) async fn record_sale(
+pub(crate) async fn record_sale(
     tx: &mut sqlx::Transaction<'_, MySql>,
     kind: EventKind,
     product: &str,
@@ -221,7 +225,7 @@ pub(super) async fn record_sale(
 /// Records `sale.sold_out` if the caller's transaction, which just took
 /// units off `product`'s `available_qty`, left none: one statement, the
 /// product's row already locked by that update.
-pub(super) async fn sold_out_if_none_left(
+pub(crate) async fn sold_out_if_none_left(
     tx: &mut sqlx::Transaction<'_, MySql>,
     product: &str,
 ) -> Result<(), sqlx::Error> {
@@ -237,11 +241,21 @@ pub(super) async fn sold_out_if_none_left(
     Ok(())
 }
 
-impl Db {
+/// The outbox's handle: its events, read in order.
+#[derive(Clone)]
+pub struct Events {
+    db: Db,
+}
+
+impl Events {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
     /// Records `sale.ended` for `product` once (the first call after its
     /// end; `tb_product.end_announced` remembers it); true when this call did.
     pub async fn announce_end(&self, product: &str) -> Result<bool, StoreError> {
-        self.transaction(|tx| {
+        self.db.transaction(|tx| {
             Box::pin(async move {
                 let marked = sqlx::query(
                     "UPDATE tb_product SET end_announced = 1 \
@@ -263,7 +277,7 @@ impl Db {
     /// How old an event must be before readers see it: the bound on a
     /// transaction (`DB_TIMEOUT_MS`) and a second.
     pub fn event_settle(&self) -> std::time::Duration {
-        self.timeout() + std::time::Duration::from_secs(1)
+        self.db.timeout() + std::time::Duration::from_secs(1)
     }
 
     /// Events after the cursor `after`, oldest first, at most `limit`, and
@@ -280,6 +294,7 @@ impl Db {
             format!("{STORED} WHERE id >= ? AND created <= {DB_NOW_MS} - ? ORDER BY id LIMIT ?");
         let sql = sql.as_str();
         let rows: Vec<Stored> = self
+            .db
             .call(|pool| {
                 sqlx::query_as(sql)
                     .bind(after.div_euclid(SLOTS))
@@ -299,7 +314,7 @@ impl Db {
     /// Joins each order's fixed details to its events (one lookup per
     /// page); an event whose order is not in `tb_order` is corrupt books
     /// (events are written in the transaction that writes or changes it).
-    async fn with_details(&self, bare: Vec<Bare>) -> Result<Vec<EventRow>, StoreError> {
+    pub(super) async fn with_details(&self, bare: Vec<Bare>) -> Result<Vec<EventRow>, StoreError> {
         let mut details: HashMap<String, Details> = HashMap::new();
         let wanted: Vec<&str> = {
             let mut seen = HashSet::new();
@@ -310,6 +325,7 @@ impl Db {
         };
         for chunk in wanted.chunks(1_000) {
             let rows: Vec<Details> = self
+                .db
                 .call(|pool| {
                     let mut q = QueryBuilder::<MySql>::new(
                         "SELECT order_id, product_id, user_id, quantity, price FROM tb_order \
@@ -358,286 +374,11 @@ impl Db {
             })
             .collect()
     }
-}
-
-/// Where delivery to an endpoint stands, for the process that holds its lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// Every event up to this id is delivered (or dead-lettered).
-    pub delivered_up_to: i64,
-    /// Failed attempts of the next event.
-    pub attempts: u32,
-    /// Not before this (epoch ms): the back-off after a failure.
-    pub next_attempt: i64,
-}
-
-/// A dead-lettered event.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
-pub struct DeadEvent {
-    pub endpoint: String,
-    pub event_id: i64,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub dead_at: i64,
-    pub replay: bool,
-}
-
-fn clip(error: &str) -> &str {
-    match error.char_indices().nth(500) {
-        Some((i, _)) => &error[..i],
-        None => error,
-    }
-}
-
-impl Db {
-    /// Takes (or renews) the lease on delivery to `endpoint` for `owner`
-    /// until `until` (epoch ms); `None` while another process holds it.
-    pub async fn lease_delivery(
-        &self,
-        endpoint: &str,
-        owner: &str,
-        now: i64,
-        until: i64,
-    ) -> Result<Option<Delivery>, StoreError> {
-        self.transaction(|tx| {
-            Box::pin(async move {
-                sqlx::query("INSERT IGNORE INTO tb_event_delivery (endpoint) VALUES (?)")
-                    .bind(endpoint)
-                    .execute(&mut **tx)
-                    .await?;
-                let taken = sqlx::query(
-                    "UPDATE tb_event_delivery SET lease_owner = ?, lease_until = ? \
-                     WHERE endpoint = ? AND (lease_owner = ? OR lease_until < ? OR lease_owner IS NULL)",
-                )
-                .bind(owner)
-                .bind(until)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if taken == 0 {
-                    return Ok(None);
-                }
-                let (delivered_up_to, attempts, next_attempt): (i64, i32, i64) = sqlx::query_as(
-                    "SELECT delivered_up_to, attempts, next_attempt FROM tb_event_delivery \
-                     WHERE endpoint = ?",
-                )
-                .bind(endpoint)
-                .fetch_one(&mut **tx)
-                .await?;
-                Ok(Some(Delivery {
-                    delivered_up_to,
-                    attempts: attempts.max(0) as u32,
-                    next_attempt,
-                }))
-            })
-        })
-        .await
-    }
-
-    /// Event `id` was delivered: the cursor moves on (only for the lease's
-    /// holder, and only forward).
-    pub async fn delivered(
-        &self,
-        endpoint: &str,
-        owner: &str,
-        id: i64,
-    ) -> Result<bool, StoreError> {
-        let moved = self
-            .call(|pool| {
-                sqlx::query(
-                    "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
-                     next_attempt = 0, last_error = NULL \
-                     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?",
-                )
-                .bind(id)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(id)
-                .execute(pool)
-            })
-            .await?
-            .rows_affected();
-        Ok(moved == 1)
-    }
-
-    /// The next event's delivery failed: its attempts, when to try again,
-    /// and why; `acked`: the last event delivered before it this pass.
-    pub async fn delivery_failed(
-        &self,
-        endpoint: &str,
-        owner: &str,
-        acked: Option<i64>,
-        attempts: u32,
-        next_attempt: i64,
-        error: &str,
-    ) -> Result<(), StoreError> {
-        self.call(|pool| {
-            sqlx::query(
-                "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ?, \
-                 delivered_up_to = GREATEST(delivered_up_to, COALESCE(?, 0)) \
-                 WHERE endpoint = ? AND lease_owner = ?",
-            )
-            .bind(attempts as i32)
-            .bind(next_attempt)
-            .bind(clip(error))
-            .bind(acked)
-            .bind(endpoint)
-            .bind(owner)
-            .execute(pool)
-        })
-        .await
-        .map(drop)
-    }
-
-    /// Event `id` exhausted its attempts: into the dead letters, and the
-    /// cursor moves past it, in one transaction.
-    pub async fn dead_letter_event(
-        &self,
-        endpoint: &str,
-        owner: &str,
-        id: i64,
-        attempts: u32,
-        error: &str,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        self.transaction(|tx| {
-            Box::pin(async move {
-                let moved = sqlx::query(
-                    "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
-                     next_attempt = 0, last_error = NULL \
-                     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?",
-                )
-                .bind(id)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(id)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if moved == 1 {
-                    sqlx::query(
-                        "INSERT IGNORE INTO tb_event_dead \
-                         (endpoint, event_id, attempts, last_error, dead_at) VALUES (?, ?, ?, ?, ?)",
-                    )
-                    .bind(endpoint)
-                    .bind(id)
-                    .bind(attempts as i32)
-                    .bind(clip(error))
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-                }
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    /// The dead letters, oldest first (at most 1,000).
-    pub async fn dead_events(&self) -> Result<Vec<DeadEvent>, StoreError> {
-        self.call(|pool| {
-            sqlx::query_as(
-                "SELECT endpoint, event_id, attempts, last_error, dead_at, replay FROM tb_event_dead \
-                 ORDER BY event_id, endpoint LIMIT 1000",
-            )
-            .fetch_all(pool)
-        })
-        .await
-    }
-
-    /// Asks for dead letters to be delivered again (all, or one event's):
-    /// the delivery loop tries each once per pass until it goes through.
-    /// Returns how many were asked.
-    pub async fn replay_dead_events(&self, event_id: Option<i64>) -> Result<u64, StoreError> {
-        self.call(|pool| {
-            sqlx::query("UPDATE tb_event_dead SET replay = 1 WHERE (? IS NULL OR event_id = ?)")
-                .bind(event_id)
-                .bind(event_id)
-                .execute(pool)
-        })
-        .await
-        .map(|r| r.rows_affected())
-    }
-
-    /// The dead letters asked to be replayed, with their events.
-    pub async fn replays(&self, endpoint: &str, limit: u32) -> Result<Vec<EventRow>, StoreError> {
-        let wanted: Vec<i64> = self
-            .call(|pool| {
-                sqlx::query_scalar(
-                    "SELECT event_id FROM tb_event_dead WHERE endpoint = ? AND replay = 1 \
-                     ORDER BY event_id LIMIT ?",
-                )
-                .bind(endpoint)
-                .bind(limit)
-                .fetch_all(pool)
-            })
-            .await?;
-        if wanted.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<Stored> = self
-            .call(|pool| {
-                let mut q = QueryBuilder::<MySql>::new(format!("{STORED} WHERE id IN ("));
-                let mut ids = q.separated(", ");
-                for id in &wanted {
-                    ids.push_bind(id.div_euclid(SLOTS));
-                }
-                q.push(") ORDER BY id");
-                async move { q.build_query_as().fetch_all(pool).await }
-            })
-            .await?;
-        let wanted: HashSet<i64> = wanted.iter().copied().collect();
-        let bare = expand(rows)
-            .into_iter()
-            .filter(|e| wanted.contains(&e.id))
-            .collect();
-        self.with_details(bare).await
-    }
-
-    /// A replayed dead letter went through (`true`: gone) or failed again.
-    pub async fn replayed(
-        &self,
-        endpoint: &str,
-        event_id: i64,
-        ok: bool,
-        error: &str,
-    ) -> Result<(), StoreError> {
-        self.call(|pool| async move {
-            match ok {
-                true => {
-                    sqlx::query("DELETE FROM tb_event_dead WHERE endpoint = ? AND event_id = ?")
-                        .bind(endpoint)
-                        .bind(event_id)
-                        .execute(pool)
-                        .await
-                }
-                false => sqlx::query(
-                    "UPDATE tb_event_dead SET replay = 0, attempts = attempts + 1, last_error = ? \
-                     WHERE endpoint = ? AND event_id = ?",
-                )
-                .bind(clip(error))
-                .bind(endpoint)
-                .bind(event_id)
-                .execute(pool)
-                .await,
-            }
-        })
-        .await
-        .map(drop)
-    }
-
-    /// How many dead letters wait (all endpoints).
-    pub async fn dead_event_count(&self) -> Result<i64, StoreError> {
-        self.call(|pool| sqlx::query_scalar("SELECT COUNT(*) FROM tb_event_dead").fetch_one(pool))
-            .await
-    }
 
     /// The newest event's id (0: none).
     pub async fn last_event_id(&self) -> Result<i64, StoreError> {
         let last: Option<(i64, i32)> = self
+            .db
             .call(|pool| {
                 sqlx::query_as("SELECT id, events FROM tb_event ORDER BY id DESC LIMIT 1")
                     .fetch_optional(pool)
@@ -655,6 +396,7 @@ impl Db {
         const ROWS: i64 = 10_000;
         let from = after.div_euclid(SLOTS);
         let near: Vec<(i64, i32)> = self
+            .db
             .call(|pool| {
                 sqlx::query_as("SELECT id, events FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?")
                     .bind(from)
@@ -678,3 +420,4 @@ impl Db {
         Ok(behind)
     }
 }
+

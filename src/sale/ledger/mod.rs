@@ -1,7 +1,10 @@
 //! What a sale's Redis keys say of its books, for the audit and for
-//! putting them right: a snapshot of the stock, the accepted orders and the
-//! dead letters; restoring orders Redis lost (reconciliation, recovery);
-//! what reconciliation restored so far; a reset before a rebuild.
+//! putting them right: the stock; a snapshot of the stock, the accepted
+//! orders and the dead letters; restoring orders Redis lost
+//! (reconciliation, recovery: [`restore`]); what reconciliation restored so
+//! far; a reset before a rebuild.
+
+pub(crate) mod restore;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -9,9 +12,9 @@ use std::sync::Arc;
 use redis::AsyncCommands;
 
 use super::core::Core;
-use super::entry::Entry;
-use super::scripts;
-use super::types::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored, SaleError};
+use super::error::SaleError;
+use super::stream::entry::Entry;
+use restore::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored};
 use crate::domain::ProductId;
 
 /// The ledger handle.
@@ -48,6 +51,16 @@ const SCAN_STEP: usize = 1000;
 impl Ledger {
     pub(super) fn new(core: Arc<Core>) -> Self {
         Self { core }
+    }
+
+    /// Units left, or `None` when the sale is not open in Redis.
+    pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
+        let stock_key = self.core.keys(product).stock;
+        let stock: Option<i64> = self
+            .core
+            .call(|mut c| async move { c.get(&stock_key).await })
+            .await?;
+        Ok(stock.map(|s| s.max(0) as u64))
     }
 
     /// A sale's stock, accepted records, dead letters and repairs.
@@ -171,7 +184,7 @@ impl Ledger {
             let done = self
                 .core
                 .call(
-                    |mut c| async move { scripts::restore_booked(&mut c, &keys, chunk, why).await },
+                    |mut c| async move { restore::restore_booked(&mut c, &keys, chunk, why).await },
                 )
                 .await?;
             total = total.add(done);

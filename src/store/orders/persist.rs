@@ -1,31 +1,15 @@
-//! `tb_order`: persisted orders, one row per accepted order.
+//! Persisting a batch of one sale's accepted orders: one transaction that
+//! inserts the orders not yet in `tb_order` and takes exactly their units
+//! off `tb_product.available_qty`.
 
 use std::collections::HashSet;
 
-use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
-use super::db::{Db, StoreError};
-use super::events::{self, EventKind};
-use crate::domain::{OrderId, OrderStatus, PendingOrder, ProductId, UserId, now_ms};
-
-/// An order row.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct OrderRow {
-    pub order_id: String,
-    pub user_id: i64,
-    pub product_id: String,
-    pub quantity: i64,
-    pub price: Decimal,
-    #[sqlx(try_from = "String")]
-    pub status: OrderStatus,
-    pub created: i64,
-    pub updated: i64,
-    /// For a cancelled order: its units are back in Redis too.
-    pub released: bool,
-    /// The Idempotency-Key it was placed with, if any.
-    pub idempotency_key: Option<String>,
-}
+use super::Orders;
+use crate::domain::{OrderStatus, PendingOrder, ProductId, now_ms};
+use crate::store::error::StoreError;
+use crate::store::events::{self, EventKind};
 
 /// What one `persist_orders` call changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,8 +22,6 @@ pub struct Persisted {
 
 const COLUMNS: &str =
     "order_id, user_id, product_id, quantity, price, status, created, updated, idempotency_key";
-/// The columns of an `OrderRow`.
-pub(super) const ROW: &str = "order_id, user_id, product_id, quantity, price, status, created, updated, released, idempotency_key";
 
 /// Attempts of one batch when a concurrent writer inserts the same order between
 /// our read and our insert (two workers holding one redelivered entry).
@@ -113,7 +95,7 @@ async fn existing_ids(
     Ok(existing.into_iter().collect())
 }
 
-impl Db {
+impl Orders {
     /// Persists a batch of one sale's orders in ONE transaction: inserts the
     /// orders not yet in `tb_order` and takes exactly their units off
     /// `available_qty`. Idempotent: a redelivered batch changes nothing.
@@ -124,8 +106,8 @@ impl Db {
     ) -> Result<Persisted, StoreError> {
         // Lost an insert race: the batch is tried again.
         let lost_race = |e: &StoreError| matches!(e, StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation());
-        self.retrying(RACE_ATTEMPTS, lost_race, || {
-            self.bounded(self.persist_once(product, orders))
+        self.db.retrying(RACE_ATTEMPTS, lost_race, || {
+            self.db.bounded(self.persist_once(product, orders))
         })
         .await
     }
@@ -147,14 +129,14 @@ impl Db {
         // Fast path, for the common batch of orders never seen before: insert
         // all, skipping duplicates; if every row went in, the units to take
         // off are the whole batch's.
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         let inserted = insert_orders(&mut tx, &unique, "INSERT IGNORE").await?;
         let fresh = if inserted == unique.len() as u64 {
             unique
         } else {
             // A redelivery: some rows exist. Start over and learn which.
             tx.rollback().await?;
-            tx = self.pool().begin().await?;
+            tx = self.db.pool().begin().await?;
             let existing = existing_ids(&mut tx, &unique).await?;
             let fresh: Vec<&PendingOrder> = unique
                 .into_iter()
@@ -187,7 +169,10 @@ impl Db {
             units,
         })
     }
+}
 
+#[cfg(feature = "bench")]
+impl Orders {
     /// A bare multi-row `INSERT` into `table` (a twin of tb_order), autocommit:
     /// the floor `flashsale-bench drain` compares the workers' drain against.
     #[cfg(feature = "bench")]
@@ -199,39 +184,8 @@ impl Db {
         let rows: Vec<&PendingOrder> = orders.iter().collect();
         let sql = insert_sql("INSERT", table, rows.len());
         Ok(insert_query(&sql, &rows)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?
             .rows_affected())
-    }
-
-    pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
-        self.call(|pool| async move {
-            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
-                .bind(order_id.as_str())
-                .fetch_optional(pool)
-                .await
-        })
-        .await
-    }
-
-    /// A user's orders, newest first; at most `limit`, older than `before` (epoch ms) if given.
-    pub async fn orders_of_user(
-        &self,
-        user_id: UserId,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<OrderRow>, StoreError> {
-        self.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
-                 ORDER BY created DESC, id DESC LIMIT ?"
-            ))
-            .bind(user_id.as_i64())
-            .bind(before.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await
-        })
-        .await
     }
 }

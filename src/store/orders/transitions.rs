@@ -7,12 +7,10 @@ use std::collections::BTreeMap;
 
 use sqlx::{MySql, QueryBuilder};
 
-use super::db::{Db, StoreError};
-use super::events::{self, EventKind};
-use super::orders::OrderRow;
-use super::orders::ROW;
-use crate::domain::now_ms;
-use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
+use super::{OrderRow, Orders, ROW};
+use crate::domain::{OrderId, OrderStatus, UserId, now_ms};
+use crate::store::error::StoreError;
+use crate::store::events::{self, EventKind};
 
 /// What a guarded status change found.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,11 +24,11 @@ pub enum Transition {
     NotFound,
 }
 
-impl Db {
+impl Orders {
     /// `confirmed` → `paid`, for the order's owner.
     pub async fn pay(&self, order_id: &OrderId, user_id: UserId) -> Result<Transition, StoreError> {
         self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || {
-            self.transaction(|tx| {
+            self.db.transaction(|tx| {
                 Box::pin(async move {
                     // By the order id's unique key, always: on a young table
                     // MariaDB may pick `idx_user` instead, whose gap locks
@@ -68,7 +66,7 @@ impl Db {
         user_id: Option<UserId>,
     ) -> Result<Transition, StoreError> {
         self.until_settled(order_id, user_id, OrderStatus::Cancelled, || {
-            self.transaction(|tx| {
+            self.db.transaction(|tx| {
                 Box::pin(async move {
                     let row: Option<OrderRow> = sqlx::query_as(&format!(
                         "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
@@ -139,7 +137,7 @@ impl Db {
     ) -> Result<Vec<OrderRow>, StoreError> {
         // A deadlock's victim changed nothing: try again now rather than at
         // the next pass.
-        self.retrying(3, StoreError::is_contention, || {
+        self.db.retrying(3, StoreError::is_contention, || {
             self.cancel_expired_once(created_before, limit)
         })
         .await
@@ -150,13 +148,13 @@ impl Db {
         created_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.bounded(async {
+        self.db.bounded(async {
             // READ COMMITTED: the scan locks the rows it takes and no gaps.
             // Under REPEATABLE READ its next-key locks on the index
             // (status, released, created) held the gap where another
             // sweeper's cancelled rows are inserted into that index, and
             // concurrent sweepers deadlocked.
-            let mut conn = self.pool().acquire().await?;
+            let mut conn = self.db.pool().acquire().await?;
             sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .execute(&mut *conn)
                 .await?;
@@ -180,113 +178,6 @@ impl Db {
         .await
     }
 
-    /// The second half of a cancel is done: the units are back in Redis.
-    pub async fn mark_released(&self, order_id: &str) -> Result<(), StoreError> {
-        self.call(|pool| async move {
-            sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
-                .bind(order_id)
-                .bind(OrderStatus::Cancelled.as_str())
-                .execute(pool)
-                .await
-        })
-        .await
-        .map(drop)
-    }
-
-    /// Cancelled orders whose Redis half did not happen (a crash between the
-    /// two), last touched before `updated_before`.
-    pub async fn unreleased(
-        &self,
-        updated_before: i64,
-        limit: u32,
-    ) -> Result<Vec<OrderRow>, StoreError> {
-        self.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND updated < ? LIMIT ?"
-            ))
-            .bind(OrderStatus::Cancelled.as_str())
-            .bind(updated_before)
-            .bind(limit).fetch_all(pool).await
-        })
-        .await
-    }
-
-    /// Units of a product's cancelled orders whose Redis half has not
-    /// happened yet, and when the newest of them was cancelled (epoch ms;
-    /// 0 when there is none). Reads the few cancelled, unreleased rows
-    /// through the index `(status, released, created)`.
-    pub async fn unreturned_units(&self, product: &ProductId) -> Result<(i64, i64), StoreError> {
-        let (units, newest): (Option<rust_decimal::Decimal>, Option<i64>) = self
-            .call(|pool| async move {
-                sqlx::query_as(
-                    "SELECT SUM(quantity), MAX(updated) FROM tb_order \
-                     WHERE status = ? AND released = 0 AND product_id = ?",
-                )
-                .bind(OrderStatus::Cancelled.as_str())
-                .bind(product.as_str())
-                .fetch_one(pool)
-                .await
-            })
-            .await?;
-        Ok((whole_units(units), newest.unwrap_or(0)))
-    }
-
-    /// What the live books check reads of MySQL, in one query: the
-    /// product's `available_qty`, then what [`Self::unreturned_units`]
-    /// answers; `None` when the product is not in `tb_product`.
-    pub async fn books_figures(
-        &self,
-        product: &ProductId,
-    ) -> Result<Option<(i64, (i64, i64))>, StoreError> {
-        let row: Option<(i64, Option<rust_decimal::Decimal>, Option<i64>)> = self
-            .call(|pool| async move {
-                // The aggregate has one row, whatever matches.
-                sqlx::query_as(
-                    "SELECT p.available_qty, c.units, c.newest FROM tb_product p \
-                     CROSS JOIN (SELECT SUM(quantity) AS units, MAX(updated) AS newest \
-                     FROM tb_order WHERE status = ? AND released = 0 AND product_id = ?) c \
-                     WHERE p.product_id = ?",
-                )
-                .bind(OrderStatus::Cancelled.as_str())
-                .bind(product.as_str())
-                .bind(product.as_str())
-                .fetch_optional(pool)
-                .await
-            })
-            .await?;
-        Ok(row.map(|(available, units, newest)| {
-            (available, (whole_units(units), newest.unwrap_or(0)))
-        }))
-    }
-
-    /// Every order of a product (for the audit and for recovery).
-    pub async fn orders_of_product(
-        &self,
-        product: &ProductId,
-    ) -> Result<Vec<OrderRow>, StoreError> {
-        self.call(|pool| async move {
-            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
-                .bind(product.as_str())
-                .fetch_all(pool)
-                .await
-        })
-        .await
-    }
-
-    /// Marks every cancelled order of a product released (recovery rebuilt
-    /// the Redis stock without their units).
-    pub async fn mark_all_released(&self, product: &ProductId) -> Result<(), StoreError> {
-        self.call(|pool| async move {
-            sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
-                .bind(product.as_str())
-                .bind(OrderStatus::Cancelled.as_str())
-                .execute(pool)
-                .await
-        })
-        .await
-        .map(drop)
-    }
-
     async fn outcome(
         &self,
         order_id: &OrderId,
@@ -304,7 +195,7 @@ impl Db {
 
 /// Takes `units` of `product` off `available_qty` again (a cancelled order
 /// paid late took its units back), in the caller's transaction.
-pub(super) async fn take_units(
+pub(crate) async fn take_units(
     tx: &mut sqlx::Transaction<'_, MySql>,
     product: &str,
     units: i64,
@@ -326,7 +217,7 @@ pub(super) async fn take_units(
 /// becomes the cancel's time, later than any change before it (the Redis
 /// half tells one cancel of an order from a later one by it: see
 /// `release_stock.lua`).
-pub(super) async fn cancel_rows(
+pub(crate) async fn cancel_rows(
     tx: &mut sqlx::Transaction<'_, MySql>,
     rows: &mut [OrderRow],
 ) -> Result<(), sqlx::Error> {
@@ -367,9 +258,4 @@ pub(super) async fn cancel_rows(
             .await?;
     }
     Ok(())
-}
-
-/// A `SUM` of units as MySQL answers it (a DECIMAL, NULL over no rows).
-fn whole_units(sum: Option<rust_decimal::Decimal>) -> i64 {
-    sum.map_or(0, |u| i64::try_from(u).unwrap_or(i64::MAX))
 }

@@ -1,0 +1,59 @@
+//! The one error of `sale`: a failure to get an answer from Redis (a
+//! refusal is an answer: see `orders::Decision`).
+
+use std::time::Duration;
+
+/// A failure to get an answer from Redis. `Clone`: the orders that shared
+/// a call share its failure.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SaleError {
+    #[error("redis")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("redis pool")]
+    Pool(#[from] bb8::RunError<redis::RedisError>),
+    /// The order was accepted, but fewer replicas than asked confirmed it
+    /// within the WAIT timeout: it could be lost in a failover.
+    #[error("order not confirmed by {wanted} replicas ({acked} did)")]
+    NotReplicated { acked: u32, wanted: u32 },
+    /// A script or key held something this code did not write: a bug or a
+    /// foreign writer, never the caller's fault.
+    #[error("unexpected data in redis: {0}")]
+    Corrupt(String),
+    /// The task sending the order's call ended without an answer (the
+    /// process is shutting down): the order may or may not be placed.
+    #[error("the order's call ended without an answer")]
+    Dropped,
+}
+
+impl SaleError {
+    /// True when Redis is down, slow or refusing service (a 503, not a bug).
+    pub fn is_unavailable(&self) -> bool {
+        use redis::{ErrorKind, ServerErrorKind};
+        match self {
+            Self::Timeout(_) | Self::Pool(_) | Self::NotReplicated { .. } | Self::Dropped => true,
+            Self::Redis(e) => match e.kind() {
+                ErrorKind::Io
+                | ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::AuthenticationFailed
+                | ErrorKind::Extension => true,
+                // Moved/Ask surface only when the client's own retries ran out
+                // (a slot whose master is gone, mid-failover).
+                ErrorKind::Server(kind) => matches!(
+                    kind,
+                    ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                        | ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::NoPerm
+                ),
+                _ => e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout(),
+            },
+            Self::Corrupt(_) => false,
+        }
+    }
+}

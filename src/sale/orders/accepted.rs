@@ -1,0 +1,168 @@
+//! What Redis holds of the orders it accepted ([`Accepted`]): an order's
+//! record and how far it got, the cancels asked while it is pending, and
+//! giving its units back (or taking them again, for a late payment). The
+//! books call these; the order path does not.
+
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+
+use super::record::{AcceptedRecord, Progress, order_state};
+use super::release::{Retake, release_stock_call, retake_order_call};
+use crate::domain::{OrderId, PendingOrder, ProductId};
+use crate::sale::core::Core;
+use crate::sale::error::SaleError;
+use crate::sale::wait::invoke_and_wait;
+
+/// The accepted orders' handle.
+#[derive(Clone)]
+pub struct Accepted {
+    core: Arc<Core>,
+}
+
+impl Accepted {
+    pub(in crate::sale) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Redis answers a `PING` (the service's readiness).
+    pub async fn ping(&self) -> Result<(), SaleError> {
+        self.core.redis.ping().await
+    }
+
+    /// An accepted order's record, if the sale still holds it.
+    pub async fn find(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<PendingOrder>, SaleError> {
+        let accepted = self.core.keys(product).accepted;
+        let record: Option<String> = self
+            .core
+            .call(|mut c| async move { c.hget(&accepted, order_id.as_str()).await })
+            .await?;
+        record
+            .map(|r| AcceptedRecord::parse(&r, order_id.clone(), product.clone()))
+            .transpose()
+    }
+
+    /// An accepted order's record and how far it got, if the sale still holds it.
+    pub async fn progress(
+        &self,
+        order_id: &OrderId,
+        product: &ProductId,
+    ) -> Result<Option<(PendingOrder, Progress)>, SaleError> {
+        let keys = self.core.keys(product);
+        let found = self
+            .core
+            .call(|mut c| async move { order_state(&mut c, &keys, order_id).await })
+            .await?;
+        found
+            .map(|(record, progress)| {
+                let order = AcceptedRecord::parse(&record, order_id.clone(), product.clone())?;
+                Ok((order, progress))
+            })
+            .transpose()
+    }
+
+    /// Remembers a cancel asked while the order is still pending (in the
+    /// stream, not yet in MySQL); it is applied once the order is persisted.
+    pub async fn request_cancel(&self, order: &PendingOrder) -> Result<(), SaleError> {
+        let cancels = self.core.keys(&order.product_id).cancels;
+        self.core
+            .call(|mut c| async move {
+                c.hset::<_, _, _, ()>(&cancels, order.order_id.as_str(), order.user_id)
+                    .await
+            })
+            .await
+    }
+
+    /// The cancels asked for `product`'s pending orders: (order id, user id).
+    pub async fn cancel_requests(
+        &self,
+        product: &ProductId,
+    ) -> Result<Vec<(String, u64)>, SaleError> {
+        let cancels = self.core.keys(product).cancels;
+        self.core
+            .call(|mut c| async move { c.hgetall(&cancels).await })
+            .await
+    }
+
+    /// A cancel request was applied (or is moot).
+    pub async fn drop_cancel_request(
+        &self,
+        product: &ProductId,
+        order_id: &str,
+    ) -> Result<(), SaleError> {
+        let cancels = self.core.keys(product).cancels;
+        self.core
+            .call(|mut c| async move { c.hdel::<_, _, ()>(&cancels, order_id).await })
+            .await
+    }
+
+    /// Returns an order's units to the sale, at most once per order, and
+    /// only if this Redis took them; returns `(released_now, stock_left)`.
+    /// See `lua/release_stock.lua`.
+    ///
+    /// With WAIT configured, only once the replicas have the release (else
+    /// `NotReplicated`): the caller marks the order released after this, and
+    /// a release a failover lost must stay unmarked, for the sweeper to redo.
+    pub async fn release(
+        &self,
+        order: &PendingOrder,
+        cancelled_ms: i64,
+    ) -> Result<(bool, u64), SaleError> {
+        let keys = self.core.keys(&order.product_id);
+        let call = release_stock_call(&keys, order, cancelled_ms);
+        let (released, replicated) = self.write(&keys.stock, call).await?;
+        // The units are back on the master either way.
+        self.core
+            .memory
+            .released(&order.product_id, Some(order.user_id.get()));
+        replicated?;
+        Ok(released)
+    }
+
+    /// A late payment's order (cancelled, its units released) takes its
+    /// units again if the sale can still sell them to its buyer
+    /// (`retake_order.lua`; once per order). With `REDIS_WAIT_REPLICAS`,
+    /// confirmed on the replicas before the books record the payment.
+    pub async fn retake(
+        &self,
+        order: &PendingOrder,
+        cancelled_ms: i64,
+    ) -> Result<Retake, SaleError> {
+        let keys = self.core.keys(&order.product_id);
+        let call = retake_order_call(&keys, order, cancelled_ms);
+        let (retake, replicated) = self.write(&keys.retaken, call).await?;
+        replicated?;
+        Ok(retake)
+    }
+
+    /// A script that writes: its reply, and with `REDIS_WAIT_REPLICAS`
+    /// whether the replicas have its write (the script and `WAIT` as one
+    /// pipeline to the node holding `key`, one of its keys).
+    async fn write<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        call: redis::ScriptInvocation<'static>,
+    ) -> Result<(T, Result<(), SaleError>), SaleError> {
+        let core = &self.core;
+        match core.wait {
+            None => {
+                let reply = core
+                    .call(|mut c| async move { call.invoke_async(&mut c).await })
+                    .await?;
+                Ok((reply, Ok(())))
+            }
+            Some(wait) => {
+                let mut pooled = core.alone().await?;
+                let (reply, acked) = core
+                    .redis
+                    .bounded(invoke_and_wait(&mut pooled, key, &call, wait))
+                    .await?;
+                Ok((reply, wait.confirmed(acked)))
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Trimming a sale's stream: acked entries past their retention go, never
+//! one that is pending or not yet delivered.
+
+use std::time::Duration;
+
+use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamTrimOptions, StreamTrimmingMode};
+use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
+
+use crate::sale::keys::{GROUP, SaleKeys};
+
+/// A stream id as a comparable pair.
+fn parse_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The lowest stream id to keep (`XTRIM MINID`): nothing pending, nothing
+/// not yet delivered (above `delivered`), nothing younger than `retention`
+/// by the Redis clock (`now_ms`).
+fn trim_bound(
+    delivered: (u64, u64),
+    oldest_pending: Option<(u64, u64)>,
+    now_ms: u64,
+    retention: Duration,
+) -> (u64, u64) {
+    let mut bound = (delivered.0, delivered.1.saturating_add(1));
+    if let Some(oldest) = oldest_pending {
+        bound = bound.min(oldest);
+    }
+    bound.min((now_ms.saturating_sub(retention.as_millis() as u64), 0))
+}
+
+
+/// Trims entries that are acknowledged AND older than `retention`; never an
+/// entry that is pending or not yet delivered. Returns the entries removed.
+pub(super) async fn trim(
+    conn: &mut (impl ConnectionLike + Send + Sync),
+    keys: &SaleKeys,
+    retention: Duration,
+) -> RedisResult<u64> {
+    // Order matters: the group's last delivered id first, the pending list
+    // second. An entry delivered between the two reads is newer than that id,
+    // so it is above the bound either way.
+    let groups: StreamInfoGroupsReply = conn.xinfo_groups(&keys.orders).await?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
+        return Ok(0);
+    };
+    let Some(delivered) = parse_id(&group.last_delivered_id) else {
+        return Ok(0);
+    };
+    let pending: StreamPendingReply = conn.xpending(&keys.orders, GROUP).await?;
+    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+    let now_ms = now_s * 1000 + now_us / 1000;
+
+    let oldest_pending = match &pending {
+        StreamPendingReply::Data(p) => parse_id(&p.start_id),
+        _ => None,
+    };
+    let bound = trim_bound(delivered, oldest_pending, now_ms, retention);
+    let opts = StreamTrimOptions::minid(
+        StreamTrimmingMode::Exact,
+        format!("{}-{}", bound.0, bound.1),
+    );
+    conn.xtrim_options(&keys.orders, &opts).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn the_trim_keeps_everything_pending_undelivered_or_recent() {
+        let now = 10 * 3_600_000;
+        // All delivered and acked, long ago: up to the last delivered one.
+        assert_eq!(trim_bound((1000, 4), None, now, HOUR), (1000, 5));
+        // A pending entry holds everything from it on.
+        assert_eq!(trim_bound((1000, 4), Some((900, 2)), now, HOUR), (900, 2));
+        // Retention holds the last hour, acked or not.
+        let recent = now - 60_000;
+        assert_eq!(
+            trim_bound((recent, 0), None, now, HOUR),
+            (now - 3_600_000, 0)
+        );
+        // A clock before the retention trims nothing rather than wrapping.
+        assert_eq!(trim_bound((5, 0), None, 1000, HOUR), (0, 0));
+        assert_eq!(parse_id("1700000000000-7"), Some((1_700_000_000_000, 7)));
+        assert_eq!(parse_id("nonsense"), None);
+    }
+}

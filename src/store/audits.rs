@@ -1,0 +1,102 @@
+//! `tb_sale_audit` ([`Audits`]): a retired sale's final audit, recorded in
+//! the transaction that marks it retired (see `books::retire`), so its
+//! figures outlive its Redis keys.
+
+use super::db::Db;
+use super::error::StoreError;
+use super::events::{self, EventKind};
+use crate::domain::ProductId;
+
+/// A retired sale's final audit, as recorded (`tb_sale_audit`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct FinalAudit {
+    pub product_id: String,
+    pub initial_qty: i64,
+    /// The Redis stock when it was retired: the units nobody bought.
+    pub redis_stock: i64,
+    pub confirmed: i64,
+    pub paid: i64,
+    pub cancelled: i64,
+    pub available_qty: i64,
+    /// Orders in `tb_order` (any status).
+    pub orders: i64,
+    pub repaired_orders: i64,
+    pub repaired_units: i64,
+    pub repaired_releases: i64,
+    pub repaired_idem: i64,
+    /// When it was recorded (epoch ms): the sale's retirement.
+    pub retired: i64,
+}
+
+const AUDIT_COLUMNS: &str = "product_id, initial_qty, redis_stock, confirmed, paid, cancelled, \
+                             available_qty, orders, repaired_orders, repaired_units, \
+                             repaired_releases, repaired_idem, retired";
+
+/// The audits table's handle.
+#[derive(Clone)]
+pub struct Audits {
+    db: Db,
+}
+
+impl Audits {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Records a sale's retirement with its final audit, in one
+    /// transaction, unless it is retired already; true when this call did.
+    pub async fn record_retirement(&self, audit: &FinalAudit) -> Result<bool, StoreError> {
+        self.db.transaction(|tx| {
+            Box::pin(async move {
+                let marked = sqlx::query(
+                    "UPDATE tb_product SET retired = ?, updated = ? \
+                 WHERE product_id = ? AND retired IS NULL",
+                )
+                .bind(audit.retired)
+                .bind(audit.retired)
+                .bind(&audit.product_id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if marked == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(&format!(
+                    "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ))
+                .bind(&audit.product_id)
+                .bind(audit.initial_qty)
+                .bind(audit.redis_stock)
+                .bind(audit.confirmed)
+                .bind(audit.paid)
+                .bind(audit.cancelled)
+                .bind(audit.available_qty)
+                .bind(audit.orders)
+                .bind(audit.repaired_orders)
+                .bind(audit.repaired_units)
+                .bind(audit.repaired_releases)
+                .bind(audit.repaired_idem)
+                .bind(audit.retired)
+                .execute(&mut **tx)
+                .await?;
+                events::record_sale(tx, EventKind::Retired, &audit.product_id).await?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    /// A retired sale's final audit.
+    pub async fn final_audit(&self, product: &ProductId) -> Result<Option<FinalAudit>, StoreError> {
+        self.db.call(|pool| async move {
+            sqlx::query_as(&format!(
+                "SELECT {AUDIT_COLUMNS} FROM tb_sale_audit WHERE product_id = ?"
+            ))
+            .bind(product.as_str())
+            .fetch_optional(pool)
+            .await
+        })
+        .await
+    }
+}
