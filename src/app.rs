@@ -8,15 +8,15 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::books::{Audit, Books, Catalog, Outbox};
 use crate::config::{Settings, WorkerSettings, weak_admin_token};
 use crate::domain::Chain;
 use crate::http::auth::Auth;
 use crate::http::conn::Connections;
 use crate::http::limits::{Guards, sweep_buckets};
+use crate::http::watched::Watched;
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
-use crate::books::{Audit, Books, Catalog, Outbox};
-use crate::http::watched::Watched;
 use crate::sale::{SaleError, Sales, durability};
 use crate::store::{Db, StoreError};
 use crate::worker::Workers;
@@ -122,7 +122,11 @@ impl App {
                 (db.orders(), db.payments()),
             ),
             catalog: Catalog::new(
-                (sales.lifecycle().clone(), sales.ledger().clone(), sales.room().clone()),
+                (
+                    sales.lifecycle().clone(),
+                    sales.ledger().clone(),
+                    sales.room().clone(),
+                ),
                 (db.products(), db.audits()),
             ),
             audit: Audit::new(

@@ -85,14 +85,17 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
     let owner = format!("bench-{}", std::process::id());
     // Deliver only this run's events: the cursor starts at the newest.
     let now = now_ms();
-    db.lease_delivery(&endpoint, &owner, now, now + 60_000)
+    db.deliveries()
+        .lease_delivery(&endpoint, &owner, now, now + 60_000)
         .await?;
-    db.delivered(&endpoint, &owner, db.last_event_id().await?)
+    db.deliveries()
+        .delivered(&endpoint, &owner, db.events().last_event_id().await?)
         .await?;
     persist(&db, args.events).await?;
-    tokio::time::sleep(db.event_settle()).await;
+    tokio::time::sleep(db.events().event_settle()).await;
 
-    let deliverer = Deliverer::new(db.clone(), settings, owner, Arc::new(Metrics::new()));
+    let stores = (db.events(), db.deliveries());
+    let deliverer = Deliverer::new(stores, settings, owner, Arc::new(Metrics::new()));
     let (cpu0, mysql0) = (
         super::cpu::process(),
         mysql.as_deref().and_then(super::cpu::of),
@@ -138,17 +141,18 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
 async fn persist(db: &Db, n: u64) -> anyhow::Result<()> {
     let product = bench_product("deliver");
     let spec = super::bench_spec(n);
-    db.create_product(&NewProduct {
-        product_id: product.clone(),
-        title: "deliver benchmark".into(),
-        price: spec.price,
-        available_qty: n,
-        start_time: spec.start_ms,
-        end_time: spec.end_ms,
-        limit_per_user: 1,
-        waiting_room: None,
-    })
-    .await?;
+    db.products()
+        .create(&NewProduct {
+            product_id: product.clone(),
+            title: "deliver benchmark".into(),
+            price: spec.price,
+            available_qty: n,
+            start_time: spec.start_ms,
+            end_time: spec.end_ms,
+            limit_per_user: 1,
+            waiting_room: None,
+        })
+        .await?;
     let orders: Vec<PendingOrder> = (1..=n)
         .map(|user| PendingOrder {
             order_id: OrderId::generate(&product),
@@ -161,7 +165,7 @@ async fn persist(db: &Db, n: u64) -> anyhow::Result<()> {
         })
         .collect();
     for batch in orders.chunks(500) {
-        db.persist_orders(&product, batch).await?;
+        db.orders().persist_orders(&product, batch).await?;
     }
     Ok(())
 }

@@ -114,18 +114,19 @@ async fn one_size(
 ) -> anyhow::Result<(Moved, Moved)> {
     let product = bench_product("drain");
     let spec = super::bench_spec(n);
-    db.create_product(&NewProduct {
-        product_id: product.clone(),
-        title: "drain benchmark".into(),
-        price: spec.price,
-        available_qty: n,
-        start_time: spec.start_ms,
-        end_time: spec.end_ms,
-        limit_per_user: 1,
-        waiting_room: None,
-    })
-    .await?;
-    sales.lifecycle.open(&product, &spec).await?;
+    db.products()
+        .create(&NewProduct {
+            product_id: product.clone(),
+            title: "drain benchmark".into(),
+            price: spec.price,
+            available_qty: n,
+            start_time: spec.start_ms,
+            end_time: spec.end_ms,
+            limit_per_user: 1,
+            waiting_room: None,
+        })
+        .await?;
+    sales.lifecycle().open(&product, &spec).await?;
     fill(sales, &product, n, 64).await?;
     let orders = stream_orders(sales, &product).await?;
 
@@ -140,7 +141,7 @@ async fn one_size(
         block: Duration::from_millis(10),
         ..WorkerConfig::default()
     };
-    let mut worker = Workers::new(sales.clone(), db.clone(), cfg).sale_worker(product.clone());
+    let mut worker = Workers::new(sales, db, cfg).sale_worker(product.clone());
     let (started, before) = (Instant::now(), clocks(mysql));
     let mut acked = 0;
     while acked < orders.len() {
@@ -180,7 +181,7 @@ async fn stream_orders(
     product: &flashsale::domain::ProductId,
 ) -> anyhow::Result<Vec<PendingOrder>> {
     sales
-        .ledger
+        .ledger()
         .stream_entries(product)
         .await?
         .into_iter()

@@ -188,7 +188,7 @@ async fn answer(
     };
     Ok(
         match sales
-            .orders
+            .orders()
             .place(NewOrder {
                 product: &product,
                 user_id: order.user_id,

@@ -64,7 +64,7 @@ pub async fn place(
     idempotency_key: Option<&str>,
 ) -> Result<flashsale::sale::Decision, SaleError> {
     sales
-        .orders
+        .orders()
         .place(flashsale::sale::NewOrder {
             product,
             user_id: user_id(user)?,
@@ -90,7 +90,7 @@ pub fn bench_product(tag: &str) -> ProductId {
 /// Opens a sale in Redis only, always in its window, one unit per user.
 pub async fn open_bench_sale(sales: &Sales, stock: u64) -> Result<ProductId, SaleError> {
     let product = bench_product("redis");
-    sales.lifecycle.open(&product, &bench_spec(stock)).await?;
+    sales.lifecycle().open(&product, &bench_spec(stock)).await?;
     Ok(product)
 }
 
@@ -144,5 +144,5 @@ pub fn show<R: serde::Serialize>(json: bool, report: &R, table: fn(&R)) -> anyho
 
 /// Deletes every key of a benchmark sale and its registry entry.
 pub async fn remove_sale_keys(sales: &Sales, product: &ProductId) -> Result<(), SaleError> {
-    sales.lifecycle.remove(product).await
+    sales.lifecycle().remove(product).await
 }

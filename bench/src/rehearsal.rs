@@ -498,7 +498,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     );
     let mut sold_out = true;
     for p in products.iter() {
-        sold_out &= target.sales.orders.stock(p).await? == Some(0);
+        sold_out &= target.sales.ledger().stock(p).await? == Some(0);
     }
     let sold_out_phase = if pre_start_ms > 0 && sold_out {
         let until = Instant::now() + Duration::from_millis(pre_start_ms as u64);
@@ -1010,7 +1010,7 @@ pub(crate) async fn serve_on_own_runtime(
             }
         };
         let authority = app.local_addr().map(|a| a.to_string());
-        let db = app.state().db.clone();
+        let db = app.db().clone();
         let served = tokio::spawn(app.run(async {
             let _ = stopped.await;
         }));
@@ -1220,7 +1220,7 @@ async fn open_bench_sales(
         .map(|_| super::bench_product(tag))
         .collect();
     for product in &products {
-        sales.lifecycle.open(product, &spec).await?;
+        sales.lifecycle().open(product, &spec).await?;
     }
     Ok(Arc::new(products))
 }
@@ -1456,7 +1456,7 @@ async fn books_checks(
         over == 0,
         format!("{over} users over {}", args.limit_per_user),
     );
-    let stock = t.sales.orders.stock(product).await?.unwrap_or(0);
+    let stock = t.sales.ledger().stock(product).await?.unwrap_or(0);
     check(
         "redis stock + units sold == stock",
         stock + sold == args.stock,

@@ -334,7 +334,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     db.create_and_migrate().await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let rows = loop {
-        let rows = db.orders_of_product(&product).await?;
+        let rows = db.orders().orders_of_product(&product).await?;
         if rows.len() >= accepted || Instant::now() > deadline {
             break rows;
         }

@@ -55,7 +55,7 @@ async fn spawn_app() -> TestApp {
     let settings = Settings::from(*args);
     let app = flashsale::app::App::build(&settings).await.expect("starts");
     let base = format!("http://{}", app.local_addr().expect("bound"));
-    let db = app.state().db.clone();
+    let db = app.db().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(app.run(async {
         let _ = stopped.await;

@@ -88,7 +88,12 @@ impl Audit {
     /// Audits every opened sale, or the one named.
     pub async fn audit(&self, only: Option<&ProductId>) -> Result<Vec<SaleAudit>, BooksError> {
         let products = match only {
-            Some(id) => vec![self.products.product(id).await?.ok_or(BooksError::NoProduct)?],
+            Some(id) => vec![
+                self.products
+                    .product(id)
+                    .await?
+                    .ok_or(BooksError::NoProduct)?,
+            ],
             None => self.products.opened_products().await?,
         };
         let mut out = Vec::with_capacity(products.len());

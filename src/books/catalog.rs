@@ -78,7 +78,10 @@ impl Catalog {
 
     /// The product's row (`NoProduct`: none).
     pub async fn product(&self, id: &ProductId) -> Result<Product, BooksError> {
-        self.products.product(id).await?.ok_or(BooksError::NoProduct)
+        self.products
+            .product(id)
+            .await?
+            .ok_or(BooksError::NoProduct)
     }
 
     /// Opens the product's sale in Redis with the units MySQL has, then

@@ -172,14 +172,19 @@ impl LiveCheck {
     pub async fn look(&self, product: &ProductId) -> Result<Look, BooksError> {
         let stock = |v: &Backlog| v.stock.map(|s| s.max(0));
         let before = self.queue.backlog(product).await?;
-        let (available_qty, (unreturned_units, newest_unreturned_ms)) = self
-            .orders
-            .books_figures(product)
-            .await?
-            .ok_or_else(|| BooksError::Corrupt(format!("open sale {product} is not in tb_product")))?;
+        let (available_qty, (unreturned_units, newest_unreturned_ms)) =
+            self.orders.books_figures(product).await?.ok_or_else(|| {
+                BooksError::Corrupt(format!("open sale {product} is not in tb_product"))
+            })?;
         let dead_letter_units = match before.dead_letters {
             0 => 0,
-            _ => self.ledger.dead_letters(product).await?.iter().map(|d| d.quantity).sum(),
+            _ => self
+                .ledger
+                .dead_letters(product)
+                .await?
+                .iter()
+                .map(|d| d.quantity)
+                .sum(),
         };
         let after = self.queue.backlog(product).await?;
         Ok(Look {

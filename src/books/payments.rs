@@ -159,7 +159,10 @@ impl Books {
             return Err(BooksError::PaymentIdReused);
         }
         let order = self.orders.order(&p.order_id).await?.ok_or_else(|| {
-            BooksError::Corrupt(format!("a payment for {} and no order", p.order_id.as_str()))
+            BooksError::Corrupt(format!(
+                "a payment for {} and no order",
+                p.order_id.as_str()
+            ))
         })?;
         Ok(PaymentRecord {
             result,
@@ -192,11 +195,7 @@ impl Books {
             self.release(row).await?;
         }
         Ok(
-            match self
-                .accepted
-                .retake(&pending_of(row)?, row.updated)
-                .await?
-            {
+            match self.accepted.retake(&pending_of(row)?, row.updated).await? {
                 Retake::Taken => Retaking::Taken,
                 Retake::Refused(why) => {
                     tracing::info!(order_id = %row.order_id, payment_id = %p.payment_id, why,

@@ -69,9 +69,14 @@ impl Recovery {
         product_id: &ProductId,
         overwrite: Overwrite,
     ) -> Result<Recovered, BooksError> {
-        let product = self.products.product(product_id).await?.ok_or(BooksError::NoProduct)?;
+        let product = self
+            .products
+            .product(product_id)
+            .await?
+            .ok_or(BooksError::NoProduct)?;
         let rows = self.orders.orders_of_product(product_id).await?;
-        self.may_recover((product_id, &product), &rows, overwrite).await?;
+        self.may_recover((product_id, &product), &rows, overwrite)
+            .await?;
 
         // Closed while it is rebuilt: without the sale hash every order is
         // refused. The stock starts full and the books' orders are taken off it.
@@ -92,9 +97,10 @@ impl Recovery {
             )
             .await?;
         if !opened {
-            return Err(
-                SaleError::Corrupt("the sale reappeared while it was being recovered".into()).into(),
-            );
+            return Err(SaleError::Corrupt(
+                "the sale reappeared while it was being recovered".into(),
+            )
+            .into());
         }
         self.orders.mark_all_released(product_id).await?;
         let buyers: HashSet<UserId> = booked

@@ -12,10 +12,10 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
+use super::watched::Watched;
 use crate::domain::Chain;
 use crate::metrics::Metrics;
 use crate::sale::room::RoomState;
-use super::watched::Watched;
 use crate::sale::{Counter, QueueView};
 
 /// Most sales whose gauges one scrape reads from Redis.
@@ -42,7 +42,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 
 /// The worker-only process's metrics listener: `GET /metrics`, `GET /healthz`.
 pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
-    let scraped = |State((m, w)): State<(Arc<Metrics>, Watched)>| async move { scrape(&m, &w).await };
+    let scraped =
+        |State((m, w)): State<(Arc<Metrics>, Watched)>| async move { scrape(&m, &w).await };
     Router::new()
         .route("/metrics", get(scraped))
         .route("/healthz", get(super::health::healthz))
@@ -60,7 +61,12 @@ async fn scrape(m: &Metrics, sales: &Watched) -> Response {
         counter.inc_by(now.saturating_sub(counter.get()));
     }
     let orders = &m.order_script_orders;
-    orders.inc_by(sales.counts().get(Counter::OrdersSent).saturating_sub(orders.get()));
+    orders.inc_by(
+        sales
+            .counts()
+            .get(Counter::OrdersSent)
+            .saturating_sub(orders.get()),
+    );
     for gauge in [
         &m.sale_stock,
         &m.stream_length,

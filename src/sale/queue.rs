@@ -19,8 +19,8 @@ use redis::{FromRedisValue, RedisResult, Value};
 use serde::Serialize;
 
 use super::core::Core;
-use super::keys::GROUP;
 use super::error::SaleError;
+use super::keys::GROUP;
 use crate::domain::ProductId;
 
 /// The queue handle.

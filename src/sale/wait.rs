@@ -105,4 +105,3 @@ pub(crate) async fn pipe_and_wait<T: FromRedisValue>(
     };
     Ok((T::from_redis_value(reply)?, acked))
 }
-

@@ -46,57 +46,59 @@ impl Audits {
     /// Records a sale's retirement with its final audit, in one
     /// transaction, unless it is retired already; true when this call did.
     pub async fn record_retirement(&self, audit: &FinalAudit) -> Result<bool, StoreError> {
-        self.db.transaction(|tx| {
-            Box::pin(async move {
-                let marked = sqlx::query(
-                    "UPDATE tb_product SET retired = ?, updated = ? \
+        self.db
+            .transaction(|tx| {
+                Box::pin(async move {
+                    let marked = sqlx::query(
+                        "UPDATE tb_product SET retired = ?, updated = ? \
                  WHERE product_id = ? AND retired IS NULL",
-                )
-                .bind(audit.retired)
-                .bind(audit.retired)
-                .bind(&audit.product_id)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if marked == 0 {
-                    return Ok(false);
-                }
-                sqlx::query(&format!(
-                    "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
+                    )
+                    .bind(audit.retired)
+                    .bind(audit.retired)
+                    .bind(&audit.product_id)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                    if marked == 0 {
+                        return Ok(false);
+                    }
+                    sqlx::query(&format!(
+                        "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ))
-                .bind(&audit.product_id)
-                .bind(audit.initial_qty)
-                .bind(audit.redis_stock)
-                .bind(audit.confirmed)
-                .bind(audit.paid)
-                .bind(audit.cancelled)
-                .bind(audit.available_qty)
-                .bind(audit.orders)
-                .bind(audit.repaired_orders)
-                .bind(audit.repaired_units)
-                .bind(audit.repaired_releases)
-                .bind(audit.repaired_idem)
-                .bind(audit.retired)
-                .execute(&mut **tx)
-                .await?;
-                events::record_sale(tx, EventKind::Retired, &audit.product_id).await?;
-                Ok(true)
+                    ))
+                    .bind(&audit.product_id)
+                    .bind(audit.initial_qty)
+                    .bind(audit.redis_stock)
+                    .bind(audit.confirmed)
+                    .bind(audit.paid)
+                    .bind(audit.cancelled)
+                    .bind(audit.available_qty)
+                    .bind(audit.orders)
+                    .bind(audit.repaired_orders)
+                    .bind(audit.repaired_units)
+                    .bind(audit.repaired_releases)
+                    .bind(audit.repaired_idem)
+                    .bind(audit.retired)
+                    .execute(&mut **tx)
+                    .await?;
+                    events::record_sale(tx, EventKind::Retired, &audit.product_id).await?;
+                    Ok(true)
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// A retired sale's final audit.
     pub async fn final_audit(&self, product: &ProductId) -> Result<Option<FinalAudit>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {AUDIT_COLUMNS} FROM tb_sale_audit WHERE product_id = ?"
-            ))
-            .bind(product.as_str())
-            .fetch_optional(pool)
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
+                    "SELECT {AUDIT_COLUMNS} FROM tb_sale_audit WHERE product_id = ?"
+                ))
+                .bind(product.as_str())
+                .fetch_optional(pool)
+                .await
+            })
             .await
-        })
-        .await
     }
 }

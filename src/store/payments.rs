@@ -95,7 +95,11 @@ impl Locked {
     /// Applies `result` to the order (`paid`: `confirmed` or `cancelled` →
     /// `paid`; `refunded`: cancelled, its units given back), records the
     /// payment and commits; the order as it is now. Call only with an order.
-    pub async fn record(mut self, p: &NewPayment, result: PaymentResult) -> Result<OrderRow, StoreError> {
+    pub async fn record(
+        mut self,
+        p: &NewPayment,
+        result: PaymentResult,
+    ) -> Result<OrderRow, StoreError> {
         let mut row = self
             .order
             .take()
@@ -186,7 +190,12 @@ async fn apply(
         }
         PaymentResult::Refunded => cancel_rows(tx, std::slice::from_mut(row)).await?,
         PaymentResult::RefundDue => {
-            events::record(tx, EventKind::RefundDue, [row.order_id.as_str()].into_iter()).await?;
+            events::record(
+                tx,
+                EventKind::RefundDue,
+                [row.order_id.as_str()].into_iter(),
+            )
+            .await?;
         }
         PaymentResult::AmountMismatch
         | PaymentResult::Failed

@@ -143,7 +143,8 @@ impl Products {
             .bind(row.closed)
             .bind(row.retired)
             .bind(row.purged);
-        self.db.call(|pool| insert.execute(pool))
+        self.db
+            .call(|pool| insert.execute(pool))
             .await
             .map_err(|e| match e {
                 StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -176,37 +177,41 @@ impl Products {
         product_id: &ProductId,
         bounds: RoomBounds,
     ) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query(
-                "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
+        self.db
+            .call(|pool| async move {
+                sqlx::query(
+                    "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
                  room_active_cap = NULLIF(?, 0), room_join_difficulty = NULLIF(?, 0), \
                  updated = ? \
                  WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
-            )
-            .bind(bounds.ceiling)
-            .bind(bounds.floor)
-            .bind(bounds.cap)
-            .bind(bounds.join_difficulty)
-            .bind(now_ms())
-            .bind(product_id.as_str())
-            .execute(pool)
-            .await
-        })
-        .await
-        .map(drop)
-    }
-
-    /// Records that the product's sale was opened (the first time only).
-    pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query("UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL")
+                )
+                .bind(bounds.ceiling)
+                .bind(bounds.floor)
+                .bind(bounds.cap)
+                .bind(bounds.join_difficulty)
                 .bind(now_ms())
                 .bind(product_id.as_str())
                 .execute(pool)
                 .await
-        })
-        .await
-        .map(drop)
+            })
+            .await
+            .map(drop)
+    }
+
+    /// Records that the product's sale was opened (the first time only).
+    pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query(
+                    "UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL",
+                )
+                .bind(now_ms())
+                .bind(product_id.as_str())
+                .execute(pool)
+                .await
+            })
+            .await
+            .map(drop)
     }
 
     /// Every product whose sale has been opened, oldest first.
@@ -234,21 +239,22 @@ impl Products {
         closed_at: i64,
         end_at: i64,
     ) -> Result<Option<Product>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query(
-                "UPDATE tb_product SET closed = COALESCE(closed, ?), \
+        self.db
+            .call(|pool| async move {
+                sqlx::query(
+                    "UPDATE tb_product SET closed = COALESCE(closed, ?), \
                  end_time = LEAST(end_time, ?), updated = ? \
                  WHERE product_id = ? AND retired IS NULL",
-            )
-            .bind(closed_at)
-            .bind(end_at)
-            .bind(closed_at)
-            .bind(product.as_str())
-            .execute(pool)
+                )
+                .bind(closed_at)
+                .bind(end_at)
+                .bind(closed_at)
+                .bind(product.as_str())
+                .execute(pool)
+                .await
+            })
             .await
-        })
-        .await
-        .map(drop)?;
+            .map(drop)?;
         self.product(product).await
     }
 
@@ -310,31 +316,32 @@ impl Products {
 
     /// Records that a retired sale's Redis keys are deleted.
     pub async fn mark_purged(&self, product: &ProductId, now_ms: i64) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query(
-                "UPDATE tb_product SET purged = ? WHERE product_id = ? AND purged IS NULL \
+        self.db
+            .call(|pool| async move {
+                sqlx::query(
+                    "UPDATE tb_product SET purged = ? WHERE product_id = ? AND purged IS NULL \
                  AND retired IS NOT NULL",
-            )
-            .bind(now_ms)
-            .bind(product.as_str())
-            .execute(pool)
+                )
+                .bind(now_ms)
+                .bind(product.as_str())
+                .execute(pool)
+                .await
+            })
             .await
-        })
-        .await
-        .map(drop)
+            .map(drop)
     }
 
     /// How many sales were retired.
     pub async fn retired_count(&self) -> Result<i64, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
-                .fetch_one(pool)
-                .await
-        })
-        .await
+        self.db
+            .call(|pool| async move {
+                sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
+                    .fetch_one(pool)
+                    .await
+            })
+            .await
     }
 }
-
 
 /// The column has scale 18; drop its trailing zeros ("4999.5", not "4999.500000000000000000").
 fn normalized(p: Product) -> Product {

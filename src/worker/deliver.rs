@@ -29,7 +29,7 @@ use crate::books::EventMessage;
 use crate::domain::webhook::Secret;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
-use crate::store::{Deliveries, Events, Delivery, EventRow, StoreError};
+use crate::store::{Deliveries, Delivery, EventRow, Events, StoreError};
 
 /// Where and how events are pushed.
 #[derive(Debug, Clone)]
@@ -351,7 +351,9 @@ impl Deliverer {
             }
         }
         if let Some(id) = acked {
-            self.deliveries.delivered(&self.endpoint, &self.owner, id).await?;
+            self.deliveries
+                .delivered(&self.endpoint, &self.owner, id)
+                .await?;
         }
         Ok(next)
     }

@@ -211,10 +211,7 @@ impl Parts {
                 (sales.accepted().clone(), sales.ledger().clone()),
                 (db.orders(), db.payments()),
             ),
-            live: LiveCheck::new(
-                (sales.queue().clone(), sales.ledger().clone()),
-                db.orders(),
-            ),
+            live: LiveCheck::new((sales.queue().clone(), sales.ledger().clone()), db.orders()),
             retirer,
         }
     }

@@ -117,11 +117,8 @@ async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_
         flashsale::sale::MemorySettings::default(),
         None,
     );
-    let workers = flashsale::worker::Workers::new(
-        sales,
-        app.db.clone(),
-        crate::helpers::fast_workers("no-wait"),
-    );
+    let workers =
+        flashsale::worker::Workers::new(&sales, &app.db, crate::helpers::fast_workers("no-wait"));
     let mut worker = workers.sale_worker(product);
     let mut acked = 0;
     for _ in 0..3 {

@@ -189,6 +189,7 @@ async fn a_redelivered_batch_and_a_sweep_make_no_second_event() {
     };
     let persisted = app
         .db
+        .orders()
         .persist_orders(&product, &[again.clone(), again])
         .await;
     assert_eq!(persisted.unwrap().inserted, 0);
@@ -201,7 +202,7 @@ async fn a_redelivered_batch_and_a_sweep_make_no_second_event() {
         app.events(100).await.len() >= 2
     })
     .await;
-    tokio::time::sleep(app.db.event_settle()).await;
+    tokio::time::sleep(app.db.events().event_settle()).await;
     let types: Vec<Value> = app
         .events(100)
         .await
@@ -275,7 +276,7 @@ async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
         batch: 500,
         pace: Duration::ZERO,
     };
-    let workers = flashsale::worker::Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
     let pass = workers.retirer().pass().await.expect("a pass");
     assert_eq!(pass.retired.len(), 1, "{pass:?}");
     // A second pass records nothing more.
@@ -351,8 +352,11 @@ async fn a_batch_of_orders_is_one_row_and_each_of_its_events() {
         .collect();
     assert_eq!(ones, ids);
     for (i, id) in ids.iter().enumerate() {
-        assert_eq!(app.db.events_behind(*id).await.unwrap(), (11 - i) as i64);
+        assert_eq!(
+            app.db.events().events_behind(*id).await.unwrap(),
+            (11 - i) as i64
+        );
     }
-    assert_eq!(app.db.events_behind(0).await.unwrap(), 12);
-    assert_eq!(app.db.last_event_id().await.unwrap(), ids[11]);
+    assert_eq!(app.db.events().events_behind(0).await.unwrap(), 12);
+    assert_eq!(app.db.events().last_event_id().await.unwrap(), ids[11]);
 }

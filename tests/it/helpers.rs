@@ -310,8 +310,8 @@ async fn spawn_unready_cli(
     let mut settings = settings;
     settings.http.listen_addr = app.local_addr().expect("bound");
     let addr = app.local_addr().expect("bound");
-    let sales = app.state().sales.clone();
-    let db = app.state().db.clone();
+    let sales = app.sales().clone();
+    let db = app.db().clone();
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(app.run(async {
         let _ = rx.await;
@@ -363,8 +363,8 @@ impl TestApp {
             .expect("start-up waits for no dependency")
             .expect("builds");
         let base = format!("http://{}", app.local_addr().expect("bound"));
-        let db = app.state().db.clone();
-        let sales = app.state().sales.clone();
+        let db = app.db().clone();
+        let sales = app.sales().clone();
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(app.run(async {
             let _ = rx.await;
@@ -754,10 +754,43 @@ impl TestApp {
     /// confirmed order is overdue at its next sweep.
     pub fn overdue_sweeper(&self) -> flashsale::books::Sweeper {
         flashsale::books::Sweeper::new(
-            flashsale::books::Books::new(self.sales.clone(), self.db.clone()),
-            self.sales.clone(),
+            self.books(),
+            self.sales.lifecycle().clone(),
             Duration::ZERO,
             Duration::from_secs(5),
+        )
+    }
+
+    /// The books over this app's stores, as the service builds them.
+    pub fn books(&self) -> flashsale::books::Books {
+        flashsale::books::Books::new(
+            (self.sales.accepted().clone(), self.sales.ledger().clone()),
+            (self.db.orders(), self.db.payments()),
+        )
+    }
+
+    /// The recovery of a sale from the books, as `flashsale recover` runs it.
+    pub fn recovery(&self) -> flashsale::books::Recovery {
+        flashsale::books::Recovery::new(
+            (self.sales.ledger().clone(), self.sales.lifecycle().clone()),
+            (self.db.products(), self.db.orders()),
+        )
+    }
+
+    /// The audit over this app's stores, as `flashsale audit` runs it.
+    pub fn audit_of(&self) -> flashsale::books::Audit {
+        flashsale::books::Audit::new(
+            self.sales.ledger().clone(),
+            (self.db.products(), self.db.orders(), self.db.audits()),
+        )
+    }
+
+    /// Every opened sale's state, as `flashsale sales` lists them.
+    pub fn settlement(&self) -> flashsale::books::Settlement {
+        flashsale::books::Settlement::new(
+            (self.sales.lifecycle().clone(), self.sales.queue().clone()),
+            (self.db.products(), self.db.orders()),
+            self.audit_of(),
         )
     }
 

@@ -44,10 +44,8 @@ async fn buy_keyed(
 }
 
 async fn books_balance(app: &TestApp, sku: &str) -> audit::SaleAudit {
-    let product = app.db.product(&pid(sku)).await.unwrap().unwrap();
-    let a = audit::audit_sale(&app.sales, &app.db, &product)
-        .await
-        .unwrap();
+    let product = app.db.products().product(&pid(sku)).await.unwrap().unwrap();
+    let a = app.audit_of().sale(&product).await.unwrap();
     assert!(a.ok(), "books do not balance: {a:#?}");
     a
 }
@@ -147,7 +145,7 @@ async fn one_sweep_cancels_a_crowd_of_unpaid_orders(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let mut cfg = fast_workers("w");
     cfg.payment_timeout = Duration::ZERO;
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = Workers::new(&app.sales, &app.db, cfg);
     let sku = app.new_sale(450, 1).await;
     app.accept_orders(&sku, 1..=450).await;
     let mut drain = workers.sale_worker(pid(&sku));
@@ -164,7 +162,7 @@ async fn cancels_racing_the_payment_timeout_release_once(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let mut cfg = fast_workers("w");
     cfg.payment_timeout = Duration::ZERO;
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = Workers::new(&app.sales, &app.db, cfg);
     let sku = app.new_sale(10, 2).await;
     let run = tokio::spawn(
         workers
@@ -247,12 +245,13 @@ async fn a_cancel_interrupted_between_mysql_and_redis_is_repaired(backend: Backe
     let app = spawn_app_on(backend, |s| s.workers = None).await;
     let mut cfg = fast_workers("w");
     cfg.release_grace = Duration::ZERO;
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = Workers::new(&app.sales, &app.db, cfg);
     let sku = app.new_sale(5, 1).await;
     app.place_order(1, &sku, 1).await;
     workers.sale_worker(pid(&sku)).step().await.unwrap();
     let row = app
         .db
+        .orders()
         .orders_of_product(&pid(&sku))
         .await
         .unwrap()
@@ -260,6 +259,7 @@ async fn a_cancel_interrupted_between_mysql_and_redis_is_repaired(backend: Backe
     let (id, _) = flashsale::domain::OrderId::parse(&row.order_id).unwrap();
     // The MySQL half commits; the process dies before the Redis half.
     app.db
+        .orders()
         .cancel(&id, Some(UserId::new(1).unwrap()))
         .await
         .unwrap();
@@ -280,7 +280,7 @@ async fn a_cancel_interrupted_between_mysql_and_redis_is_repaired(backend: Backe
 
 async fn a_cancel_of_a_pending_order_is_applied_once_it_is_persisted(backend: Backend) {
     let app = spawn_app_on(backend, |s| s.workers = None).await;
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("w"));
+    let workers = Workers::new(&app.sales, &app.db, fast_workers("w"));
     let sku = app.new_sale(5, 1).await;
     let v: Value = app.place_order(1, &sku, 1).await.json().await.unwrap();
     let id = v["order_id"].as_str().unwrap();
@@ -331,10 +331,11 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
         status_code(app.place_order(4, &sku, 1).await).await.1,
         "product_not_found"
     );
-    let done =
-        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
-            .await
-            .unwrap();
+    let done = app
+        .recovery()
+        .recover(&pid(&sku), Overwrite::Refuse)
+        .await
+        .unwrap();
     assert_eq!((done.stock, done.buyers, done.released), (7, 2, 1));
     assert_eq!(app.stock(&sku).await, Some(7));
     // A retry with a key answers the order placed before the loss.
@@ -359,9 +360,7 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     app.drained(&sku, 8).await; // 2 + 1 + 2 (cancelled) + 1 + 2
     books_balance(&app, &sku).await;
     // Recovering a sale Redis has is refused.
-    let again =
-        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
-            .await;
+    let again = app.recovery().recover(&pid(&sku), Overwrite::Refuse).await;
     assert!(matches!(
         again,
         Err(flashsale::books::BooksError::Refused(_))
@@ -394,17 +393,23 @@ async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backe
         .query_async(&mut r)
         .await
         .unwrap();
-    let product = app.db.product(&pid(&sku)).await.unwrap().unwrap();
-    let before = audit::audit_sale(&app.sales, &app.db, &product)
+    let product = app
+        .db
+        .products()
+        .product(&pid(&sku))
         .await
+        .unwrap()
         .unwrap();
+    let before = app.audit_of().sale(&product).await.unwrap();
     assert!(!before.ok(), "the loss shows in the audit");
 
     // A reconciler that has not seen this sale's master yet (as at a
     // worker's start, or after a failover) restores it; a second check,
     // with the master unchanged, does nothing.
-    let mut reconciler =
-        flashsale::worker::reconciler::Reconciler::new(app.sales.clone(), app.db.clone());
+    let mut reconciler = flashsale::worker::reconciler::Reconciler::new(
+        (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
+        app.db.orders(),
+    );
     assert!(reconciler.check().await.unwrap() >= 1);
     assert_eq!(reconciler.check().await.unwrap(), 0);
     assert_eq!(app.stock(&sku).await, Some(7));
@@ -454,6 +459,7 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     // its cancel holds it: sold.
     let row = app
         .db
+        .orders()
         .orders_of_product(&pid(&sku))
         .await
         .unwrap()
@@ -493,7 +499,7 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     assert_eq!(app.bought(&sku, 1).await, 0);
     // A reconciliation that read the books before the second cancel.
     app.sales
-        .ledger
+        .ledger()
         .restore_booked(&pid(&sku), &[stale_view], Restore::Repair)
         .await
         .unwrap();
@@ -503,8 +509,10 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
         "a cancelled order's units taken"
     );
     // And one that reads them now.
-    let mut reconciler =
-        flashsale::worker::reconciler::Reconciler::new(app.sales.clone(), app.db.clone());
+    let mut reconciler = flashsale::worker::reconciler::Reconciler::new(
+        (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
+        app.db.orders(),
+    );
     assert!(reconciler.check().await.unwrap() >= 1);
     assert_eq!(app.stock(&sku).await, Some(8));
     assert_eq!(
@@ -536,9 +544,7 @@ async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Bac
         .query_async(&mut r)
         .await
         .unwrap();
-    let refused =
-        flashsale::books::recover::recover(&app.sales, &app.db, &pid(&sku), Overwrite::Refuse)
-            .await;
+    let refused = app.recovery().recover(&pid(&sku), Overwrite::Refuse).await;
     assert!(
         matches!(refused, Err(flashsale::books::BooksError::Refused(ref why)) if why.contains("stream")),
         "{refused:?}"

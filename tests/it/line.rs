@@ -110,7 +110,7 @@ async fn one_then_more(app: &TestApp, sku: &str, more: u64) -> (Vec<StatusCode>,
             resp.status()
         }
     };
-    let calls = app.sales.script_calls();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
     let mut set = JoinSet::new();
     set.spawn(post(1));
     tokio::time::sleep(Duration::from_millis(60)).await;
@@ -122,7 +122,10 @@ async fn one_then_more(app: &TestApp, sku: &str, more: u64) -> (Vec<StatusCode>,
         statuses.push(status.expect("a task"));
     }
     assert_eq!(statuses.len() as u64, more + 1);
-    (statuses, app.sales.script_calls() - calls)
+    (
+        statuses,
+        app.sales.counts().get(flashsale::sale::Counter::OrderCalls) - calls,
+    )
 }
 
 /// With Redis slow to answer (behind a proxy that holds each chunk), the
@@ -146,7 +149,10 @@ async fn orders_arriving_during_a_call_share_the_next_one() {
         (2..=3).contains(&made),
         "21 orders, 20 of them at once during the first's call, took {made} calls"
     );
-    assert_eq!(app.sales.script_orders(), 21);
+    assert_eq!(
+        app.sales.counts().get(flashsale::sale::Counter::OrdersSent),
+        21
+    );
     proxy.set_mode(Mode::Forward);
     app.drained(&sku, 21).await;
     let carried = metric(&app, &app.base, "flashsale_order_script_orders_total").await;

@@ -41,7 +41,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
     let app = spawn_app_on(backend, |_| {}).await;
     let start = now_ms() + 2_500;
     let sku = sale_between(&app, 100, 1, start, start + 600_000).await;
-    let calls = app.sales.script_calls();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
     let mut user = 0;
     while now_ms() < start - 300 {
         user += 1;
@@ -65,7 +65,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
             "Retry-After {retry_after} with {left_ms} ms to the start"
         );
     }
-    let made = app.sales.script_calls() - calls;
+    let made = app.sales.counts().get(flashsale::sale::Counter::OrderCalls) - calls;
     assert!(user >= 50, "only {user} requests before the start");
     assert!(
         made <= 2,
@@ -181,7 +181,7 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
         .json()
         .await
         .expect("order");
-    let calls = app.sales.script_calls();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
     for _ in 0..5 {
         let (status, code) = status_code(order_at(&app, &here, 1, &sku, None).await).await;
         assert_eq!(
@@ -189,7 +189,11 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
             (StatusCode::CONFLICT, "limit_exceeded")
         );
     }
-    assert_eq!(app.sales.script_calls(), calls, "answered from memory");
+    assert_eq!(
+        app.sales.counts().get(flashsale::sale::Counter::OrderCalls),
+        calls,
+        "answered from memory"
+    );
     // A keyed retry still reaches Redis and gets its order back.
     let keyed = order_at(&app, &here, 2, &sku, Some("k2")).await;
     assert_eq!(keyed.status(), StatusCode::ACCEPTED);
@@ -198,12 +202,21 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
     assert_eq!(again.headers()["idempotent-replayed"], "true");
 
     // The other instance learns it once, then answers from memory too.
-    let calls = other.sales.script_calls();
+    let calls = other
+        .sales
+        .counts()
+        .get(flashsale::sale::Counter::OrderCalls);
     for _ in 0..5 {
         let (_, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
         assert_eq!(code, "limit_exceeded");
     }
-    assert_eq!(other.sales.script_calls(), calls + 1);
+    assert_eq!(
+        other
+            .sales
+            .counts()
+            .get(flashsale::sale::Counter::OrderCalls),
+        calls + 1
+    );
 
     // Cancelled here (persisted first, so its units come back at once):
     // here the buyer may buy again at once ...
@@ -253,7 +266,7 @@ async fn a_release_through_this_instance_clears_the_buyers_mark_at_once() {
 async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_is_found_in_time() {
     let app = spawn_app_with(|_| {}).await;
     let other = app.serve_beside(|_| {}).await;
-    let calls = app.sales.script_calls();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
     for n in 0..300 {
         let sku = unique(&format!("made-up-{n}-"));
         let (status, code) = status_code(order_at(&app, &app.base, 1, &sku, None).await).await;
@@ -262,7 +275,7 @@ async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_i
             (StatusCode::NOT_FOUND, "product_not_found")
         );
     }
-    let made = app.sales.script_calls() - calls;
+    let made = app.sales.counts().get(flashsale::sale::Counter::OrderCalls) - calls;
     assert!(made <= 3, "{made} script calls for 300 made-up ids");
 
     // Opened through the other instance: found here within the registry

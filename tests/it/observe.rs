@@ -381,7 +381,7 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
     let sku = app.new_sale(5, 1).await;
     app.place_order(1, &sku, 1).await;
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let view = app.sales.queue.view(&product).await.unwrap();
+    let view = app.sales.queue().view(&product).await.unwrap();
     assert_eq!((view.stream_length, view.stock), (1, Some(4)));
     assert_eq!((view.has_group, view.lag), (true, Some(1)));
 }
@@ -806,7 +806,7 @@ async fn the_books_checks_read_counts_undelivered_and_unacked_entries_as_unsettl
     let app = spawn_app_with(|s| s.workers = None).await;
     let sku = app.new_sale(10, 5).await;
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let backlog = || async { app.sales.queue.backlog(&product).await.unwrap() };
+    let backlog = || async { app.sales.queue().backlog(&product).await.unwrap() };
     let quiet = backlog().await;
     assert_eq!(
         (quiet.stock, quiet.unsettled, quiet.dead_letters),

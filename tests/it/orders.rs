@@ -273,18 +273,18 @@ async fn released_units_return_once_even_when_released_twice(backend: Backend) {
         flashsale::domain::OrderId::parse(placed["order_id"].as_str().unwrap()).unwrap();
     let order = app
         .sales
-        .orders
+        .accepted()
         .find(&id, &product)
         .await
         .unwrap()
         .expect("recorded");
     assert_eq!(app.stock(&sku).await, Some(1));
     assert_eq!(
-        app.sales.orders.release(&order, 1).await.unwrap(),
+        app.sales.accepted().release(&order, 1).await.unwrap(),
         (true, 3)
     );
     assert_eq!(
-        app.sales.orders.release(&order, 1).await.unwrap(),
+        app.sales.accepted().release(&order, 1).await.unwrap(),
         (false, 3)
     );
     assert_eq!(app.bought(&sku, 4).await, 0);

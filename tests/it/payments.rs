@@ -6,7 +6,6 @@
 use std::process::Command;
 use std::time::Duration;
 
-use flashsale::books::Books;
 use flashsale::http::limits::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -652,11 +651,17 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     .await;
     // The Redis half alone, as a process that died before its commit.
     let (order_id, product) = flashsale::domain::OrderId::parse(&a).expect("an id");
-    let row = app.db.order(&order_id).await.unwrap().expect("a row");
+    let row = app
+        .db
+        .orders()
+        .order(&order_id)
+        .await
+        .unwrap()
+        .expect("a row");
     let pending = flashsale::books::pending_order_of(&row).expect("an order");
     assert_eq!(
         app.sales
-            .orders
+            .accepted()
             .retake(&pending, row.updated)
             .await
             .unwrap(),
@@ -664,7 +669,7 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     );
     assert_eq!(app.stock(&sku).await, Some(1));
     // Reconciliation (a failover, a restart) does not give them back.
-    flashsale::books::reconcile::reconcile(&app.sales, &app.db, &product)
+    flashsale::books::reconcile::reconcile(app.sales.ledger(), &app.db.orders(), &product)
         .await
         .expect("reconciled");
     assert_eq!(app.stock(&sku).await, Some(1));
@@ -686,12 +691,17 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
 async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
     let app = spawn_paying().await;
     let sku = app.new_sale(2, 1).await;
-    let books = Books::new(app.sales.clone(), app.db.clone());
+    let books = app.books();
     let a = app.confirmed_order(&sku, 1, 1).await;
     app.drained(&sku, 1).await;
     assert_eq!(app.stock(&sku).await, Some(1));
     // The sweeper's first half: cancelled in MySQL; it has not released yet.
-    let cancelled = app.db.cancel_expired(now_ms() + 1, 10).await.unwrap();
+    let cancelled = app
+        .db
+        .orders()
+        .cancel_expired(now_ms() + 1, 10)
+        .await
+        .unwrap();
     assert_eq!(cancelled.len(), 1);
     let body = notification("payment.succeeded", &a, "pay-a", &amount(1));
     let (_, answer) = app.notify(&body).await;
@@ -708,7 +718,7 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
     assert_eq!(app.notify(&refund).await.1["result"], "refunded");
     assert_eq!(app.stock(&sku).await, Some(2));
     let (order_id, _) = flashsale::domain::OrderId::parse(&a).unwrap();
-    let row = app.db.order(&order_id).await.unwrap().unwrap();
+    let row = app.db.orders().order(&order_id).await.unwrap().unwrap();
     books.release(&row).await.unwrap();
     books.release(&cancelled[0]).await.unwrap();
     assert_eq!(app.stock(&sku).await, Some(2));
@@ -752,7 +762,7 @@ async fn payments_after_a_sale_is_retired_touch_only_the_books() {
         batch: 500,
         pace: Duration::ZERO,
     };
-    let workers = flashsale::worker::Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
     let pass = workers.retirer().pass().await.expect("a pass");
     assert_eq!(pass.retired.len(), 1, "{pass:?}");
     assert_eq!(pass.purged.len(), 1, "{pass:?}");

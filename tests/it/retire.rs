@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flashsale::books::retire::{self, Blocker, RetireSettings, Step};
+use flashsale::books::retire::{Blocker, RetireSettings, Step};
 use flashsale::domain::{OrderId, ProductId, SaleState};
 use flashsale::worker::{WorkerConfig, Workers};
 use redis::AsyncCommands;
@@ -34,7 +34,7 @@ fn retiring(mut cfg: WorkerConfig) -> WorkerConfig {
 }
 
 fn workers_of(app: &TestApp, cfg: WorkerConfig) -> Workers {
-    Workers::new(app.sales.clone(), app.db.clone(), cfg)
+    Workers::new(&app.sales, &app.db, cfg)
 }
 
 async fn admin_post(app: &TestApp, path: &str) -> (StatusCode, Value) {
@@ -94,13 +94,18 @@ async fn has_sale(app: &TestApp, sku: &str) -> bool {
 }
 
 async fn product_row(app: &TestApp, sku: &str) -> flashsale::store::Product {
-    let product = app.db.product(&pid(sku)).await.expect("a product read");
+    let product = app
+        .db
+        .products()
+        .product(&pid(sku))
+        .await
+        .expect("a product read");
     product.expect("the product exists")
 }
 
 async fn registered(app: &TestApp, sku: &str) -> bool {
     app.sales
-        .lifecycle
+        .lifecycle()
         .open_sales()
         .await
         .unwrap()
@@ -147,6 +152,7 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
     assert_eq!(app.act(&ids[0], "pay", 1).await.0, StatusCode::OK);
     let (id4, _) = OrderId::parse(&ids[3]).unwrap();
     app.db
+        .orders()
         .cancel(&id4, Some(flashsale::domain::UserId::new(4).unwrap()))
         .await
         .unwrap();
@@ -168,7 +174,13 @@ async fn a_sale_retires_only_once_settled(backend: Backend) {
     assert_eq!(keys_left(&app, &sku).await, Vec::<String>::new());
     let product = product_row(&app, &sku).await;
     assert!(product.retired.is_some() && product.purged.is_some());
-    let recorded = app.db.final_audit(&pid(&sku)).await.unwrap().unwrap();
+    let recorded = app
+        .db
+        .audits()
+        .final_audit(&pid(&sku))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             recorded.paid,
@@ -202,15 +214,13 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
     for _ in 0..2 {
         assert_eq!(reasons(&workers, &sku).await, Some(vec!["dead_letters"]));
     }
-    let listed = retire::list(&app.sales, &app.db, Duration::ZERO)
-        .await
-        .unwrap();
+    let listed = app.settlement().list(Duration::ZERO).await.unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
     assert_eq!(row.state, SaleState::Unsettled);
     assert_eq!(row.blockers, vec![Blocker::DeadLetters { count: 1 }]);
     let rendered = flashsale::cli::render_sales(&listed);
     assert!(rendered.contains("dead_letters"), "{rendered}");
-    let watched = app.sales.queue.view(&pid(&sku)).await.unwrap();
+    let watched = app.sales.queue().view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("dead_letters"));
 
     // The operator looked and dropped it (it never took stock).
@@ -476,9 +486,7 @@ async fn one_pass_retires_and_purges_every_ended_sale_page_by_page(backend: Back
         assert_eq!(keys_left(&app, sku).await, Vec::<String>::new());
     }
     assert!(registered(&app, &live).await && has_sale(&app, &live).await);
-    let listed = retire::list(&app.sales, &app.db, Duration::ZERO)
-        .await
-        .unwrap();
+    let listed = app.settlement().list(Duration::ZERO).await.unwrap();
     let states: Vec<SaleState> = listed.iter().map(|l| l.state).collect();
     let mut expected = vec![SaleState::Retired; 5];
     expected.push(SaleState::Live);
@@ -502,7 +510,7 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
 
     let after = Duration::from_secs(3600);
-    let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
+    let listed = app.settlement().list(after).await.unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
     assert_eq!(row.state, SaleState::Unsettled, "{row:?}");
     let codes: Vec<&str> = row.blockers.iter().map(Blocker::code).collect();
@@ -512,14 +520,14 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     assert!(!rendered.contains("settled:"), "{rendered}");
     // The workers' pass records it for every instance's dashboard.
     assert_eq!(reasons(&workers, &sku).await, Some(vec!["unpaid"]));
-    let watched = app.sales.queue.view(&pid(&sku)).await.unwrap();
+    let watched = app.sales.queue().view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("unpaid"));
 
     // Paid, only the wait is left: settled, and it says until when.
     for (id, user, _) in app.order_rows(&sku).await {
         assert_eq!(app.act(&id, "pay", user as u64).await.0, StatusCode::OK);
     }
-    let listed = retire::list(&app.sales, &app.db, after).await.unwrap();
+    let listed = app.settlement().list(after).await.unwrap();
     let row = listed.iter().find(|l| l.product_id == sku).unwrap();
     assert_eq!(row.state, SaleState::Ended, "{row:?}");
     let rendered = flashsale::cli::render_sales(&listed);

@@ -526,14 +526,14 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
         || async {
             let (status, _) = standing(&app, "made-up-0", "x.e1.00").await;
             status == StatusCode::NOT_FOUND && {
-                let before = app.sales.room_calls();
+                let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
                 standing(&app, "made-up-1", "x.e1.00").await;
-                app.sales.room_calls() == before
+                app.sales.counts().get(flashsale::sale::Counter::RoomCalls) == before
             }
         },
     )
     .await;
-    let before = app.sales.room_calls();
+    let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
     for n in 0..300 {
         let (status, body) = standing(&app, &format!("made-up-{n}"), &t).await;
         assert_eq!(
@@ -566,7 +566,7 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
         );
     }
     assert_eq!(
-        app.sales.room_calls() - before,
+        app.sales.counts().get(flashsale::sale::Counter::RoomCalls) - before,
         0,
         "room scripts for 400 polls, joins and challenges of ids nobody opened"
     );
@@ -1112,7 +1112,7 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         .map(|u| (u, pow::solve(&challenge, u, 12)))
         .find(|(_, n)| !pow::holds(&challenge, 1, n, 12))
         .unwrap();
-    let before = app.sales.room_calls();
+    let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
     for (proof, why) in [
         (None, "no proof"),
         (Some(format!("{challenge}.{stolen}")), "another buyer's"),
@@ -1134,7 +1134,7 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         );
     }
     assert_eq!(
-        app.sales.room_calls(),
+        app.sales.counts().get(flashsale::sale::Counter::RoomCalls),
         before,
         "refused joins cost Redis nothing"
     );
@@ -1176,7 +1176,7 @@ async fn early_polls_are_answered_from_memory() {
     assert_eq!(s["status"], "waiting", "{s}");
     let told = s["poll_after_ms"].as_u64().unwrap();
     assert!(told >= 1_000, "{s}");
-    let before = app.sales.room_calls();
+    let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
     let started = std::time::Instant::now();
     for _ in 0..200 {
         let (status, again) = standing(&app, &sku, t).await;
@@ -1184,7 +1184,7 @@ async fn early_polls_are_answered_from_memory() {
         assert_eq!(again["place"], s["place"], "{again}");
     }
     let secs = started.elapsed().as_secs_f64();
-    let calls = app.sales.room_calls() - before;
+    let calls = app.sales.counts().get(flashsale::sale::Counter::RoomCalls) - before;
     assert!(
         calls as f64 <= secs.ceil() + 1.0,
         "{calls} room calls for 200 polls in {secs:.2} s"

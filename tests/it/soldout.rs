@@ -31,8 +31,11 @@ async fn release_elsewhere(app: &TestApp, order_id: &str) {
         None,
     );
     let (id, product) = OrderId::parse(order_id).unwrap();
-    let order = other.orders.find(&id, &product).await.unwrap().unwrap();
-    assert_eq!(other.orders.release(&order, 1).await.unwrap(), (true, 1));
+    let order = other.accepted().find(&id, &product).await.unwrap().unwrap();
+    assert_eq!(
+        other.accepted().release(&order, 1).await.unwrap(),
+        (true, 1)
+    );
 }
 
 async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backend) {
@@ -41,7 +44,7 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
     })
     .await;
     let (sku, _) = sell_out(&app, 3).await;
-    let calls = app.sales.script_calls();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
     for user in 100..150 {
         assert_refused(
             app.place_order(user, &sku, 1).await,
@@ -51,7 +54,7 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
         .await;
     }
     assert_eq!(
-        app.sales.script_calls(),
+        app.sales.counts().get(flashsale::sale::Counter::OrderCalls),
         calls,
         "no script call after the sell-out"
     );
@@ -59,7 +62,10 @@ async fn after_a_sell_out_orders_are_refused_without_asking_redis(backend: Backe
     let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
     let first: Value = app.post_order(&body, Some("k")).await.json().await.unwrap();
     assert_eq!(first["error"], "sold_out");
-    assert_eq!(app.sales.script_calls(), calls + 1);
+    assert_eq!(
+        app.sales.counts().get(flashsale::sale::Counter::OrderCalls),
+        calls + 1
+    );
 }
 
 async fn while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts(backend: Backend) {
@@ -68,8 +74,11 @@ async fn while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts(ba
     let (sku, ids) = sell_out(&app, 2).await;
     // Orders for six times the mark's life: each renewal is one stock read
     // in the background, no order waits for Redis.
-    let calls = app.sales.script_calls();
-    let reads = app.sales.memory_reads();
+    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
+    let reads = app
+        .sales
+        .counts()
+        .get(flashsale::sale::Counter::MemoryReads);
     let until = std::time::Instant::now() + 6 * ttl;
     let mut user = 1_000;
     while std::time::Instant::now() < until {
@@ -78,11 +87,17 @@ async fn while_orders_come_a_sold_out_mark_is_renewed_by_reads_not_by_scripts(ba
         assert_eq!(code, "sold_out");
     }
     assert_eq!(
-        app.sales.script_calls(),
+        app.sales.counts().get(flashsale::sale::Counter::OrderCalls),
         calls,
         "no script after the sell-out"
     );
-    assert!(app.sales.memory_reads() > reads, "renewed by reads");
+    assert!(
+        app.sales
+            .counts()
+            .get(flashsale::sale::Counter::MemoryReads)
+            > reads,
+        "renewed by reads"
+    );
     // Units back through another instance: the next renewal finds them, so
     // the sale sells again within the mark's life.
     release_elsewhere(&app, &ids[0]).await;
@@ -118,9 +133,15 @@ async fn stock_released_by_this_instance_sells_again_at_once(backend: Backend) {
     .await;
     let (sku, ids) = sell_out(&app, 2).await;
     let (id, product) = OrderId::parse(&ids[1]).unwrap();
-    let order = app.sales.orders.find(&id, &product).await.unwrap().unwrap();
+    let order = app
+        .sales
+        .accepted()
+        .find(&id, &product)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        app.sales.orders.release(&order, 1).await.unwrap(),
+        app.sales.accepted().release(&order, 1).await.unwrap(),
         (true, 1)
     );
     assert_eq!(

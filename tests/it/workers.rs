@@ -111,13 +111,18 @@ async fn a_worker_killed_between_commit_and_ack_is_finished_by_another(backend: 
     let batch = read_as(&app, &sku, "doomed", 10).await;
     assert_eq!(batch.len(), 5);
     let orders: Vec<_> = batch.iter().map(|e| e.order(&pid(&sku)).unwrap()).collect();
-    let persisted = app.db.persist_orders(&pid(&sku), &orders).await.unwrap();
+    let persisted = app
+        .db
+        .orders()
+        .persist_orders(&pid(&sku), &orders)
+        .await
+        .unwrap();
     assert_eq!(persisted.units, 5);
     // ... and dies before XACK. Another consumer reclaims the idle entries.
     assert_eq!(app.pending(&sku).await, 5);
     let mut cfg = fast_workers("rescuer");
     cfg.claim_idle = Duration::from_millis(100);
-    let mut rescuer = Workers::new(app.sales.clone(), app.db.clone(), cfg).sale_worker(pid(&sku));
+    let mut rescuer = Workers::new(&app.sales, &app.db, cfg).sale_worker(pid(&sku));
     tokio::time::sleep(Duration::from_millis(150)).await;
     let outcome = rescuer.reclaim().await.unwrap();
     assert_eq!(outcome.read, 5);
@@ -139,7 +144,7 @@ async fn a_restarted_worker_finishes_its_own_pending_entries_first(backend: Back
     assert_eq!(read_as(&app, &sku, "w1", 10).await.len(), 3);
     app.place_order(4, &sku, 1).await;
 
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("w1"));
+    let workers = Workers::new(&app.sales, &app.db, fast_workers("w1"));
     let mut w1 = workers.sale_worker(pid(&sku));
     let first = w1.step().await.unwrap();
     assert_eq!(
@@ -163,7 +168,7 @@ async fn a_poison_entry_ends_in_dead_letters_and_the_rest_is_persisted(backend: 
     let mut cfg = fast_workers("w");
     cfg.claim_idle = Duration::ZERO;
     cfg.max_deliveries = 2;
-    let w = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let w = Workers::new(&app.sales, &app.db, cfg);
     let metrics = w.metrics();
     let mut worker = w.sale_worker(pid(&sku));
     let step = worker.step().await.unwrap();
@@ -215,7 +220,7 @@ async fn keyed_orders_and_entries_of_the_earlier_shape_are_persisted_whole(backe
     let old_id = format!("{sku}:0123456789abcdef0123456789abcdef0042");
     app.add_entry_of_fields(&sku, &old_id, 8, "1").await;
 
-    let w = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("w"));
+    let w = Workers::new(&app.sales, &app.db, fast_workers("w"));
     let step = w.sale_worker(pid(&sku)).step().await.unwrap();
     assert_eq!((step.read, step.acked, step.dead), (2, 2, 0));
     let rows: Vec<(String, i64, i64, String, i64, Option<String>)> = sqlx::query_as(
@@ -289,7 +294,7 @@ async fn two_workers_on_one_sale_persist_every_order_once(backend: Backend) {
     for name in ["a", "b"] {
         let mut cfg = fast_workers(name);
         cfg.batch_size = 7; // small batches: both consumers take part
-        let w = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+        let w = Workers::new(&app.sales, &app.db, cfg);
         runs.push(tokio::spawn(w.run(token.clone())));
     }
     let accepted = burst(&app, &sku, 400).await;
@@ -313,7 +318,7 @@ async fn trimming_keeps_pending_and_undelivered_entries_and_the_retention(backen
     let sku = app.new_sale(20, 1).await;
     let mut cfg = fast_workers("w");
     cfg.retention = Duration::ZERO;
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = Workers::new(&app.sales, &app.db, cfg);
     let mut w = workers.sale_worker(pid(&sku));
     for user in 1..=3 {
         app.place_order(user, &sku, 1).await;
@@ -326,7 +331,7 @@ async fn trimming_keeps_pending_and_undelivered_entries_and_the_retention(backen
     app.place_order(6, &sku, 1).await; // not delivered yet
 
     // A worker that keeps acked entries ten minutes trims nothing.
-    let keeper = Workers::new(app.sales.clone(), app.db.clone(), fast_workers("k"));
+    let keeper = Workers::new(&app.sales, &app.db, fast_workers("k"));
     assert_eq!(keeper.sale_worker(pid(&sku)).trim().await.unwrap(), 0);
     assert_eq!(app.stream_len(&sku).await, 6);
     // With no retention, exactly the three acked entries go.
@@ -340,12 +345,7 @@ async fn shutdown_finishes_the_batch_in_hand(backend: Backend) {
     let sku = app.new_sale(50, 1).await;
     let token = CancellationToken::new();
     let run = tokio::spawn(
-        Workers::new(
-            app.sales.clone(),
-            app.db.clone(),
-            fast_workers(&unique("w")),
-        )
-        .run(token.clone()),
+        Workers::new(&app.sales, &app.db, fast_workers(&unique("w"))).run(token.clone()),
     );
     for user in 1..=30 {
         app.place_order(user, &sku, 1).await;
@@ -382,7 +382,7 @@ async fn a_blocking_read_on_an_idle_stream_waits_its_full_block_without_error(ba
     let mut cfg = fast_workers("w");
     // Longer than redis-rs's default 500 ms response timeout.
     cfg.block = Duration::from_millis(1200);
-    let workers = Workers::new(app.sales.clone(), app.db.clone(), cfg);
+    let workers = Workers::new(&app.sales, &app.db, cfg);
     let mut w = workers.sale_worker(pid(&sku));
     let outcome = w.step().await.expect("an idle read is not an error");
     assert_eq!(outcome.read, 0);
@@ -446,7 +446,12 @@ async fn the_largest_batch_is_persisted_in_one_call() {
             idempotency_key: Some(format!("key-{user_id}")),
         })
         .collect();
-    let persisted = app.db.persist_orders(&product, &orders).await.unwrap();
+    let persisted = app
+        .db
+        .orders()
+        .persist_orders(&product, &orders)
+        .await
+        .unwrap();
     assert_eq!(persisted.inserted, MAX_BATCH_SIZE as u64);
     assert_eq!(app.available_qty(&sku).await, 0);
 }

@@ -173,10 +173,7 @@ impl Retirer {
                         [Blocker::MissingInRedis] => {}
                         _ => {
                             let codes: Vec<&str> = blockers.iter().map(Blocker::code).collect();
-                            if let Err(e) = self
-                                .queue
-                                .record_unsettled(&id, &codes.join(","))
-                                .await
+                            if let Err(e) = self.queue.record_unsettled(&id, &codes.join(",")).await
                             {
                                 tracing::debug!(product_id = %id, error = %Chain(&e), "cannot record why the sale is not retired");
                             }

@@ -202,10 +202,7 @@ impl Settlement {
 
     /// What is still to happen to an ended sale's orders: stream entries,
     /// cancels, unpaid orders, dead letters (the cheap checks, before the audit).
-    async fn unsettled_work(
-        &self,
-        id: &ProductId,
-    ) -> Result<Vec<Blocker>, BooksError> {
+    async fn unsettled_work(&self, id: &ProductId) -> Result<Vec<Blocker>, BooksError> {
         let mut blockers = Vec::new();
         let watch = self.queue.view(id).await?;
         match watch.undelivered() {

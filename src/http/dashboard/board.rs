@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::domain::{ProductId, now_ms};
+use crate::http::watched::Watched;
 use crate::metrics::{self, Metrics};
 use crate::sale::QueueView;
-use crate::http::watched::Watched;
 use crate::sale::room::RoomFigures;
 
 /// How often the numbers are read (the page polls at this pace).

@@ -14,8 +14,8 @@ use redis::AsyncCommands;
 use super::core::Core;
 use super::error::SaleError;
 use super::stream::entry::Entry;
-use restore::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored};
 use crate::domain::ProductId;
+use restore::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored};
 
 /// The ledger handle.
 #[derive(Clone)]

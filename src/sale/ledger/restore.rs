@@ -4,10 +4,10 @@
 
 use redis::{RedisResult, aio::ConnectionLike};
 
+use crate::domain::PendingOrder;
 use crate::sale::keys::SaleKeys;
 use crate::sale::lua::script;
 use crate::sale::orders::record::{booked_record, idempotency_field};
-use crate::domain::PendingOrder;
 
 /// Why orders are restored from the books: a repair after Redis lost some
 /// writes (counted in the sale's `repaired` hash, shown by the audit), or

@@ -13,8 +13,8 @@ use redis::AsyncCommands;
 use super::core::Core;
 use super::error::SaleError;
 use super::room::{Room, RoomKey};
-pub use open::SaleSpec;
 use crate::domain::ProductId;
+pub use open::SaleSpec;
 
 /// The lifecycle handle.
 #[derive(Clone)]

@@ -13,8 +13,8 @@
 mod accepted;
 mod decision;
 pub(crate) mod place;
-pub(crate) mod record;
 mod recall;
+pub(crate) mod record;
 mod release;
 mod sharing;
 mod void;

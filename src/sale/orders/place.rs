@@ -6,14 +6,14 @@
 use redis::{FromRedisValue, ParsingError, RedisResult, Value, aio::ConnectionLike};
 use rust_decimal::Decimal;
 
+use super::decision::Vouched;
+use super::record::idempotency_field;
+use crate::domain::{OrderId, ProductId, Quantity, UserId};
 use crate::sale::conn::Conn;
 use crate::sale::keys::Key;
 use crate::sale::lua::script;
 use crate::sale::rejection::Rejection;
 use crate::sale::wait::{Wait, pipe_and_wait};
-use super::decision::Vouched;
-use super::record::idempotency_field;
-use crate::domain::{OrderId, ProductId, Quantity, UserId};
 
 script!(PLACE_ORDER, "place_order");
 /// What `place_order.lua` answered for one order of a call.
@@ -229,6 +229,7 @@ fn order_key<'a>(prefix: &'a str, product: &'a ProductId, name: &'static str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sale::SaleKeys;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

@@ -7,10 +7,10 @@ use redis::{ParsingError, RedisResult, aio::ConnectionLike};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
+use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 use crate::sale::error::SaleError;
 use crate::sale::keys::{GROUP, SaleKeys};
 use crate::sale::lua::script;
-use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 
 /// How far an accepted order got, as far as Redis knows (`order_state.lua`).
 /// MySQL knows more (paid, cancelled before the units came back): this is

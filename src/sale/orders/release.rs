@@ -3,10 +3,10 @@
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use crate::sale::keys::SaleKeys;
-use crate::sale::lua::script;
 use super::record::booked_record;
 use crate::domain::PendingOrder;
+use crate::sale::keys::SaleKeys;
+use crate::sale::lua::script;
 
 script!(RELEASE_STOCK, "release_stock");
 

@@ -128,7 +128,10 @@ mod tests {
         let sharing = Sharing::default();
         let sku = ProductId::parse("sku-1").unwrap();
         let other = ProductId::parse("sku-2").unwrap();
-        assert!(matches!(sharing.join(&sku, order(&sku, 1)), Joined::Alone(_)));
+        assert!(matches!(
+            sharing.join(&sku, order(&sku, 1)),
+            Joined::Alone(_)
+        ));
         // Another sale's calls are its own.
         assert!(matches!(
             sharing.join(&other, order(&other, 1)),
@@ -153,7 +156,10 @@ mod tests {
         assert_eq!(sharing.next(&sku).map(|n| n.len()), Some(1));
         // Nobody waits: free again, the next order goes at once.
         assert!(sharing.next(&sku).is_none());
-        assert!(matches!(sharing.join(&sku, order(&sku, 6)), Joined::Alone(_)));
+        assert!(matches!(
+            sharing.join(&sku, order(&sku, 6)),
+            Joined::Alone(_)
+        ));
         assert!(sharing.next(&other).is_none());
     }
 
@@ -161,7 +167,10 @@ mod tests {
     fn a_call_carries_at_most_its_maximum_the_rest_wait_their_turn() {
         let sharing = Sharing::default();
         let sku = ProductId::parse("sku-1").unwrap();
-        assert!(matches!(sharing.join(&sku, order(&sku, 1)), Joined::Alone(_)));
+        assert!(matches!(
+            sharing.join(&sku, order(&sku, 1)),
+            Joined::Alone(_)
+        ));
         let extra = 10;
         let mut receivers = Vec::new();
         for user in 0..(MAX_ORDERS_PER_CALL + extra) as u64 {

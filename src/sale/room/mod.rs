@@ -17,8 +17,8 @@
 //!   and expiry, signed with the sale's key.
 
 pub mod pass;
-pub mod pow;
 pub mod places;
+pub mod pow;
 pub(super) mod state;
 
 use std::sync::Arc;
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::core::{Core, Counter};
-use super::lua::script;
-use super::keys::{GROUP, SaleKeys};
 use super::error::SaleError;
+use super::keys::{GROUP, SaleKeys};
+use super::lua::script;
 use super::rejection::Rejection;
 use crate::domain::{Chain, ProductId, UserId};
 pub use pass::{Number, Refused, RoomKey, Ticket};

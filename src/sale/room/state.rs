@@ -8,10 +8,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use crate::sale::rejection::Rejection;
 use super::pass::{RoomKey, Ticket};
 use super::places;
 use crate::domain::ProductId;
+use crate::sale::rejection::Rejection;
 
 /// How far outside a room sale's window this process's clock must be for
 /// its orders to be refused `sale_not_started` / `sale_ended` here, rather

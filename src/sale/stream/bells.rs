@@ -28,9 +28,9 @@ use futures_core::Stream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::{Chain, ProductId};
 use crate::sale::conn::Redis;
 use crate::sale::keys;
-use crate::domain::{Chain, ProductId};
 
 /// How often a quiet subscription is pinged (a half-open connection is
 /// found within this plus the Redis timeout).

@@ -97,7 +97,10 @@ impl SaleStream {
     /// `XACK`s `ids`.
     pub async fn ack(&self, ids: &[&str]) -> Result<u64, SaleError> {
         let mut conn = self.core.redis.shared().await?;
-        self.core.redis.bounded(ack(&mut conn, &self.keys, ids)).await
+        self.core
+            .redis
+            .bounded(ack(&mut conn, &self.keys, ids))
+            .await
     }
 
     /// Takes over entries idle for at least `min_idle`, from `start`.
@@ -179,12 +182,7 @@ impl SaleStream {
         let (_, acked) = self
             .core
             .redis
-            .bounded(then_wait(
-                &mut pooled,
-                &keys.orders,
-                pipe,
-                wait,
-            ))
+            .bounded(then_wait(&mut pooled, &keys.orders, pipe, wait))
             .await?;
         wait.confirmed(acked)
     }
@@ -207,7 +205,8 @@ impl SaleStream {
     /// Trims acked entries older than `retention` (see [`trim`]).
     pub async fn trim(&self, retention: Duration) -> Result<u64, SaleError> {
         let mut conn = self.core.redis.shared().await?;
-        self.core.redis
+        self.core
+            .redis
             .bounded(trim::trim(&mut conn, &self.keys, retention))
             .await
     }
@@ -325,4 +324,3 @@ async fn dead_letter(
         .arg(deliveries);
     call.invoke_async::<String>(conn).await.map(|_| ())
 }
-

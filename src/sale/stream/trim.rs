@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamTrimOptions, StreamTrimmingMode};
+use redis::streams::{
+    StreamInfoGroupsReply, StreamPendingReply, StreamTrimOptions, StreamTrimmingMode,
+};
 use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
 
 use crate::sale::keys::{GROUP, SaleKeys};
@@ -29,7 +31,6 @@ fn trim_bound(
     }
     bound.min((now_ms.saturating_sub(retention.as_millis() as u64), 0))
 }
-
 
 /// Trims entries that are acknowledged AND older than `retention`; never an
 /// entry that is pending or not yet delivered. Returns the entries removed.

@@ -140,22 +140,23 @@ impl Deliveries {
         next_attempt: i64,
         error: &str,
     ) -> Result<(), StoreError> {
-        self.db.call(|pool| {
-            sqlx::query(
-                "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ?, \
+        self.db
+            .call(|pool| {
+                sqlx::query(
+                    "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ?, \
                  delivered_up_to = GREATEST(delivered_up_to, COALESCE(?, 0)) \
                  WHERE endpoint = ? AND lease_owner = ?",
-            )
-            .bind(attempts as i32)
-            .bind(next_attempt)
-            .bind(clip(error))
-            .bind(acked)
-            .bind(endpoint)
-            .bind(owner)
-            .execute(pool)
-        })
-        .await
-        .map(drop)
+                )
+                .bind(attempts as i32)
+                .bind(next_attempt)
+                .bind(clip(error))
+                .bind(acked)
+                .bind(endpoint)
+                .bind(owner)
+                .execute(pool)
+            })
+            .await
+            .map(drop)
     }
 
     /// Event `id` exhausted its attempts: into the dead letters, and the
@@ -218,14 +219,15 @@ impl Deliveries {
     /// the delivery loop tries each once per pass until it goes through.
     /// Returns how many were asked.
     pub async fn replay_dead_events(&self, event_id: Option<i64>) -> Result<u64, StoreError> {
-        self.db.call(|pool| {
-            sqlx::query("UPDATE tb_event_dead SET replay = 1 WHERE (? IS NULL OR event_id = ?)")
-                .bind(event_id)
-                .bind(event_id)
-                .execute(pool)
-        })
-        .await
-        .map(|r| r.rows_affected())
+        self.db
+            .call(|pool| {
+                sqlx::query("UPDATE tb_event_dead SET replay = 1 WHERE (? IS NULL OR event_id = ?)")
+                    .bind(event_id)
+                    .bind(event_id)
+                    .execute(pool)
+            })
+            .await
+            .map(|r| r.rows_affected())
     }
 
     /// The dead letters asked to be replayed, with their events.
@@ -273,8 +275,9 @@ impl Deliveries {
         ok: bool,
         error: &str,
     ) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            match ok {
+        self.db
+            .call(|pool| async move {
+                match ok {
                 true => {
                     sqlx::query("DELETE FROM tb_event_dead WHERE endpoint = ? AND event_id = ?")
                         .bind(endpoint)
@@ -292,14 +295,15 @@ impl Deliveries {
                 .execute(pool)
                 .await,
             }
-        })
-        .await
-        .map(drop)
+            })
+            .await
+            .map(drop)
     }
 
     /// How many dead letters wait (all endpoints).
     pub async fn dead_event_count(&self) -> Result<i64, StoreError> {
-        self.db.call(|pool| sqlx::query_scalar("SELECT COUNT(*) FROM tb_event_dead").fetch_one(pool))
+        self.db
+            .call(|pool| sqlx::query_scalar("SELECT COUNT(*) FROM tb_event_dead").fetch_one(pool))
             .await
     }
 }

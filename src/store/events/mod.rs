@@ -109,7 +109,8 @@ pub(super) struct Stored {
     created: i64,
 }
 
-pub(super) const STORED: &str = "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
+pub(super) const STORED: &str =
+    "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
 
 /// One event of a stored row, before its order's details are joined.
 pub(super) struct Bare {
@@ -255,23 +256,24 @@ impl Events {
     /// Records `sale.ended` for `product` once (the first call after its
     /// end; `tb_product.end_announced` remembers it); true when this call did.
     pub async fn announce_end(&self, product: &str) -> Result<bool, StoreError> {
-        self.db.transaction(|tx| {
-            Box::pin(async move {
-                let marked = sqlx::query(
-                    "UPDATE tb_product SET end_announced = 1 \
+        self.db
+            .transaction(|tx| {
+                Box::pin(async move {
+                    let marked = sqlx::query(
+                        "UPDATE tb_product SET end_announced = 1 \
                      WHERE product_id = ? AND end_announced = 0",
-                )
-                .bind(product)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if marked == 1 {
-                    record_sale(tx, EventKind::Ended, product).await?;
-                }
-                Ok(marked == 1)
+                    )
+                    .bind(product)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                    if marked == 1 {
+                        record_sale(tx, EventKind::Ended, product).await?;
+                    }
+                    Ok(marked == 1)
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// How old an event must be before readers see it: the bound on a
@@ -420,4 +422,3 @@ impl Events {
         Ok(behind)
     }
 }
-

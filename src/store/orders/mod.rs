@@ -62,13 +62,14 @@ impl Orders {
     }
 
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
-                .bind(order_id.as_str())
-                .fetch_optional(pool)
-                .await
-        })
-        .await
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
+                    .bind(order_id.as_str())
+                    .fetch_optional(pool)
+                    .await
+            })
+            .await
     }
 
     /// A user's orders, newest first; at most `limit`, older than `before` (epoch ms) if given.
@@ -78,31 +79,33 @@ impl Orders {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
+                    "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
                  ORDER BY created DESC, id DESC LIMIT ?"
-            ))
-            .bind(user_id.as_i64())
-            .bind(before.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
+                ))
+                .bind(user_id.as_i64())
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            })
             .await
-        })
-        .await
     }
 
     /// The second half of a cancel is done: the units are back in Redis.
     pub async fn mark_released(&self, order_id: &str) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
-                .bind(order_id)
-                .bind(OrderStatus::Cancelled.as_str())
-                .execute(pool)
-                .await
-        })
-        .await
-        .map(drop)
+        self.db
+            .call(|pool| async move {
+                sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
+                    .bind(order_id)
+                    .bind(OrderStatus::Cancelled.as_str())
+                    .execute(pool)
+                    .await
+            })
+            .await
+            .map(drop)
     }
 
     /// Cancelled orders whose Redis half did not happen (a crash between the
@@ -178,27 +181,29 @@ impl Orders {
         &self,
         product: &ProductId,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
-                .bind(product.as_str())
-                .fetch_all(pool)
-                .await
-        })
-        .await
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
+                    .bind(product.as_str())
+                    .fetch_all(pool)
+                    .await
+            })
+            .await
     }
 
     /// Marks every cancelled order of a product released (recovery rebuilt
     /// the Redis stock without their units).
     pub async fn mark_all_released(&self, product: &ProductId) -> Result<(), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
-                .bind(product.as_str())
-                .bind(OrderStatus::Cancelled.as_str())
-                .execute(pool)
-                .await
-        })
-        .await
-        .map(drop)
+        self.db
+            .call(|pool| async move {
+                sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
+                    .bind(product.as_str())
+                    .bind(OrderStatus::Cancelled.as_str())
+                    .execute(pool)
+                    .await
+            })
+            .await
+            .map(drop)
     }
 
     /// Orders of a product still `confirmed` (unpaid), and when the
@@ -207,16 +212,17 @@ impl Orders {
         &self,
         product: &ProductId,
     ) -> Result<(i64, Option<i64>), StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
                 "SELECT COUNT(*), MIN(created) FROM tb_order WHERE product_id = ? AND status = ?",
             )
             .bind(product.as_str())
             .bind(OrderStatus::Confirmed.as_str())
             .fetch_one(pool)
             .await
-        })
-        .await
+            })
+            .await
     }
 
     /// The order a buyer placed for a product under an Idempotency-Key
@@ -227,18 +233,19 @@ impl Orders {
         product: &ProductId,
         key: &str,
     ) -> Result<Option<OrderRow>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE user_id = ? AND product_id = ? \
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
+                    "SELECT {ROW} FROM tb_order WHERE user_id = ? AND product_id = ? \
                  AND idempotency_key = ? LIMIT 1"
-            ))
-            .bind(user_id.as_i64())
-            .bind(product.as_str())
-            .bind(key)
-            .fetch_optional(pool)
+                ))
+                .bind(user_id.as_i64())
+                .bind(product.as_str())
+                .bind(key)
+                .fetch_optional(pool)
+                .await
+            })
             .await
-        })
-        .await
     }
 }
 

@@ -106,10 +106,11 @@ impl Orders {
     ) -> Result<Persisted, StoreError> {
         // Lost an insert race: the batch is tried again.
         let lost_race = |e: &StoreError| matches!(e, StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation());
-        self.db.retrying(RACE_ATTEMPTS, lost_race, || {
-            self.db.bounded(self.persist_once(product, orders))
-        })
-        .await
+        self.db
+            .retrying(RACE_ATTEMPTS, lost_race, || {
+                self.db.bounded(self.persist_once(product, orders))
+            })
+            .await
     }
 
     async fn persist_once(

@@ -137,10 +137,11 @@ impl Orders {
     ) -> Result<Vec<OrderRow>, StoreError> {
         // A deadlock's victim changed nothing: try again now rather than at
         // the next pass.
-        self.db.retrying(3, StoreError::is_contention, || {
-            self.cancel_expired_once(created_before, limit)
-        })
-        .await
+        self.db
+            .retrying(3, StoreError::is_contention, || {
+                self.cancel_expired_once(created_before, limit)
+            })
+            .await
     }
 
     async fn cancel_expired_once(
@@ -148,34 +149,35 @@ impl Orders {
         created_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db.bounded(async {
-            // READ COMMITTED: the scan locks the rows it takes and no gaps.
-            // Under REPEATABLE READ its next-key locks on the index
-            // (status, released, created) held the gap where another
-            // sweeper's cancelled rows are inserted into that index, and
-            // concurrent sweepers deadlocked.
-            let mut conn = self.db.pool().acquire().await?;
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                .execute(&mut *conn)
-                .await?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            // `released = 0` holds for every confirmed order; it is here
-            // for the index (status, released, created).
-            let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND created < ? \
+        self.db
+            .bounded(async {
+                // READ COMMITTED: the scan locks the rows it takes and no gaps.
+                // Under REPEATABLE READ its next-key locks on the index
+                // (status, released, created) held the gap where another
+                // sweeper's cancelled rows are inserted into that index, and
+                // concurrent sweepers deadlocked.
+                let mut conn = self.db.pool().acquire().await?;
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .execute(&mut *conn)
+                    .await?;
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                // `released = 0` holds for every confirmed order; it is here
+                // for the index (status, released, created).
+                let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+                    "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND created < ? \
                  ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED"
-            ))
-            .bind(OrderStatus::Confirmed.as_str())
-            .bind(created_before)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut rows = rows;
-            cancel_rows(&mut tx, &mut rows).await?;
-            tx.commit().await?;
-            Ok(rows)
-        })
-        .await
+                ))
+                .bind(OrderStatus::Confirmed.as_str())
+                .bind(created_before)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut rows = rows;
+                cancel_rows(&mut tx, &mut rows).await?;
+                tx.commit().await?;
+                Ok(rows)
+            })
+            .await
     }
 
     async fn outcome(
