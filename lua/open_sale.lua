@@ -6,7 +6,8 @@
 -- KEYS[1]  sale hash      fs:{pid}:sale    start_ms, end_ms, limit, price, initial, opened_ms
 -- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
 -- KEYS[3]  orders stream  fs:{pid}:orders
--- KEYS[4]  room hash      fs:{pid}:room    rate, floor, cap, pow, pace, served, at_ms, early, late
+-- KEYS[4]  room hash      fs:{pid}:room    ceiling, floor, cap, pow, pace, served, at_ms, early, late
+--                                          (and rate: the ceiling, for instances of an earlier version)
 -- KEYS[5]  room log       fs:{pid}:room_log (room_tick.lua's; emptied here)
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
@@ -47,7 +48,7 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
   redis.call('DEL', KEYS[4], KEYS[5])
-  redis.call('HSET', KEYS[4], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
+  redis.call('HSET', KEYS[4], 'ceiling', ARGV[7], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
     'pow', ARGV[13], 'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
 end
 redis.call('SET', KEYS[2], ARGV[1])

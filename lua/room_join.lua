@@ -1,13 +1,14 @@
 -- room_join.lua: a buyer joins a sale's waiting room, once. A buyer who has
 -- joined before gets the same number back (joining again gains nothing).
 -- Numbers: `e<n>` for the n-th buyer to join before the start (their place
--- is drawn at the start: see sale::room::queue), `l<n>` for the n-th after
+-- is drawn at the start: see sale::room::places), `l<n>` for the n-th after
 -- it (served in that order, after every early joiner).
 --
 -- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms
 -- KEYS[2]  stock        fs:{pid}:stock
--- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); rate, pace, served,
---                                        at_ms, limit (the line, as room_tick.lua keeps it)
+-- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); pace, served, at_ms, limit
+--                                        (the line, as room_tick.lua keeps it); ceiling
+--                                        (or rate, its earlier name) when no pace is set
 -- KEYS[4]  joined hash  fs:{pid}:joined  user_id -> number
 -- ARGV[1]  user_id
 --
@@ -47,13 +48,13 @@ else
   -- goes through at the pace.
   -- At the pace room_tick.lua set, and no further than its active cap lets
   -- the line go before its next tick.
-  local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late', 'pace',
-    'limit')
+  local room = redis.call('HMGET', KEYS[3], 'ceiling', 'served', 'at_ms', 'early', 'late', 'pace',
+    'limit', 'rate')
   local served = tonumber(room[2] or '0')
   local at_ms = tonumber(room[3] or sale[1])
   local from = math.max(at_ms, start_ms)
   if now_ms > from then
-    local moved = tonumber(room[6] or room[1] or '1') * (now_ms - from) / 1000
+    local moved = tonumber(room[6] or room[1] or room[8] or '1') * (now_ms - from) / 1000
     served = math.min(served + moved, tonumber(room[4] or '0') + tonumber(room[5] or '0'))
     if room[7] then
       served = math.max(tonumber(room[2] or '0'), math.min(served, tonumber(room[7])))

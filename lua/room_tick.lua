@@ -24,8 +24,10 @@
 --
 -- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial
 -- KEYS[2]  stock      fs:{pid}:stock
--- KEYS[3]  room hash  fs:{pid}:room     rate (the ceiling), served, at_ms, early, late,
---                                       floor, cap, pace, adj_ms, limit, pow
+-- KEYS[3]  room hash  fs:{pid}:room     ceiling, served, at_ms, early, late, floor, cap,
+--                                       pace, adj_ms, limit, pow; rate: the ceiling's
+--                                       earlier name (read when ceiling is missing,
+--                                       written beside it for earlier instances)
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
 -- ARGV[1]  a new ceiling (buyers per second), or "" to keep it
@@ -49,8 +51,10 @@ end
 if not sale[4] then
   return {'no_room'}
 end
-local room = redis.call('HMGET', KEYS[3], 'rate', 'served', 'at_ms', 'early', 'late',
-  'floor', 'cap', 'pace', 'adj_ms', 'pow')
+local room = redis.call('HMGET', KEYS[3], 'ceiling', 'served', 'at_ms', 'early', 'late',
+  'floor', 'cap', 'pace', 'adj_ms', 'pow', 'rate')
+-- A room opened by an earlier version has its ceiling as `rate` only.
+room[1] = room[1] or room[11]
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local start_ms, end_ms = tonumber(sale[1]), tonumber(sale[2])
@@ -152,7 +156,7 @@ if ARGV[1] ~= '' then
   -- A new ceiling holds at once (the strain, if any, lowers it again).
   ceiling = tonumber(ARGV[1])
   pace = ceiling
-  redis.call('HSET', KEYS[3], 'rate', ARGV[1], 'pace', ARGV[1])
+  redis.call('HSET', KEYS[3], 'ceiling', ARGV[1], 'rate', ARGV[1], 'pace', ARGV[1])
 end
 if ARGV[2] ~= '' then
   floor = tonumber(ARGV[2])

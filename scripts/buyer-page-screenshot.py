@@ -70,7 +70,7 @@ try:
         "product_id": SKU, "title": "Phone X1 · 256 GB", "price": "4999.00",
         "available_qty": 100, "limit_per_user": 1,
         "start_time": start, "end_time": start + 3_600_000,
-        "waiting_room": {"admit_per_sec": 2, "admission_secs": 120, "join_early_secs": 600}})
+        "waiting_room": {"ceiling_per_sec": 2, "admission_secs": 120, "join_early_secs": 600}})
     admin(f"/api/admin/products/{SKU}/open")
     joined = [call("POST", BASE + f"/api/sales/{SKU}/queue", {"user_id": u})[0]
               for u in range(1001, 1041)]

@@ -226,7 +226,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
         "product_id": product.as_str(), "title": "flashsale-bench room", "price": "1.00",
         "available_qty": buyers, "start_time": start_ms, "end_time": start_ms + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"admit_per_sec": args.rate, "admission_secs": 120, "join_early_secs": 3600},
+        "waiting_room": {"ceiling_per_sec": args.rate, "admission_secs": 120, "join_early_secs": 3600},
     });
     let headers = [("authorization", admin.as_str())];
     pool.open_sale(&headers, &body).await?;
@@ -551,7 +551,7 @@ async fn compare_costs(
         "product_id": line.as_str(), "title": "the line", "price": "1.00",
         "available_qty": 1_000_000, "start_time": start_ms, "end_time": start_ms + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"admit_per_sec": 1, "admission_secs": 120, "join_early_secs": 3600},
+        "waiting_room": {"ceiling_per_sec": 1, "admission_secs": 120, "join_early_secs": 3600},
     });
     pool.open_sale(admin, &body).await?;
     let tickets = join_line(&pool.authority, &line, 2000, args.concurrency).await?;
@@ -664,7 +664,7 @@ async fn paced_crowd(
         "product_id": line.as_str(), "title": "the crowd", "price": "1.00",
         "available_qty": 10_000_000, "start_time": now - 1_000, "end_time": now + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"admit_per_sec": args.crowd_rate, "admit_floor_per_sec": args.crowd_rate,
+        "waiting_room": {"ceiling_per_sec": args.crowd_rate, "floor_per_sec": args.crowd_rate,
                          "admission_secs": 120},
     });
     pool.open_sale(admin, &body).await?;

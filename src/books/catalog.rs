@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::error::BooksError;
-use crate::domain::{ProductId, RoomBounds, now_ms};
-use crate::sale::room::{NewBounds, RoomState};
+use crate::domain::{BoundsChange, ProductId, RoomBounds, now_ms};
+use crate::sale::room::RoomState;
 use crate::sale::{self, SaleSpec};
 use crate::store::{self, FinalAudit, NewProduct, Product};
 
@@ -153,7 +153,7 @@ impl Catalog {
     pub async fn set_room_bounds(
         &self,
         id: &ProductId,
-        change: NewBounds,
+        change: BoundsChange,
     ) -> Result<Option<Arc<RoomState>>, BooksError> {
         let Some(room) = self.room.set_bounds(id, change).await? else {
             return Ok(None);
@@ -161,7 +161,7 @@ impl Catalog {
         let bounds = RoomBounds {
             ceiling: room.ceiling,
             floor: room.floor,
-            cap: u32::try_from(room.cap).unwrap_or(u32::MAX),
+            cap: room.cap.map(|cap| u32::try_from(cap).unwrap_or(u32::MAX)),
             join_difficulty: room.join_difficulty,
         };
         self.products.set_room_bounds(id, bounds).await?;

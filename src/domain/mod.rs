@@ -6,19 +6,21 @@
 
 mod ids;
 mod payment;
+mod room;
 mod status;
 mod valid;
 pub mod webhook;
 
 pub use ids::{OrderId, ProductId, Quantity, UserId};
 pub use payment::{Currency, PaymentKind, PaymentResult};
+pub use room::{
+    BoundsChange, MAX_ACTIVE_CAP, MAX_JOIN_DIFFICULTY, MAX_PACE, RoomBounds, WaitingRoom,
+};
 pub use status::{OrderStatus, SaleState};
 pub use valid::{
     Invalid, MAX_IDEMPOTENCY_KEY_LEN, MAX_PRODUCT_ID_LEN, MAX_QUANTITY, MAX_STOCK, MAX_TIME_MS,
     idempotency_key, now_ms, price, time_ms,
 };
-
-use valid::invalid;
 
 use rust_decimal::Decimal;
 
@@ -34,126 +36,6 @@ pub struct PendingOrder {
     pub created_ms: i64,
     /// The Idempotency-Key it was placed with, if any.
     pub idempotency_key: Option<String>,
-}
-
-/// A sale's waiting room: buyers join a queue, early joiners are shuffled
-/// at the start, and the queue admits buyers at `admit_per_sec`; with the
-/// room on, only admitted buyers may order (see `sale::room`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-#[serde(deny_unknown_fields)]
-pub struct WaitingRoom {
-    /// Buyers admitted per second at most: the ceiling (1 to 100,000);
-    /// changed live by `POST /api/admin/products/{id}/room`.
-    #[schema(minimum = 1, maximum = 100_000)]
-    pub admit_per_sec: u32,
-    /// The pace's floor while the backend is strained (orders waiting to
-    /// be persisted for more than 2 s): the pace halves each second down to
-    /// it and climbs back to the ceiling when the strain clears. 1 to
-    /// `admit_per_sec`; default a tenth of it (at least 1). Equal to
-    /// `admit_per_sec`: a fixed pace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 100_000)]
-    pub admit_floor_per_sec: Option<u32>,
-    /// At most this many buyers hold an admission they have not used yet
-    /// (admitted within the last `admission_secs`, less the units sold
-    /// since): the line waits while the cap is reached. Default: no cap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 10_000_000)]
-    pub active_cap: Option<u32>,
-    /// A proof of work before a join (bits of leading zeros asked of
-    /// `SHA-256(challenge:user_id:nonce)`, about 2^bits hashes; 0 to 24;
-    /// default 0: none). See `GET /api/sales/{id}/challenge`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 24)]
-    pub join_difficulty: Option<u8>,
-    /// How long an admission stays valid, in seconds (1 to 86,400; default 120).
-    #[serde(default = "WaitingRoom::default_admission_secs")]
-    #[schema(minimum = 1, maximum = 86_400)]
-    pub admission_secs: u32,
-    /// How long before the start buyers may join, in seconds (0 to 86,400;
-    /// default 600). Everyone who joins before the start is in the shuffle.
-    #[serde(default = "WaitingRoom::default_join_early_secs")]
-    #[schema(minimum = 0, maximum = 86_400)]
-    pub join_early_secs: u32,
-}
-
-/// A waiting room's bounds: the pace's ceiling and floor (buyers per
-/// second), its active cap (0: none) and its join difficulty (bits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct RoomBounds {
-    pub ceiling: u32,
-    pub floor: u32,
-    pub cap: u32,
-    pub join_difficulty: u8,
-}
-
-/// Highest admission rate a room takes.
-pub const MAX_ADMIT_PER_SEC: u32 = 100_000;
-/// Highest active cap a room takes.
-pub const MAX_ACTIVE_CAP: u32 = 10_000_000;
-/// Highest join difficulty (bits) a room takes: about 16 million hashes.
-pub const MAX_JOIN_DIFFICULTY: u8 = 24;
-
-impl WaitingRoom {
-    fn default_admission_secs() -> u32 {
-        120
-    }
-
-    fn default_join_early_secs() -> u32 {
-        600
-    }
-
-    /// The pace's floor: as set, or a tenth of the ceiling (at least 1).
-    pub fn floor(&self) -> u32 {
-        self.admit_floor_per_sec
-            .unwrap_or((self.admit_per_sec / 10).max(1))
-    }
-
-    /// Checks the bounds.
-    pub fn validate(self) -> Result<Self, Invalid> {
-        if self.admit_per_sec == 0 || self.admit_per_sec > MAX_ADMIT_PER_SEC {
-            return Err(invalid(format!(
-                "waiting_room.admit_per_sec must be between 1 and {MAX_ADMIT_PER_SEC}"
-            )));
-        }
-        if self
-            .admit_floor_per_sec
-            .is_some_and(|f| f == 0 || f > self.admit_per_sec)
-        {
-            return Err(invalid(
-                "waiting_room.admit_floor_per_sec must be between 1 and admit_per_sec",
-            ));
-        }
-        if self
-            .active_cap
-            .is_some_and(|c| c == 0 || c > MAX_ACTIVE_CAP)
-        {
-            return Err(invalid(format!(
-                "waiting_room.active_cap must be between 1 and {MAX_ACTIVE_CAP}"
-            )));
-        }
-        if self
-            .join_difficulty
-            .is_some_and(|d| d > MAX_JOIN_DIFFICULTY)
-        {
-            return Err(invalid(format!(
-                "waiting_room.join_difficulty must be between 0 and {MAX_JOIN_DIFFICULTY}"
-            )));
-        }
-        if self.admission_secs == 0 || self.admission_secs > 86_400 {
-            return Err(invalid(
-                "waiting_room.admission_secs must be between 1 and 86400",
-            ));
-        }
-        if self.join_early_secs > 86_400 {
-            return Err(invalid(
-                "waiting_room.join_early_secs must be at most 86400",
-            ));
-        }
-        Ok(self)
-    }
 }
 
 /// `bytes` as lowercase hex (the signed tokens' text).

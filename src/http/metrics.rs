@@ -131,7 +131,7 @@ fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
         .set(figures.waiting as i64);
     m.room_admit_per_sec
         .with_label_values(&id)
-        .set(room.rate.round() as i64);
+        .set(room.pace.round() as i64);
     m.room_admit_ceiling_per_sec
         .with_label_values(&id)
         .set(i64::from(room.ceiling));
@@ -141,9 +141,10 @@ fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {
     m.room_active
         .with_label_values(&id)
         .set(i64::try_from(room.active).unwrap_or(i64::MAX));
-    m.room_active_cap
-        .with_label_values(&id)
-        .set(i64::try_from(room.cap).unwrap_or(i64::MAX));
+    m.room_active_cap.with_label_values(&id).set(
+        room.cap
+            .map_or(0, |cap| i64::try_from(cap).unwrap_or(i64::MAX)),
+    );
     m.room_wait_seconds
         .with_label_values(&id)
         .set(figures.wait_at_back_ms.div_ceil(1000) as i64);

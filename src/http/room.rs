@@ -17,8 +17,8 @@ use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
 use super::limits;
 use super::orders::Owner;
 use super::state::AppState;
-use crate::domain::{MAX_ACTIVE_CAP, MAX_ADMIT_PER_SEC, MAX_JOIN_DIFFICULTY, ProductId, now_ms};
-use crate::sale::room::{Joined, NewBounds, RoomLookup, RoomState, Standing, pow};
+use crate::domain::{BoundsChange, ProductId, now_ms};
+use crate::sale::room::{Joined, RoomLookup, RoomState, Standing, pow};
 
 /// Where a ticket stands.
 #[derive(Serialize, ToSchema)]
@@ -83,7 +83,7 @@ pub fn poll_after(wait_ms: Option<u64>, until_draw_ms: i64) -> u64 {
 
 impl StandingView {
     fn of(room: &RoomState, standing: Standing) -> Self {
-        let rate = room.rate;
+        let pace = room.pace;
         match standing {
             Standing::BeforeDraw { draw_at_ms } => Self::Waiting {
                 place: None,
@@ -92,7 +92,7 @@ impl StandingView {
                 estimated_wait_min_ms: None,
                 estimated_wait_max_ms: None,
                 draw_at: draw_at_ms,
-                admit_per_sec: rate,
+                admit_per_sec: pace,
                 poll_after_ms: poll_after(None, draw_at_ms.saturating_sub(now_ms())),
             },
             Standing::Waiting {
@@ -107,7 +107,7 @@ impl StandingView {
                 estimated_wait_min_ms: Some(min),
                 estimated_wait_max_ms: Some(max),
                 draw_at: room.start_ms,
-                admit_per_sec: rate,
+                admit_per_sec: pace,
                 poll_after_ms: poll_after(Some(wait_ms), 0),
             },
             Standing::Admitted {
@@ -367,12 +367,15 @@ async fn standing_of(
 #[serde(deny_unknown_fields)]
 pub struct RoomPace {
     /// The ceiling: buyers admitted per second at most; the pace at once.
+    /// Also accepted as `admit_per_sec` (its earlier name).
+    #[serde(alias = "admit_per_sec")]
     #[schema(minimum = 1, maximum = 100_000)]
-    admit_per_sec: Option<u32>,
+    ceiling_per_sec: Option<u32>,
     /// The floor the pace drops to while the backend is strained (at most
-    /// the ceiling).
+    /// the ceiling). Also accepted as `admit_floor_per_sec`.
+    #[serde(alias = "admit_floor_per_sec")]
     #[schema(minimum = 1, maximum = 100_000)]
-    admit_floor_per_sec: Option<u32>,
+    floor_per_sec: Option<u32>,
     /// The most buyers holding an unused admission; 0: no cap.
     #[schema(minimum = 0, maximum = 10_000_000)]
     active_cap: Option<u32>,
@@ -409,7 +412,7 @@ pub struct RoomView {
     operation_id = "set_room_pace",
     tag = "admin",
     summary = "Change a waiting room's pace bounds, live",
-    description = "Any of the ceiling (`admit_per_sec`, the pace at once), the floor the pace drops to under strain (`admit_floor_per_sec`), the active cap (`active_cap`, 0: none) and the join difficulty (`join_difficulty`, bits, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
+    description = "Any of the ceiling (`ceiling_per_sec`, the pace at once), the floor the pace drops to under strain (`floor_per_sec`), the active cap (`active_cap`, 0: none) and the join difficulty (`join_difficulty`, bits, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     request_body = RoomPace,
     security(("admin" = [])),
@@ -426,46 +429,21 @@ pub async fn set_pace(
     JsonBody(body): JsonBody<RoomPace>,
 ) -> Result<Json<RoomView>, ApiError> {
     let product = sale_id(&product_id)?;
-    let rate = |v: Option<u32>, what: &str| match v {
-        Some(r) if r == 0 || r > MAX_ADMIT_PER_SEC => Err(ApiError::InvalidRequest(format!(
-            "{what} must be between 1 and {MAX_ADMIT_PER_SEC}"
-        ))),
-        _ => Ok(v),
-    };
-    let change = NewBounds {
-        ceiling: rate(body.admit_per_sec, "admit_per_sec")?,
-        floor: rate(body.admit_floor_per_sec, "admit_floor_per_sec")?,
-        cap: match body.active_cap {
-            Some(c) if c > MAX_ACTIVE_CAP => {
-                return Err(ApiError::InvalidRequest(format!(
-                    "active_cap must be between 0 (none) and {MAX_ACTIVE_CAP}"
-                )));
-            }
-            c => c,
-        },
-        join_difficulty: match body.join_difficulty {
-            Some(d) if d > MAX_JOIN_DIFFICULTY => {
-                return Err(ApiError::InvalidRequest(format!(
-                    "join_difficulty must be between 0 and {MAX_JOIN_DIFFICULTY}"
-                )));
-            }
-            d => d,
-        },
-    };
-    if change == NewBounds::default() {
-        return Err(ApiError::InvalidRequest(
-            "give admit_per_sec, admit_floor_per_sec, active_cap or join_difficulty".into(),
-        ));
-    }
+    let change = BoundsChange::new(
+        body.ceiling_per_sec,
+        body.floor_per_sec,
+        body.active_cap,
+        body.join_difficulty,
+    )?;
     let Some(room) = state.catalog.set_room_bounds(&product, change).await? else {
         return Err(ApiError::NoWaitingRoom);
     };
     Ok(Json(RoomView {
         product_id: product.to_string(),
-        admit_per_sec: room.rate,
+        admit_per_sec: room.pace,
         ceiling_per_sec: room.ceiling,
         floor_per_sec: room.floor,
-        active_cap: (room.cap > 0).then_some(room.cap),
+        active_cap: room.cap,
         active: room.active,
         join_difficulty: room.join_difficulty,
         joined: room.joined(),

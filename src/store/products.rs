@@ -25,7 +25,10 @@ pub struct Product {
     pub updated: i64,
     /// When its sale was first opened (epoch ms); `None` before.
     pub opened: Option<i64>,
-    /// The waiting room's settings (all `None`: no room); see [`Product::waiting_room`].
+    /// The waiting room's settings (all `None`: no room); see
+    /// [`Product::waiting_room`]. `room_admit_per_sec` holds the room's
+    /// ceiling (the column keeps its first name: an instance of an earlier
+    /// version reads it during a rolling upgrade).
     pub room_admit_per_sec: Option<i32>,
     pub room_admission_secs: Option<i32>,
     pub room_join_early_secs: Option<i32>,
@@ -46,10 +49,10 @@ impl Product {
     /// The sale's waiting room, if it has one.
     pub fn waiting_room(&self) -> Option<WaitingRoom> {
         Some(WaitingRoom {
-            admit_per_sec: u32::try_from(self.room_admit_per_sec?).ok()?,
+            ceiling_per_sec: u32::try_from(self.room_admit_per_sec?).ok()?,
             admission_secs: u32::try_from(self.room_admission_secs?).ok()?,
             join_early_secs: u32::try_from(self.room_join_early_secs?).ok()?,
-            admit_floor_per_sec: self
+            floor_per_sec: self
                 .room_admit_floor_per_sec
                 .and_then(|f| u32::try_from(f).ok()),
             active_cap: self.room_active_cap.and_then(|c| u32::try_from(c).ok()),
@@ -103,12 +106,12 @@ impl Products {
             created: now,
             updated: now,
             opened: None,
-            room_admit_per_sec: p.waiting_room.map(|r| r.admit_per_sec as i32),
+            room_admit_per_sec: p.waiting_room.map(|r| r.ceiling_per_sec as i32),
             room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
             room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
             room_admit_floor_per_sec: p
                 .waiting_room
-                .and_then(|r| r.admit_floor_per_sec)
+                .and_then(|r| r.floor_per_sec)
                 .map(|f| f as i32),
             room_active_cap: p.waiting_room.and_then(|r| r.active_cap).map(|c| c as i32),
             room_join_difficulty: p
@@ -170,8 +173,8 @@ impl Products {
         Ok(row.map(normalized))
     }
 
-    /// A waiting room's bounds as its room now holds them (a cap of 0:
-    /// none), for a sale opened again by recovery.
+    /// A waiting room's bounds as its room now holds them, for a sale
+    /// opened again by recovery (no cap: NULL).
     pub async fn set_room_bounds(
         &self,
         product_id: &ProductId,
@@ -181,7 +184,7 @@ impl Products {
             .call(|pool| async move {
                 sqlx::query(
                     "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
-                 room_active_cap = NULLIF(?, 0), room_join_difficulty = NULLIF(?, 0), \
+                 room_active_cap = ?, room_join_difficulty = NULLIF(?, 0), \
                  updated = ? \
                  WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
                 )

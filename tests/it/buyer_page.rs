@@ -128,7 +128,7 @@ async fn room_sale(app: &TestApp, stock: u64, starts_in_ms: i64, rate: u32) -> S
     body["title"] = json!("Phone X1");
     body["start_time"] = json!(now_ms() + starts_in_ms);
     body["waiting_room"] = json!({
-        "admit_per_sec": rate,
+        "ceiling_per_sec": rate,
         "admission_secs": 120,
         "join_early_secs": 600,
     });
@@ -324,7 +324,7 @@ async fn in_a_browser_at_a_phones_width_a_turn_left_unused_runs_out() {
     let id = unique("room-");
     let mut body = product_body(&id, 5, 1);
     body["waiting_room"] =
-        json!({"admit_per_sec": 50, "admission_secs": 2, "join_early_secs": 600});
+        json!({"ceiling_per_sec": 50, "admission_secs": 2, "join_early_secs": 600});
     let sku = app.sale_from(body).await;
 
     browser.set_window_size(360, 780).await;

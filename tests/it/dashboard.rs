@@ -381,7 +381,7 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     let mut body = crate::helpers::product_body(&room_sku, 10, 1);
     body["start_time"] = serde_json::json!(crate::helpers::now_ms() + 60_000);
     body["waiting_room"] =
-        serde_json::json!({"admit_per_sec": 40, "admit_floor_per_sec": 4, "active_cap": 10});
+        serde_json::json!({"ceiling_per_sec": 40, "floor_per_sec": 4, "active_cap": 10});
     app.sale_from(body).await;
     eventually("the room's figures", Duration::from_secs(15), || async {
         field(&browser, &room_sku, "room_bounds").await.as_deref() == Some("4–40")

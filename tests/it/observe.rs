@@ -627,7 +627,7 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
     let sku = app.new_sale(2, 1).await;
     // And a sale with a waiting room, for the room's families.
     let mut body = crate::helpers::product_body(&crate::helpers::unique("room-"), 5, 1);
-    body["waiting_room"] = serde_json::json!({"admit_per_sec": 10});
+    body["waiting_room"] = serde_json::json!({"ceiling_per_sec": 10});
     app.sale_from(body).await;
     for user in 1..=3 {
         app.place_order(user, &sku, 1).await;

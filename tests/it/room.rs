@@ -23,7 +23,7 @@ async fn room_sale(
     let mut body = product_body(&id, stock, 1);
     body["start_time"] = json!(now_ms() + starts_in_ms);
     body["waiting_room"] = json!({
-        "admit_per_sec": rate,
+        "ceiling_per_sec": rate,
         "admission_secs": admission_secs,
         "join_early_secs": 600,
     });
@@ -134,7 +134,7 @@ async fn joining_again_gives_the_same_ticket_and_a_ticket_cannot_be_moved() {
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(
         product["waiting_room"],
-        json!({"admit_per_sec": 5, "admission_secs": 60, "join_early_secs": 600})
+        json!({"ceiling_per_sec": 5, "admission_secs": 60, "join_early_secs": 600})
     );
     let (status, first) = join(&app, &sku, 1).await;
     assert_eq!(status, StatusCode::OK, "{first}");
@@ -374,10 +374,10 @@ async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
         "{moving} then {later} admitted 3 s later, at 10/s"
     );
 
-    let (status, _) = set_room(&app, &sku, json!({"admit_per_sec": 1000})).await;
+    let (status, _) = set_room(&app, &sku, json!({"ceiling_per_sec": 1000})).await;
     assert_eq!(status, StatusCode::OK);
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
-    assert_eq!(product["waiting_room"]["admit_per_sec"], 1000);
+    assert_eq!(product["waiting_room"]["ceiling_per_sec"], 1000);
     eventually(
         "everyone admitted at the new pace",
         Duration::from_secs(5),
@@ -672,7 +672,7 @@ async fn the_admitted_figure_is_what_buyers_were_told() {
     body["start_time"] = json!(now_ms() + 1_000);
     body["end_time"] = json!(now_ms() + 3_500);
     body["waiting_room"] =
-        json!({"admit_per_sec": 10, "admission_secs": 60, "join_early_secs": 600});
+        json!({"ceiling_per_sec": 10, "admission_secs": 60, "join_early_secs": 600});
     let ends = app.sale_from(body).await;
     let mut tickets = Vec::new();
     for user in 1..=60 {
@@ -767,7 +767,7 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
         &app,
         1_000,
         -1_000,
-        json!({"admit_per_sec": 40, "admit_floor_per_sec": 5, "admission_secs": 60}),
+        json!({"ceiling_per_sec": 40, "floor_per_sec": 5, "admission_secs": 60}),
     )
     .await;
     // Joined after the start: user 1 is first in line.
@@ -843,7 +843,7 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
         &app,
         1_000,
         1_000,
-        json!({"admit_per_sec": 100, "active_cap": 10, "admission_secs": 8}),
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 8}),
     )
     .await;
     let mut tickets = Vec::new();
@@ -932,7 +932,7 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
         &app,
         2,
         -1_000,
-        json!({"admit_per_sec": 2, "admission_secs": 60}),
+        json!({"ceiling_per_sec": 2, "admission_secs": 60}),
     )
     .await;
     // Late joiners: served in the order they joined (user n at place n).
@@ -1009,16 +1009,19 @@ async fn room_bounds_are_checked_and_changed_live() {
     let app = spawn_app().await;
     for (room, why) in [
         (
-            json!({"admit_per_sec": 10, "admit_floor_per_sec": 11}),
+            json!({"ceiling_per_sec": 10, "floor_per_sec": 11}),
             "a floor above the ceiling",
         ),
         (
-            json!({"admit_per_sec": 10, "admit_floor_per_sec": 0}),
+            json!({"ceiling_per_sec": 10, "floor_per_sec": 0}),
             "a floor of 0",
         ),
-        (json!({"admit_per_sec": 10, "active_cap": 0}), "a cap of 0"),
         (
-            json!({"admit_per_sec": 10, "active_cap": 10_000_001}),
+            json!({"ceiling_per_sec": 10, "active_cap": 0}),
+            "a cap of 0",
+        ),
+        (
+            json!({"ceiling_per_sec": 10, "active_cap": 10_000_001}),
             "a cap too high",
         ),
     ] {
@@ -1027,22 +1030,22 @@ async fn room_bounds_are_checked_and_changed_live() {
         let resp = app.create_product(&body).await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{why}");
     }
-    let sku = room_sale_with(&app, 10, 60_000, json!({"admit_per_sec": 50})).await;
+    let sku = room_sale_with(&app, 10, 60_000, json!({"ceiling_per_sec": 50})).await;
     // The floor defaults to a tenth of the ceiling; no cap.
     assert_eq!(room_metric(&app, &sku, "room_admit_floor_per_sec").await, 5);
     assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
     let set = |body: Value| set_room(&app, &sku, body);
     for bad in [
         json!({}),
-        json!({"admit_floor_per_sec": 0}),
-        json!({"admit_per_sec": 100_001}),
+        json!({"floor_per_sec": 0}),
+        json!({"ceiling_per_sec": 100_001}),
         json!({"active_cap": 10_000_001}),
         json!({"active_cap": -1}),
     ] {
         let (status, body) = set(bad.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
     }
-    let (status, room) = set(json!({"active_cap": 7, "admit_floor_per_sec": 20})).await;
+    let (status, room) = set(json!({"active_cap": 7, "floor_per_sec": 20})).await;
     assert_eq!(status, StatusCode::OK, "{room}");
     assert_eq!(
         (
@@ -1053,7 +1056,7 @@ async fn room_bounds_are_checked_and_changed_live() {
         (&json!(50), &json!(20), &json!(7))
     );
     // A ceiling below the floor takes the floor down with it.
-    let (_, room) = set(json!({"admit_per_sec": 8})).await;
+    let (_, room) = set(json!({"ceiling_per_sec": 8})).await;
     assert_eq!(
         (
             &room["ceiling_per_sec"],
@@ -1067,10 +1070,22 @@ async fn room_bounds_are_checked_and_changed_live() {
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(
         product["waiting_room"],
-        json!({"admit_per_sec": 8, "admit_floor_per_sec": 8, "active_cap": 7,
+        json!({"ceiling_per_sec": 8, "floor_per_sec": 8, "active_cap": 7,
                "admission_secs": 120, "join_early_secs": 600}),
         "{product}"
     );
+    // The bounds' earlier names are still accepted, in and out of a sale.
+    let (status, room) = set(json!({"admit_per_sec": 9, "admit_floor_per_sec": 3})).await;
+    assert_eq!(status, StatusCode::OK, "{room}");
+    assert_eq!(
+        (&room["ceiling_per_sec"], &room["floor_per_sec"]),
+        (&json!(9), &json!(3))
+    );
+    let earlier = json!({"admit_per_sec": 10, "admit_floor_per_sec": 2});
+    let old_names = room_sale_with(&app, 10, 60_000, earlier).await;
+    let (_, product) = app.get_json(&format!("/api/products/{old_names}")).await;
+    assert_eq!(product["waiting_room"]["ceiling_per_sec"], 10, "{product}");
+    assert_eq!(product["waiting_room"]["floor_per_sec"], 2, "{product}");
     let (_, room) = set(json!({"active_cap": 0})).await;
     assert_eq!(room["active_cap"], Value::Null);
     assert_eq!(room_metric(&app, &sku, "room_active_cap").await, 0);
@@ -1088,14 +1103,14 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
         &app,
         10,
         60_000,
-        json!({"admit_per_sec": 10, "join_difficulty": 12}),
+        json!({"ceiling_per_sec": 10, "join_difficulty": 12}),
     )
     .await;
     let other = room_sale_with(
         &app,
         10,
         60_000,
-        json!({"admit_per_sec": 10, "join_difficulty": 12}),
+        json!({"ceiling_per_sec": 10, "join_difficulty": 12}),
     )
     .await;
     let (status, c) = app.get_json(&format!("/api/sales/{sku}/challenge")).await;

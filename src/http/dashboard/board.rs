@@ -248,11 +248,11 @@ impl Board {
             let mut sale = view(product, read, track, now, at_ms);
             if !unavailable && let Ok(Some(room)) = self.sales.room().room(product).await {
                 sale.room = Some(RoomView {
-                    admit_per_sec: room.rate,
+                    admit_per_sec: room.pace,
                     ceiling_per_sec: room.ceiling,
                     floor_per_sec: room.floor,
                     active: room.active,
-                    active_cap: (room.cap > 0).then_some(room.cap),
+                    active_cap: room.cap,
                     unpersisted_ms: room.unpersisted_ms,
                     figures: room.figures(at_ms),
                 });

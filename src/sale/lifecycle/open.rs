@@ -41,7 +41,7 @@ pub async fn open_sale(
         .arg(spec.limit_per_user)
         .arg(spec.price.to_string())
         .arg(GROUP)
-        .arg(room.map_or(String::new(), |r| r.admit_per_sec.to_string()))
+        .arg(room.map_or(String::new(), |r| r.ceiling_per_sec.to_string()))
         .arg(room.map_or(0, |r| u64::from(r.admission_secs) * 1000))
         .arg(room.map_or(0, |r| u64::from(r.join_early_secs) * 1000))
         .arg(room_key)

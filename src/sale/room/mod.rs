@@ -3,36 +3,39 @@
 //! sale's pace; with the room on only admitted buyers may order.
 //!
 //! What it keeps, and where:
-//! - Redis, per sale: the room's hash (rate, the "now serving" line
-//!   `served`, when it last moved, and the counts of early and late
-//!   joiners) and one field per joined buyer (`joined`: their number, so
-//!   that joining again gives the same ticket). One script call per join
-//!   (`room_join.lua`); nothing per poll.
+//! - Redis, per sale: the room's hash (its bounds, the pace, the "now
+//!   serving" line `served`, when it last moved, and the counts of early
+//!   and late joiners) and one field per joined buyer (`joined`: their
+//!   number, so that joining again gives the same ticket). One script call
+//!   per join (`room_join.lua`, [`join`]); nothing per poll.
 //! - Each instance, per sale: the room as last read ([`RoomState`], in
-//!   [`state`]), renewed at most once a second by `room_tick.lua` (where
-//!   the pace is decided: it moves the line on). A poll is answered from
-//!   it: the ticket's signature, its place ([`queue`]), the line; an
-//!   admission is signed here ([`pass`]).
+//!   [`state`]), renewed at most once a second by `room_tick.lua` ([`tick`]:
+//!   where the pace is decided; it moves the line on). A poll is answered
+//!   from it: the ticket's signature, its place in the line ([`places`]),
+//!   the line; an admission is signed here ([`pass`]).
+//!
+//! The words (see `domain::room`): the **line** is the places admitted so
+//! far; the **pace** is how fast it moves; the **ceiling** and **floor**
+//! bound the pace; the **cap** bounds the admissions held unused.
 //! - The buyer: the ticket and the admission, which carry their own number
 //!   and expiry, signed with the sale's key.
 
+mod join;
 pub mod pass;
 pub mod places;
 pub mod pow;
 pub(super) mod state;
+mod tick;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redis::{FromRedisValue, ParsingError, Value};
-
 use super::core::{Core, Counter};
 use super::error::SaleError;
-use super::keys::{GROUP, SaleKeys};
-use super::lua::script;
+use super::keys::SaleKeys;
 use super::rejection::Rejection;
-use crate::domain::{Chain, ProductId, UserId};
+use crate::domain::{BoundsChange, Chain, ProductId, UserId};
 pub use pass::{Number, Refused, RoomKey, Ticket};
 use state::Read;
 pub use state::{RoomFigures, RoomState, Rooms, Standing};
@@ -51,9 +54,6 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// How old the reading "this sale has no room" may be.
 const NO_ROOM_RECHECK: Duration = Duration::from_secs(30);
 
-script!(JOIN, "room_join");
-script!(ROOM_TICK, "room_tick");
-
 /// A sale's room, or why there is none.
 #[derive(Debug, Clone)]
 pub enum RoomLookup {
@@ -68,16 +68,6 @@ pub enum RoomLookup {
 /// counts as strained and the room's pace halves (once a second, down to
 /// the floor).
 pub const STRAIN_MS: u64 = 2_000;
-
-/// A change of a room's bounds (each `None`: kept; a cap of 0: none).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct NewBounds {
-    pub ceiling: Option<u32>,
-    pub floor: Option<u32>,
-    pub cap: Option<u32>,
-    /// Bits of proof of work a join costs (0: none).
-    pub join_difficulty: Option<u8>,
-}
 
 /// What a `room_tick.lua` call found.
 enum Ticked {
@@ -175,27 +165,12 @@ impl Room {
         }
         let keys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
-        let reply: Value = self
+        let reply = self
             .core
-            .call(|mut c| async move {
-                JOIN.key(&keys.sale)
-                    .key(&keys.stock)
-                    .key(&keys.room)
-                    .key(&keys.joined)
-                    .arg(user_id)
-                    .invoke_async(&mut c)
-                    .await
-            })
+            .call(|mut c| async move { join::join(&mut c, &keys, user_id).await })
             .await?;
-        let parts = Vec::<Value>::from_redis_value(reply).map_err(redis::RedisError::from)?;
-        let mut parts = parts.into_iter();
-        let status: String = next(&mut parts)?;
-        Ok(match status.as_str() {
-            "joined" => {
-                let text: String = next(&mut parts)?;
-                let new: i64 = next(&mut parts)?;
-                let number = Number::parse(&text)
-                    .ok_or_else(|| SaleError::Corrupt(format!("room number {text:?}")))?;
+        Ok(match join::decode(reply)? {
+            join::Reply::Joined { number, new } => {
                 // Joined a room this process had not read as one: read it.
                 let room = match known {
                     Some(room) => room,
@@ -204,25 +179,16 @@ impl Room {
                         .await?
                         .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into()))?,
                 };
+                let ticket = Ticket {
+                    user_id: user_id.get(),
+                    number,
+                };
                 Joined::Ticket {
-                    ticket: room.key.ticket(
-                        product,
-                        Ticket {
-                            user_id: user_id.get(),
-                            number,
-                        },
-                    ),
-                    new: new == 1,
+                    ticket: room.key.ticket(product, ticket),
+                    new,
                 }
             }
-            "no_sale" => Joined::NoSale,
-            "no_room" => Joined::NoRoom,
-            "not_open" => Joined::NotOpen {
-                opens_ms: next(&mut parts)?,
-            },
-            "ended" => Joined::Ended,
-            "sold_out" => Joined::SoldOut,
-            other => return Err(SaleError::Corrupt(format!("room_join status {other:?}"))),
+            join::Reply::Other(joined) => joined,
         })
     }
 
@@ -262,7 +228,7 @@ impl Room {
             // Made-up ids cost Redis nothing (as orders for them): the
             // registry as last read says there is no such sale.
             None if self.core.is_no_sale(product) => return Ok(RoomLookup::NoSale),
-            None => match self.tick_room(product, NewBounds::default()).await? {
+            None => match self.tick_room(product, BoundsChange::default()).await? {
                 Ticked::NoSale => return Ok(RoomLookup::NoSale),
                 Ticked::Read(room) => room,
             },
@@ -282,7 +248,10 @@ impl Room {
         let room = match self.rooms.remembered(product) {
             Some(read) => read.room,
             None if self.core.is_no_sale(product) => None,
-            None => self.tick_room(product, NewBounds::default()).await?.room(),
+            None => self
+                .tick_room(product, BoundsChange::default())
+                .await?
+                .room(),
         };
         let Some(room) = room else {
             return Ok(Admission::NoRoom);
@@ -315,7 +284,7 @@ impl Room {
     pub async fn set_bounds(
         &self,
         product: &ProductId,
-        change: NewBounds,
+        change: BoundsChange,
     ) -> Result<Option<Arc<RoomState>>, SaleError> {
         Ok(self.tick_room(product, change).await?.room())
     }
@@ -328,7 +297,7 @@ impl Room {
         }
         let (room, product) = (self.clone(), product.clone());
         tokio::spawn(async move {
-            if let Err(e) = room.tick_room(&product, NewBounds::default()).await {
+            if let Err(e) = room.tick_room(&product, BoundsChange::default()).await {
                 tracing::warn!(%product, error = %Chain(&e), "cannot read the waiting room");
             }
             slot.refreshing.store(false, Ordering::Release);
@@ -336,33 +305,18 @@ impl Room {
     }
 
     /// Moves the line on and reads the room (`room_tick.lua`); remembers it.
-    async fn tick_room(&self, product: &ProductId, change: NewBounds) -> Result<Ticked, SaleError> {
+    async fn tick_room(
+        &self,
+        product: &ProductId,
+        change: BoundsChange,
+    ) -> Result<Ticked, SaleError> {
         let keys: SaleKeys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
-        let reply: Value = self
+        let reply = self
             .core
-            .call(|mut c| async move {
-                ROOM_TICK
-                    .key(&keys.sale)
-                    .key(&keys.stock)
-                    .key(&keys.room)
-                    .key(&keys.orders)
-                    .key(&keys.room_log)
-                    .arg(text(change.ceiling))
-                    .arg(text(change.floor))
-                    .arg(text(change.cap))
-                    .arg(GROUP)
-                    .arg(STRAIN_MS)
-                    .arg(
-                        change
-                            .join_difficulty
-                            .map_or(String::new(), |d| d.to_string()),
-                    )
-                    .invoke_async(&mut c)
-                    .await
-            })
+            .call(|mut c| async move { tick::tick(&mut c, &keys, change).await })
             .await?;
-        let (exists, room) = parse_tick(reply)?;
+        let (exists, room) = tick::decode(reply)?;
         let room = room.map(Arc::new);
         if !exists {
             // No such sale: nothing to remember (ids nobody opened would
@@ -382,84 +336,4 @@ impl Room {
     pub(super) fn forget(&self, product: &ProductId) {
         self.rooms.forget(product);
     }
-}
-
-fn text(v: Option<u32>) -> String {
-    v.map_or(String::new(), |v| v.to_string())
-}
-
-fn next<T: FromRedisValue>(parts: &mut impl Iterator<Item = Value>) -> Result<T, SaleError> {
-    let v = parts
-        .next()
-        .ok_or_else(|| SaleError::Corrupt("a short reply from a room script".into()))?;
-    T::from_redis_value(v).map_err(|e: ParsingError| SaleError::Redis(e.into()))
-}
-
-/// `(the sale exists, its room)`.
-fn parse_tick(reply: Value) -> Result<(bool, Option<RoomState>), SaleError> {
-    let parts = Vec::<Value>::from_redis_value(reply).map_err(redis::RedisError::from)?;
-    let mut parts = parts.into_iter();
-    let status: String = next(&mut parts)?;
-    match status.as_str() {
-        "room" => {}
-        "no_room" => return Ok((true, None)),
-        _ => return Ok((false, None)),
-    }
-    let start_ms = next(&mut parts)?;
-    let end_ms = next(&mut parts)?;
-    let admission_ms = next(&mut parts)?;
-    let key_hex: String = next(&mut parts)?;
-    let key = RoomKey::from_hex(&key_hex)
-        .ok_or_else(|| SaleError::Corrupt("the room key is not hex".into()))?;
-    let rate = fraction(next(&mut parts)?, "pace")?;
-    let served = fraction(next(&mut parts)?, "served")?;
-    Ok((
-        true,
-        Some(RoomState {
-            start_ms,
-            end_ms,
-            admission_ms,
-            seed: key.draw_seed(),
-            key,
-            rate,
-            served,
-            at_ms: next(&mut parts)?,
-            early: next(&mut parts)?,
-            late: next(&mut parts)?,
-            stock: next(&mut parts)?,
-            now_ms: next(&mut parts)?,
-            ceiling: next(&mut parts)?,
-            floor: next(&mut parts)?,
-            cap: next(&mut parts)?,
-            active: next(&mut parts)?,
-            unpersisted_ms: u64::try_from(next::<i64>(&mut parts)?).ok(),
-            log: next::<Vec<String>>(&mut parts)?
-                .iter()
-                .map(|e| parse_log_entry(e))
-                .collect::<Result<_, _>>()?,
-            join_difficulty: next(&mut parts)?,
-        }),
-    ))
-}
-
-/// A room log entry, `at_ms:served`.
-fn parse_log_entry(entry: &str) -> Result<(i64, f64), SaleError> {
-    let mut parts = entry.split(':');
-    let at = parts.next().and_then(|a| a.parse::<i64>().ok());
-    let served = parts
-        .next()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite());
-    match (at, served) {
-        (Some(at), Some(served)) => Ok((at, served)),
-        _ => Err(SaleError::Corrupt(format!("room log entry {entry:?}"))),
-    }
-}
-
-/// A fractional figure the script sends as text.
-fn fraction(text: String, what: &str) -> Result<f64, SaleError> {
-    text.parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| SaleError::Corrupt(format!("room {what} {text:?}")))
 }

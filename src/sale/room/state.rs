@@ -30,13 +30,13 @@ pub struct RoomState {
     pub seed: [u8; 32],
     /// Buyers admitted per second now: the pace, between `floor` and
     /// `ceiling`, lower while the backend is strained.
-    pub rate: f64,
+    pub pace: f64,
     /// The operator's bounds on the pace (buyers per second).
     pub ceiling: u32,
     pub floor: u32,
-    /// At most this many buyers hold an unused admission (0: no cap), and
-    /// how many do (counted only with a cap).
-    pub cap: u64,
+    /// At most this many buyers hold an unused admission (`None`: no
+    /// cap), and how many do (counted only with a cap).
+    pub cap: Option<u64>,
     pub active: u64,
     /// How long the oldest order not yet persisted has waited (`None`:
     /// none waits): past `STRAIN_MS`, the pace halves.
@@ -124,7 +124,7 @@ impl RoomState {
             joined,
             admitted,
             waiting,
-            wait_at_back_ms: (waiting as f64 / self.rate.max(1e-9) * 1000.0).ceil() as u64,
+            wait_at_back_ms: (waiting as f64 / self.pace.max(1e-9) * 1000.0).ceil() as u64,
         }
     }
 
@@ -157,7 +157,7 @@ impl RoomState {
         if self.stock <= 0 || until <= from {
             return self.served;
         }
-        let moved = self.rate * (until - from) as f64 / 1000.0;
+        let moved = self.pace * (until - from) as f64 / 1000.0;
         (self.served + moved).min(self.joined() as f64)
     }
 
@@ -185,7 +185,7 @@ impl RoomState {
             newer = (at as f64, served);
         }
         let (at, served) = newer;
-        at - (served - p) / self.rate.max(1e-9) * 1000.0
+        at - (served - p) / self.pace.max(1e-9) * 1000.0
     }
 
     /// Where `ticket` stands at `now_ms`.
@@ -212,12 +212,12 @@ impl RoomState {
             let ahead = place.saturating_sub(expected.floor() as u64 + 1);
             let to_go = (place as f64 - expected).max(0.0);
             let at = |pace: f64| (to_go / pace.max(1e-9) * 1000.0).ceil() as u64;
-            let slowest = (self.rate / 2.0).max(f64::from(self.floor)).min(self.rate);
+            let slowest = (self.pace / 2.0).max(f64::from(self.floor)).min(self.pace);
             return Standing::Waiting {
                 place,
                 ahead,
-                wait_ms: at(self.rate),
-                wait_range_ms: (at(f64::from(self.ceiling).max(self.rate)), at(slowest)),
+                wait_ms: at(self.pace),
+                wait_range_ms: (at(f64::from(self.ceiling).max(self.pace)), at(slowest)),
             };
         }
         let reached_ms = self.reached_ms(place);
@@ -304,10 +304,10 @@ mod tests {
             admission_ms: 10_000,
             seed: key.draw_seed(),
             key,
-            rate: 10.0,
+            pace: 10.0,
             ceiling: 40,
             floor: 5,
-            cap: if log.is_empty() { 0 } else { 10 },
+            cap: (!log.is_empty()).then_some(10),
             active: 0,
             unpersisted_ms: None,
             log,
@@ -344,7 +344,7 @@ mod tests {
         // at half the pace (5/s, the floor).
         assert_eq!((wait_ms, wait_range_ms), (2_000, (500, 4_000)));
         let mut at_floor = r.clone();
-        at_floor.rate = 5.0;
+        at_floor.pace = 5.0;
         let Standing::Waiting { wait_range_ms, .. } = at_floor.standing(&product, late(30), 50_000)
         else {
             panic!("waiting")
