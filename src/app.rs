@@ -92,28 +92,7 @@ impl App {
             .workers
             .clone()
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
-        let dashboard = (http.admin_routes)
-            .then_some(http.admin_token.clone())
-            .flatten()
-            .map(|token| {
-                Arc::new(http::dashboard::Dashboard {
-                    sessions: http::dashboard::session::Sessions::new(
-                        &token,
-                        http.dashboard_session,
-                    ),
-                    board: http::dashboard::Board::new(
-                        Watched::of(&sales),
-                        metrics.clone(),
-                        match &settings.workers {
-                            Some(w) => http::dashboard::board::Workers::Here {
-                                delivering: !w.events.is_empty(),
-                            },
-                            None => http::dashboard::board::Workers::Elsewhere,
-                        },
-                    ),
-                    admin_token: token,
-                })
-            });
+        let dashboard = dashboard(settings, &sales, &metrics);
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
             room: sales.room().clone(),
@@ -231,6 +210,27 @@ impl App {
         }
         served
     }
+}
+
+/// The operator's page, when the admin routes are on with a token.
+fn dashboard(
+    settings: &Settings,
+    sales: &Sales,
+    metrics: &Arc<Metrics>,
+) -> Option<Arc<http::dashboard::Dashboard>> {
+    let http = &settings.http;
+    let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
+    let workers = match &settings.workers {
+        Some(w) => http::dashboard::board::Workers::Here {
+            delivering: !w.events.is_empty(),
+        },
+        None => http::dashboard::board::Workers::Elsewhere,
+    };
+    Some(Arc::new(http::dashboard::Dashboard {
+        sessions: http::dashboard::session::Sessions::new(&token, http.dashboard_session),
+        board: http::dashboard::Board::new(Watched::of(sales), metrics.clone(), workers),
+        admin_token: token,
+    }))
 }
 
 /// `flashsale worker`: only the stream workers, until `shutdown`; with

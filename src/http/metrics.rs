@@ -16,7 +16,7 @@ use super::watched::Watched;
 use crate::domain::Chain;
 use crate::metrics::Metrics;
 use crate::sale::room::RoomState;
-use crate::sale::{Counter, QueueView};
+use crate::sale::{Counter, Counts, QueueView};
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -52,21 +52,35 @@ pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
 
 /// Refreshes the per-sale gauges from Redis and renders everything.
 async fn scrape(m: &Metrics, sales: &Watched) -> Response {
-    // The sales count their own calls; the counters catch up at each scrape.
+    count_calls(m, sales.counts());
+    read_sales(m, sales).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        m.render(),
+    )
+        .into_response()
+}
+
+/// The sales count their own calls; the counters catch up at each scrape.
+fn count_calls(m: &Metrics, counts: &Counts) {
     for (call, now) in [
-        ("place_order", sales.counts().get(Counter::OrderCalls)),
-        ("memory_read", sales.counts().get(Counter::MemoryReads)),
+        ("place_order", counts.get(Counter::OrderCalls)),
+        ("memory_read", counts.get(Counter::MemoryReads)),
     ] {
         let counter = m.order_path_calls.with_label_values(&[call]);
         counter.inc_by(now.saturating_sub(counter.get()));
     }
     let orders = &m.order_script_orders;
-    orders.inc_by(
-        sales
-            .counts()
-            .get(Counter::OrdersSent)
-            .saturating_sub(orders.get()),
-    );
+    let sent = counts.get(Counter::OrdersSent);
+    orders.inc_by(sent.saturating_sub(orders.get()));
+}
+
+/// Each open sale's gauges, read from Redis now (the last scrape's are
+/// dropped first: a retired sale's series go with it).
+async fn read_sales(m: &Metrics, sales: &Watched) {
     for gauge in [
         &m.sale_stock,
         &m.stream_length,
@@ -85,36 +99,28 @@ async fn scrape(m: &Metrics, sales: &Watched) -> Response {
     ] {
         gauge.reset();
     }
-    match sales.lifecycle().open_sales().await {
-        Ok(open) => {
-            for product in open.iter().take(MAX_SALES_SCRAPED) {
-                match sales.queue().view(product).await {
-                    Ok(w) => set_sale_gauges(m, product.as_str(), &w),
-                    Err(e) => {
-                        tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale")
-                    }
-                }
-                match sales.room().room(product).await {
-                    Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the waiting room")
-                    }
-                }
+    let open = match sales.lifecycle().open_sales().await {
+        Ok(open) => open,
+        Err(e) => {
+            tracing::warn!(error = %Chain(&e), "metrics: cannot list the open sales");
+            return;
+        }
+    };
+    for product in open.iter().take(MAX_SALES_SCRAPED) {
+        match sales.queue().view(product).await {
+            Ok(w) => set_sale_gauges(m, product.as_str(), &w),
+            Err(e) => {
+                tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale")
             }
         }
-        Err(e) => {
-            tracing::warn!(error = %Chain(&e), "metrics: cannot list the open sales")
+        match sales.room().room(product).await {
+            Ok(Some(room)) => set_room_gauges(m, product.as_str(), &room),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the waiting room")
+            }
         }
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        m.render(),
-    )
-        .into_response()
 }
 
 fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {

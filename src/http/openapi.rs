@@ -147,65 +147,104 @@ impl Modify for CommonAnswers {
     }
 }
 
+/// Which operations an answer of every route applies to.
+#[derive(Clone, Copy)]
+enum Applies {
+    Every,
+    /// Routes with a path, query or body to parse.
+    Parsed,
+    WithBody,
+    Admin,
+    /// The buyer's routes (a JWT or a gateway's header).
+    Buyer,
+    /// The buyer's routes other than `POST /api/orders` (lookups, joins).
+    BuyerLookup,
+    Poll,
+    PlaceOrder,
+}
+
+/// The answers every route may give, beside its own.
+const COMMON: [(Applies, u16, &str); 10] = [
+    (
+        Applies::Every,
+        431,
+        "`headers_too_large`: too many or too large request headers",
+    ),
+    (
+        Applies::Parsed,
+        400,
+        "`invalid_request`: a malformed path, query or body; nothing changed",
+    ),
+    (Applies::WithBody, 413, "`payload_too_large`"),
+    (
+        Applies::WithBody,
+        415,
+        "`unsupported_media_type`: the body must be `application/json`",
+    ),
+    (
+        Applies::Admin,
+        401,
+        "`unauthorized`: missing or wrong `Authorization: Bearer <ADMIN_TOKEN>`",
+    ),
+    (
+        Applies::Buyer,
+        401,
+        "`unauthorized`: no credential, or one that does not verify (malformed, bad signature, expired, not yet valid, another issuer or audience, an algorithm not accepted)",
+    ),
+    (
+        Applies::BuyerLookup,
+        429,
+        "`rate_limited`: too many lookups or joins from this address; retry after `Retry-After`",
+    ),
+    (
+        Applies::Poll,
+        429,
+        "`rate_limited`: too many polls from this address; retry after `Retry-After`",
+    ),
+    (
+        Applies::PlaceOrder,
+        429,
+        "`rate_limited`: too many orders from this user or address; retry after `Retry-After`",
+    ),
+    (
+        Applies::PlaceOrder,
+        503,
+        "`overloaded`: more orders in flight than the service decides at once (shed, not queued), or `unavailable`: a dependency did not answer in time; retry after `Retry-After`",
+    ),
+];
+
+/// The 503 of every route but the order route's (which sheds, too).
+const UNAVAILABLE: &str =
+    "`unavailable`: Redis or MySQL did not answer in time; retry after `Retry-After`";
+
+impl Applies {
+    fn to(self, path: &str, method: &HttpMethod, op: &Operation) -> bool {
+        let has_params =
+            path.contains('{') || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
+        let buyer = path.starts_with("/api/orders")
+            || path.starts_with("/api/users/")
+            || path == "/api/sales/{product_id}/queue";
+        let place_order = path == "/api/orders" && *method == HttpMethod::Post;
+        match self {
+            Self::Every => true,
+            Self::Parsed => has_params || op.request_body.is_some(),
+            Self::WithBody => op.request_body.is_some(),
+            Self::Admin => path.starts_with("/api/admin/"),
+            Self::Buyer => buyer,
+            Self::BuyerLookup => buyer && path != "/api/orders",
+            Self::Poll => path == "/api/sales/{product_id}/queue/{ticket}",
+            Self::PlaceOrder => place_order,
+        }
+    }
+}
+
 fn add_common(path: &str, method: HttpMethod, op: &mut Operation) {
-    let has_params = path.contains('{') || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
-    let mut answers: Vec<(u16, &str)> = vec![
-        (
-            431,
-            "`headers_too_large`: too many or too large request headers",
-        ),
-        (
-            503,
-            "`unavailable`: Redis or MySQL did not answer in time; retry after `Retry-After`",
-        ),
-    ];
-    if has_params || op.request_body.is_some() {
-        answers.push((
-            400,
-            "`invalid_request`: a malformed path, query or body; nothing changed",
-        ));
-    }
-    if op.request_body.is_some() {
-        answers.push((413, "`payload_too_large`"));
-        answers.push((
-            415,
-            "`unsupported_media_type`: the body must be `application/json`",
-        ));
-    }
-    if path.starts_with("/api/admin/") {
-        answers.push((
-            401,
-            "`unauthorized`: missing or wrong `Authorization: Bearer <ADMIN_TOKEN>`",
-        ));
-    }
-    let buyer_route = path.starts_with("/api/orders")
-        || path.starts_with("/api/users/")
-        || path == "/api/sales/{product_id}/queue";
-    if buyer_route {
-        answers.push((
-            401,
-            "`unauthorized`: no credential, or one that does not verify (malformed, bad signature, expired, not yet valid, another issuer or audience, an algorithm not accepted)",
-        ));
-    }
-    if buyer_route && path != "/api/orders" {
-        answers.push((
-            429,
-            "`rate_limited`: too many lookups or joins from this address; retry after `Retry-After`",
-        ));
-    }
-    if path == "/api/sales/{product_id}/queue/{ticket}" {
-        answers.push((
-            429,
-            "`rate_limited`: too many polls from this address; retry after `Retry-After`",
-        ));
-    }
-    if path == "/api/orders" && method == HttpMethod::Post {
-        answers.push((
-            429,
-            "`rate_limited`: too many orders from this user or address; retry after `Retry-After`",
-        ));
-        answers[1].1 = "`overloaded`: more orders in flight than the service decides at once (shed, not queued), or `unavailable`: a dependency did not answer in time; retry after `Retry-After`";
-    }
+    let mut answers: Vec<(u16, &str)> = COMMON
+        .iter()
+        .filter(|(applies, ..)| applies.to(path, &method, op))
+        .map(|&(_, status, description)| (status, description))
+        .collect();
+    answers.push((503, UNAVAILABLE));
     let responses = &mut op.responses.responses;
     for (status, description) in answers {
         let status = status.to_string();

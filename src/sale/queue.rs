@@ -300,19 +300,10 @@ fn read_view(
     let books: (Option<u8>, Option<i64>, Option<i64>, Option<String>) = parse(next()?)?;
     let cancel_requests: u64 = parse(next()?)?;
 
-    let number = |field: &str| {
-        stream
-            .as_ref()
-            .and_then(|s| s.get(field))
-            .and_then(|v| u64::from_redis_value(v.clone()).ok())
-    };
-    let last_generated_id = stream
-        .as_ref()
-        .and_then(|s| s.get("last-generated-id"))
-        .and_then(|v| String::from_redis_value(v.clone()).ok());
     let group = groups.and_then(|g| g.groups.into_iter().find(|g| g.name == GROUP));
     let pending_count = group.as_ref().map_or(0, |g| g.pending as u64);
     let read = group.as_ref().and_then(|g| g.entries_read).unwrap_or(0) as u64;
+    let stream = stream.unwrap_or_default();
     Ok(QueueView {
         stream_key: keys.orders,
         dead_letter_key: keys.dead,
@@ -321,39 +312,56 @@ fn read_view(
         initial,
         start_ms,
         end_ms,
-        stream_length: number("length").unwrap_or(0),
-        accepted: number("entries-added").unwrap_or(0),
+        stream_length: field(&stream, "length").unwrap_or(0),
+        accepted: field(&stream, "entries-added").unwrap_or(0),
         acked: read.saturating_sub(pending_count),
         lag: group.as_ref().and_then(|g| g.lag).map(|l| l as u64),
-        last_generated_id,
+        last_generated_id: field(&stream, "last-generated-id"),
         last_delivered_id: group.as_ref().map(|g| g.last_delivered_id.clone()),
         pending: pending_count,
         oldest_pending_ms: match pending {
             Some(StreamPendingReply::Data(d)) => id_ms(&d.start_id),
             _ => None,
         },
-        consumers: consumers
-            .map(|c| c.consumers)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| Consumer {
-                name: c.name,
-                pending: c.pending as u64,
-                idle_ms: c.idle as u64,
-            })
-            .collect(),
+        consumers: consumers.map_or_else(Vec::new, |c| {
+            c.consumers.into_iter().map(Consumer::of).collect()
+        }),
         dead_letters,
         cancel_requests,
-        unsettled: books.3.filter(|u| !u.is_empty()),
-        books: match books {
-            (Some(balanced), Some(difference), Some(judged_ms), _) => Some(BooksVerdict {
+        unsettled: books.3.clone().filter(|u| !u.is_empty()),
+        books: BooksVerdict::of(books),
+    })
+}
+
+/// A field of `XINFO STREAM`'s reply, when there and of its type.
+fn field<T: FromRedisValue>(stream: &HashMap<String, Value>, name: &str) -> Option<T> {
+    stream
+        .get(name)
+        .and_then(|v| T::from_redis_value(v.clone()).ok())
+}
+
+impl Consumer {
+    fn of(c: redis::streams::StreamInfoConsumer) -> Self {
+        Self {
+            name: c.name,
+            pending: c.pending as u64,
+            idle_ms: c.idle as u64,
+        }
+    }
+}
+
+impl BooksVerdict {
+    /// The verdict in the sale's `books` hash, when one is recorded.
+    fn of(books: (Option<u8>, Option<i64>, Option<i64>, Option<String>)) -> Option<Self> {
+        match books {
+            (Some(balanced), Some(difference), Some(judged_ms), _) => Some(Self {
                 balanced: balanced == 1,
                 difference,
                 judged_ms,
             }),
             _ => None,
-        },
-    })
+        }
+    }
 }
 
 fn parse<T: FromRedisValue>(v: Value) -> Result<T, SaleError> {

@@ -46,6 +46,38 @@ pub struct Product {
 }
 
 impl Product {
+    /// The row of a new product, created at `now` (epoch ms).
+    fn new(p: &NewProduct, now: i64) -> Self {
+        Self {
+            product_id: p.product_id.to_string(),
+            title: p.title.clone(),
+            price: p.price,
+            available_qty: p.available_qty as i64,
+            initial_qty: p.available_qty as i64,
+            start_time: p.start_time,
+            end_time: p.end_time,
+            limit_per_user: p.limit_per_user as i64,
+            created: now,
+            updated: now,
+            opened: None,
+            room_admit_per_sec: p.waiting_room.map(|r| r.ceiling_per_sec as i32),
+            room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
+            room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
+            room_admit_floor_per_sec: p
+                .waiting_room
+                .and_then(|r| r.floor_per_sec)
+                .map(|f| f as i32),
+            room_active_cap: p.waiting_room.and_then(|r| r.active_cap).map(|c| c as i32),
+            room_join_difficulty: p
+                .waiting_room
+                .and_then(|r| r.join_difficulty)
+                .map(|d| d as i8),
+            closed: None,
+            retired: None,
+            purged: None,
+        }
+    }
+
     /// The sale's waiting room, if it has one.
     pub fn waiting_room(&self) -> Option<WaitingRoom> {
         Some(WaitingRoom {
@@ -93,35 +125,7 @@ impl Products {
 
     /// Inserts a product; `ProductExists` when the id is taken.
     pub async fn create(&self, p: &NewProduct) -> Result<Product, StoreError> {
-        let now = now_ms();
-        let row = Product {
-            product_id: p.product_id.to_string(),
-            title: p.title.clone(),
-            price: p.price,
-            available_qty: p.available_qty as i64,
-            initial_qty: p.available_qty as i64,
-            start_time: p.start_time,
-            end_time: p.end_time,
-            limit_per_user: p.limit_per_user as i64,
-            created: now,
-            updated: now,
-            opened: None,
-            room_admit_per_sec: p.waiting_room.map(|r| r.ceiling_per_sec as i32),
-            room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
-            room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
-            room_admit_floor_per_sec: p
-                .waiting_room
-                .and_then(|r| r.floor_per_sec)
-                .map(|f| f as i32),
-            room_active_cap: p.waiting_room.and_then(|r| r.active_cap).map(|c| c as i32),
-            room_join_difficulty: p
-                .waiting_room
-                .and_then(|r| r.join_difficulty)
-                .map(|d| d as i8),
-            closed: None,
-            retired: None,
-            purged: None,
-        };
+        let row = Product::new(p, now_ms());
         let sql = format!(
             "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );

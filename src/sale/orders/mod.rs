@@ -33,7 +33,7 @@ use super::memory::clock::Reading;
 use super::memory::{Heard, Keyed};
 use super::rejection::Rejection;
 use super::room::Room;
-use crate::domain::{OrderId, PendingOrder, ProductId};
+use crate::domain::{OrderId, ProductId};
 use record::AcceptedRecord;
 use sharing::{Joined, Sent, Sharing, Waiting};
 
@@ -218,16 +218,7 @@ impl Orders {
                     now_ms: created_ms,
                     allowance_left,
                 });
-                let accepted = PendingOrder {
-                    order_id: call.order_id,
-                    user_id: order.user_id,
-                    product_id: product.clone(),
-                    quantity: order.quantity,
-                    price,
-                    created_ms,
-                    idempotency_key: call.idempotency_key,
-                };
-                placed(accepted, false)
+                placed(call.accepted(product, price, created_ms), false)
             }
             PlaceReply::Replayed { order_id, record } => {
                 learn(Heard::Other);

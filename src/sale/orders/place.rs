@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 
 use super::decision::Vouched;
 use super::record::idempotency_field;
-use crate::domain::{OrderId, ProductId, Quantity, UserId};
+use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 use crate::sale::conn::Conn;
 use crate::sale::keys::Key;
 use crate::sale::lua::script;
@@ -52,6 +52,25 @@ pub struct OrderCall {
 }
 
 impl OrderCall {
+    /// The order as accepted at `created_ms` (Redis's time), at `price`:
+    /// its id and key become the accepted order's, with no copy.
+    pub(super) fn accepted(
+        self,
+        product: &ProductId,
+        price: Decimal,
+        created_ms: i64,
+    ) -> PendingOrder {
+        PendingOrder {
+            order_id: self.order_id,
+            user_id: self.user_id,
+            product_id: product.clone(),
+            quantity: self.quantity,
+            price,
+            created_ms,
+            idempotency_key: self.idempotency_key,
+        }
+    }
+
     /// The idempotency record's field, `user_id:key`: keys of different
     /// buyers never meet.
     pub fn idempotency_field(&self) -> Option<String> {
@@ -277,7 +296,10 @@ mod tests {
                 ..
             }
         ));
+    }
 
+    #[test]
+    fn no_sale_answers_every_order_and_a_broken_reply_is_an_error() {
         let no_sale = parse_place_replies(Value::Array(vec![bulk("no_sale")]), 2).unwrap();
         assert!(
             no_sale
