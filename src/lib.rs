@@ -6,8 +6,8 @@
 //!   from the connection (`orders::place`), `router` the rest: who is asking
 //!   ([`http::auth`]), one module per resource (`orders`, `products`,
 //!   `room`, `payments`: the payment side's signed notifications, `events`:
-//!   the outbox read in order), bounded connections (`conn`) and requests (`limits`), one
-//!   error mapping (`error`), the operator's live page
+//!   the outbox read in order), bounded connections (`conn`) and requests
+//!   (`limits`), one error mapping (`error`), the operator's live page
 //!   ([`http::dashboard`]) and a sale's page for its buyers (`buyer_page`,
 //!   over the public API).
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
@@ -15,24 +15,25 @@
 //!   and the periodic passes (`periodic`: sweeper, reconciliation,
 //!   retirement, `deliver`: the outbox pushed to the shop), each run by
 //!   `every`.
-//! - [`books`]: an order's life after its 202 (payments, cancel, payment
-//!   timeout) across MySQL and Redis; the audit; recovery of a sale Redis
-//!   lost; a sale's end of life (close, retire, purge).
-//! - [`sale`]: the Redis side, as handles by role over one connection:
-//!   `orders` (one Lua script checks the sale, deducts stock and appends
-//!   the order to the sale's stream, atomically: where stock is deducted;
-//!   the orders of a sale that arrive together share a call, `line`),
-//!   `room` (the waiting room), `lifecycle` (open, close, retire),
-//!   `queue` (what the stream holds), `ledger` (what the books need from
-//!   Redis), and `stream` (the workers' reads).
-//! - [`store`]: MySQL access (`tb_product`, `tb_order`, `tb_payment`,
-//!   `tb_event`: the outbox, `tb_sale_audit`).
+//! - [`books`]: what needs both stores: an order's life after its 202
+//!   (payments, cancel, payment timeout), a sale's admin (`Catalog`), the
+//!   audit, recovery of a sale Redis lost, a sale's end of life. The books
+//!   decide; the stores read and write.
+//! - [`sale`]: the Redis side, as handles by role over one private core:
+//!   `Orders` (one Lua script checks the sale, deducts stock and appends
+//!   the order to the sale's stream, atomically: where stock is deducted),
+//!   `Accepted`, `Room`, `Lifecycle`, `Queue`, `Ledger`, `Streams`, `Bells`.
+//! - [`store`]: MySQL, one handle per table family (`Products`, `Orders`:
+//!   where an order is persisted, `Payments`, `Events`, `Deliveries`,
+//!   `Audits`) over one bounded core (`Db`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
-//!   and signed messages (`webhook`: Standard Webhooks).
+//!   a waiting room's bounds, and signed messages (`webhook`: Standard
+//!   Webhooks).
 //! - [`config`]: every setting, once (command line and environment);
-//!   [`app`]: startup; [`cli`]: the operator commands (`audit`, `recover`,
-//!   `streams`, `sales`); `main.rs` only calls them.
+//!   [`app`]: startup, the one place that holds the stores whole and gives
+//!   each part its handles; [`cli`]: the operator commands (`audit`,
+//!   `recover`, `streams`, `sales`); `main.rs` only calls them.
 //! - [`bench_support`] (feature `bench`): what the benchmarks call below the
 //!   public API.
 //!
@@ -48,6 +49,37 @@
 //!           -> sale, store
 //!             -> domain
 //! ```
+//!
+//! ## Words
+//!
+//! One word per idea, in the code, the metrics and the docs:
+//!
+//! - **sale**: a product's flash sale; its Redis keys share the product id
+//!   as hash tag. **Open**: in Redis and in the **registry** of open sales.
+//! - **accepted** order: answered 202 by the order script, in the sale's
+//!   **stream**; **pending** until a worker **persists** it into the
+//!   **books** (MySQL), `confirmed` there, then `paid` or `cancelled`.
+//! - **shared call**: one `place_order.lua` call carrying the orders of a
+//!   sale that arrived while its previous call was in flight.
+//! - **batch**: the entries a worker reads from a stream at once, and
+//!   persists in one transaction.
+//! - **dead letter**: an entry (or an event) given up after its attempts,
+//!   kept for an operator.
+//! - **memory**: what an instance remembers of Redis's answers, to refuse
+//!   without a round trip (`sale::memory`).
+//! - **queue**: the read model of a sale's stream and its consumer group
+//!   (`sale::Queue`: what the dashboard and `/metrics` show).
+//! - **waiting room**: the **line** (the places admitted so far) moves at
+//!   the **pace** (buyers admitted per second now, `admit_per_sec` in
+//!   answers and metrics), between the operator's **floor** and
+//!   **ceiling**; a buyer's **place** in it; a **ticket** (joined), an
+//!   **admission** (may order); the **cap** bounds admissions held unused.
+//! - **bell**: the `PUBLISH` that wakes a quiet sale's sleeping drain.
+//! - **event**: a change of an order or a sale in the outbox (`tb_event`),
+//!   **delivered** to the shop's endpoints.
+//! - **reconcile**: restore in Redis what a failover lost of a sale the
+//!   books hold; **recover**: rebuild a sale Redis lost whole;
+//!   **retire**: end a settled sale's life (final audit, keys **purged**).
 //!
 //! The benchmarks are the workspace's other crate, `bench/` (binary
 //! `flashsale-bench`): they use this library, and nothing here knows them.

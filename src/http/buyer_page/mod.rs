@@ -35,7 +35,13 @@ use super::pages::{asset, html};
 use crate::domain::ProductId;
 
 const PAGE: &str = include_str!("assets/sale.html");
-const SCRIPT: &str = include_str!("assets/sale.js");
+/// The page's scripts, each served at `/sale/assets/<name>`, in the order
+/// the page loads them: the proof of work, the waiting room, the page.
+const SCRIPTS: [(&str, &str); 3] = [
+    ("pow.js", include_str!("assets/pow.js")),
+    ("room.js", include_str!("assets/room.js")),
+    ("sale.js", include_str!("assets/sale.js")),
+];
 const STYLE: &str = include_str!("assets/sale.css");
 
 /// How the page identifies its buyer, rendered into it as `data-auth`.
@@ -65,19 +71,21 @@ where
 {
     // Rendered once: every answer shares these bytes.
     let page = Bytes::from(PAGE.replace("{{auth}}", identity.attribute()));
-    Router::new()
+    let router = Router::new()
         .route(
             "/sale/{product_id}",
             get(move |id: PathParam<String>| async move { sale_page(&page, &id.0) }),
         )
         .route(
-            "/sale/assets/sale.js",
-            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
-        )
-        .route(
             "/sale/assets/sale.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        );
+    SCRIPTS.iter().fold(router, |router, &(name, script)| {
+        router.route(
+            &format!("/sale/assets/{name}"),
+            get(move || async move { asset("text/javascript; charset=utf-8", script) }),
         )
+    })
 }
 
 /// `GET /sale/{product_id}`: the page, for any well-formed id (the script
@@ -94,10 +102,15 @@ mod tests {
 
     #[test]
     fn the_page_has_no_inline_script_or_style_and_names_its_assets() {
-        assert!(PAGE.contains(r#"<script src="/sale/assets/sale.js" defer></script>"#));
+        // Every script, in its order, and nothing else.
+        let tags: Vec<String> = SCRIPTS
+            .iter()
+            .map(|(name, _)| format!(r#"<script src="/sale/assets/{name}" defer></script>"#))
+            .collect();
+        assert!(PAGE.contains(&tags.join("\n")), "{PAGE}");
         assert!(PAGE.contains(r#"<link rel="stylesheet" href="/sale/assets/sale.css">"#));
         // The CSP would block them: the page must not need them.
-        assert_eq!(PAGE.matches("<script").count(), 1);
+        assert_eq!(PAGE.matches("<script").count(), SCRIPTS.len());
         assert!(!PAGE.contains("<style"));
         assert!(!PAGE.contains(" style="));
         for handler in ["onclick=", "onload=", "oninput=", "onsubmit=", "onchange="] {
