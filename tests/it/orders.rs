@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::helpers::{
-    Backend, assert_refused, now_ms, product_body, spawn_app_on, status_code, unique,
+    Backend, assert_refused, now_ms, product_body, spawn_app, spawn_app_on, status_code, unique,
 };
 
 async fn two_thousand_buyers_for_one_hundred_units_never_oversell(backend: Backend) {
@@ -193,6 +193,39 @@ async fn a_repeated_idempotency_key_returns_the_first_order_and_deducts_once(bac
     assert_ne!(resp["order_id"], first["order_id"]);
     assert_eq!(app.stock(&sku).await, Some(7));
     assert_eq!(app.stream_len(&sku).await, 2);
+}
+
+/// The longest Idempotency-Key the API takes is kept in the books too:
+/// the order is persisted with it (a shorter column once sent such orders
+/// to the dead letters), and its retry answers the first order.
+#[tokio::test]
+async fn an_order_with_the_longest_idempotency_key_is_persisted_with_it() {
+    let app = spawn_app().await;
+    let sku = app.new_sale(10, 5).await;
+    let key = "k".repeat(flashsale::domain::MAX_IDEMPOTENCY_KEY_LEN);
+    let body = json!({"user_id": 9, "product_id": sku, "quantity": 1});
+    let first: Value = app
+        .post_order(&body, Some(&key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    app.drained(&sku, 1).await;
+    let kept: Option<String> =
+        sqlx::query_scalar("SELECT idempotency_key FROM tb_order WHERE order_id = ?")
+            .bind(first["order_id"].as_str().unwrap())
+            .fetch_one(&app.mysql)
+            .await
+            .unwrap();
+    assert_eq!(kept.as_deref(), Some(key.as_str()));
+    assert!(app.dead_letters(&sku).await.is_empty());
+    let again: Value = app
+        .post_order(&body, Some(&key))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["order_id"], first["order_id"]);
 }
 
 async fn concurrent_repeats_of_one_idempotency_key_deduct_once(backend: Backend) {
