@@ -1,6 +1,6 @@
 -- place_order.lua: decide a sale's orders, atomically: one, or the several
 -- that reached this API process while its previous call for the sale was in
--- flight (sale/line.rs), in their order of arrival. For each, checks the
+-- flight (sale/orders/sharing.rs), in their order of arrival. For each, checks the
 -- window (by Redis TIME, so API instances with skewed clocks agree), the
 -- idempotency key, the admission, the buyer's allowance and the stock; on
 -- success deducts the stock, records the buyer's units and appends the order

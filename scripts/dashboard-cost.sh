@@ -4,7 +4,7 @@
 # viewers polling the page's data every second as the page does. Reports
 # per tick the service's CPU (from /proc), Redis's CPU and the commands
 # Redis processed (INFO), each with the no-viewer baseline subtracted.
-# The numbers behind BENCHMARKS.md "The dashboard's cost". Needs the local
+# The numbers behind BENCHMARKS.md "The dashboard". Needs the local
 # Redis (6379: nothing else should use it meanwhile) and MariaDB.
 #
 #   scripts/dashboard-cost.sh [sales] [seconds per phase] [viewers]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What open sales cost while nobody orders (BENCHMARKS.md "Open sales
-that cost nothing while quiet"). A release `serve` (API and workers in one
+"""What open sales cost while nobody orders (BENCHMARKS.md "Quiet
+open sales"). A release `serve` (API and workers in one
 process) against a private Redis (port 6392, started and stopped here, so
 its CPU and commands are ours alone) and the local MariaDB (a database of
 its own):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What Redis spends on one call of the order script, in instructions
 # (callgrind: repeatable on a shared machine), beside reference scripts that
-# bound it (BENCHMARKS.md "Where Redis's time per order goes"):
+# bound it (BENCHMARKS.md "Orders that share a call"):
 #
 #   nop    `return 1`: an EVALSHA's own cost (dispatch, the Lua call, the
 #          reply, its share of the pipelined I/O)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # What MariaDB spends per `tb_order` row, by index set, and per PREPARE of a
-# batch INSERT: the measurements behind BENCHMARKS.md "What a persisted
-# order costs". Needs the local MariaDB (root, no password; its process is
+# batch INSERT: the measurements behind BENCHMARKS.md "The MySQL
+# bound per row". Needs the local MariaDB (root, no password; its process is
 # measured from /proc) and the `flashsale` database migrated (run `serve`
 # once). Works in a scratch database `order_table_cost`, dropped at the end.
 #

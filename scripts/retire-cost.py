@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What ended sales cost, and what retiring them gives back (BENCHMARKS.md
-"Retiring sales"). A release `serve` against a private Redis (port 6391,
+"Ended sales, and retiring them"). A release `serve` against a private Redis (port 6391,
 started and stopped here, so its memory and CPU are ours alone) and the
 local MariaDB (a database of its own):
 

@@ -148,7 +148,7 @@ const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
 
 /// The order path's series, each resolved on first use and kept: a label
 /// lookup hashes the values under a lock, a measurable part of an answer
-/// from memory (BENCHMARKS.md, "The order path against the floor").
+/// from memory (BENCHMARKS.md, "What does a refusal cost?").
 /// Created lazily, so a series appears on `/metrics` only once it counted
 /// something, as before.
 #[derive(Default)]

@@ -104,7 +104,7 @@ impl OrderId {
         let random = u128::from_be_bytes(random);
         // Written digit by digit: `format!`'s machinery was a twentieth of
         // an accepted order's instructions in the API (BENCHMARKS.md,
-        // "Orders that share a call").
+        // "What does an accepted order cost?").
         let mut id = String::with_capacity(product.0.len() + 37);
         id.push_str(&product.0);
         id.push(':');

@@ -93,7 +93,7 @@ pub struct Limits {
 
 /// Orders in flight beyond which orders are shed: chosen by `flashsale-bench
 /// guards` for a low p99 with most of the peak throughput (BENCHMARKS.md,
-/// "The guards").
+/// "The guards, and 20× overload").
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 /// The limits' defaults: the one place they are written (the command line

@@ -3,7 +3,7 @@
 //! the request guard (`limits::guarded`), which every request goes through:
 //! here rather than in a layer of its own, since an extra `from_fn` layer had
 //! a measurable cost on the sold-out path even with debug off (BENCHMARKS.md,
-//! "The guards").
+//! "Metrics and request logs").
 
 use std::time::Instant;
 

@@ -8,7 +8,7 @@
 //! answered from memory in a few microseconds, so what the HTTP stack costs
 //! around it is most of its cost: through axum's router and a middleware
 //! stack, a sold-out answer took several times the instructions of a bare
-//! hyper server's (BENCHMARKS.md, "The order path against the floor"). Both fast
+//! hyper server's (BENCHMARKS.md, "What does a refusal cost?"). Both fast
 //! paths keep every guard (`limits::guarded`, `limits::admit_order`, the
 //! poll rate limit) without the layers.
 

@@ -10,7 +10,8 @@ use crate::sale::{Orders, Room};
 
 /// What every handler can reach. Cloned for every request (axum's `State`),
 /// so it is one `Arc`: cloning the parts (connection handles, pools, the key
-/// prefix) each time had a measurable cost on the sold-out path (BENCHMARKS.md).
+/// prefix) each time had a measurable cost on the sold-out path (BENCHMARKS.md, "What does a
+/// refusal cost?").
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 

@@ -7,7 +7,7 @@
 //!   EVALSHA is pipelined on it; Redis runs commands one at a time anyway, so
 //!   more connections would add syscalls, not throughput. `flashsale-bench
 //!   redis` measures this against a pool of connections checked out per
-//!   request (see BENCHMARKS.md).
+//!   request (BENCHMARKS.md, "One connection, not a pool").
 //! - Anything that blocks server-side (`XREADGROUP ... BLOCK` in the stream
 //!   workers) takes a dedicated connection from the bb8 pool: on the shared
 //!   connection it would stall every order pipelined behind it for the whole

@@ -8,7 +8,9 @@ use crate::domain::ProductId;
 /// The Redis keys of one sale.
 #[derive(Debug, Clone)]
 pub struct SaleKeys {
-    /// Hash: start_ms, end_ms, limit, price, initial, opened_ms.
+    /// Hash: start_ms, end_ms, limit, price, initial, opened_ms; `awake`
+    /// while its drains are awake (see `sale::stream::bells`); with a
+    /// waiting room, room_admission_ms, room_early_ms and room_key.
     pub sale: String,
     /// String: units left.
     pub stock: String,
@@ -22,8 +24,9 @@ pub struct SaleKeys {
     pub accepted: String,
     /// Set: order ids whose units were returned by `release_stock.lua`.
     pub released: String,
-    /// Hash: order_id -> payment id, orders whose units a late payment
-    /// took again after they were released (`retake_order.lua`).
+    /// Hash: order_id -> the cancel's time (epoch ms), orders whose units
+    /// a late payment took again after they were released
+    /// (`retake_order.lua`).
     pub retaken: String,
     /// Stream: dead letters, entries the workers could not persist.
     pub dead: String,
@@ -44,9 +47,9 @@ pub struct SaleKeys {
     /// Hash: the workers' last verdict on the books (balanced, difference,
     /// judged_ms), for the dashboards; expires unless renewed.
     pub books: String,
-    /// Hash: the waiting room's shared state (rate: the ceiling, floor,
-    /// cap, pace, served, at_ms, early, late, ...); only for a sale with a
-    /// room.
+    /// Hash: the waiting room's shared state (ceiling, floor, cap, pace,
+    /// served, at_ms, early, late, ...; `rate`, the ceiling's earlier name,
+    /// for instances of an earlier version); only for a sale with a room.
     pub room: String,
     /// List: where the room's line stood when ("at_ms:served", newest
     /// first), for its active cap; only while a cap is set.

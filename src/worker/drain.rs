@@ -122,7 +122,7 @@ impl SaleWorker {
     ///
     /// The next batch is read while this one is written to MySQL (one
     /// non-blocking read), so Redis and MySQL latencies overlap; it is kept
-    /// for the next step (see BENCHMARKS.md for what this buys).
+    /// for the next step (BENCHMARKS.md, "What does persisting cost?").
     #[tracing::instrument(skip(self), fields(product_id = %self.product, consumer = %self.cfg.consumer))]
     pub async fn step(&mut self) -> Result<Outcome, WorkerError> {
         let entries = match self.ahead.take() {

@@ -50,7 +50,7 @@ pub struct RetireSettings {
     pub batch: u32,
     /// The least time one sale's retirement, or purge, takes: a pass over
     /// thousands of sales leaves the cores to the order path of the sales
-    /// that run (BENCHMARKS.md, "Retiring sales").
+    /// that run (BENCHMARKS.md, "Ended sales, and retiring them").
     pub pace: Duration,
 }
 

@@ -10,7 +10,7 @@
 //!   is one of `AUTH_TRUSTED_PROXIES`; from anyone else it is ignored.
 //!
 //! Verifying a signature costs CPU on every request (an asymmetric signature
-//! far more than an HMAC: BENCHMARKS.md, "Buyer identity"), so a verified
+//! far more than an HMAC: BENCHMARKS.md, "Verifying buyers' tokens"), so a verified
 //! token is remembered, by its SHA-256, until it expires:
 //! a buyer's repeated requests cost one hash and one map lookup. The memory
 //! is bounded ([`AuthSettings::token_cache_entries`]); a full cache only

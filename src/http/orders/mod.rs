@@ -62,7 +62,7 @@ impl OrderView {
     /// The view as JSON, byte for byte what serde writes, written straight
     /// into its buffer when its strings need no escaping (ids are
     /// validated, so they never do; anything else goes through serde): the
-    /// body of every 202 (BENCHMARKS.md, "Orders that share a call").
+    /// body of every 202 (BENCHMARKS.md, "What does an accepted order cost?").
     pub(crate) fn to_json(&self) -> Vec<u8> {
         let plain = |s: &str| s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
         if !(plain(&self.order_id) && plain(&self.product_id)) {

@@ -86,7 +86,7 @@ pub async fn place(
 /// order decided, the answer counted and timed in the metrics. `serve`
 /// calls it straight from the connection for `POST /api/orders`, the
 /// busiest route by far (no router, no middleware stack: BENCHMARKS.md,
-/// "The order path against the floor"); the router's route calls it too.
+/// "What does a refusal cost?"); the router's route calls it too.
 pub async fn endpoint<B>(state: &AppState, peer: Option<SocketAddr>, req: Request<B>) -> Response
 where
     B: HttpBody<Data = Bytes>,
@@ -318,8 +318,8 @@ mod tests {
     /// Every answer's future is boxed and moved, so its size is CPU on
     /// every request: once it was tens of KB (the Redis call's future laid
     /// out at each level, futures passed to async fns laid out twice),
-    /// copied per order answered from memory (BENCHMARKS.md, "The order path
-    /// against the floor").
+    /// copied per order answered from memory (BENCHMARKS.md, "What does a
+    /// refusal cost?").
     #[test]
     fn the_order_paths_future_stays_small() {
         let size = future_size(&endpoint::<hyper::body::Incoming>);

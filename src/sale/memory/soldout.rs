@@ -1,6 +1,6 @@
 //! The in-process sold-out marker. After a sale sells out, most of its
 //! traffic is for stock that is gone; answering those from memory saves a
-//! Redis round trip each (see BENCHMARKS.md).
+//! Redis round trip each (BENCHMARKS.md, "Redis calls per request").
 //!
 //! It must not undersell: stock can come back (a cancellation, another
 //! instance's release), so a mark expires after `ttl` and is then no longer

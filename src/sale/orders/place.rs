@@ -127,7 +127,7 @@ pub async fn place_orders_and_wait(
 /// The `EVALSHA` of `place_order.lua`: its keys and arguments are written
 /// into the command's one buffer as they are made (no `String` per key, no
 /// copy per argument: what `redis::Script`'s invocation costs on the
-/// order path, see BENCHMARKS.md "What an accepted order costs").
+/// order path, see BENCHMARKS.md "What does an accepted order cost?").
 fn place_order_cmd(prefix: &str, product: &ProductId, orders: &[OrderCall]) -> redis::Cmd {
     let key = |name| order_key(prefix, product, name);
     let ids: usize = orders.iter().map(|o| o.order_id.as_str().len()).sum();

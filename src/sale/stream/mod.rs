@@ -229,7 +229,8 @@ async fn read(
         opts = opts.block(block.as_millis() as usize);
     }
     // Decoded by hand: the generic StreamReadReply builds a HashMap of
-    // `Value`s per entry, several times the cost of this (see BENCHMARKS.md).
+    // `Value`s per entry, several times the cost of this (BENCHMARKS.md, "What does
+    // persisting cost?").
     let reply: redis::Value = conn.xread_options(&[&keys.orders], &[from], &opts).await?;
     Ok(Entry::decode_read(reply)?)
 }

@@ -92,7 +92,7 @@ pub struct EventRow {
 /// × `SLOTS` + its place in the row. A transaction that changes many orders
 /// at once (a worker's batch of persisted orders, the sweeper's batch of
 /// cancels) writes one row for all of them, not one per order: the outbox
-/// then costs a batch one small insert (see BENCHMARKS.md).
+/// then costs a batch one small insert (BENCHMARKS.md, "The outbox").
 pub const SLOTS: i64 = 10_000;
 
 /// A `tb_event` row as stored: one order's event (`order_id`), several

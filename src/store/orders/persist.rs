@@ -30,7 +30,7 @@ const RACE_ATTEMPTS: usize = 3;
 /// The text of a `rows`-row `<verb> INTO <table>` of orders. Written out
 /// rather than through sqlx's `QueryBuilder`, whose per-value formatting
 /// was the largest part of the workers' own CPU per order (BENCHMARKS.md,
-/// "What a persisted order costs").
+/// "What does persisting cost?").
 fn insert_sql(verb: &str, table: &str, rows: usize) -> String {
     const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let head = [verb, " INTO ", table, " (", COLUMNS, ") VALUES "];
