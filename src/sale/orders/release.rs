@@ -19,17 +19,27 @@ pub(super) fn release_stock_call(
     order: &PendingOrder,
     cancelled_ms: i64,
 ) -> redis::ScriptInvocation<'static> {
-    let mut call = RELEASE_STOCK.prepare_invoke();
-    call.key(&keys.stock)
-        .key(&keys.bought)
-        .key(&keys.released)
-        .key(&keys.accepted)
-        .key(&keys.retaken)
-        .arg(order.order_id.as_str())
+    let k = keys;
+    let keys = [&k.stock, &k.bought, &k.released, &k.accepted, &k.retaken];
+    let mut call = order_call(&RELEASE_STOCK, &keys, order);
+    call.arg(booked_record(order)).arg(cancelled_ms);
+    call
+}
+
+/// `script` with `keys`, then the order's id, buyer and units: the first
+/// ARGV of both scripts.
+fn order_call(
+    script: &'static redis::Script,
+    keys: &[&String],
+    order: &PendingOrder,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(key.as_str());
+    }
+    call.arg(order.order_id.as_str())
         .arg(order.user_id)
-        .arg(order.quantity)
-        .arg(booked_record(order))
-        .arg(cancelled_ms);
+        .arg(order.quantity);
     call
 }
 
@@ -70,16 +80,16 @@ pub(super) fn retake_order_call(
     order: &PendingOrder,
     cancelled_ms: i64,
 ) -> redis::ScriptInvocation<'static> {
-    let mut call = RETAKE_ORDER.prepare_invoke();
-    call.key(&keys.sale)
-        .key(&keys.stock)
-        .key(&keys.bought)
-        .key(&keys.released)
-        .key(&keys.accepted)
-        .key(&keys.retaken)
-        .arg(order.order_id.as_str())
-        .arg(order.user_id)
-        .arg(order.quantity)
-        .arg(cancelled_ms);
+    let k = keys;
+    let keys = [
+        &k.sale,
+        &k.stock,
+        &k.bought,
+        &k.released,
+        &k.accepted,
+        &k.retaken,
+    ];
+    let mut call = order_call(&RETAKE_ORDER, &keys, order);
+    call.arg(cancelled_ms);
     call
 }
