@@ -26,6 +26,7 @@ use rustls::pki_types::pem::PemObject;
 use tokio_util::sync::CancellationToken;
 
 use crate::books::EventMessage;
+use crate::domain::backoff;
 use crate::domain::webhook::Secret;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
@@ -364,12 +365,8 @@ impl Deliverer {
     /// The wait after the `attempts`-th failure: doubling from
     /// `backoff_min` up to `backoff_max`, drawn from its upper half.
     fn backoff(&self, attempts: u32) -> Duration {
-        let doubled = self
-            .settings
-            .backoff_min
-            .saturating_mul(1 << attempts.saturating_sub(1).min(20));
-        let ceiling = doubled.min(self.settings.backoff_max);
-        ceiling.mul_f64(0.5 + 0.5 * super::every::unit_random())
+        let s = &self.settings;
+        backoff::jittered_after(attempts, s.backoff_min, s.backoff_max)
     }
 
     /// One attempt: `Ok` on a 2xx within the timeout.
