@@ -92,7 +92,7 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
     persist(&db, args.events).await?;
     tokio::time::sleep(db.event_settle()).await;
 
-    let deliverer = Deliverer::new(db.clone(), settings, owner, Arc::new(Metrics::new()));
+    let deliverer = Deliverer::new(db.clone(), settings, owner, Arc::new(Metrics::new()))?;
     let (cpu0, mysql0) = (
         super::cpu::process(),
         mysql.as_deref().and_then(super::cpu::of),
