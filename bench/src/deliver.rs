@@ -95,7 +95,7 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
     tokio::time::sleep(db.events().event_settle()).await;
 
     let stores = (db.events(), db.deliveries());
-    let deliverer = Deliverer::new(stores, settings, owner, Arc::new(Metrics::new()));
+    let deliverer = Deliverer::new(stores, settings, owner, Arc::new(Metrics::new()))?;
     let (cpu0, mysql0) = (
         super::cpu::process(),
         mysql.as_deref().and_then(super::cpu::of),

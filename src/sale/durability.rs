@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::conn::Redis;
 use super::error::SaleError;
-use crate::domain::Chain;
+use crate::domain::{Chain, backoff};
 
 /// What is risky in Redis's persistence settings; empty when AOF is on with
 /// fsync `everysec` or `always`.
@@ -76,8 +76,10 @@ fn first_value(reply: &Value, name: &str) -> Option<String> {
 /// again with bounded back-off (one log line per failed attempt), so the
 /// check is made whenever the process starts before Redis.
 pub async fn check_persistence_when_up(redis: &Redis) {
-    let (mut wait, max) = (Duration::from_millis(250), Duration::from_secs(10));
+    let last = Duration::from_secs(10);
+    let mut waits = backoff::doubling(Duration::from_millis(250), last);
     loop {
+        let wait = waits.next().unwrap_or(last);
         match persistence_risks(redis).await {
             Ok(risks) => {
                 for risk in risks {
@@ -101,7 +103,6 @@ pub async fn check_persistence_when_up(redis: &Redis) {
             ),
         }
         tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(max);
     }
 }
 

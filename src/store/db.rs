@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::StoreError;
-use crate::domain::Chain;
+use crate::domain::{Chain, backoff};
 
 /// The MySQL pool, with a timeout applied to every call.
 #[derive(Clone)]
@@ -68,8 +68,10 @@ impl Db {
     /// cancelled. `serve` and `worker` run this beside everything else, so a
     /// MySQL that is down or frozen at start delays only what needs MySQL.
     pub async fn migrate_until_ready(&self, stop: CancellationToken) {
-        let (mut wait, max) = MIGRATE_BACKOFF;
+        let (first, last) = MIGRATE_BACKOFF;
+        let mut waits = backoff::doubling(first, last);
         for attempt in 1u32.. {
+            let wait = waits.next().unwrap_or(last);
             let tried = tokio::select! {
                 _ = stop.cancelled() => return,
                 tried = self.create_and_migrate() => tried,
@@ -90,7 +92,6 @@ impl Db {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
-            wait = (wait * 2).min(max);
         }
     }
 

@@ -14,18 +14,14 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{Request, Uri, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use axum::http::{Uri, header};
+use reqwest::{Client, Url, redirect};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio_util::sync::CancellationToken;
 
 use crate::books::EventMessage;
+use crate::domain::backoff;
 use crate::domain::webhook::Secret;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
@@ -76,6 +72,15 @@ pub enum CaError {
     Invalid { path: String, source: rustls::Error },
 }
 
+/// Why a deliverer's HTTP client cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("the endpoint {0} is not a URL the client takes")]
+    Url(String, #[source] url::ParseError),
+    #[error("cannot build the HTTP client (its TLS settings)")]
+    Build(#[from] reqwest::Error),
+}
+
 impl CaCerts {
     pub fn read(path: &std::path::Path) -> Result<Self, CaError> {
         let name = path.display().to_string();
@@ -99,25 +104,23 @@ impl CaCerts {
     }
 }
 
-/// The client's TLS: the public web PKI's roots (webpki-roots, built in:
-/// the same on every machine) and `extra`.
-fn tls_config(extra: Option<&CaCerts>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for cert in extra.iter().flat_map(|ca| &ca.certs) {
-        // Checked when the file was read.
-        let _ = roots.add(cert.clone());
+/// The deliverer's HTTP client (reqwest over rustls with ring): HTTP/1.1,
+/// the public web PKI's roots (webpki-roots, built in: the same on every
+/// machine) and `settings.ca`, a bound on connecting, no redirects followed
+/// (a 3xx is a failed attempt, as any other non-2xx), no proxy from the
+/// environment.
+fn client(settings: &DeliverySettings) -> Result<Client, reqwest::Error> {
+    let mut builder = Client::builder()
+        .http1_only()
+        .connect_timeout(settings.timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .redirect(redirect::Policy::none())
+        .no_proxy();
+    for cert in settings.ca.iter().flat_map(|ca| &ca.certs) {
+        builder = builder.add_root_certificate(reqwest::Certificate::from_der(cert)?);
     }
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_or_else(
-        // ring supports the default versions; this cannot fail.
-        |_| rustls::ClientConfig::builder().with_root_certificates(roots.clone()),
-        |b| b.with_root_certificates(roots.clone()),
-    )
-    .with_no_client_auth()
+    builder.build()
 }
 
 /// Events read per pass.
@@ -144,8 +147,9 @@ pub struct Deliverer {
     deliveries: Deliveries,
     settings: DeliverySettings,
     endpoint: String,
+    url: Url,
     owner: String,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client,
     metrics: std::sync::Arc<Metrics>,
     lags: std::sync::Arc<Lags>,
 }
@@ -173,29 +177,20 @@ impl Deliverer {
         settings: DeliverySettings,
         owner: String,
         metrics: std::sync::Arc<Metrics>,
-    ) -> Self {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(settings.timeout));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config(settings.ca.as_ref()))
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        Self {
+    ) -> Result<Self, ClientError> {
+        let endpoint = settings.url.to_string();
+        let url = Url::parse(&endpoint).map_err(|e| ClientError::Url(endpoint.clone(), e))?;
+        Ok(Self {
             events,
             deliveries,
-            endpoint: settings.url.to_string(),
+            client: client(&settings)?,
+            endpoint,
+            url,
             settings,
             owner,
-            client,
             metrics,
             lags: Default::default(),
-        }
+        })
     }
 
     /// Shares the lag gauge with the process's other deliverers.
@@ -368,12 +363,8 @@ impl Deliverer {
     /// The wait after the `attempts`-th failure: doubling from
     /// `backoff_min` up to `backoff_max`, drawn from its upper half.
     fn backoff(&self, attempts: u32) -> Duration {
-        let doubled = self
-            .settings
-            .backoff_min
-            .saturating_mul(1 << attempts.saturating_sub(1).min(20));
-        let ceiling = doubled.min(self.settings.backoff_max);
-        ceiling.mul_f64(0.5 + 0.5 * super::every::unit_random())
+        let s = &self.settings;
+        backoff::jittered_after(attempts, s.backoff_min, s.backoff_max)
     }
 
     /// One attempt: `Ok` on a 2xx within the timeout.
@@ -383,24 +374,28 @@ impl Deliverer {
         let id = format!("evt_{}", e.id);
         let ts = now_ms() / 1000;
         let signature = self.settings.secret.sign(&id, ts, &body);
-        let req = Request::post(self.settings.url.clone())
+        let req = self
+            .client
+            .post(self.url.clone())
             .header(header::CONTENT_TYPE, "application/json")
             .header("webhook-id", &id)
             .header("webhook-timestamp", ts.to_string())
             .header("webhook-signature", signature)
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|err| format!("cannot build the request: {err}"))?;
+            .body(body);
         let attempt = async {
-            let resp = self
-                .client
-                .request(req)
+            let mut resp = req
+                .send()
                 .await
                 .map_err(|err| format!("cannot reach the endpoint: {}", Chain(&err)))?;
             let status = resp.status();
             // Read (a bounded part of) the answer, so the connection is reused.
-            let _ = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
-                .collect()
-                .await;
+            let mut read = 0;
+            while read < MAX_ANSWER_BYTES {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => read += chunk.len(),
+                    Ok(None) | Err(_) => break,
+                }
+            }
             match status.is_success() {
                 true => Ok(()),
                 false => Err(format!("the endpoint answered {status}")),

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::activity::Activity;
 use super::{WorkerConfig, WorkerError};
-use crate::domain::Chain;
 use crate::domain::PendingOrder;
 use crate::domain::ProductId;
+use crate::domain::{Chain, backoff};
 use crate::metrics::Metrics;
 use crate::sale::{Bells, Entry, SaleStream};
 use crate::store::{self, Persisted};
@@ -471,7 +471,8 @@ impl Outcome {
 /// steps, and a step is bounded by the block time.
 pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
     let cfg = w.cfg.clone();
-    let mut backoff = cfg.backoff_min;
+    // Set at a failure, cleared at a success: the waits start over.
+    let mut backoff = None;
     let reclaim_every = (cfg.claim_idle / 2).max(Duration::from_millis(50));
     let mut next_reclaim = Instant::now() + reclaim_every;
     let mut next_trim = Instant::now() + cfg.trim_every;
@@ -495,7 +496,7 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
         }
         match result {
             Ok(read) => {
-                backoff = cfg.backoff_min;
+                backoff = None;
                 slept = false;
                 if read == 0 {
                     match w.sleep(&shutdown).await {
@@ -516,12 +517,15 @@ pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
             }
             Err(e) => {
                 slept = false;
-                tracing::warn!(product_id = %w.product, error = %Chain(&e), retry_in = ?backoff, "drain failed; backing off");
+                let wait = backoff
+                    .get_or_insert_with(|| backoff::doubling(cfg.backoff_min, cfg.backoff_max))
+                    .next()
+                    .unwrap_or(cfg.backoff_max);
+                tracing::warn!(product_id = %w.product, error = %Chain(&e), retry_in = ?wait, "drain failed; backing off");
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
-                backoff = (backoff * 2).min(cfg.backoff_max);
             }
         }
     }

@@ -60,13 +60,20 @@ async fn delivering(workers: Workers, stop: CancellationToken) {
     let mut loops = tokio::task::JoinSet::new();
     for settings in &workers.cfg.events {
         let parts = &workers.parts;
-        let deliverer = Deliverer::new(
+        let deliverer = match Deliverer::new(
             (parts.events.clone(), parts.deliveries.clone()),
             settings.clone(),
             workers.cfg.consumer.clone(),
             workers.metrics.clone(),
-        )
-        .sharing(lags.clone());
+        ) {
+            Ok(d) => d.sharing(lags.clone()),
+            // The URL and the CA file were checked with the settings: this
+            // is a TLS setup the client refuses.
+            Err(e) => {
+                tracing::error!(endpoint = %settings.url, error = %Chain(&e), "events are not pushed to this endpoint");
+                continue;
+            }
+        };
         let (stop, period) = (stop.clone(), workers.cfg.deliver_every);
         loops.spawn(async move { deliverer.run(period, stop).await });
     }

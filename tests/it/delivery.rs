@@ -562,3 +562,41 @@ async fn events_reach_an_https_endpoint_whose_certificate_is_trusted() {
     );
     assert!(stranger.acked.lock().unwrap().is_empty());
 }
+
+/// A redirect is not followed: a 3xx is a failed attempt like any other
+/// non-2xx (the message goes only where the operator pointed it), and
+/// the operator reads the status in the dead letter.
+#[tokio::test]
+async fn a_redirect_is_a_failure_not_followed() {
+    let (elsewhere, elsewhere_addr) = start_receiver(UP).await;
+    let to = format!("http://{elsewhere_addr}/hook");
+    let moved = Router::new().route(
+        "/hook",
+        post(move || async move { (AxumStatus::TEMPORARY_REDIRECT, [("location", to)]) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, moved).await });
+    let app = spawn_pushing(addr, 2).await;
+    let sku = app.new_sale(10, 1).await;
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::ACCEPTED
+    );
+    app.drained(&sku, 1).await;
+    let dead = || dead_letters(&app);
+    eventually(
+        "the redirected event is a dead letter",
+        Duration::from_secs(30),
+        || async { dead().await.len() == 1 },
+    )
+    .await;
+    let letter = &dead().await[0];
+    assert!(
+        letter["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("307")),
+        "{letter}"
+    );
+    assert!(elsewhere.acked.lock().unwrap().is_empty(), "not followed");
+}
