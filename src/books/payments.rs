@@ -25,7 +25,7 @@ use rust_decimal::Decimal;
 
 use super::error::BooksError;
 use super::orders::{Books, pending_of};
-use crate::domain::{Currency, OrderStatus, PaymentKind, PaymentResult};
+use crate::domain::{Currency, OrderStatus, PaymentKind, PaymentResult, backoff};
 use crate::sale::Retake;
 use crate::store::{NewPayment, OrderRow};
 
@@ -97,16 +97,8 @@ impl Books {
         p: &NewPayment,
         currency: Currency,
     ) -> Result<PaymentRecord, BooksError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.record_once(p, currency).await {
-                Err(BooksError::Store(e)) if attempt < ATTEMPTS && e.is_conflict() => {
-                    tracing::debug!(error = %crate::domain::Chain(&e), attempt, "payment: trying again");
-                }
-                done => return done,
-            }
-        }
+        let conflict = |e: &BooksError| matches!(e, BooksError::Store(e) if e.is_conflict());
+        backoff::retrying(ATTEMPTS, conflict, || self.record_once(p, currency)).await
     }
 
     /// One try: the store locks what the decision reads, the books decide,

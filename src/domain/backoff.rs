@@ -1,6 +1,8 @@
-//! Waits between attempts, as `backon`'s exponential back-off (an iterator
-//! of waits): doubling from a first wait up to a last, without end, with or
-//! without jitter. The one place the project's back-offs are shaped.
+//! Trying again: the waits between attempts, as `backon`'s exponential
+//! back-off (an iterator of waits: doubling from a first wait up to a last,
+//! without end, with or without jitter), and [`retrying`], a few attempts
+//! at once for a failure that changed nothing. The one place the project's
+//! retries are shaped.
 
 use std::time::Duration;
 
@@ -34,6 +36,30 @@ fn builder(first: Duration, last: Duration) -> ExponentialBuilder {
         .with_min_delay(first.min(last))
         .with_max_delay(last)
         .without_max_times()
+}
+
+/// `op`, tried again at once while it fails with an error `retry` calls
+/// safe to try again (nothing changed: a deadlock's victim, a lost insert
+/// race), `attempts` tries in all; the last answer as it is.
+pub async fn retrying<T, E, Fut>(
+    attempts: usize,
+    retry: impl Fn(&E) -> bool,
+    mut op: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match op().await {
+            Err(e) if attempt < attempts && retry(&e) => {
+                tracing::debug!(error = %super::Chain(&e), attempt, "trying again");
+            }
+            done => return done,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -193,29 +193,6 @@ impl Db {
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
     }
 
-    /// `op` tried again while it fails with an error `retry` calls safe to
-    /// retry (nothing changed), `attempts` times in all.
-    pub(super) async fn retrying<T, Fut>(
-        &self,
-        attempts: usize,
-        retry: impl Fn(&StoreError) -> bool,
-        op: impl Fn() -> Fut,
-    ) -> Result<T, StoreError>
-    where
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match op().await {
-                Err(e) if attempt < attempts && retry(&e) => {
-                    tracing::debug!(error = %Chain(&e), attempt, "trying again");
-                }
-                done => return done,
-            }
-        }
-    }
-
     /// The bound on every call and transaction (`DB_TIMEOUT_MS`).
     pub fn timeout(&self) -> Duration {
         self.timeout

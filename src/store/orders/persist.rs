@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use sqlx::{MySql, QueryBuilder};
 
 use super::Orders;
-use crate::domain::{OrderStatus, PendingOrder, ProductId, now_ms};
+use crate::domain::{OrderStatus, PendingOrder, ProductId, backoff, now_ms};
 use crate::store::error::StoreError;
 use crate::store::events::{self, EventKind};
 
@@ -106,11 +106,10 @@ impl Orders {
     ) -> Result<Persisted, StoreError> {
         // Lost an insert race: the batch is tried again.
         let lost_race = |e: &StoreError| matches!(e, StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation());
-        self.db
-            .retrying(RACE_ATTEMPTS, lost_race, || {
-                self.db.bounded(self.persist_once(product, orders))
-            })
-            .await
+        backoff::retrying(RACE_ATTEMPTS, lost_race, || {
+            self.db.bounded(self.persist_once(product, orders))
+        })
+        .await
     }
 
     async fn persist_once(

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use sqlx::{MySql, QueryBuilder};
 
 use super::{OrderRow, Orders, ROW};
-use crate::domain::{OrderId, OrderStatus, UserId, now_ms};
+use crate::domain::{OrderId, OrderStatus, UserId, backoff, now_ms};
 use crate::store::error::StoreError;
 use crate::store::events::{self, EventKind};
 
@@ -137,11 +137,10 @@ impl Orders {
     ) -> Result<Vec<OrderRow>, StoreError> {
         // A deadlock's victim changed nothing: try again now rather than at
         // the next pass.
-        self.db
-            .retrying(3, StoreError::is_contention, || {
-                self.cancel_expired_once(created_before, limit)
-            })
-            .await
+        backoff::retrying(3, StoreError::is_contention, || {
+            self.cancel_expired_once(created_before, limit)
+        })
+        .await
     }
 
     async fn cancel_expired_once(
