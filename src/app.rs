@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::books::{Audit, Books, Catalog, Outbox};
-use crate::config::{Settings, WorkerSettings, weak_admin_token};
+use crate::config::{MemorySettings, Settings, WorkerSettings, weak_admin_token};
 use crate::domain::Chain;
 use crate::http::auth::Auth;
 use crate::http::conn::Connections;
@@ -84,8 +84,8 @@ impl App {
     pub async fn build(settings: &Settings) -> Result<Self, StartupError> {
         let http = &settings.http;
         let auth = Self::check(settings)?;
-        let sales = settings.redis.sales_with(http.memory.clone())?;
-        let db = settings.db.db()?;
+        let sales = Sales::from_settings(&settings.redis, http.memory.clone())?;
+        let db = Db::from_settings(&settings.db)?;
         let listener = listen(http.listen_addr)?;
         let metrics = Arc::new(Metrics::new());
         let workers = settings
@@ -239,7 +239,10 @@ pub async fn run_workers(
     settings: &WorkerSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartupError> {
-    let (sales, db) = (settings.redis.sales()?, settings.db.db()?);
+    let (sales, db) = (
+        Sales::from_settings(&settings.redis, MemorySettings::default())?,
+        Db::from_settings(&settings.db)?,
+    );
     let cfg = settings.worker.clone();
     let token = CancellationToken::new();
     start_dependencies(&sales, &db, &token);

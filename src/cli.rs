@@ -9,7 +9,8 @@ use anyhow::Context;
 
 use crate::books::{Audit, Recovery, Settlement, audit, recover, retire};
 use crate::config::{
-    AuditArgs, DbArgs, DbSettings, RecoverArgs, RedisArgs, RedisSettings, SalesArgs, StreamsArgs,
+    AuditArgs, DbArgs, DbSettings, MemorySettings, RecoverArgs, RedisArgs, RedisSettings,
+    SalesArgs, StreamsArgs,
 };
 use crate::domain::{ProductId, SaleState};
 use crate::sale::Sales;
@@ -25,18 +26,17 @@ fn redis_of(args: &RedisArgs) -> anyhow::Result<Sales> {
         pool_size: 2,
         ..settings
     };
-    Ok(redis.sales()?)
+    Ok(Sales::from_settings(&redis, MemorySettings::default())?)
 }
 
 /// Redis and the books' database for an operator command.
 async fn connect(redis: &RedisArgs, db: &DbArgs) -> anyhow::Result<(Sales, Db)> {
     let settings = DbSettings::from(db);
-    let db = DbSettings {
+    let db = Db::from_settings(&DbSettings {
         timeout: settings.timeout.max(Duration::from_secs(10)),
         max_connections: 2,
         ..settings
-    }
-    .db()?;
+    })?;
     db.create_and_migrate().await?;
     Ok((redis_of(redis)?, db))
 }

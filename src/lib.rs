@@ -30,7 +30,9 @@
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
 //!   a waiting room's bounds, and signed messages (`webhook`: Standard
 //!   Webhooks).
-//! - [`config`]: every setting, once (command line and environment);
+//! - [`config`]: every setting, once: the command line and the environment
+//!   parsed into the plain settings types each layer takes (`Limits`,
+//!   `AuthSettings`, `RedisSettings`, ...), which know nothing above them;
 //!   [`app`]: startup, the one place that holds the stores whole and gives
 //!   each part its handles; [`cli`]: the operator commands (`audit`,
 //!   `recover`, `streams`, `sales`); `main.rs` only calls them.
@@ -43,10 +45,10 @@
 //! ```text
 //! bench_support
 //!   -> app, cli
-//!     -> config
-//!       -> http, worker      (both -> metrics)
-//!         -> books
-//!           -> sale, store
+//!     -> http, worker      (both -> metrics)
+//!       -> books
+//!         -> sale, store
+//!           -> config
 //!             -> domain
 //! ```
 //!

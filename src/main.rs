@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
     init_logs();
     // Connections are capped below the open-file limit: let it be the most
     // the system allows this process.
-    flashsale::http::conn::raise_open_file_limit();
+    flashsale::config::raise_open_file_limit();
     match Cli::parse().command {
         Command::Serve(args) => {
             let (dry_run, secrets) = (args.dry_run, args.secrets());

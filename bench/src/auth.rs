@@ -29,8 +29,9 @@ use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, median, run};
 use super::tokens::Tokens;
+use flashsale::config::AuthSettings;
 use flashsale::domain::UserId;
-use flashsale::http::auth::{Auth, AuthSettings};
+use flashsale::http::auth::Auth;
 
 #[derive(Debug, Clone, Args)]
 #[command(

@@ -15,12 +15,12 @@ use clap::Args;
 
 use super::bench_product;
 use flashsale::config::DbArgs;
+use flashsale::config::{DeliverySettings, WorkerConfig};
 use flashsale::domain::webhook::Secret;
 use flashsale::domain::{OrderId, PendingOrder, Quantity, UserId, now_ms};
 use flashsale::metrics::Metrics;
 use flashsale::store::{Db, NewProduct};
-use flashsale::worker::WorkerConfig;
-use flashsale::worker::deliver::{Deliverer, DeliverySettings};
+use flashsale::worker::deliver::Deliverer;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDeliverArgs {
@@ -34,7 +34,7 @@ pub struct BenchDeliverArgs {
     #[arg(long, default_value_t = 0)]
     pub fail_percent: u64,
     /// The first back-off after a failure (ms; the service's default).
-    #[arg(long, default_value_t = flashsale::worker::defaults::EVENT_WEBHOOK_BACKOFF_MIN_MS)]
+    #[arg(long, default_value_t = flashsale::config::worker_defaults::EVENT_WEBHOOK_BACKOFF_MIN_MS)]
     pub backoff_min_ms: u64,
 }
 
@@ -77,7 +77,7 @@ pub async fn run_deliver_bench(args: BenchDeliverArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(5),
         backoff_min: Duration::from_millis(args.backoff_min_ms),
         backoff_max: Duration::from_millis(
-            flashsale::worker::defaults::EVENT_WEBHOOK_BACKOFF_MAX_MS,
+            flashsale::config::worker_defaults::EVENT_WEBHOOK_BACKOFF_MAX_MS,
         ),
         ca: None,
     };

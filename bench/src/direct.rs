@@ -72,7 +72,7 @@ pub async fn run_redis_bench(args: BenchRedisArgs) -> anyhow::Result<()> {
     let sales = Sales::new(
         redis.clone(),
         super::bench_prefix(&args.redis.key_prefix),
-        flashsale::sale::MemorySettings::default(),
+        flashsale::config::MemorySettings::default(),
         None,
     );
     println!(

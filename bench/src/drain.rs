@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::{bench_product, fill, remove_sale_keys};
+use flashsale::config::WorkerConfig;
 use flashsale::config::{DbArgs, RedisArgs};
 use flashsale::domain::PendingOrder;
 use flashsale::sale::{Redis, Sales};
 use flashsale::store::{Db, NewProduct};
-use flashsale::worker::{WorkerConfig, Workers};
+use flashsale::worker::Workers;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchDrainArgs {
@@ -34,7 +35,7 @@ pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let sales = Sales::new(
         redis,
         super::bench_prefix(&args.redis.key_prefix),
-        flashsale::sale::MemorySettings::default(),
+        flashsale::config::MemorySettings::default(),
         None,
     );
     let url = &args.db.database_url;

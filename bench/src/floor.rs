@@ -29,9 +29,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::cpu::ThreadGroup;
+use flashsale::config::{MemorySettings, RedisTarget};
 use flashsale::domain::ProductId;
 use flashsale::http::error::ApiError;
-use flashsale::sale::{Decision, MemorySettings, NewOrder, Redis, RedisTarget, Sales, Vouched};
+use flashsale::sale::{Decision, NewOrder, Redis, Sales, Vouched};
 
 /// The body `serve` answers a sold-out order with.
 const SOLD_OUT: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;

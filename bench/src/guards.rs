@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, RunFigures, median, run};
-use flashsale::http::limits::{Limits, Rate};
+use flashsale::config::{Limits, Rate};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchGuardsArgs {

@@ -33,13 +33,14 @@ use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive, drive_
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
 pub use flashsale::books::audit::Check;
+use flashsale::config::AuthSettings;
+use flashsale::config::Limits;
+use flashsale::config::MemorySettings;
 use flashsale::config::{
     DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettings, Settings, WorkerSettings,
 };
 use flashsale::domain::ProductId;
-use flashsale::http::auth::AuthSettings;
-use flashsale::http::limits::Limits;
-use flashsale::sale::{MemorySettings, Redis, SaleSpec, Sales};
+use flashsale::sale::{Redis, SaleSpec, Sales};
 use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
@@ -861,24 +862,22 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn connect(args: &BenchArgs) -> anyhow::Result<Target> {
     // The bench's own handles, beside the server's: patient, few connections.
-    let redis = RedisSettings {
+    let redis = Redis::from_settings(&RedisSettings {
         timeout: Duration::from_secs(5),
         pool_size: 4,
         ..(&args.redis).into()
-    }
-    .redis()?;
+    })?;
     let sales = Sales::new(
         redis.clone(),
         args.redis.key_prefix.clone(),
         MemorySettings::default(),
         None,
     );
-    let db = DbSettings {
+    let db = Db::from_settings(&DbSettings {
         timeout: Duration::from_secs(10),
         max_connections: 4,
         ..(&args.db).into()
-    }
-    .db()?;
+    })?;
     db.create_and_migrate().await?;
     let tokens = match (&args.tokens, &args.jwt_secret, &args.jwt_private_key) {
         (Some(tokens), _, _) => Some(tokens.clone()),

@@ -27,10 +27,11 @@ use tokio::sync::oneshot;
 
 use super::cpu::ThreadGroup;
 use super::load::Conn;
-use flashsale::config::{DbArgs, DbSettings, HttpSettings, RedisArgs, RedisSettings, Settings};
-use flashsale::http::auth::AuthSettings;
-use flashsale::http::limits::Limits;
-use flashsale::sale::{MemorySettings, Redis};
+use flashsale::config::{
+    AuthSettings, DbArgs, HttpSettings, Limits, MemorySettings, RedisArgs, RedisSettings, Settings,
+};
+use flashsale::sale::{Redis, Sales};
+use flashsale::store::Db;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchRoomArgs {
@@ -210,7 +211,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     let token = uuid::Uuid::now_v7().simple().to_string();
     let api = ThreadGroup::default();
     let (authority, _stop) = serve(&args, &redis_settings, &token, api.clone()).await?;
-    let redis = redis_settings.redis()?;
+    let redis = Redis::from_settings(&redis_settings)?;
     let pool = Arc::new(Pool {
         authority,
         idle: Mutex::new(Vec::new()),
@@ -330,7 +331,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     let pace_off = (pace / f64::from(args.rate) - 1.0) * 100.0;
 
     // Every order in the books is an admitted buyer's.
-    let db = DbSettings::from(&args.db).db()?;
+    let db = Db::from_settings(&(&args.db).into())?;
     db.create_and_migrate().await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let rows = loop {
@@ -402,7 +403,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     if args.pow {
         join_cost();
     }
-    let sales = redis_settings.sales()?;
+    let sales = Sales::from_settings(&redis_settings, MemorySettings::default())?;
     for product in &products {
         for sql in [
             "DELETE FROM tb_order WHERE product_id = ?",
@@ -856,7 +857,7 @@ async fn serve(
             memory: MemorySettings::default(),
             payments: None,
         },
-        workers: Some(flashsale::worker::WorkerConfig::default()),
+        workers: Some(flashsale::config::WorkerConfig::default()),
     };
     super::rehearsal::serve_on_own_runtime(settings, api).await
 }

@@ -1,64 +1,17 @@
 //! The API's settings: who buyers are, the bounds on connections, the
 //! guards in front of the order path, what is answered from memory.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser};
+use clap::Args;
 
-use super::DAY_MS;
 use crate::domain::Currency;
 use crate::domain::webhook::Secret;
-use crate::http::auth::{AuthSettings, TrustedProxies};
-use crate::http::conn::ConnectionSettings;
-use crate::http::limits::{Limits, Rate, defaults as limit_defaults};
-use crate::http::payments::PaymentSettings;
-use crate::sale::MemorySettings;
-use crate::sale::memory::defaults as memory_defaults;
-
-/// The orders answered from memory, without Redis (see `sale::memory`).
-#[derive(Debug, Clone, Args)]
-pub struct MemoryArgs {
-    /// How long a sale's sold-out answer is trusted in memory before Redis is
-    /// asked again (0 disables the marker): the bound on claiming "sold out"
-    /// after stock came back through another instance.
-    #[arg(long, env = "SOLD_OUT_CACHE_MS", default_value_t = memory_defaults::SOLD_OUT_CACHE_MS)]
-    pub sold_out_cache_ms: u64,
-    /// How long a buyer's remaining allowance is trusted (0: never): the
-    /// bound on refusing `limit_exceeded` after a cancel through another instance.
-    #[arg(long, env = "LIMIT_CACHE_MS", default_value_t = memory_defaults::LIMIT_CACHE_MS)]
-    pub limit_cache_ms: u64,
-    /// Buyers whose allowance is remembered, per sale.
-    #[arg(long, env = "LIMIT_CACHE_ENTRIES", default_value_t = memory_defaults::LIMIT_CACHE_ENTRIES)]
-    pub limit_cache_entries: usize,
-    /// How long a read of the registry of open sales is trusted to answer
-    /// `product_not_found` (0: ask Redis): the bound on finding a sale
-    /// opened through another instance.
-    #[arg(long, env = "UNKNOWN_PRODUCT_CACHE_MS", default_value_t = memory_defaults::UNKNOWN_PRODUCT_CACHE_MS)]
-    pub unknown_product_cache_ms: u64,
-    /// Answer `sale_not_started` / `sale_ended` from memory while Redis's
-    /// clock is certainly outside the window.
-    #[arg(long, env = "WINDOW_FROM_MEMORY", default_value_t = true, action = clap::ArgAction::Set)]
-    pub window_from_memory: bool,
-    /// ... by at least this much: requests nearer a boundary go to Redis.
-    #[arg(long, env = "WINDOW_MARGIN_MS", default_value_t = memory_defaults::WINDOW_MARGIN_MS)]
-    pub window_margin_ms: u64,
-}
-
-impl From<MemoryArgs> for MemorySettings {
-    fn from(a: MemoryArgs) -> Self {
-        Self {
-            sold_out_ttl: Duration::from_millis(a.sold_out_cache_ms),
-            limit_ttl: Duration::from_millis(a.limit_cache_ms),
-            limit_entries: a.limit_cache_entries,
-            unknown_ttl: Duration::from_millis(a.unknown_product_cache_ms),
-            window_margin: a
-                .window_from_memory
-                .then(|| Duration::from_millis(a.window_margin_ms)),
-            clock_skew_ms: 0,
-        }
-    }
-}
+use axum::http::HeaderName;
+use ipnet::IpNet;
+use jsonwebtoken::Algorithm;
 
 /// Who the buyer is (see `http::auth`): bearer JWTs, a trusted gateway's
 /// header, or explicitly nobody (`AUTH=none`).
@@ -87,10 +40,10 @@ pub struct AuthArgs {
     #[arg(long, env = "JWT_AUDIENCE")]
     pub jwt_audience: Option<String>,
     /// Clock skew tolerated on `exp` and `nbf`.
-    #[arg(long, env = "JWT_LEEWAY_SECS", default_value_t = crate::http::auth::JWT_LEEWAY_SECS)]
+    #[arg(long, env = "JWT_LEEWAY_SECS", default_value_t = JWT_LEEWAY_SECS)]
     pub jwt_leeway_secs: u64,
     /// The claim that holds the user id (a number, or digits in a string).
-    #[arg(long, env = "JWT_USER_CLAIM", default_value = crate::http::auth::JWT_USER_CLAIM)]
+    #[arg(long, env = "JWT_USER_CLAIM", default_value = JWT_USER_CLAIM)]
     pub jwt_user_claim: String,
     /// Behind a gateway that authenticates buyers: the header it sets to the
     /// user id (e.g. `X-User-Id`), believed only from AUTH_TRUSTED_PROXIES.
@@ -100,7 +53,7 @@ pub struct AuthArgs {
     #[arg(long, env = "AUTH_TRUSTED_PROXIES")]
     pub auth_trusted_proxies: Option<TrustedProxies>,
     /// Verified tokens remembered (by SHA-256, until they expire); 0: verify every request.
-    #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = crate::http::auth::AUTH_TOKEN_CACHE_SIZE)]
+    #[arg(long, env = "AUTH_TOKEN_CACHE_SIZE", default_value_t = AUTH_TOKEN_CACHE_SIZE)]
     pub auth_token_cache_size: usize,
 }
 
@@ -121,6 +74,143 @@ impl From<AuthArgs> for AuthSettings {
             token_cache_entries: a.auth_token_cache_size,
         }
     }
+}
+
+/// How buyers are identified (from `AUTH*` and `JWT_*`; see docs/security.md).
+#[derive(Clone)]
+pub struct AuthSettings {
+    /// `AUTH=none`: no identity at all (local trials only).
+    pub off: bool,
+    /// HMAC secret (at least 32 bytes).
+    pub jwt_secret: Option<String>,
+    /// A PEM public key (RSA, EC or Ed25519).
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// A JWKS document (`{"keys": [...]}`); tokens pick a key by `kid`.
+    pub jwt_jwks_file: Option<PathBuf>,
+    /// The one algorithm accepted; by default the key's own (HS256 for a secret).
+    pub jwt_algorithm: Option<Algorithm>,
+    /// Required `iss`, when set.
+    pub jwt_issuer: Option<String>,
+    /// Required `aud`, when set.
+    pub jwt_audience: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub jwt_leeway: Duration,
+    /// The claim that carries the user id (a number, or digits in a string).
+    pub jwt_user_claim: String,
+    /// A gateway's header naming the authenticated user.
+    pub user_header: Option<HeaderName>,
+    /// The only peers whose `user_header` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Verified tokens remembered at most (0: verify every request).
+    pub token_cache_entries: usize,
+}
+
+/// `JWT_LEEWAY_SECS`, `JWT_USER_CLAIM` and `AUTH_TOKEN_CACHE_SIZE` by default.
+pub const JWT_LEEWAY_SECS: u64 = 30;
+pub const JWT_USER_CLAIM: &str = "sub";
+pub const AUTH_TOKEN_CACHE_SIZE: usize = 100_000;
+
+impl Default for AuthSettings {
+    /// Nothing configured: `http::auth::Auth::new` refuses it.
+    fn default() -> Self {
+        Self {
+            off: false,
+            jwt_secret: None,
+            jwt_public_key_file: None,
+            jwt_jwks_file: None,
+            jwt_algorithm: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_leeway: Duration::from_secs(JWT_LEEWAY_SECS),
+            jwt_user_claim: JWT_USER_CLAIM.into(),
+            user_header: None,
+            trusted_proxies: Vec::new(),
+            token_cache_entries: AUTH_TOKEN_CACHE_SIZE,
+        }
+    }
+}
+
+impl AuthSettings {
+    /// `AUTH=none`.
+    pub fn off() -> Self {
+        Self {
+            off: true,
+            ..Self::default()
+        }
+    }
+
+    /// HMAC-signed tokens with this secret.
+    pub fn hmac(secret: &str) -> Self {
+        Self {
+            jwt_secret: Some(secret.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn anything_set(&self) -> bool {
+        self.jwt_secret.is_some()
+            || self.jwt_public_key_file.is_some()
+            || self.jwt_jwks_file.is_some()
+            || self.user_header.is_some()
+            || !self.trusted_proxies.is_empty()
+    }
+}
+
+impl std::fmt::Debug for AuthSettings {
+    /// Without the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field("off", &self.off)
+            .field(
+                "jwt_secret",
+                &self.jwt_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("jwt_public_key_file", &self.jwt_public_key_file)
+            .field("jwt_jwks_file", &self.jwt_jwks_file)
+            .field("jwt_algorithm", &self.jwt_algorithm)
+            .field("jwt_issuer", &self.jwt_issuer)
+            .field("jwt_audience", &self.jwt_audience)
+            .field("jwt_leeway", &self.jwt_leeway)
+            .field("jwt_user_claim", &self.jwt_user_claim)
+            .field("user_header", &self.user_header)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("token_cache_entries", &self.token_cache_entries)
+            .finish()
+    }
+}
+
+/// `AUTH_TRUSTED_PROXIES`: the gateway's addresses, as one value (clap
+/// would take a `Vec` for a list of values, and panic at start when its
+/// parser gives a whole list for each).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(pub Vec<IpNet>);
+
+impl std::str::FromStr for TrustedProxies {
+    type Err = String;
+
+    /// Comma-separated addresses (`127.0.0.2`, `::1`) or ranges (`10.0.0.0/8`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                p.parse::<IpNet>()
+                    .or_else(|_| p.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| format!("{p:?} is not an address or a range (a.b.c.d/n)"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+/// Where payment notifications are heard, and in which currency sales are
+/// priced.
+#[derive(Debug, Clone)]
+pub struct PaymentSettings {
+    /// The secrets a notification may be signed with (several during a
+    /// rotation).
+    pub secrets: Vec<Secret>,
+    pub currency: Currency,
 }
 
 /// Payments from the payment side (see `http::payments`).
@@ -167,139 +257,28 @@ pub fn parse_algorithm(s: &str) -> Result<jsonwebtoken::Algorithm, String> {
     })
 }
 
-/// The bounds on client connections (see `http::conn`).
-#[derive(Debug, Clone, Args)]
-pub struct ConnectionArgs {
-    /// A request head must arrive whole within this long of the
-    /// connection's accept, or of its first byte after an answer.
-    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = crate::http::conn::HEADER_READ_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
-    pub header_read_timeout_ms: u64,
-    /// A kept-alive connection waits this long for its next request (and
-    /// an answer this long for a client that stopped reading). Behind a
-    /// load balancer, keep it above the balancer's own idle timeout.
-    #[arg(long, env = "IDLE_TIMEOUT_MS", default_value_t = crate::http::conn::IDLE_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
-    pub idle_timeout_ms: u64,
-    /// Open connections at most; at the cap a new one takes the place of
-    /// the one that has waited longest on its client [default: the
-    /// open-file limit less 256].
-    #[arg(long, env = "MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub max_connections: Option<u64>,
-    /// Open connections from one client address at most (0: no cap)
-    /// [default: a quarter of MAX_CONNECTIONS]. Behind a load balancer,
-    /// every client shares its address: 0.
-    #[arg(long, env = "MAX_CONNECTIONS_PER_ADDRESS")]
-    pub max_connections_per_address: Option<u64>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl ConnectionArgs {
-    /// The bounds `serve` starts with when none are given on its command
-    /// line (the environment's, else the defaults above): for services
-    /// built in code (the benchmarks).
-    pub fn settings() -> ConnectionSettings {
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            connections: ConnectionArgs,
-        }
-        (&Only::parse_from(["flashsale"]).connections).into()
-    }
-}
-
-impl From<&ConnectionArgs> for ConnectionSettings {
-    fn from(a: &ConnectionArgs) -> Self {
-        let max_open = a
-            .max_connections
-            .map_or_else(ConnectionSettings::derived_max_open, |n| {
-                usize::try_from(n).unwrap_or(usize::MAX)
-            });
-        Self {
-            header_read_timeout: Duration::from_millis(a.header_read_timeout_ms),
-            idle_timeout: Duration::from_millis(a.idle_timeout_ms),
-            max_open,
-            max_per_address: a
-                .max_connections_per_address
-                .map_or(max_open / 4, |n| usize::try_from(n).unwrap_or(usize::MAX)),
-        }
-    }
-}
-
-/// The guards in front of the order path (see `http::limits`).
-#[derive(Debug, Clone, Args)]
-pub struct LimitArgs {
-    /// Orders decided at once; beyond it `POST /api/orders` answers 503
-    /// `overloaded` at once instead of queueing (0: unbounded).
-    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = crate::http::limits::DEFAULT_MAX_IN_FLIGHT)]
-    pub max_in_flight: usize,
-    /// Upper bound on handling any request; past it, 503 `unavailable`.
-    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = limit_defaults::REQUEST_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
-    pub request_timeout_ms: u64,
-    /// Rate limits on `POST /api/orders`, lookups and polls (false turns all off).
-    #[arg(long, env = "RATE_LIMITS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub rate_limits: bool,
-    /// Orders per second per user, sustained (0: no per-user limit).
-    #[arg(long, env = "RATE_LIMIT_USER_PER_SEC", default_value_t = limit_defaults::USER_RATE.0)]
-    pub rate_limit_user_per_sec: u32,
-    /// Orders per user at once before the per-second rate applies.
-    #[arg(long, env = "RATE_LIMIT_USER_BURST", default_value_t = limit_defaults::USER_RATE.1)]
-    pub rate_limit_user_burst: u32,
-    /// Orders per second per client address (0: no per-address limit).
-    #[arg(long, env = "RATE_LIMIT_IP_PER_SEC", default_value_t = limit_defaults::IP_RATE.0)]
-    pub rate_limit_ip_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = limit_defaults::IP_RATE.1)]
-    pub rate_limit_ip_burst: u32,
-    /// Order lookups, pays, cancels and waiting-room joins per second per
-    /// client address (0: no limit): ids cannot be tried by the thousand.
-    #[arg(long, env = "RATE_LIMIT_LOOKUP_PER_SEC", default_value_t = limit_defaults::LOOKUP_RATE.0)]
-    pub rate_limit_lookup_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_LOOKUP_BURST", default_value_t = limit_defaults::LOOKUP_RATE.1)]
-    pub rate_limit_lookup_burst: u32,
-    /// Waiting-room polls per second per client address (0: no limit).
-    #[arg(long, env = "RATE_LIMIT_POLL_PER_SEC", default_value_t = limit_defaults::POLL_RATE.0)]
-    pub rate_limit_poll_per_sec: u32,
-    #[arg(long, env = "RATE_LIMIT_POLL_BURST", default_value_t = limit_defaults::POLL_RATE.1)]
-    pub rate_limit_poll_burst: u32,
-    /// Clients tracked per limit; idle ones are evicted, and new ones are
-    /// refused (429) while the table is full of active ones.
-    #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = limit_defaults::MAX_KEYS)]
-    pub rate_limit_max_keys: usize,
-    /// Behind a proxy: read the client address from this header's last entry
-    /// (e.g. `X-Forwarded-For`). Only set it when a proxy you run sets it.
-    #[arg(long, env = "CLIENT_IP_HEADER")]
-    pub client_ip_header: Option<axum::http::HeaderName>,
-}
-
-impl From<LimitArgs> for Limits {
-    fn from(a: LimitArgs) -> Self {
-        let rate = |on: bool, per_sec, burst| if on { Rate::new(per_sec, burst) } else { None };
-        Self {
-            max_in_flight: a.max_in_flight,
-            request_timeout: Duration::from_millis(a.request_timeout_ms),
-            user_rate: rate(
-                a.rate_limits,
-                a.rate_limit_user_per_sec,
-                a.rate_limit_user_burst,
-            ),
-            ip_rate: rate(
-                a.rate_limits,
-                a.rate_limit_ip_per_sec,
-                a.rate_limit_ip_burst,
-            ),
-            lookup_rate: rate(
-                a.rate_limits,
-                a.rate_limit_lookup_per_sec,
-                a.rate_limit_lookup_burst,
-            ),
-            poll_rate: rate(
-                a.rate_limits,
-                a.rate_limit_poll_per_sec,
-                a.rate_limit_poll_burst,
-            ),
-            max_keys: a.rate_limit_max_keys,
-            client_ip_header: a.client_ip_header,
-            ..Limits::default()
-        }
+    #[test]
+    fn proxy_ranges_match_their_addresses_only() {
+        let parse_proxies = |s: &str| s.parse::<TrustedProxies>().map(|p| p.0);
+        let nets = parse_proxies("10.0.0.0/8, 127.0.0.2,::1").unwrap();
+        let any = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            nets.iter().any(|n| n.contains(&ip.to_canonical()))
+        };
+        assert!(any("10.200.3.4"));
+        assert!(any("127.0.0.2"));
+        assert!(any("::ffff:127.0.0.2"));
+        assert!(any("::1"));
+        assert!(!any("11.0.0.1"));
+        assert!(!any("127.0.0.1"));
+        assert!(!any("::2"));
+        assert!(parse_proxies("10.0.0.0/33").is_err());
+        assert!(parse_proxies("example.com").is_err());
+        let all = parse_proxies("0.0.0.0/0").unwrap();
+        assert!(all[0].contains(&"8.8.8.8".parse::<IpAddr>().unwrap()));
     }
 }

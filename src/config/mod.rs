@@ -7,22 +7,25 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod guards;
 mod http;
 mod stores;
 mod worker;
 
-pub use self::http::{
-    AuthArgs, ConnectionArgs, LimitArgs, MemoryArgs, PaymentArgs, WebhookSecrets, parse_algorithm,
+pub use self::guards::{
+    ConnectionArgs, ConnectionSettings, DEFAULT_MAX_IN_FLIGHT, HEADER_READ_TIMEOUT_MS,
+    IDLE_TIMEOUT_MS, LimitArgs, Limits, MemoryArgs, MemorySettings, Rate, limit_defaults,
+    memory_defaults, open_file_limit, raise_open_file_limit,
 };
-pub use self::stores::{DbArgs, DbSettings, RedisArgs, RedisSettings};
-pub use self::worker::DrainArgs;
-
-use crate::http::auth::AuthSettings;
-use crate::http::conn::ConnectionSettings;
-use crate::http::limits::Limits;
-use crate::http::payments::PaymentSettings;
-use crate::sale::MemorySettings;
-use crate::worker::WorkerConfig;
+pub use self::http::{
+    AUTH_TOKEN_CACHE_SIZE, AuthArgs, AuthSettings, JWT_LEEWAY_SECS, JWT_USER_CLAIM, PaymentArgs,
+    PaymentSettings, TrustedProxies, WebhookSecrets, parse_algorithm,
+};
+pub use self::stores::{DbArgs, DbSettings, RedisArgs, RedisSettings, RedisTarget, Wait};
+pub use self::worker::{
+    CaCerts, CaError, DeliverySettings, DrainArgs, MAX_BATCH_SIZE, RETIRE_AFTER_SECS,
+    RETIRE_GRACE_SECS, RetireSettings, WorkerConfig, default_consumer_name, worker_defaults,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -193,7 +196,7 @@ pub struct SalesArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// As the workers judge it: a sale retires no sooner than this after its end.
-    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = crate::books::retire::RETIRE_AFTER_SECS)]
+    #[arg(long, env = "RETIRE_AFTER_SECS", default_value_t = RETIRE_AFTER_SECS)]
     pub retire_after_secs: u64,
     /// JSON instead of the table.
     #[arg(long)]

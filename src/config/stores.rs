@@ -4,9 +4,6 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::sale::{MemorySettings, Redis, RedisTarget, SaleError, Sales, Wait};
-use crate::store::{Db, StoreError};
-
 /// Where Redis is and how to use it.
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
@@ -76,30 +73,6 @@ pub struct RedisSettings {
     pub wait: Option<Wait>,
 }
 
-impl RedisSettings {
-    /// The sales over this Redis: handles made without connecting (Redis
-    /// need not answer yet).
-    pub fn sales(&self) -> Result<Sales, SaleError> {
-        self.sales_with(MemorySettings::default())
-    }
-
-    /// [`Self::sales`], answering orders from memory as `memory` says.
-    pub fn sales_with(&self, memory: MemorySettings) -> Result<Sales, SaleError> {
-        Ok(Sales::new(
-            self.redis()?,
-            self.key_prefix.clone(),
-            memory,
-            self.wait,
-        ))
-    }
-
-    /// A handle to this Redis itself, below the sales (for benchmarks of
-    /// Redis alone, and tests that look at its nodes).
-    pub fn redis(&self) -> Result<Redis, SaleError> {
-        Redis::new(&self.target, self.timeout, self.pool_size)
-    }
-}
-
 impl From<&RedisArgs> for RedisSettings {
     fn from(a: &RedisArgs) -> Self {
         Self {
@@ -121,14 +94,6 @@ pub struct DbSettings {
     pub max_connections: u32,
 }
 
-impl DbSettings {
-    /// The books' database: a pool made without connecting (MySQL need not
-    /// answer yet).
-    pub fn db(&self) -> Result<Db, StoreError> {
-        Db::connect_lazy(&self.url, self.timeout, self.max_connections)
-    }
-}
-
 impl From<&DbArgs> for DbSettings {
     fn from(a: &DbArgs) -> Self {
         Self {
@@ -137,6 +102,47 @@ impl From<&DbArgs> for DbSettings {
             max_connections: a.db_max_connections,
         }
     }
+}
+
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (`redis://host:port`).
+    Single(String),
+    /// A Redis Cluster, by some of its nodes (`redis://host:port` each).
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// `REDIS_CLUSTER_NODES` (comma-separated `host:port` or URLs) wins over
+    /// `REDIS_URL` when set.
+    pub fn new(url: &str, cluster_nodes: Option<&str>) -> Self {
+        let nodes: Vec<String> = cluster_nodes
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                if n.contains("://") {
+                    n.to_owned()
+                } else {
+                    format!("redis://{n}")
+                }
+            })
+            .collect();
+        if nodes.is_empty() {
+            Self::Single(url.to_owned())
+        } else {
+            Self::Cluster(nodes)
+        }
+    }
+}
+
+/// Durability of an accepted order: `WAIT replicas timeout` after the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
 /// A key prefix must not contain braces: the first `{...}` of a key is its hash tag.

@@ -24,7 +24,6 @@
 //! refused (429) until the sweep makes room, rather than growing the map.
 
 use std::net::{IpAddr, SocketAddr};
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -32,8 +31,8 @@ use std::time::{Duration, Instant};
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
@@ -42,103 +41,8 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
 use super::error::ApiError;
+use crate::config::{Limits, Rate};
 use crate::domain::UserId;
-
-/// A token bucket: `per_second` sustained, `burst` at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    pub per_second: NonZeroU32,
-    pub burst: NonZeroU32,
-}
-
-impl Rate {
-    /// `None` when `per_second` is 0 (the limit is off).
-    pub fn new(per_second: u32, burst: u32) -> Option<Self> {
-        let per_second = NonZeroU32::new(per_second)?;
-        Some(Self {
-            per_second,
-            burst: NonZeroU32::new(burst).unwrap_or(per_second),
-        })
-    }
-
-    fn quota(self) -> Quota {
-        Quota::per_second(self.per_second).allow_burst(self.burst)
-    }
-}
-
-/// The guards' settings.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Orders decided at once; 0: unbounded (no shedding).
-    pub max_in_flight: usize,
-    /// Upper bound on handling any request.
-    pub request_timeout: Duration,
-    /// Per-user bucket on `POST /api/orders` (`None`: off).
-    pub user_rate: Option<Rate>,
-    /// Per-client-address bucket on `POST /api/orders` (`None`: off).
-    pub ip_rate: Option<Rate>,
-    /// Per-client-address bucket on lookups, pay and cancel (`None`: off).
-    pub lookup_rate: Option<Rate>,
-    /// Per-client-address bucket on the waiting room's polls (`None`: off).
-    pub poll_rate: Option<Rate>,
-    /// Live keys each bucket map may hold.
-    pub max_keys: usize,
-    /// Take the client address from this header's last entry (the one the
-    /// nearest proxy appended) instead of the TCP peer.
-    pub client_ip_header: Option<HeaderName>,
-    /// Most request headers, and most bytes of them all.
-    pub max_headers: usize,
-    pub max_header_bytes: usize,
-}
-
-/// Orders in flight beyond which orders are shed: chosen by `flashsale-bench
-/// guards` for a low p99 with most of the peak throughput (BENCHMARKS.md,
-/// "The guards, and 20× overload").
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
-
-/// The limits' defaults: the one place they are written (the command line
-/// shows them, [`Limits::default`] uses them). Rates are (per second, burst).
-pub mod defaults {
-    pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
-    pub const USER_RATE: (u32, u32) = (5, 10);
-    pub const IP_RATE: (u32, u32) = (200, 400);
-    pub const LOOKUP_RATE: (u32, u32) = (50, 100);
-    pub const POLL_RATE: (u32, u32) = (100, 200);
-    pub const MAX_KEYS: usize = 200_000;
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        let rate = |(per_second, burst)| Rate::new(per_second, burst);
-        Self {
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            request_timeout: Duration::from_millis(defaults::REQUEST_TIMEOUT_MS),
-            user_rate: rate(defaults::USER_RATE),
-            ip_rate: rate(defaults::IP_RATE),
-            lookup_rate: rate(defaults::LOOKUP_RATE),
-            poll_rate: rate(defaults::POLL_RATE),
-            max_keys: defaults::MAX_KEYS,
-            client_ip_header: None,
-            max_headers: 64,
-            max_header_bytes: 8 * 1024,
-        }
-    }
-}
-
-impl Limits {
-    /// No rate limits and no shedding (timeouts and header limits stay):
-    /// for benchmarks of the bare path and tests of other things.
-    pub fn unlimited() -> Self {
-        Self {
-            max_in_flight: 0,
-            user_rate: None,
-            ip_rate: None,
-            lookup_rate: None,
-            poll_rate: None,
-            ..Self::default()
-        }
-    }
-}
 
 /// A keyed token bucket with bounded memory.
 struct Buckets<K: std::hash::Hash + Eq + Clone> {
@@ -157,7 +61,7 @@ struct Buckets<K: std::hash::Hash + Eq + Clone> {
 impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
     fn new(rate: Rate, max_keys: usize) -> Self {
         Self {
-            limiter: DefaultKeyedRateLimiter::keyed(rate.quota()),
+            limiter: DefaultKeyedRateLimiter::keyed(quota(rate)),
             max_keys: max_keys.max(1),
             last_sweep_ms: AtomicU64::new(0),
             started: Instant::now(),
@@ -437,4 +341,9 @@ pub async fn sweep_buckets(
             _ = tokio::time::sleep(every) => guards.sweep(),
         }
     }
+}
+
+/// A rate as governor's quota.
+fn quota(rate: Rate) -> Quota {
+    Quota::per_second(rate.per_second).allow_burst(rate.burst)
 }

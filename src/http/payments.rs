@@ -16,19 +16,10 @@ use super::error::{ApiError, ErrorBody};
 use super::extract;
 use super::state::AppState;
 use crate::books::PaymentRecord;
-use crate::domain::webhook::{Secret, Signed};
+use crate::config::PaymentSettings;
+use crate::domain::webhook::Signed;
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 use crate::store::NewPayment;
-
-/// Where payment notifications are heard, and in which currency sales are
-/// priced.
-#[derive(Debug, Clone)]
-pub struct PaymentSettings {
-    /// The secrets a notification may be signed with (several during a
-    /// rotation).
-    pub secrets: Vec<Secret>,
-    pub currency: Currency,
-}
 
 /// A notification, per Standard Webhooks' payload convention (`type`:
 /// `payment.succeeded`, `payment.failed` or `payment.refunded`,

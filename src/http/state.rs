@@ -40,7 +40,7 @@ pub struct Shared {
     pub auth: Option<auth::Auth>,
     /// Where payment notifications are heard (`None`: the route is not
     /// served).
-    pub payments: Option<super::payments::PaymentSettings>,
+    pub payments: Option<crate::config::PaymentSettings>,
     pub guards: Arc<limits::Guards>,
     /// The open connections and their bounds.
     pub connections: Arc<conn::Connections>,

@@ -29,40 +29,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
 use super::error::SaleError;
-
-/// Where Redis is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server (`redis://host:port`).
-    Single(String),
-    /// A Redis Cluster, by some of its nodes (`redis://host:port` each).
-    Cluster(Vec<String>),
-}
-
-impl RedisTarget {
-    /// `REDIS_CLUSTER_NODES` (comma-separated `host:port` or URLs) wins over
-    /// `REDIS_URL` when set.
-    pub fn new(url: &str, cluster_nodes: Option<&str>) -> Self {
-        let nodes: Vec<String> = cluster_nodes
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(|n| {
-                if n.contains("://") {
-                    n.to_owned()
-                } else {
-                    format!("redis://{n}")
-                }
-            })
-            .collect();
-        if nodes.is_empty() {
-            Self::Single(url.to_owned())
-        } else {
-            Self::Cluster(nodes)
-        }
-    }
-}
+use crate::config::{RedisSettings, RedisTarget};
 
 /// A connection of either kind; all of this crate's Redis code runs on it.
 #[derive(Clone)]
@@ -174,6 +141,12 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// The handle to the Redis `settings` name, made without connecting
+    /// (Redis need not answer yet).
+    pub fn from_settings(settings: &RedisSettings) -> Result<Self, SaleError> {
+        Self::new(&settings.target, settings.timeout, settings.pool_size)
+    }
+
     /// Builds the handle without connecting (connections are made on first use).
     pub fn new(target: &RedisTarget, timeout: Duration, pool_size: u32) -> Result<Self, SaleError> {
         let subscribe_at = match target {

@@ -15,7 +15,7 @@ use super::conn::{BlockingConnections, Conn, Redis};
 use super::error::SaleError;
 use super::keys::{self, SaleKeys};
 use super::memory::{self, Memory};
-use super::wait::Wait;
+use crate::config::Wait;
 use crate::domain::{Chain, ProductId};
 
 pub(super) struct Core {

@@ -41,14 +41,14 @@ pub mod wait;
 
 use std::sync::Arc;
 
-pub use conn::{Conn, Pool, Redis, RedisTarget};
+pub use conn::{Conn, Pool, Redis};
 pub use core::{Counter, Counts};
 pub use error::SaleError;
 pub use keys::SaleKeys;
 pub use ledger::restore::{Booked, BookedState, Repairs, Restore, Restored};
 pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
 pub use lifecycle::{Lifecycle, SaleSpec};
-pub use memory::{Keyed, Memory, MemorySettings};
+pub use memory::{Keyed, Memory};
 pub use orders::{
     Accepted, AnsweredBy, Decision, NewOrder, Orders, Placed, Progress, Retake, Vouched,
 };
@@ -60,8 +60,8 @@ pub use room::Room;
 pub use stream::bells::Bells;
 pub use stream::entry::Entry;
 pub use stream::{Claimed, SaleStream, Streams};
-pub use wait::Wait;
 
+use crate::config::{MemorySettings, RedisSettings, Wait};
 use crate::domain::ProductId;
 
 /// The sales of this deployment, as seen in Redis: builds the handles,
@@ -81,6 +81,21 @@ pub struct Sales {
 }
 
 impl Sales {
+    /// The sales over the Redis `settings` name, answering orders from
+    /// memory as `memory` says: handles made without connecting (Redis need
+    /// not answer yet).
+    pub fn from_settings(
+        settings: &RedisSettings,
+        memory: MemorySettings,
+    ) -> Result<Self, SaleError> {
+        Ok(Self::new(
+            Redis::from_settings(settings)?,
+            settings.key_prefix.clone(),
+            memory,
+            settings.wait,
+        ))
+    }
+
     /// The handles over `redis`, keys under `prefix`, answering from memory
     /// as `memory` says and confirming writes on replicas as `wait` says.
     pub fn new(

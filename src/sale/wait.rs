@@ -3,32 +3,22 @@
 //! pipeline on a connection of the caller's own, to the master that ran the
 //! write (see [`then_wait`]).
 
-use std::time::Duration;
-
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::conn::Conn;
 use super::error::SaleError;
+use crate::config::Wait;
 
-/// Durability of an accepted order: `WAIT replicas timeout` after the script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
-    pub replicas: u32,
-    pub timeout: Duration,
-}
-
-impl Wait {
-    /// `NotReplicated` when fewer than `replicas` acknowledged the writes.
-    pub fn confirmed(self, acked: u32) -> Result<(), SaleError> {
-        if acked < self.replicas {
-            return Err(SaleError::NotReplicated {
-                acked,
-                wanted: self.replicas,
-            });
-        }
-        Ok(())
+/// `NotReplicated` when fewer than `wait.replicas` acknowledged the writes.
+pub fn confirmed(wait: Wait, acked: u32) -> Result<(), SaleError> {
+    if acked < wait.replicas {
+        return Err(SaleError::NotReplicated {
+            acked,
+            wanted: wait.replicas,
+        });
     }
+    Ok(())
 }
 
 /// Runs the one call in `pipe`, then `WAIT`, as one pipeline on one

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::StoreError;
+use crate::config::DbSettings;
 use crate::domain::{Chain, backoff};
 
 /// The MySQL pool, with a timeout applied to every call.
@@ -32,6 +33,12 @@ pub struct Db {
 const MIGRATE_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
 
 impl Db {
+    /// The books' database `settings` name: a pool made without connecting
+    /// (MySQL need not answer yet).
+    pub fn from_settings(settings: &DbSettings) -> Result<Self, StoreError> {
+        Self::connect_lazy(&settings.url, settings.timeout, settings.max_connections)
+    }
+
     /// Connects lazily: the service starts while MySQL is down.
     pub fn connect_lazy(
         url: &str,

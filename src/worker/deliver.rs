@@ -14,63 +14,16 @@
 
 use std::time::Duration;
 
-use axum::http::{Uri, header};
+use axum::http::header;
 use reqwest::{Client, Url, redirect};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tokio_util::sync::CancellationToken;
 
 use crate::books::EventMessage;
+use crate::config::DeliverySettings;
 use crate::domain::backoff;
-use crate::domain::webhook::Secret;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
 use crate::store::{Deliveries, Delivery, EventRow, Events, StoreError};
-
-/// Where and how events are pushed.
-#[derive(Debug, Clone)]
-pub struct DeliverySettings {
-    /// An `https://` endpoint (or `http://`, on a network of its own).
-    pub url: Uri,
-    pub secret: Secret,
-    /// Attempts of one event before it is dead-lettered.
-    pub max_attempts: u32,
-    /// Bound on one attempt (connect, send, answer).
-    pub timeout: Duration,
-    /// The back-off after the first failure, doubled after each, at most
-    /// `backoff_max`; each drawn at random from its upper half (jitter).
-    pub backoff_min: Duration,
-    pub backoff_max: Duration,
-    /// CA certificates trusted besides the public web PKI's.
-    pub ca: Option<CaCerts>,
-}
-
-/// CA certificates read from a PEM file (`EVENT_WEBHOOK_CA_FILE`).
-#[derive(Clone)]
-pub struct CaCerts {
-    path: String,
-    certs: Vec<CertificateDer<'static>>,
-}
-
-impl std::fmt::Debug for CaCerts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} certificate(s) from {}", self.certs.len(), self.path)
-    }
-}
-
-/// Why a CA file cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum CaError {
-    #[error("cannot read the certificates in {path}: {source}")]
-    Pem {
-        path: String,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("{0} holds no certificate")]
-    Empty(String),
-    #[error("a certificate of {path} is not a usable CA: {source}")]
-    Invalid { path: String, source: rustls::Error },
-}
 
 /// Why a deliverer's HTTP client cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -79,29 +32,6 @@ pub enum ClientError {
     Url(String, #[source] url::ParseError),
     #[error("cannot build the HTTP client (its TLS settings)")]
     Build(#[from] reqwest::Error),
-}
-
-impl CaCerts {
-    pub fn read(path: &std::path::Path) -> Result<Self, CaError> {
-        let name = path.display().to_string();
-        let certs = CertificateDer::pem_file_iter(path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|source| CaError::Pem {
-                path: name.clone(),
-                source,
-            })?;
-        if certs.is_empty() {
-            return Err(CaError::Empty(name));
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in &certs {
-            roots.add(cert.clone()).map_err(|source| CaError::Invalid {
-                path: name.clone(),
-                source,
-            })?;
-        }
-        Ok(Self { path: name, certs })
-    }
 }
 
 /// The deliverer's HTTP client (reqwest over rustls with ring): HTTP/1.1,
@@ -117,7 +47,7 @@ fn client(settings: &DeliverySettings) -> Result<Client, reqwest::Error> {
         .pool_idle_timeout(Duration::from_secs(30))
         .redirect(redirect::Policy::none())
         .no_proxy();
-    for cert in settings.ca.iter().flat_map(|ca| &ca.certs) {
+    for cert in settings.ca.iter().flat_map(|ca| ca.certs()) {
         builder = builder.add_root_certificate(reqwest::Certificate::from_der(cert)?);
     }
     builder.build()

@@ -21,7 +21,6 @@ pub mod reconciler;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,118 +29,12 @@ pub use drain::{Outcome, SaleWorker};
 
 use activity::Activity;
 
-use crate::books::retire::RetireSettings;
 use crate::books::{Audit, Books, LiveCheck, Retirer, Settlement, Sweeper};
+use crate::config::{RetireSettings, WorkerConfig};
 use crate::domain::{Chain, ProductId};
 use crate::metrics::Metrics;
 use crate::sale::{self, SaleError, Sales};
 use crate::store::{self, Db, StoreError};
-
-/// The largest `BATCH_SIZE`: a batch is one multi-row INSERT of 9 values
-/// a row, and MySQL takes at most 65,535 placeholders in one statement.
-pub const MAX_BATCH_SIZE: usize = 5_000;
-
-/// The workers' settings' defaults: the one place they are written (the
-/// command line shows them, [`WorkerConfig::default`] uses them).
-pub mod defaults {
-    pub const BATCH_SIZE: usize = 500;
-    pub const BLOCK_MS: u64 = 2_000;
-    pub const CLAIM_IDLE_MS: u64 = 15_000;
-    pub const MAX_DELIVERIES: u64 = 5;
-    pub const STREAM_RETENTION_SECS: u64 = 600;
-    pub const PAYMENT_TIMEOUT_SECS: u64 = 900;
-    pub const BOOKS_CHECK_MS: u64 = 5_000;
-    pub const RETIRE_CHECK_MS: u64 = 10_000;
-    pub const EVENT_WEBHOOK_MAX_ATTEMPTS: u32 = 12;
-    /// The first retry of a failed delivery comes after 100-200 ms (the
-    /// upper half of this), then the wait doubles, up to 5 minutes: a
-    /// receiver's one-off failure holds the endpoint's events back only
-    /// briefly (they go in order), an outage still gets minutes of
-    /// retries (12 attempts: about 5 minutes) before a dead letter.
-    pub const EVENT_WEBHOOK_BACKOFF_MIN_MS: u64 = 200;
-    pub const EVENT_WEBHOOK_BACKOFF_MAX_MS: u64 = 300_000;
-    pub const EVENT_WEBHOOK_TIMEOUT_MS: u64 = 5_000;
-}
-
-/// How the workers behave.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// This process's consumer name in every sale's group; unique per process.
-    pub consumer: String,
-    /// Entries per `XREADGROUP` (and rows per MySQL transaction).
-    pub batch_size: usize,
-    /// How long a read waits for new entries.
-    pub block: Duration,
-    /// Entries pending longer than this are taken over from their consumer.
-    pub claim_idle: Duration,
-    /// Deliveries after which an entry that cannot be persisted is dead-lettered.
-    pub max_deliveries: u64,
-    /// Acked entries stay in the stream this long, for operators.
-    pub retention: Duration,
-    pub trim_every: Duration,
-    /// How often the registry of open sales is read.
-    pub registry_refresh: Duration,
-    pub backoff_min: Duration,
-    pub backoff_max: Duration,
-    /// Orders confirmed and unpaid this long are cancelled.
-    pub payment_timeout: Duration,
-    /// How often the sweeper passes (payment timeouts, interrupted cancels).
-    pub sweep_every: Duration,
-    /// How often the Redis masters behind the open sales are checked for a
-    /// change (a failover, a restart) that calls for reconciliation.
-    pub reconcile_every: Duration,
-    /// A cancel's Redis half missing for this long counts as interrupted.
-    pub release_grace: Duration,
-    /// How often every open sale's books are checked (`books::live`);
-    /// zero: never.
-    pub books_every: Duration,
-    /// How often ended sales are looked at for retirement
-    /// (`books::retire`); zero: never.
-    pub retire_every: Duration,
-    pub retire: RetireSettings,
-    /// Where the outbox's events are pushed, one entry per endpoint (none:
-    /// nowhere; readers pull).
-    pub events: Vec<deliver::DeliverySettings>,
-    /// How often the deliverer passes.
-    pub deliver_every: Duration,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            consumer: default_consumer_name(),
-            batch_size: defaults::BATCH_SIZE,
-            block: Duration::from_millis(defaults::BLOCK_MS),
-            claim_idle: Duration::from_millis(defaults::CLAIM_IDLE_MS),
-            max_deliveries: defaults::MAX_DELIVERIES,
-            retention: Duration::from_secs(defaults::STREAM_RETENTION_SECS),
-            trim_every: Duration::from_secs(5),
-            registry_refresh: Duration::from_secs(2),
-            backoff_min: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(5),
-            payment_timeout: Duration::from_secs(defaults::PAYMENT_TIMEOUT_SECS),
-            sweep_every: Duration::from_secs(5),
-            reconcile_every: Duration::from_secs(1),
-            release_grace: Duration::from_secs(10),
-            books_every: Duration::from_millis(defaults::BOOKS_CHECK_MS),
-            retire_every: Duration::from_millis(defaults::RETIRE_CHECK_MS),
-            retire: RetireSettings::default(),
-            events: Vec::new(),
-            deliver_every: Duration::from_millis(200),
-        }
-    }
-}
-
-/// `<hostname>-<pid>`: unique across hosts and across processes on one host.
-pub fn default_consumer_name() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "flashsale".into());
-    format!("{host}-{}", std::process::id())
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use flashsale::config::RedisTarget;
 use flashsale::domain::{OrderId, ProductId, Quantity, UserId};
-use flashsale::sale::{OrderCall, Redis, RedisTarget, Vouched};
+use flashsale::sale::{OrderCall, Redis, Vouched};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 

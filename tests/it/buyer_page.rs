@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flashsale::http::auth::AuthSettings;
+use flashsale::config::AuthSettings;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use serde_json::{Value, json};

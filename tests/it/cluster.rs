@@ -58,7 +58,7 @@ async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
 }
 
 fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
-    s.redis.wait = Some(flashsale::sale::Wait {
+    s.redis.wait = Some(flashsale::config::Wait {
         replicas: 1,
         timeout: std::time::Duration::from_millis(200),
     });
@@ -114,7 +114,7 @@ async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_
     let sales = flashsale::sale::Sales::new(
         app.redis_below(),
         app.prefix.clone(),
-        flashsale::sale::MemorySettings::default(),
+        flashsale::config::MemorySettings::default(),
         None,
     );
     let workers =
@@ -165,7 +165,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     // another instance) arrives within it on a loaded machine, and short
     // enough that three of them stay within the node timeout.
     let app = spawn_app_on(Backend::OwnCluster(base), |s| {
-        s.redis.wait = Some(flashsale::sale::Wait {
+        s.redis.wait = Some(flashsale::config::Wait {
             replicas: 1,
             timeout: std::time::Duration::from_millis(500),
         });
@@ -299,7 +299,7 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
     let _cluster = crate::helpers::OwnCluster::start(base);
     let app = spawn_app_on(Backend::OwnCluster(base), |s| {
         wait_for_one_replica(s);
-        s.workers = Some(flashsale::worker::WorkerConfig {
+        s.workers = Some(flashsale::config::WorkerConfig {
             release_grace: Duration::from_millis(300),
             sweep_every: Duration::from_millis(200),
             ..crate::helpers::fast_workers("w")

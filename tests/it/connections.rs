@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flashsale::http::limits::{Limits, Rate};
+use flashsale::config::{Limits, Rate};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -187,7 +187,7 @@ async fn shed_orders_keep_the_connection() {
     let redis = Proxy::start("127.0.0.1:6379").await;
     let app = spawn_app_with(|s| {
         s.redis.target =
-            flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
+            flashsale::config::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
         s.http.limits = Limits {
             max_in_flight: 1,
             ..Limits::unlimited()

@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use serde_json::Value;
 
-use flashsale::sale::RedisTarget;
+use flashsale::config::RedisTarget;
 
 use crate::browser::Browser;
 use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, eventually, spawn_app_on, spawn_app_with};

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use axum::routing::post;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use flashsale::http::limits::Limits;
+use flashsale::config::Limits;
 use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use flashsale::config::Limits;
 use flashsale::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
-use flashsale::http::limits::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -243,7 +243,7 @@ async fn the_event_feed_is_for_admins_and_refuses_bad_cursors() {
 /// each, among its orders' events in order.
 #[tokio::test]
 async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
-    use flashsale::books::retire::RetireSettings;
+    use flashsale::config::RetireSettings;
     let app = spawn().await;
     let sku = app.new_sale(2, 2).await;
     let order = |resp: reqwest::Response| async move {

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use flashsale::app::App;
+use flashsale::config::Limits;
+use flashsale::config::RedisTarget;
+use flashsale::config::WorkerConfig;
 use flashsale::config::{Cli, Command, Settings};
-use flashsale::http::limits::Limits;
-use flashsale::sale::{Conn, RedisTarget, Sales};
+use flashsale::sale::{Conn, Sales};
 use flashsale::store::Db;
-use flashsale::worker::WorkerConfig;
 use redis::AsyncCommands;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -459,7 +460,7 @@ pub fn product_body(product_id: &str, stock: u64, limit: u64) -> Value {
 impl TestApp {
     /// A handle to the service's Redis itself (its nodes, its slots).
     pub fn redis_below(&self) -> flashsale::sale::Redis {
-        self.settings.redis.redis().expect("redis handle")
+        flashsale::sale::Redis::from_settings(&self.settings.redis).expect("redis handle")
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use flashsale::app::App;
-use flashsale::http::limits::{Limits, Rate};
-use flashsale::sale::RedisTarget;
+use flashsale::config::RedisTarget;
+use flashsale::config::{Limits, Rate};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

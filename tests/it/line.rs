@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use flashsale::config::RedisTarget;
 use flashsale::domain::{OrderId, ProductId, Quantity, UserId};
-use flashsale::sale::{OrderCall, PlaceReply, RedisTarget, Rejection, Vouched};
+use flashsale::sale::{OrderCall, PlaceReply, Rejection, Vouched};
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -166,7 +167,7 @@ async fn orders_arriving_during_a_call_share_the_next_one() {
 #[tokio::test]
 async fn orders_of_a_call_the_replicas_did_not_confirm_are_each_taken_back() {
     let app = spawn_app_with(|s| {
-        s.redis.wait = Some(flashsale::sale::Wait {
+        s.redis.wait = Some(flashsale::config::Wait {
             replicas: 1,
             timeout: Duration::from_millis(300),
         });

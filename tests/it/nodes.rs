@@ -73,7 +73,7 @@ pub async fn await_failover(base: u16, victim: &str, key: &str) {
         if port == base { base + 1 } else { base }
     );
     let probe = flashsale::sale::Redis::new(
-        &flashsale::sale::RedisTarget::Cluster(vec![survivor.clone()]),
+        &flashsale::config::RedisTarget::Cluster(vec![survivor.clone()]),
         Duration::from_millis(500),
         1,
     )

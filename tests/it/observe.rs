@@ -23,9 +23,9 @@ fn sample(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_after_a_small_sale_count_what_happened() {
     let app = spawn_app_with(|s| {
-        s.http.limits = flashsale::http::limits::Limits {
-            user_rate: flashsale::http::limits::Rate::new(100, 100),
-            ..flashsale::http::limits::Limits::default()
+        s.http.limits = flashsale::config::Limits {
+            user_rate: flashsale::config::Rate::new(100, 100),
+            ..flashsale::config::Limits::default()
         };
     })
     .await;
@@ -321,7 +321,7 @@ impl Drop for OwnRedis {
 
 async fn risks_of(port: u16) -> Vec<String> {
     let redis = flashsale::sale::Redis::new(
-        &flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}")),
+        &flashsale::config::RedisTarget::Single(format!("redis://127.0.0.1:{port}")),
         Duration::from_secs(2),
         1,
     )

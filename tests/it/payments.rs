@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use flashsale::http::limits::Limits;
+use flashsale::config::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -387,7 +387,7 @@ async fn a_payment_while_redis_does_not_answer_is_asked_again() {
         s.http.limits = Limits::unlimited();
         s.workers = None;
         s.redis.target =
-            flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
+            flashsale::config::RedisTarget::Single(format!("redis://127.0.0.1:{}", redis.port));
         s.redis.timeout = Duration::from_millis(300);
     })
     .await;
@@ -731,7 +731,7 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
 /// the end is owed back (the sale has no units to take again).
 #[tokio::test]
 async fn payments_after_a_sale_is_retired_touch_only_the_books() {
-    use flashsale::books::retire::RetireSettings;
+    use flashsale::config::RetireSettings;
     let app = spawn_paying().await;
     let sku = app.new_sale(5, 1).await;
     let paid = app.confirmed_order(&sku, 1, 1).await;

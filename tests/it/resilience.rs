@@ -23,7 +23,8 @@ fn closed_port() -> u16 {
 async fn redis_unreachable_gives_503_not_a_hang() {
     let port = closed_port();
     let app = spawn_app_with(|s| {
-        s.redis.target = flashsale::sale::RedisTarget::Single(format!("redis://127.0.0.1:{port}"));
+        s.redis.target =
+            flashsale::config::RedisTarget::Single(format!("redis://127.0.0.1:{port}"));
         s.redis.timeout = Duration::from_millis(500);
     })
     .await;

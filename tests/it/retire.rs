@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use flashsale::books::retire::{Blocker, RetireSettings, Step};
+use flashsale::books::retire::{Blocker, Step};
+use flashsale::config::RetireSettings;
+use flashsale::config::WorkerConfig;
 use flashsale::domain::{OrderId, ProductId, SaleState};
-use flashsale::worker::{WorkerConfig, Workers};
+use flashsale::worker::Workers;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -27,7 +27,7 @@ async fn release_elsewhere(app: &TestApp, order_id: &str) {
     let other = Sales::new(
         Redis::new(&app.settings.redis.target, Duration::from_secs(2), 2).unwrap(),
         app.prefix.clone(),
-        flashsale::sale::MemorySettings::default(),
+        flashsale::config::MemorySettings::default(),
         None,
     );
     let (id, product) = OrderId::parse(order_id).unwrap();

@@ -430,8 +430,8 @@ crate::on_both_backends!(
 /// placeholders (9 a row), and such a batch could never be persisted.
 #[tokio::test]
 async fn the_largest_batch_is_persisted_in_one_call() {
+    use flashsale::config::MAX_BATCH_SIZE;
     use flashsale::domain::{OrderId, PendingOrder, Quantity, UserId, now_ms};
-    use flashsale::worker::MAX_BATCH_SIZE;
     let app = spawn_app_on(Backend::Single, |s| s.workers = None).await;
     let sku = app.new_sale(MAX_BATCH_SIZE as u64, 1).await;
     let product = pid(&sku);

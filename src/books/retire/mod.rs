@@ -35,39 +35,10 @@ pub use settled::{Assessment, Blocker, Listed, Settlement, state_of};
 use settled::{product_id, with_ids};
 
 use super::error::BooksError;
+use crate::config::RetireSettings;
 use crate::domain::{Chain, ProductId, now_ms};
 use crate::sale::{Lifecycle, Queue};
 use crate::store::{self, FinalAudit, Product};
-
-/// When and how the workers retire sales.
-#[derive(Debug, Clone, Copy)]
-pub struct RetireSettings {
-    /// A sale is retired no sooner than this after its end.
-    pub after: Duration,
-    /// Its Redis keys are deleted this long after it is retired.
-    pub grace: Duration,
-    /// Sales read from MySQL per page (ended; retired, not purged).
-    pub batch: u32,
-    /// The least time one sale's retirement, or purge, takes: a pass over
-    /// thousands of sales leaves the cores to the order path of the sales
-    /// that run (BENCHMARKS.md, "Ended sales, and retiring them").
-    pub pace: Duration,
-}
-
-/// `RETIRE_AFTER_SECS` and `RETIRE_GRACE_SECS` by default.
-pub const RETIRE_AFTER_SECS: u64 = 60;
-pub const RETIRE_GRACE_SECS: u64 = 60;
-
-impl Default for RetireSettings {
-    fn default() -> Self {
-        Self {
-            after: Duration::from_secs(RETIRE_AFTER_SECS),
-            grace: Duration::from_secs(RETIRE_GRACE_SECS),
-            batch: 500,
-            pace: Duration::from_millis(5),
-        }
-    }
-}
 
 /// How far [`Retirer::retire`] goes (the steps of the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,70 +1,52 @@
 //! Verified tokens, remembered by their SHA-256 until they expire: a
 //! buyer's repeated requests cost one hash and one lookup.
+//!
+//! The map is `quick_cache`'s (sharded, bounded, S3-FIFO eviction): a full
+//! cache forgets the tokens least likely to come back, so a flood of
+//! one-off tokens costs verifying, never the regular buyers' entries, and
+//! never a scan under a lock.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use quick_cache::UnitWeighter;
+use quick_cache::sync::{Cache, DefaultLifecycle};
 
 use crate::domain::UserId;
 
-/// Verified tokens by SHA-256: user and expiry. Sharded so that concurrent
-/// requests rarely meet on a lock; bounded, expired entries dropped when full.
-pub(super) struct TokenCache {
-    shards: Vec<Mutex<Shard>>,
-    per_shard: usize,
-}
-
-const SHARDS: usize = 16;
-
 /// A token's SHA-256 → (user id, `exp` in epoch seconds).
-type Shard = HashMap<[u8; 32], (UserId, u64)>;
+type Map = Cache<[u8; 32], (UserId, u64), UnitWeighter, foldhash::fast::RandomState>;
+
+/// Verified tokens by SHA-256: at most `entries` of them (0: none).
+pub(super) struct TokenCache(Option<Map>);
 
 impl TokenCache {
     pub(super) fn new(entries: usize) -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            per_shard: entries.div_ceil(SHARDS),
-        }
-    }
-
-    fn shard(&self, digest: &[u8; 32]) -> &Mutex<Shard> {
-        &self.shards[usize::from(digest[0]) % SHARDS]
+        Self((entries > 0).then(|| {
+            Cache::with(
+                entries,
+                entries as u64,
+                UnitWeighter,
+                foldhash::fast::RandomState::default(),
+                DefaultLifecycle::default(),
+            )
+        }))
     }
 
     pub(super) fn get(&self, digest: &[u8; 32], now_secs: u64) -> Option<UserId> {
-        if self.per_shard == 0 {
-            return None;
-        }
-        let shard = self.shard(digest).lock().unwrap_or_else(|p| p.into_inner());
         // Valid until its `exp` (the leeway is the verifier's to grant).
-        shard
-            .get(digest)
-            .filter(|(_, exp)| *exp > now_secs)
-            .map(|(user, _)| *user)
+        let (user, exp) = self.0.as_ref()?.get(digest)?;
+        (exp > now_secs).then_some(user)
     }
 
     pub(super) fn insert(&self, digest: [u8; 32], user: UserId, exp: u64, now_secs: u64) {
-        if self.per_shard == 0 || exp <= now_secs {
-            return;
+        if let Some(map) = &self.0
+            && exp > now_secs
+        {
+            map.insert(digest, (user, exp));
         }
-        let mut shard = self
-            .shard(&digest)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, (_, e)| *e > now_secs);
-            if shard.len() >= self.per_shard {
-                return;
-            }
-        }
-        shard.insert(digest, (user, exp));
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.0.as_ref().map_or(0, Map::len)
     }
 }
 
@@ -72,24 +54,42 @@ impl TokenCache {
 mod tests {
     use super::*;
 
+    fn digest(i: u32) -> [u8; 32] {
+        let mut d = [0; 32];
+        d[..4].copy_from_slice(&i.to_le_bytes());
+        d
+    }
+
     #[test]
-    fn the_cache_is_bounded_and_forgets_expired_tokens() {
+    fn a_token_is_remembered_until_it_expires() {
         let uid = |n| UserId::new(n).unwrap();
-        let cache = TokenCache::new(SHARDS);
-        let d = |i: u8| {
-            let mut d = [0; 32];
-            d[0] = i;
-            d[1] = i;
-            d
-        };
-        cache.insert(d(0), uid(7), 100, 50);
-        assert_eq!(cache.get(&d(0), 99), Some(uid(7)));
-        assert_eq!(cache.get(&d(0), 100), None, "expired");
-        // Shard 0 holds one entry: a second one waits for the first to expire.
-        cache.insert(d(16), uid(8), 100, 50);
-        assert_eq!(cache.get(&d(16), 60), None);
-        cache.insert(d(16), uid(8), 200, 150);
-        assert_eq!(cache.get(&d(16), 160), Some(uid(8)));
-        assert_eq!(cache.len(), 1);
+        let cache = TokenCache::new(16);
+        cache.insert(digest(0), uid(7), 100, 50);
+        assert_eq!(cache.get(&digest(0), 99), Some(uid(7)));
+        assert_eq!(cache.get(&digest(0), 100), None, "expired");
+        cache.insert(digest(1), uid(8), 100, 100);
+        assert_eq!(cache.get(&digest(1), 99), None, "expired when offered");
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_keeps_its_regulars() {
+        let uid = |n| UserId::new(n).unwrap();
+        let cache = TokenCache::new(100);
+        // A regular buyer, seen again and again...
+        cache.insert(digest(0), uid(1), 1_000, 0);
+        for i in 1..10_000 {
+            assert_eq!(cache.get(&digest(0), 1), Some(uid(1)), "after {i} others");
+            // ...among a flood of one-off tokens.
+            cache.insert(digest(i), uid(2), 1_000, 0);
+        }
+        assert!(cache.len() <= 110, "{} entries", cache.len());
+    }
+
+    #[test]
+    fn size_zero_remembers_nothing() {
+        let cache = TokenCache::new(0);
+        cache.insert(digest(0), UserId::new(1).unwrap(), 100, 0);
+        assert_eq!(cache.get(&digest(0), 1), None);
+        assert_eq!(cache.len(), 0);
     }
 }

@@ -13,8 +13,8 @@
 //! far more than an HMAC: BENCHMARKS.md, "Verifying buyers' tokens"), so a verified
 //! token is remembered, by its SHA-256, until it expires:
 //! a buyer's repeated requests cost one hash and one map lookup. The memory
-//! is bounded ([`AuthSettings::token_cache_entries`]); a full cache only
-//! means more verifying, never a wrong answer.
+//! is bounded ([`AuthSettings::token_cache_entries`], `cache`); a full
+//! cache only means more verifying, never a wrong answer.
 //!
 //! `AUTH=none` turns all of this off, for local trials: the body's `user_id`
 //! is then believed. The service refuses to start with neither an identity
@@ -22,11 +22,9 @@
 
 mod cache;
 mod jwt;
-mod net;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use axum::http::request::Parts;
 use axum::http::{HeaderName, header};
@@ -34,113 +32,11 @@ use jsonwebtoken::Algorithm;
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
+use crate::config::AuthSettings;
 use crate::domain::UserId;
 use cache::TokenCache;
+use ipnet::IpNet;
 use jwt::Jwt;
-pub use net::{IpNet, TrustedProxies};
-
-/// How buyers are identified (from `AUTH*` and `JWT_*`; see docs/security.md).
-#[derive(Clone)]
-pub struct AuthSettings {
-    /// `AUTH=none`: no identity at all (local trials only).
-    pub off: bool,
-    /// HMAC secret (at least 32 bytes).
-    pub jwt_secret: Option<String>,
-    /// A PEM public key (RSA, EC or Ed25519).
-    pub jwt_public_key_file: Option<PathBuf>,
-    /// A JWKS document (`{"keys": [...]}`); tokens pick a key by `kid`.
-    pub jwt_jwks_file: Option<PathBuf>,
-    /// The one algorithm accepted; by default the key's own (HS256 for a secret).
-    pub jwt_algorithm: Option<Algorithm>,
-    /// Required `iss`, when set.
-    pub jwt_issuer: Option<String>,
-    /// Required `aud`, when set.
-    pub jwt_audience: Option<String>,
-    /// Clock skew tolerated on `exp` and `nbf`.
-    pub jwt_leeway: Duration,
-    /// The claim that carries the user id (a number, or digits in a string).
-    pub jwt_user_claim: String,
-    /// A gateway's header naming the authenticated user.
-    pub user_header: Option<HeaderName>,
-    /// The only peers whose `user_header` is believed.
-    pub trusted_proxies: Vec<IpNet>,
-    /// Verified tokens remembered at most (0: verify every request).
-    pub token_cache_entries: usize,
-}
-
-/// `JWT_LEEWAY_SECS`, `JWT_USER_CLAIM` and `AUTH_TOKEN_CACHE_SIZE` by default.
-pub const JWT_LEEWAY_SECS: u64 = 30;
-pub const JWT_USER_CLAIM: &str = "sub";
-pub const AUTH_TOKEN_CACHE_SIZE: usize = 100_000;
-
-impl Default for AuthSettings {
-    /// Nothing configured: [`Auth::new`] refuses it.
-    fn default() -> Self {
-        Self {
-            off: false,
-            jwt_secret: None,
-            jwt_public_key_file: None,
-            jwt_jwks_file: None,
-            jwt_algorithm: None,
-            jwt_issuer: None,
-            jwt_audience: None,
-            jwt_leeway: Duration::from_secs(JWT_LEEWAY_SECS),
-            jwt_user_claim: JWT_USER_CLAIM.into(),
-            user_header: None,
-            trusted_proxies: Vec::new(),
-            token_cache_entries: AUTH_TOKEN_CACHE_SIZE,
-        }
-    }
-}
-
-impl AuthSettings {
-    /// `AUTH=none`.
-    pub fn off() -> Self {
-        Self {
-            off: true,
-            ..Self::default()
-        }
-    }
-
-    /// HMAC-signed tokens with this secret.
-    pub fn hmac(secret: &str) -> Self {
-        Self {
-            jwt_secret: Some(secret.to_owned()),
-            ..Self::default()
-        }
-    }
-
-    fn anything_set(&self) -> bool {
-        self.jwt_secret.is_some()
-            || self.jwt_public_key_file.is_some()
-            || self.jwt_jwks_file.is_some()
-            || self.user_header.is_some()
-            || !self.trusted_proxies.is_empty()
-    }
-}
-
-impl std::fmt::Debug for AuthSettings {
-    /// Without the secret.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthSettings")
-            .field("off", &self.off)
-            .field(
-                "jwt_secret",
-                &self.jwt_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("jwt_public_key_file", &self.jwt_public_key_file)
-            .field("jwt_jwks_file", &self.jwt_jwks_file)
-            .field("jwt_algorithm", &self.jwt_algorithm)
-            .field("jwt_issuer", &self.jwt_issuer)
-            .field("jwt_audience", &self.jwt_audience)
-            .field("jwt_leeway", &self.jwt_leeway)
-            .field("jwt_user_claim", &self.jwt_user_claim)
-            .field("user_header", &self.user_header)
-            .field("trusted_proxies", &self.trusted_proxies)
-            .field("token_cache_entries", &self.token_cache_entries)
-            .finish()
-    }
-}
 
 /// Why the identity settings cannot be used: the service does not start.
 #[derive(Debug, thiserror::Error)]
@@ -270,7 +166,11 @@ impl Auth {
     /// The buyer a request comes from, or why it is refused (401).
     fn identify(&self, parts: &Parts, peer: Option<SocketAddr>) -> Result<UserId, ApiError> {
         if let Some((name, proxies)) = &self.header
-            && peer.is_some_and(|peer| proxies.iter().any(|p| p.contains(peer.ip())))
+            && peer.is_some_and(|peer| {
+                proxies
+                    .iter()
+                    .any(|p| p.contains(&peer.ip().to_canonical()))
+            })
         {
             let mut values = parts.headers.get_all(name).iter();
             if let Some(value) = values.next() {

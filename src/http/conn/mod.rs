@@ -41,6 +41,8 @@ use atomic_waker::AtomicWaker;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ConnectionSettings;
+
 /// The peer address `serve` puts on the router's requests (`None` when a
 /// request did not come through it).
 pub fn peer(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
@@ -49,75 +51,12 @@ pub fn peer(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr>
         .map(|axum::extract::ConnectInfo(addr)| *addr)
 }
 
-/// Descriptors kept for everything but client connections (Redis, MySQL,
-/// the listener, files) when the cap is derived from the open-file limit.
-const RESERVED_FDS: usize = 256;
-/// The least derived cap, whatever the open-file limit.
-const MIN_DERIVED: usize = 64;
 /// Connections told to give way and not closed yet, at most: beyond, a
 /// newcomer is refused rather than the descriptors outgrowing the cap.
 const MAX_EVICTING: usize = 64;
 /// Refusals being answered at once, at most: beyond, a connection refused
 /// is closed without an answer (each holds a descriptor while answered).
 const MAX_REFUSING: usize = 64;
-
-/// `HEADER_READ_TIMEOUT_MS` and `IDLE_TIMEOUT_MS` by default.
-pub const HEADER_READ_TIMEOUT_MS: u64 = 5_000;
-pub const IDLE_TIMEOUT_MS: u64 = 75_000;
-
-/// The connection bounds (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionSettings {
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    /// Open connections at most (at it, the longest-waiting one gives way).
-    pub max_open: usize,
-    /// Open connections from one client address at most (0: no such cap).
-    pub max_per_address: usize,
-}
-
-impl ConnectionSettings {
-    /// The process's open-file limit less a reserve: the default of
-    /// `MAX_CONNECTIONS`.
-    pub fn derived_max_open() -> usize {
-        open_file_limit()
-            .saturating_sub(RESERVED_FDS)
-            .max(MIN_DERIVED)
-    }
-}
-
-/// The process's soft limit on open files (`RLIMIT_NOFILE`).
-pub fn open_file_limit() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the limit into the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
-        return 1024;
-    }
-    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-}
-
-/// Raises the soft open-file limit to the hard one (as Go's runtime does at
-/// start): the service's connections are bounded by its own cap, derived
-/// from this limit. Returns the limit now in force.
-pub fn raise_open_file_limit() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read and write the struct given.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) == 0
-            && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit);
-        }
-    }
-    open_file_limit()
-}
 
 /// Why a connection ended before its client was done, or never started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

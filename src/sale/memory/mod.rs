@@ -34,63 +34,8 @@ pub use known::{Known, KnownSales};
 pub use soldout::{Marked, SoldOutMarks};
 
 use super::rejection::Rejection;
+use crate::config::MemorySettings;
 use crate::domain::ProductId;
-
-/// What is answered from memory, and for how long.
-#[derive(Debug, Clone)]
-pub struct MemorySettings {
-    /// How long a `sold_out` is trusted (zero: never).
-    pub sold_out_ttl: Duration,
-    /// How long a buyer's allowance is trusted (zero: never).
-    pub limit_ttl: Duration,
-    /// Buyers remembered per sale.
-    pub limit_entries: usize,
-    /// How long a read of the registry is trusted to say which sales
-    /// exist (zero: unknown ids go to Redis).
-    pub unknown_ttl: Duration,
-    /// How far outside a sale's window Redis's time must certainly be for
-    /// `sale_not_started` / `sale_ended` to be answered here (`None`: never).
-    pub window_margin: Option<Duration>,
-    /// For tests: this process's clock is off by this much (ms).
-    pub clock_skew_ms: i64,
-}
-
-/// The memory's defaults: the one place they are written (the command
-/// line shows them, [`MemorySettings::default`] uses them).
-pub mod defaults {
-    pub const SOLD_OUT_CACHE_MS: u64 = 1_000;
-    pub const LIMIT_CACHE_MS: u64 = 2_000;
-    pub const LIMIT_CACHE_ENTRIES: usize = 100_000;
-    pub const UNKNOWN_PRODUCT_CACHE_MS: u64 = 1_000;
-    pub const WINDOW_MARGIN_MS: u64 = 50;
-}
-
-impl Default for MemorySettings {
-    fn default() -> Self {
-        Self {
-            sold_out_ttl: Duration::from_millis(defaults::SOLD_OUT_CACHE_MS),
-            limit_ttl: Duration::from_millis(defaults::LIMIT_CACHE_MS),
-            limit_entries: defaults::LIMIT_CACHE_ENTRIES,
-            unknown_ttl: Duration::from_millis(defaults::UNKNOWN_PRODUCT_CACHE_MS),
-            window_margin: Some(Duration::from_millis(defaults::WINDOW_MARGIN_MS)),
-            clock_skew_ms: 0,
-        }
-    }
-}
-
-impl MemorySettings {
-    /// Every order goes to Redis.
-    pub fn off() -> Self {
-        Self {
-            sold_out_ttl: Duration::ZERO,
-            limit_ttl: Duration::ZERO,
-            limit_entries: 0,
-            unknown_ttl: Duration::ZERO,
-            window_margin: None,
-            clock_skew_ms: 0,
-        }
-    }
-}
 
 /// The memory's tables, looked up several times per order answered: with
 /// foldhash rather than std's SipHash, a fraction of the lookups' cost.

@@ -12,7 +12,7 @@ use super::release::{Retake, release_stock_call, retake_order_call};
 use crate::domain::{OrderId, PendingOrder, ProductId};
 use crate::sale::core::Core;
 use crate::sale::error::SaleError;
-use crate::sale::wait::invoke_and_wait;
+use crate::sale::wait::{confirmed, invoke_and_wait};
 
 /// The accepted orders' handle.
 #[derive(Clone)]
@@ -161,7 +161,7 @@ impl Accepted {
                     .redis
                     .bounded(invoke_and_wait(&mut pooled, key, &call, wait))
                     .await?;
-                Ok((reply, wait.confirmed(acked)))
+                Ok((reply, confirmed(wait, acked)))
             }
         }
     }

@@ -8,12 +8,13 @@ use rust_decimal::Decimal;
 
 use super::decision::Vouched;
 use super::record::idempotency_field;
+use crate::config::Wait;
 use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 use crate::sale::conn::Conn;
 use crate::sale::keys::Key;
 use crate::sale::lua::script;
 use crate::sale::rejection::Rejection;
-use crate::sale::wait::{Wait, pipe_and_wait};
+use crate::sale::wait::pipe_and_wait;
 
 script!(PLACE_ORDER, "place_order");
 /// What `place_order.lua` answered for one order of a call.

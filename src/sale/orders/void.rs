@@ -5,13 +5,14 @@
 use redis::{ParsingError, RedisResult, aio::ConnectionLike};
 
 use super::place::{OrderCall, PlaceReply, place_orders_and_wait};
+use crate::config::Wait;
 use crate::domain::{Chain, OrderId, ProductId};
 use crate::sale::conn::Conn;
 use crate::sale::core::Core;
 use crate::sale::error::SaleError;
 use crate::sale::keys::SaleKeys;
 use crate::sale::lua::script;
-use crate::sale::wait::Wait;
+use crate::sale::wait::confirmed;
 
 /// The order script and its WAIT on a connection to themselves (WAIT
 /// blocks it, and counts that connection's own writes). A 202, first
@@ -34,7 +35,7 @@ pub(super) async fn place_and_wait(
             wait,
         ))
         .await?;
-    let confirmed = wait.confirmed(acked);
+    let confirmed = confirmed(wait, acked);
     let keys = core.keys(product);
     let mut answers = Vec::with_capacity(replies.len());
     for (reply, order) in replies.into_iter().zip(orders) {

@@ -22,7 +22,7 @@ use super::core::Core;
 use super::error::SaleError;
 use super::keys::{GROUP, SaleKeys};
 use super::lua::script;
-use super::wait::then_wait;
+use super::wait::{confirmed, then_wait};
 use crate::domain::ProductId;
 use entry::Entry;
 
@@ -184,7 +184,7 @@ impl SaleStream {
             .redis
             .bounded(then_wait(&mut pooled, &keys.orders, pipe, wait))
             .await?;
-        wait.confirmed(acked)
+        confirmed(wait, acked)
     }
 
     /// Asks to sleep until the sale's bell (`drain_sleep.lua`): true when

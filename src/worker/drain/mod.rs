@@ -12,11 +12,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod run;
+mod settle;
+
+pub use run::run_sale;
+
 use super::activity::Activity;
 use super::{WorkerConfig, WorkerError};
-use crate::domain::PendingOrder;
-use crate::domain::ProductId;
-use crate::domain::{Chain, backoff};
+use crate::domain::{PendingOrder, ProductId};
 use crate::metrics::Metrics;
 use crate::sale::{Bells, Entry, SaleStream};
 use crate::store::{self, Persisted};
@@ -286,165 +289,6 @@ impl SaleWorker {
         }
         Ok(entries)
     }
-
-    /// Persists what parses in one transaction, acks it, and deals with the
-    /// rest: parse, claim (after the replicas have the batch), persist, ack,
-    /// then the poison entries.
-    async fn settle(&self, entries: Vec<Entry>, source: Source) -> Result<Outcome, WorkerError> {
-        self.metrics.batch_size.observe(entries.len() as f64);
-        let (good, mut bad) = self.parse(&entries);
-        let (good, void) = self.claim(&entries, good).await?;
-        let (persisted, good) = self.persist(good, &mut bad).await?;
-        let ids: Vec<&str> = good
-            .iter()
-            .chain(&void)
-            .map(|(e, _)| e.id.as_str())
-            .collect();
-        self.stream.ack(&ids).await?;
-        self.metrics.rows_persisted.inc_by(persisted.inserted);
-        let mut outcome = Outcome {
-            read: entries.len(),
-            acked: ids.len(),
-            persisted,
-            ..Outcome::default()
-        };
-        if !bad.is_empty() {
-            (outcome.dead, outcome.kept) = self.poison(bad, source).await?;
-        }
-        Ok(outcome)
-    }
-
-    /// The batch's orders, and the entries that do not parse (with why).
-    fn parse<'a>(&self, entries: &'a [Entry]) -> (Batch<'a>, Vec<(&'a Entry, String)>) {
-        let (mut good, mut bad) = (Vec::with_capacity(entries.len()), Vec::new());
-        for e in entries {
-            match e.order(&self.product) {
-                Ok(o) => good.push((e, o)),
-                Err(reason) => bad.push((e, reason)),
-            }
-        }
-        (good, bad)
-    }
-
-    /// Claims the batch for the books, once the replicas have it (with WAIT
-    /// on; otherwise the batch stays pending and is tried again): returns the
-    /// orders to persist, and those the API voided (their WAIT failed, the
-    /// buyer was answered 503), which are acked without a row. A claimed
-    /// order can no longer be voided.
-    async fn claim<'a>(
-        &self,
-        entries: &[Entry],
-        good: Batch<'a>,
-    ) -> Result<(Batch<'a>, Batch<'a>), WorkerError> {
-        self.stream.confirm_replicated().await?;
-        let last = entries
-            .iter()
-            .map(|e| e.id.as_str())
-            .max_by_key(|id| entry_order(id))
-            .unwrap_or("0-0");
-        let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
-        let voided = self.stream.claim(last, &ids).await?;
-        let (void, kept): (Vec<_>, Vec<_>) = good
-            .into_iter()
-            .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
-        if !void.is_empty() {
-            tracing::info!(count = void.len(), "voided orders acked without a row");
-        }
-        Ok((kept, void))
-    }
-
-    /// Writes the batch's rows in one transaction (timed). A batch MySQL
-    /// refuses is written row by row, and the rows it refuses join `bad`.
-    async fn persist<'a>(
-        &self,
-        good: Batch<'a>,
-        bad: &mut Vec<(&'a Entry, String)>,
-    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
-        let metrics = &self.metrics;
-        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
-        let commit = metrics.commit_latency.start_timer();
-        let (persisted, good) = match self.orders.persist_orders(&self.product, &orders).await {
-            Ok(p) => (p, good),
-            Err(e) if e.is_unavailable() => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(error = %Chain(&e), "batch refused; persisting its rows one by one");
-                self.persist_row_by_row(good, bad).await?
-            }
-        };
-        commit.observe_duration();
-        if persisted.inserted > 0 {
-            // The batch's rows were new (a redelivered batch inserts none).
-            let now = crate::domain::now_ms();
-            for (_, order) in &good {
-                let waited = (now - order.created_ms).max(0) as f64 / 1000.0;
-                metrics.accept_to_persist.observe(waited);
-            }
-        }
-        Ok((persisted, good))
-    }
-
-    /// Something in the batch MySQL will not take: find it, row by row.
-    async fn persist_row_by_row<'a>(
-        &self,
-        good: Batch<'a>,
-        bad: &mut Vec<(&'a Entry, String)>,
-    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
-        let mut total = Persisted::default();
-        let mut ok = Vec::with_capacity(good.len());
-        for (entry, order) in good {
-            match self
-                .orders
-                .persist_orders(&self.product, std::slice::from_ref(&order))
-                .await
-            {
-                Ok(p) => {
-                    total.inserted += p.inserted;
-                    total.units += p.units;
-                    ok.push((entry, order));
-                }
-                Err(e) if e.is_unavailable() => return Err(e.into()),
-                Err(e) => bad.push((entry, format!("mysql refused the row: {e}"))),
-            }
-        }
-        Ok((total, ok))
-    }
-
-    /// Entries that cannot be persisted: dead letters once delivered more than
-    /// `max_deliveries` times, otherwise left pending for another try.
-    async fn poison(
-        &self,
-        bad: Vec<(&Entry, String)>,
-        source: Source,
-    ) -> Result<(usize, usize), WorkerError> {
-        let counts = if source == Source::Reclaimed {
-            let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
-            self.stream
-                .deliveries(first, last, self.cfg.batch_size)
-                .await?
-        } else {
-            Default::default()
-        };
-        let (mut dead, mut kept) = (0, 0);
-        for (entry, reason) in bad {
-            let delivered = counts.get(&entry.id).copied().unwrap_or(1);
-            if delivered > self.cfg.max_deliveries {
-                self.stream.dead_letter(entry, &reason, delivered).await?;
-                self.metrics.dead_letters.inc();
-                tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
-                dead += 1;
-            } else {
-                tracing::warn!(id = %entry.id, %reason, delivered, "entry cannot be persisted; left pending");
-                kept += 1;
-            }
-        }
-        Ok((dead, kept))
-    }
-}
-
-/// A stream entry id's `(ms, seq)`, for ordering ids.
-fn entry_order(id: &str) -> (u64, u64) {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 impl Outcome {
@@ -460,77 +304,4 @@ impl Outcome {
             kept: self.kept + o.kept,
         }
     }
-}
-
-/// Drains one sale until `shutdown`: steps, with a reclaim pass every half
-/// claim-idle time and a trim every `trim_every`; a step that finds nothing
-/// sleeps on the sale's bell ([`SaleWorker::sleep`]), and a drain woken
-/// without finding anything sleeps again at once (nothing is pending then:
-/// no reclaim; a trim only while entries may still age out). Errors back
-/// off (capped); nothing is dropped mid-batch: shutdown is checked between
-/// steps, and a step is bounded by the block time.
-pub async fn run_sale(mut w: SaleWorker, shutdown: CancellationToken) {
-    let cfg = w.cfg.clone();
-    // Set at a failure, cleared at a success: the waits start over.
-    let mut backoff = None;
-    let reclaim_every = (cfg.claim_idle / 2).max(Duration::from_millis(50));
-    let mut next_reclaim = Instant::now() + reclaim_every;
-    let mut next_trim = Instant::now() + cfg.trim_every;
-    let mut slept = false;
-    while !shutdown.is_cancelled() {
-        let mut result = w.step().await.map(|o| o.read);
-        let quiet = slept && matches!(result, Ok(0));
-        if quiet {
-            if w.may_trim() {
-                result = w.trim().await.map(|_| 0);
-            }
-        } else {
-            if result.is_ok() && Instant::now() >= next_reclaim {
-                result = w.reclaim().await.map(|o| o.read);
-                next_reclaim = Instant::now() + reclaim_every;
-            }
-            if result.is_ok() && Instant::now() >= next_trim {
-                result = w.trim().await.map(|_| 0);
-                next_trim = Instant::now() + cfg.trim_every;
-            }
-        }
-        match result {
-            Ok(read) => {
-                backoff = None;
-                slept = false;
-                if read == 0 {
-                    match w.sleep(&shutdown).await {
-                        Ok(s) => slept = s,
-                        Err(e) => {
-                            tracing::warn!(product_id = %w.product, error = %Chain(&e), "cannot sleep on the bell; polling");
-                        }
-                    }
-                    if !slept && w.bells.listening() {
-                        // Something waits that this drain cannot read (another
-                        // consumer's pending entries): poll, as without bells.
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = tokio::time::sleep(IDLE_POLL) => {}
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                slept = false;
-                let wait = backoff
-                    .get_or_insert_with(|| backoff::doubling(cfg.backoff_min, cfg.backoff_max))
-                    .next()
-                    .unwrap_or(cfg.backoff_max);
-                tracing::warn!(product_id = %w.product, error = %Chain(&e), retry_in = ?wait, "drain failed; backing off");
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-            }
-        }
-    }
-    if let Err(e) = w.finish().await {
-        tracing::warn!(product_id = %w.product, error = %Chain(&e), "batch read ahead left pending");
-    }
-    tracing::debug!(product_id = %w.product, "drain stopped");
 }

@@ -1,0 +1,174 @@
+//! A batch settled: parsed, claimed once the replicas have it, persisted
+//! in one transaction, acked; entries that cannot be persisted are dead
+//! letters (or kept, while their deliveries are few).
+
+use super::{Batch, Outcome, SaleWorker, Source};
+use crate::domain::{Chain, PendingOrder};
+use crate::sale::Entry;
+use crate::store::Persisted;
+use crate::worker::WorkerError;
+
+impl SaleWorker {
+    /// Persists what parses in one transaction, acks it, and deals with the
+    /// rest: parse, claim (after the replicas have the batch), persist, ack,
+    /// then the poison entries.
+    pub(super) async fn settle(
+        &self,
+        entries: Vec<Entry>,
+        source: Source,
+    ) -> Result<Outcome, WorkerError> {
+        self.metrics.batch_size.observe(entries.len() as f64);
+        let (good, mut bad) = self.parse(&entries);
+        let (good, void) = self.claim(&entries, good).await?;
+        let (persisted, good) = self.persist(good, &mut bad).await?;
+        let ids: Vec<&str> = good
+            .iter()
+            .chain(&void)
+            .map(|(e, _)| e.id.as_str())
+            .collect();
+        self.stream.ack(&ids).await?;
+        self.metrics.rows_persisted.inc_by(persisted.inserted);
+        let mut outcome = Outcome {
+            read: entries.len(),
+            acked: ids.len(),
+            persisted,
+            ..Outcome::default()
+        };
+        if !bad.is_empty() {
+            (outcome.dead, outcome.kept) = self.poison(bad, source).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// The batch's orders, and the entries that do not parse (with why).
+    fn parse<'a>(&self, entries: &'a [Entry]) -> (Batch<'a>, Vec<(&'a Entry, String)>) {
+        let (mut good, mut bad) = (Vec::with_capacity(entries.len()), Vec::new());
+        for e in entries {
+            match e.order(&self.product) {
+                Ok(o) => good.push((e, o)),
+                Err(reason) => bad.push((e, reason)),
+            }
+        }
+        (good, bad)
+    }
+
+    /// Claims the batch for the books, once the replicas have it (with WAIT
+    /// on; otherwise the batch stays pending and is tried again): returns the
+    /// orders to persist, and those the API voided (their WAIT failed, the
+    /// buyer was answered 503), which are acked without a row. A claimed
+    /// order can no longer be voided.
+    async fn claim<'a>(
+        &self,
+        entries: &[Entry],
+        good: Batch<'a>,
+    ) -> Result<(Batch<'a>, Batch<'a>), WorkerError> {
+        self.stream.confirm_replicated().await?;
+        let last = entries
+            .iter()
+            .map(|e| e.id.as_str())
+            .max_by_key(|id| entry_order(id))
+            .unwrap_or("0-0");
+        let ids: Vec<&str> = good.iter().map(|(_, o)| o.order_id.as_str()).collect();
+        let voided = self.stream.claim(last, &ids).await?;
+        let (void, kept): (Vec<_>, Vec<_>) = good
+            .into_iter()
+            .partition(|(_, o)| voided.iter().any(|v| v == o.order_id.as_str()));
+        if !void.is_empty() {
+            tracing::info!(count = void.len(), "voided orders acked without a row");
+        }
+        Ok((kept, void))
+    }
+
+    /// Writes the batch's rows in one transaction (timed). A batch MySQL
+    /// refuses is written row by row, and the rows it refuses join `bad`.
+    async fn persist<'a>(
+        &self,
+        good: Batch<'a>,
+        bad: &mut Vec<(&'a Entry, String)>,
+    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
+        let metrics = &self.metrics;
+        let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
+        let commit = metrics.commit_latency.start_timer();
+        let (persisted, good) = match self.orders.persist_orders(&self.product, &orders).await {
+            Ok(p) => (p, good),
+            Err(e) if e.is_unavailable() => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %Chain(&e), "batch refused; persisting its rows one by one");
+                self.persist_row_by_row(good, bad).await?
+            }
+        };
+        commit.observe_duration();
+        if persisted.inserted > 0 {
+            // The batch's rows were new (a redelivered batch inserts none).
+            let now = crate::domain::now_ms();
+            for (_, order) in &good {
+                let waited = (now - order.created_ms).max(0) as f64 / 1000.0;
+                metrics.accept_to_persist.observe(waited);
+            }
+        }
+        Ok((persisted, good))
+    }
+
+    /// Something in the batch MySQL will not take: find it, row by row.
+    async fn persist_row_by_row<'a>(
+        &self,
+        good: Batch<'a>,
+        bad: &mut Vec<(&'a Entry, String)>,
+    ) -> Result<(Persisted, Batch<'a>), WorkerError> {
+        let mut total = Persisted::default();
+        let mut ok = Vec::with_capacity(good.len());
+        for (entry, order) in good {
+            match self
+                .orders
+                .persist_orders(&self.product, std::slice::from_ref(&order))
+                .await
+            {
+                Ok(p) => {
+                    total.inserted += p.inserted;
+                    total.units += p.units;
+                    ok.push((entry, order));
+                }
+                Err(e) if e.is_unavailable() => return Err(e.into()),
+                Err(e) => bad.push((entry, format!("mysql refused the row: {e}"))),
+            }
+        }
+        Ok((total, ok))
+    }
+
+    /// Entries that cannot be persisted: dead letters once delivered more than
+    /// `max_deliveries` times, otherwise left pending for another try.
+    async fn poison(
+        &self,
+        bad: Vec<(&Entry, String)>,
+        source: Source,
+    ) -> Result<(usize, usize), WorkerError> {
+        let counts = if source == Source::Reclaimed {
+            let (first, last) = (&bad[0].0.id, &bad[bad.len() - 1].0.id);
+            self.stream
+                .deliveries(first, last, self.cfg.batch_size)
+                .await?
+        } else {
+            Default::default()
+        };
+        let (mut dead, mut kept) = (0, 0);
+        for (entry, reason) in bad {
+            let delivered = counts.get(&entry.id).copied().unwrap_or(1);
+            if delivered > self.cfg.max_deliveries {
+                self.stream.dead_letter(entry, &reason, delivered).await?;
+                self.metrics.dead_letters.inc();
+                tracing::error!(id = %entry.id, %reason, delivered, "entry moved to dead letters");
+                dead += 1;
+            } else {
+                tracing::warn!(id = %entry.id, %reason, delivered, "entry cannot be persisted; left pending");
+                kept += 1;
+            }
+        }
+        Ok((dead, kept))
+    }
+}
+
+/// A stream entry id's `(ms, seq)`, for ordering ids.
+fn entry_order(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
