@@ -1,6 +1,6 @@
 //! The dashboard's numbers, read at most once per tick however many
 //! browsers ask: the first request after a tick reads Redis (the registry,
-//! then one pipelined round trip per open sale, `Sales::watch`) and this
+//! then one pipelined round trip per open sale, `Queue::view`) and this
 //! process's counters, and every viewer gets that same answer until the
 //! next tick. Nobody watching: nothing read. Nothing is added to the order
 //! path: the counters read are the ones it writes anyway (atomics), and the
