@@ -20,6 +20,13 @@
 //! A `payment.refunded` (in full) of the payment that paid the order
 //! cancels it (`order.cancelled`) and gives its units back to the sale, as
 //! a buyer's cancel does; of a payment owed back, it settles it.
+//!
+//! A payment is recorded once per id and kind. Another delivery of the
+//! same message (the same `webhook-id`) answers what the first came to. A
+//! refusal (`amount_mismatch`, `unmatched`) is not that answer for another
+//! message: a payment side's corrected notification of the same payment
+//! (the full refund after a partial one) is decided anew, over the
+//! refusal's record.
 
 use rust_decimal::Decimal;
 
@@ -27,7 +34,7 @@ use super::error::BooksError;
 use super::orders::{Books, pending_of};
 use crate::domain::{Currency, OrderStatus, PaymentKind, PaymentResult, backoff};
 use crate::sale::Retake;
-use crate::store::{NewPayment, OrderRow};
+use crate::store::{NewPayment, OrderRow, Recorded};
 
 /// What a notification came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +89,16 @@ pub fn decide(
     })
 }
 
+/// Whether notification `p` is decided anew over the record `before` of
+/// the same payment (id and kind): `before` was a refusal and `p` is
+/// another message for the same order (a payment side's corrected
+/// resend). Another delivery of the same message is answered as before.
+fn supersedes(p: &NewPayment, before: &Recorded) -> bool {
+    before.result.is_refusal()
+        && before.webhook_id != p.webhook_id
+        && before.order_id == p.order_id.as_str()
+}
+
 /// Tries of one notification: a deadlock's victim, or a second delivery
 /// racing the first to insert its row, changed nothing and is tried again.
 const ATTEMPTS: usize = 3;
@@ -113,9 +130,11 @@ impl Books {
         let mut retaking = Retaking::NotTried;
         loop {
             let mut locked = self.payments.lock(p).await?;
-            if let Some((result, order_id)) = locked.before.take() {
+            if let Some(before) = locked.before.take_if(|b| !supersedes(p, b)) {
                 drop(locked);
-                return self.recorded_before(p, result, &order_id).await;
+                return self
+                    .recorded_before(p, before.result, &before.order_id)
+                    .await;
             }
             let Some(order) = &locked.order else {
                 drop(locked);

@@ -74,6 +74,14 @@ pub enum PaymentResult {
 }
 
 impl PaymentResult {
+    /// A refusal: the notification changed nothing because of what it said
+    /// (a wrong amount, a refund of a payment not held). A corrected
+    /// notification of the same payment (another message) is decided
+    /// anew; a refusal is never the idempotent answer to it.
+    pub fn is_refusal(self) -> bool {
+        matches!(self, Self::AmountMismatch | Self::Unmatched)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Paid => "paid",

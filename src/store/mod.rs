@@ -31,7 +31,7 @@ pub use db::{Db, migration_lock};
 pub use error::StoreError;
 pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
-pub use payments::{Locked, NewPayment, Payments};
+pub use payments::{Locked, NewPayment, Payments, Recorded};
 pub use products::{NewProduct, Product, Products};
 
 impl Db {

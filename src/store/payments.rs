@@ -43,12 +43,24 @@ pub struct Locked {
     db: Db,
     /// The order it is for (`None`: no such order in the books).
     pub order: Option<OrderRow>,
-    /// This payment (id and kind) recorded before: its first result, and
-    /// the order it was for.
-    pub before: Option<(PaymentResult, String)>,
+    /// This payment (id and kind) recorded before.
+    pub before: Option<Recorded>,
     /// For a refund: what the refunded payment came to for this order
     /// (`None`: the books hold no such payment for it).
     pub refunded: Option<PaymentResult>,
+    /// The payment has a record (`before`): [`Locked::record`] replaces it.
+    replacing: bool,
+}
+
+/// A payment as the books recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub result: PaymentResult,
+    /// The order it was for.
+    pub order_id: String,
+    /// The notification that was recorded (Standard Webhooks' message id:
+    /// the same on every delivery of one message).
+    pub webhook_id: String,
 }
 
 impl Payments {
@@ -78,13 +90,14 @@ impl Payments {
                 }
                 _ => None,
             };
-            Ok((order, before, refunded.map(|(result, _)| result)))
+            Ok((order, before, refunded.map(|r| r.result)))
         });
         let (order, before, refunded) = read.await?;
         Ok(Locked {
             tx,
             db: self.db.clone(),
             order,
+            replacing: before.is_some(),
             before,
             refunded,
         })
@@ -94,7 +107,9 @@ impl Payments {
 impl Locked {
     /// Applies `result` to the order (`paid`: `confirmed` or `cancelled` →
     /// `paid`; `refunded`: cancelled, its units given back), records the
-    /// payment and commits; the order as it is now. Call only with an order.
+    /// payment (over its earlier record, when it has one: the books decided
+    /// that this notification supersedes it) and commits; the order as it
+    /// is now. Call only with an order.
     pub async fn record(
         mut self,
         p: &NewPayment,
@@ -104,25 +119,29 @@ impl Locked {
             .order
             .take()
             .ok_or_else(|| StoreError::Corrupt("a payment recorded without its order".into()))?;
-        let (db, mut tx) = (self.db, self.tx);
+        let (db, mut tx, replacing) = (self.db, self.tx, self.replacing);
         db.bounded(async {
             let now = now_ms();
             apply(&mut tx, result, &mut row, now).await?;
-            sqlx::query(
+            let write = if replacing {
+                "UPDATE tb_payment SET order_id = ?, amount = ?, currency = ?, result = ?, \
+                 webhook_id = ?, received = ? WHERE payment_id = ? AND kind = ?"
+            } else {
                 "INSERT INTO tb_payment \
-                 (payment_id, kind, order_id, amount, currency, result, webhook_id, received) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&p.payment_id)
-            .bind(p.kind.as_str())
-            .bind(p.order_id.as_str())
-            .bind(p.amount)
-            .bind(p.currency.as_str())
-            .bind(result.as_str())
-            .bind(&p.webhook_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+                 (order_id, amount, currency, result, webhook_id, received, payment_id, kind) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            };
+            sqlx::query(write)
+                .bind(p.order_id.as_str())
+                .bind(p.amount)
+                .bind(p.currency.as_str())
+                .bind(result.as_str())
+                .bind(&p.webhook_id)
+                .bind(now)
+                .bind(&p.payment_id)
+                .bind(p.kind.as_str())
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(row)
         })
@@ -130,17 +149,16 @@ impl Locked {
     }
 }
 
-/// The result recorded for payment `id` of `kind` (for `order`, when
-/// given), and the order it was for.
+/// The record of payment `id` of `kind` (for `order`, when given).
 async fn recorded(
     tx: &mut Transaction<'static, MySql>,
     id: &str,
     kind: PaymentKind,
     order: Option<&OrderId>,
     lock: &str,
-) -> Result<Option<(PaymentResult, String)>, StoreError> {
-    let found: Option<(String, String)> = sqlx::query_as(&format!(
-        "SELECT result, order_id FROM tb_payment \
+) -> Result<Option<Recorded>, StoreError> {
+    let found: Option<(String, String, String)> = sqlx::query_as(&format!(
+        "SELECT result, order_id, webhook_id FROM tb_payment \
          WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?) {lock}"
     ))
     .bind(id)
@@ -150,10 +168,14 @@ async fn recorded(
     .fetch_optional(&mut **tx)
     .await?;
     found
-        .map(|(result, order_id)| {
+        .map(|(result, order_id, webhook_id)| {
             let result =
                 PaymentResult::try_from(result).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            Ok((result, order_id))
+            Ok(Recorded {
+                result,
+                order_id,
+                webhook_id,
+            })
         })
         .transpose()
 }

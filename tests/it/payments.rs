@@ -537,6 +537,80 @@ async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
     assert_eq!(app.payments(&id).await.len(), 1);
 }
 
+/// A refusal answers the same message again, never another one: a
+/// payment side's corrected notification of the same payment (the right
+/// amount after a wrong one, the full refund after a partial one) is
+/// decided anew.
+#[tokio::test]
+async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, 1).await;
+    app.drained(&sku, 1).await;
+    let now = now_ms() / 1000;
+    let send = |msg: &'static str, body: String| {
+        let app = &app;
+        async move { app.notify_as(SECRET, msg, now, &body).await }
+    };
+    let (wrong, right) = (
+        notification("payment.succeeded", &id, "pay-x", "1.00"),
+        notification("payment.succeeded", &id, "pay-x", &amount(1)),
+    );
+    // The wrong amount, twice as one message: refused, then the same refusal.
+    for _ in 0..2 {
+        let (status, answer) = send("msg_wrong", wrong.clone()).await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("amount_mismatch"))
+        );
+    }
+    assert_eq!(app.status_of(&id).await, "confirmed");
+    // The corrected notification, another message: paid.
+    let (status, answer) = send("msg_right", right).await;
+    assert_eq!(
+        (status, &answer["result"], &answer["replayed"]),
+        (StatusCode::OK, &json!("paid"), &json!(false)),
+        "{answer}"
+    );
+    assert_eq!(app.status_of(&id).await, "paid");
+
+    // A partial refund, refused; the full one, another message: refunded.
+    let partial = notification("payment.refunded", &id, "pay-x", "1.00");
+    let (status, _) = send("msg_partial", partial.clone()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.status_of(&id).await, "paid");
+    let full = notification("payment.refunded", &id, "pay-x", &amount(1));
+    let (status, answer) = send("msg_full", full).await;
+    assert_eq!(
+        (status, &answer["result"], &answer["order_status"]),
+        (StatusCode::OK, &json!("refunded"), &json!("cancelled")),
+        "{answer}"
+    );
+    eventually("the unit back", Duration::from_secs(10), || async {
+        app.stock(&sku).await == Some(10)
+    })
+    .await;
+    // The partial message delivered again: what the payment came to now,
+    // nothing changed.
+    let (status, answer) = send("msg_partial", partial).await;
+    assert_eq!(
+        (status, &answer["result"], &answer["replayed"]),
+        (StatusCode::OK, &json!("refunded"), &json!(true)),
+        "{answer}"
+    );
+    let mut recorded = app.payments(&id).await;
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [
+            ("pay-x".to_owned(), "paid".to_owned()),
+            ("pay-x".to_owned(), "refunded".to_owned())
+        ]
+    );
+    assert_eq!(app.stock(&sku).await, Some(10));
+    app.books_balance(&sku).await;
+}
+
 /// Late payments, refunds: a cancelled order takes its units again when
 /// the sale still has them for its buyer, otherwise its payment is owed
 /// back; a refund of the payment that paid an order cancels it and gives
