@@ -92,7 +92,7 @@ impl App {
             .workers
             .clone()
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
-        let dashboard = dashboard(settings, &sales, &metrics);
+        let dashboard = dashboard(settings, Watched::of(&sales, &db), &metrics);
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
             room: sales.room().clone(),
@@ -113,7 +113,7 @@ impl App {
                 (db.products(), db.orders(), db.audits()),
             ),
             outbox: Outbox::new(db.events(), db.deliveries()),
-            watched: Watched::of(&sales),
+            watched: Watched::of(&sales, &db),
             dashboard,
             admin_token: http.admin_token.clone(),
             admin_routes: http.admin_routes,
@@ -215,7 +215,7 @@ impl App {
 /// The operator's page, when the admin routes are on with a token.
 fn dashboard(
     settings: &Settings,
-    sales: &Sales,
+    watched: Watched,
     metrics: &Arc<Metrics>,
 ) -> Option<Arc<http::dashboard::Dashboard>> {
     let http = &settings.http;
@@ -228,7 +228,7 @@ fn dashboard(
     };
     Some(Arc::new(http::dashboard::Dashboard {
         sessions: http::dashboard::session::Sessions::new(&token, http.dashboard_session),
-        board: http::dashboard::Board::new(Watched::of(sales), metrics.clone(), workers),
+        board: http::dashboard::Board::new(watched, metrics.clone(), workers),
         admin_token: token,
     }))
 }
@@ -255,7 +255,7 @@ pub async fn run_workers(
     if let Some(addr) = settings.metrics_addr {
         let listener = listen(addr)?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
-        let router = http::metrics::worker_router(metrics.clone(), Watched::of(&sales));
+        let router = http::metrics::worker_router(metrics.clone(), Watched::of(&sales, &db));
         let connections = Connections::new(settings.connections.clone());
         let stop = token.clone();
         tokio::spawn(async move {

@@ -40,6 +40,9 @@ pub struct Metrics {
     pub dead_letters: IntCounter,
     /// The drains' reads of their streams (`XREADGROUP`).
     pub stream_reads: IntCounter,
+    /// MySQL calls and transactions tried again after a deadlock or a lock
+    /// wait timeout (InnoDB's, or Galera's certification conflicts).
+    pub db_retries: IntCounter,
     /// Drains sleeping on their sale's bell now (see `sale::bells`).
     pub drains_asleep: IntGauge,
     /// Sleeping drains woken, by why (`bell`: an order; `check`: the
@@ -293,6 +296,10 @@ impl Metrics {
             stream_reads: counter(
                 "stream_reads_total",
                 "The workers' reads of their sales' streams (XREADGROUP)",
+            ),
+            db_retries: counter(
+                "db_retries_total",
+                "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
             ),
             drains_asleep: register(
                 &registry,

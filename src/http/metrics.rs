@@ -53,6 +53,8 @@ pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
 /// Refreshes the per-sale gauges from Redis and renders everything.
 async fn scrape(m: &Metrics, sales: &Watched) -> Response {
     count_calls(m, sales.counts());
+    m.db_retries
+        .inc_by(sales.db_retries().saturating_sub(m.db_retries.get()));
     read_sales(m, sales).await;
     (
         [(

@@ -3,8 +3,10 @@
 //! queue and room. Read-only.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sale::{Counts, Lifecycle, Queue, Room, Sales};
+use crate::store::Db;
 
 /// The handles the operator's views read.
 #[derive(Clone)]
@@ -13,11 +15,14 @@ pub struct Watched {
     lifecycle: Lifecycle,
     queue: Queue,
     room: Room,
+    /// The books' database's retries after contention.
+    db_retries: Arc<AtomicU64>,
 }
 
 impl Watched {
-    pub fn of(sales: &Sales) -> Self {
+    pub fn of(sales: &Sales, db: &Db) -> Self {
         Self {
+            db_retries: db.retries(),
             counts: sales.counts(),
             lifecycle: sales.lifecycle().clone(),
             queue: sales.queue().clone(),
@@ -42,5 +47,10 @@ impl Watched {
 
     pub fn room(&self) -> &Room {
         &self.room
+    }
+
+    /// MySQL calls and transactions this process tried again after contention.
+    pub fn db_retries(&self) -> u64 {
+        self.db_retries.load(Ordering::Relaxed)
     }
 }

@@ -3,6 +3,7 @@
 //! table families (`products`, `orders`, ...) each hold one.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -26,7 +27,16 @@ pub struct Db {
     /// answers [`StoreError::NotReady`] (a 503) instead of reaching MySQL:
     /// the service starts, and takes orders, before MySQL answers.
     ready: Arc<watch::Sender<bool>>,
+    /// Calls and transactions tried again after contention.
+    retries: Arc<AtomicU64>,
 }
+
+/// Tries of a call or a transaction that MySQL rolled back as a deadlock's
+/// victim or that waited too long for a lock (InnoDB, and Galera's
+/// certification conflicts, answer so): nothing changed, so it is tried
+/// again, after a short jittered wait, at most this many times in all.
+const CONTENTION_ATTEMPTS: usize = 4;
+const CONTENTION_WAIT: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(80));
 
 /// Waits between attempts to create and migrate the database: doubling from
 /// the first to the last, so a long outage costs a log line every 10 s.
@@ -55,6 +65,7 @@ impl Db {
             url: url.into(),
             timeout,
             ready: Arc::new(watch::Sender::new(false)),
+            retries: Arc::default(),
         })
     }
 
@@ -153,31 +164,71 @@ impl Db {
 
     /// One statement on the pool, refused while MySQL is not ready and
     /// bounded by the configured timeout: the store's one way to MySQL.
+    /// Tried again when contention rolled it back (see
+    /// [`CONTENTION_ATTEMPTS`]), each try bounded.
     pub(super) async fn call<'a, T, Fut>(
         &'a self,
-        op: impl FnOnce(&'a MySqlPool) -> Fut,
+        mut op: impl FnMut(&'a MySqlPool) -> Fut,
     ) -> Result<T, StoreError>
     where
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
-        self.bounded(async { Ok(op(&self.pool).await?) }).await
+        let mut waits = backoff::jittered(CONTENTION_WAIT.0, CONTENTION_WAIT.1);
+        let mut attempt = 1;
+        loop {
+            match self.bounded(async { Ok(op(&self.pool).await?) }).await {
+                Err(e) if e.is_contention() && attempt < CONTENTION_ATTEMPTS => {
+                    self.contended(&e, attempt, waits.next()).await;
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Counts and logs a try that contention rolled back, then waits.
+    async fn contended(&self, e: &StoreError, attempt: usize, wait: Option<Duration>) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        let wait = wait.unwrap_or(CONTENTION_WAIT.1);
+        tracing::debug!(attempt, error = %Chain(e), retry_in = ?wait, "mysql contention; trying again");
+        tokio::time::sleep(wait).await;
+    }
+
+    /// How many calls and transactions were tried again after contention
+    /// (`flashsale_db_retries_total`).
+    pub fn retries(&self) -> Arc<AtomicU64> {
+        self.retries.clone()
     }
 
     /// One transaction, bounded like [`Db::call`]: committed when `op`
     /// returns `Ok` (a read-only one too, which releases its locks), rolled
-    /// back when it fails. `op`'s future is boxed, as in sqlx's own
-    /// `Connection::transaction`: it borrows the transaction.
+    /// back when it fails, and run again from the start when contention
+    /// rolled it back (at the commit too, as Galera's certification does).
+    /// `op`'s future is boxed, as in sqlx's own `Connection::transaction`:
+    /// it borrows the transaction.
     pub(super) async fn transaction<'a, T>(
         &'a self,
-        op: impl for<'t> FnOnce(&'t mut Transaction<'a, MySql>) -> InTransaction<'t, T>,
+        mut op: impl for<'t> FnMut(&'t mut Transaction<'a, MySql>) -> InTransaction<'t, T>,
     ) -> Result<T, StoreError> {
-        self.bounded(async {
-            let mut tx: Transaction<'a, MySql> = self.pool.begin().await?;
-            let done = op(&mut tx).await?;
-            tx.commit().await?;
-            Ok(done)
-        })
-        .await
+        let mut waits = backoff::jittered(CONTENTION_WAIT.0, CONTENTION_WAIT.1);
+        let mut attempt = 1;
+        loop {
+            let tried = self
+                .bounded(async {
+                    let mut tx: Transaction<'a, MySql> = self.pool.begin().await?;
+                    let done = op(&mut tx).await?;
+                    tx.commit().await?;
+                    Ok(done)
+                })
+                .await;
+            match tried {
+                Err(e) if e.is_contention() && attempt < CONTENTION_ATTEMPTS => {
+                    self.contended(&e, attempt, waits.next()).await;
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// A transaction the caller holds across its own steps (each bounded by

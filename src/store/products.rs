@@ -129,29 +129,31 @@ impl Products {
         let sql = format!(
             "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
-        let insert = sqlx::query(&sql)
-            .bind(&row.product_id)
-            .bind(&row.title)
-            .bind(row.price)
-            .bind(row.available_qty)
-            .bind(row.initial_qty)
-            .bind(row.start_time)
-            .bind(row.end_time)
-            .bind(row.limit_per_user)
-            .bind(row.created)
-            .bind(row.updated)
-            .bind(row.opened)
-            .bind(row.room_admit_per_sec)
-            .bind(row.room_admission_secs)
-            .bind(row.room_join_early_secs)
-            .bind(row.room_admit_floor_per_sec)
-            .bind(row.room_active_cap)
-            .bind(row.room_join_difficulty)
-            .bind(row.closed)
-            .bind(row.retired)
-            .bind(row.purged);
         self.db
-            .call(|pool| insert.execute(pool))
+            .call(|pool| {
+                sqlx::query(&sql)
+                    .bind(&row.product_id)
+                    .bind(&row.title)
+                    .bind(row.price)
+                    .bind(row.available_qty)
+                    .bind(row.initial_qty)
+                    .bind(row.start_time)
+                    .bind(row.end_time)
+                    .bind(row.limit_per_user)
+                    .bind(row.created)
+                    .bind(row.updated)
+                    .bind(row.opened)
+                    .bind(row.room_admit_per_sec)
+                    .bind(row.room_admission_secs)
+                    .bind(row.room_join_early_secs)
+                    .bind(row.room_admit_floor_per_sec)
+                    .bind(row.room_active_cap)
+                    .bind(row.room_join_difficulty)
+                    .bind(row.closed)
+                    .bind(row.retired)
+                    .bind(row.purged)
+                    .execute(pool)
+            })
             .await
             .map_err(|e| match e {
                 StoreError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -303,19 +305,22 @@ impl Products {
         let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
         let rows: Vec<Product> = self
             .db
-            .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
+            .call(|pool| {
+                let id = &id;
+                async move {
+                    sqlx::query_as(&format!(
+                        "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
                      AND ({key} > ? OR ({key} = ? AND product_id > ?)) \
                      ORDER BY {key}, product_id LIMIT ?"
-                ))
-                .bind(upto)
-                .bind(from)
-                .bind(from)
-                .bind(id)
-                .bind(limit)
-                .fetch_all(pool)
-                .await
+                    ))
+                    .bind(upto)
+                    .bind(from)
+                    .bind(from)
+                    .bind(id)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await
+                }
             })
             .await?;
         Ok(rows.into_iter().map(normalized).collect())

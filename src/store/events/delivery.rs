@@ -40,6 +40,30 @@ fn clip(error: &str) -> &str {
     }
 }
 
+/// Takes or renews the lease on `endpoint`'s row for `owner` when it is
+/// free, expired or `owner`'s own; false otherwise, or when there is no row.
+async fn take_lease(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    endpoint: &str,
+    owner: &str,
+    now: i64,
+    until: i64,
+) -> Result<bool, sqlx::Error> {
+    let taken = sqlx::query(
+        "UPDATE tb_event_delivery SET lease_owner = ?, lease_until = ? \
+         WHERE endpoint = ? AND (lease_owner = ? OR lease_until < ? OR lease_owner IS NULL)",
+    )
+    .bind(owner)
+    .bind(until)
+    .bind(endpoint)
+    .bind(owner)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(taken == 1)
+}
+
 /// The deliveries' handle.
 #[derive(Clone)]
 pub struct Deliveries {
@@ -64,42 +88,46 @@ impl Deliveries {
         now: i64,
         until: i64,
     ) -> Result<Option<Delivery>, StoreError> {
-        self.db.transaction(|tx| {
-            Box::pin(async move {
-                sqlx::query("INSERT IGNORE INTO tb_event_delivery (endpoint) VALUES (?)")
-                    .bind(endpoint)
-                    .execute(&mut **tx)
-                    .await?;
-                let taken = sqlx::query(
-                    "UPDATE tb_event_delivery SET lease_owner = ?, lease_until = ? \
-                     WHERE endpoint = ? AND (lease_owner = ? OR lease_until < ? OR lease_owner IS NULL)",
-                )
-                .bind(owner)
-                .bind(until)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if taken == 0 {
-                    return Ok(None);
-                }
-                let (delivered_up_to, attempts, next_attempt): (i64, i32, i64) = sqlx::query_as(
-                    "SELECT delivered_up_to, attempts, next_attempt FROM tb_event_delivery \
+        self.db
+            .transaction(|tx| {
+                Box::pin(async move {
+                    // The UPDATE first, and the row made only when it is missing
+                    // (once per endpoint): an INSERT IGNORE of a row that exists
+                    // takes a shared lock, and two processes each holding one
+                    // while asking for the exclusive lock is a deadlock (the
+                    // lease holder's cursor write was its victim).
+                    let mut taken = take_lease(tx, endpoint, owner, now, until).await?;
+                    if !taken {
+                        let made = sqlx::query(
+                            "INSERT IGNORE INTO tb_event_delivery (endpoint) VALUES (?)",
+                        )
+                        .bind(endpoint)
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected();
+                        if made == 1 {
+                            taken = take_lease(tx, endpoint, owner, now, until).await?;
+                        }
+                    }
+                    if !taken {
+                        return Ok(None);
+                    }
+                    let (delivered_up_to, attempts, next_attempt): (i64, i32, i64) =
+                        sqlx::query_as(
+                            "SELECT delivered_up_to, attempts, next_attempt FROM tb_event_delivery \
                      WHERE endpoint = ?",
-                )
-                .bind(endpoint)
-                .fetch_one(&mut **tx)
-                .await?;
-                Ok(Some(Delivery {
-                    delivered_up_to,
-                    attempts: attempts.max(0) as u32,
-                    next_attempt,
-                }))
+                        )
+                        .bind(endpoint)
+                        .fetch_one(&mut **tx)
+                        .await?;
+                    Ok(Some(Delivery {
+                        delivered_up_to,
+                        attempts: attempts.max(0) as u32,
+                        next_attempt,
+                    }))
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Event `id` was delivered: the cursor moves on (only for the lease's
