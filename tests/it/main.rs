@@ -21,6 +21,7 @@ macro_rules! on_both_backends {
 pub(crate) use on_both_backends;
 
 mod bells;
+mod books_failover;
 mod browser;
 mod buyer_page;
 mod cluster;
@@ -41,6 +42,7 @@ mod orders;
 mod payments;
 mod products;
 mod proxy;
+mod replicas;
 mod resilience;
 mod retire;
 mod room;

@@ -23,13 +23,15 @@ pub enum Mode {
 pub struct Proxy {
     pub port: u16,
     mode: watch::Sender<Mode>,
+    target: watch::Sender<String>,
 }
 
 impl Proxy {
-    pub async fn start(target: &'static str) -> Proxy {
+    pub async fn start(target: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let (mode, watch) = watch::channel(Mode::Forward);
+        let (target, targets) = watch::channel(target.to_owned());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let watch = watch.clone();
@@ -40,12 +42,24 @@ impl Proxy {
                         tokio::spawn(hold(client, watch));
                     }
                     Mode::Forward | Mode::Slow(_) => {
-                        tokio::spawn(forward(client, target, watch));
+                        let to = targets.borrow().clone();
+                        tokio::spawn(forward(client, to, watch));
                     }
                 }
             }
         });
-        Proxy { port, mode }
+        Proxy { port, mode, target }
+    }
+
+    /// Sends new connections to `target` from now on, cutting the ones it
+    /// carries: a failover's switch of the address clients reach.
+    pub async fn repoint(&self, target: &str) {
+        let mode = *self.mode.borrow();
+        self.set_mode(Mode::Off);
+        // Long enough for every forwarding task to see the outage.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.target.send_replace(target.to_owned());
+        self.set_mode(mode);
     }
 
     /// On: forward; off: an outage.
@@ -64,8 +78,8 @@ async fn hold(client: TcpStream, mut watch: watch::Receiver<Mode>) {
     drop(client);
 }
 
-async fn forward(mut client: TcpStream, target: &str, mut watch: watch::Receiver<Mode>) {
-    let Ok(mut server) = TcpStream::connect(target).await else {
+async fn forward(mut client: TcpStream, target: String, mut watch: watch::Receiver<Mode>) {
+    let Ok(mut server) = TcpStream::connect(target.as_str()).await else {
         return;
     };
     {

@@ -1,0 +1,308 @@
+//! The books on a replicated MariaDB (`replicas`), failed over under load:
+//! the primary killed with -9 while buyers order (keyed), pay (signed
+//! notifications) and cancel, with a receiver taking the events; the
+//! replica promoted and the service's database address re-pointed (the
+//! proxy), as a failover's DNS or proxy switch does.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode as AxumStatus};
+use axum::routing::post;
+use flashsale::config::Limits;
+use flashsale::domain::webhook::Secret;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::helpers::*;
+use crate::proxy::Proxy;
+use crate::replicas::ReplicaPair;
+
+const PAY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const EVENT_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const PRICE: &str = "4999.00";
+
+/// What the shop's receiver took: (webhook-id, body) per delivery.
+#[derive(Default)]
+struct Receiver {
+    taken: Mutex<Vec<(String, String)>>,
+}
+
+async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> AxumStatus {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    r.taken.lock().unwrap().push((id, text));
+    AxumStatus::NO_CONTENT
+}
+
+async fn start_receiver() -> (Arc<Receiver>, SocketAddr) {
+    let receiver = Arc::new(Receiver::default());
+    let app = Router::new()
+        .route("/hook", post(hook))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (receiver, addr)
+}
+
+/// Sends a signed `payment.succeeded` for `order_id` until the books answer
+/// 200 (a failover answers 503 meanwhile; an order not yet persisted, 409).
+async fn pay_until_recorded(app: &TestApp, order_id: &str, payment_id: &str) -> Value {
+    let secret = Secret::parse(PAY_SECRET).expect("a secret");
+    let body = json!({"type": "payment.succeeded",
+        "data": {"order_id": order_id, "payment_id": payment_id, "amount": PRICE, "currency": "CNY"}})
+    .to_string();
+    let webhook_id = format!("msg_{payment_id}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ts = now_ms() / 1000;
+        let sent = app
+            .client
+            .post(app.url("/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", &webhook_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header(
+                "webhook-signature",
+                secret.sign(&webhook_id, ts, body.as_bytes()),
+            )
+            .body(body.clone())
+            .send()
+            .await;
+        if let Ok(resp) = sent {
+            let status = resp.status();
+            let answer: Value = resp.json().await.unwrap_or(Value::Null);
+            if status == StatusCode::OK {
+                return answer;
+            }
+            assert!(
+                matches!(
+                    status,
+                    StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
+                ),
+                "{status} {answer}"
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "payment {payment_id} never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Posts a keyed order until it is answered 202 (503s retried with the same
+/// key, as clients do); its id.
+async fn order_until_accepted(app: &TestApp, sku: &str, user: u64) -> String {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
+    let key = format!("k-{user}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = app.post_order(&body, Some(&key)).await;
+        let status = resp.status();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        if status == StatusCode::ACCEPTED {
+            return answer["order_id"].as_str().expect("an id").to_owned();
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        assert!(Instant::now() < deadline, "order of {user} never accepted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Cancels until the books answer 200 or 202.
+async fn cancel_until_taken(app: &TestApp, order_id: &str, user: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = app.cancel(order_id, user).await.status();
+        if matches!(status, StatusCode::OK | StatusCode::ACCEPTED) {
+            return;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            Instant::now() < deadline,
+            "cancel of {order_id} never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
+    let mut pair = ReplicaPair::start(true).await;
+    let proxy = Proxy::start(&pair.primary.addr()).await;
+    let (receiver, hook) = start_receiver().await;
+    let db_name = unique("fs_repl_");
+    let url = format!("--event-webhook-url=http://{hook}/hook");
+    let events = format!("--event-webhook-secret={EVENT_SECRET}");
+    let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
+    let through_proxy = format!("mysql://root@127.0.0.1:{}/{db_name}", proxy.port);
+    let mut app = spawn_app_cli(&["--auth=none", &url, &events, &pay], |s| {
+        s.http.limits = Limits::unlimited();
+        s.db.url = through_proxy.clone();
+        s.db.timeout = Duration::from_millis(1000);
+        let w = s.workers.as_mut().expect("workers");
+        w.deliver_every = Duration::from_millis(50);
+        for e in &mut w.events {
+            e.backoff_min = Duration::from_millis(10);
+            e.backoff_max = Duration::from_millis(100);
+        }
+    })
+    .await;
+    let sku = app.new_sale(400, 1).await;
+
+    // Buyers 1..=240 order; every third pays, every fifth (not paying)
+    // cancels. The primary dies once 80 orders are accepted.
+    let (paying_tx, mut paying_rx) = mpsc::unbounded_channel::<(u64, String)>();
+    let accepted = Mutex::new(Vec::<(u64, String)>::new());
+    let orders = async {
+        for user in 1..=240u64 {
+            let id = order_until_accepted(&app, &sku, user).await;
+            accepted.lock().unwrap().push((user, id.clone()));
+            if user % 3 == 0 || user % 5 == 1 {
+                paying_tx.send((user, id)).expect("the payer listens");
+            }
+        }
+        drop(paying_tx);
+    };
+    let paid = Mutex::new(Vec::<String>::new());
+    let payments = async {
+        while let Some((user, id)) = paying_rx.recv().await {
+            if user % 3 == 0 {
+                let answer = pay_until_recorded(&app, &id, &format!("pay-{user}")).await;
+                assert_eq!(answer["result"], "paid", "{answer}");
+                paid.lock().unwrap().push(id);
+            } else {
+                cancel_until_taken(&app, &id, user).await;
+            }
+        }
+    };
+    let replica_addr = pair.replica.addr();
+    let failover = async {
+        eventually("80 orders accepted", Duration::from_secs(60), || async {
+            accepted.lock().unwrap().len() >= 80
+        })
+        .await;
+        let killed = Instant::now();
+        pair.promote().await;
+        proxy.repoint(&replica_addr).await;
+        killed
+    };
+    let ((), (), killed) = tokio::join!(orders, payments, failover);
+
+    // From here the test reads the new primary directly.
+    app.mysql = sqlx::MySqlPool::connect_lazy(&format!("{}/{db_name}", pair.replica.server()))
+        .expect("a url");
+    let accepted = accepted.into_inner().unwrap();
+    app.drained(&sku, accepted.len() as i64).await;
+    let resumed = killed.elapsed();
+
+    // Every 202 in the books exactly once.
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT order_id, COUNT(*) FROM tb_order WHERE product_id = ? GROUP BY order_id",
+    )
+    .bind(&sku)
+    .fetch_all(&app.mysql)
+    .await
+    .unwrap();
+    let in_books: HashMap<String, i64> = rows.into_iter().collect();
+    for (user, id) in &accepted {
+        assert_eq!(in_books.get(id), Some(&1), "the order of {user}");
+    }
+    assert_eq!(
+        in_books.len(),
+        accepted.len(),
+        "nothing the buyers were not told"
+    );
+    // Every payment answered 200: recorded, its order paid.
+    for id in paid.lock().unwrap().iter() {
+        let status: String = sqlx::query_scalar(
+            "SELECT o.status FROM tb_order o JOIN tb_payment p ON p.order_id = o.order_id \
+             WHERE o.order_id = ? AND p.result = 'paid'",
+        )
+        .bind(id)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap_or_else(|e| panic!("the payment of {id}: {e}"));
+        assert_eq!(status, "paid", "{id}");
+    }
+    // Every change reaches the receiver, once per change as it sees it
+    // (deduplicating by webhook-id), each id always with the same message.
+    // The outbox as its feed lists it (an event's id is its row's × 10,000
+    // + its place in the row): one event per change, confirmed, paid,
+    // cancelled, once each is past the feed's settling time.
+    let paid_n = paid.lock().unwrap().len();
+    let cancelled_n = accepted
+        .iter()
+        .filter(|(u, _)| u % 5 == 1 && u % 3 != 0)
+        .count();
+    let changes = accepted.len() + paid_n + cancelled_n;
+    eventually(
+        "every change in the feed",
+        Duration::from_secs(30),
+        || async { app.events(500).await.len() >= changes },
+    )
+    .await;
+    let ids: Vec<i64> = app
+        .events(500)
+        .await
+        .iter()
+        .map(|e| e["id"].as_i64().expect("an id"))
+        .collect();
+    assert_eq!(ids.len(), changes, "one event per change");
+    let expected: HashSet<String> = ids.iter().map(|id| format!("evt_{id}")).collect();
+    let missing = || {
+        let taken = receiver.taken.lock().unwrap();
+        let seen: HashSet<&String> = taken.iter().map(|(id, _)| id).collect();
+        let mut missing: Vec<&String> = expected.iter().filter(|id| !seen.contains(id)).collect();
+        missing.sort();
+        missing.into_iter().cloned().collect::<Vec<String>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !missing().is_empty() {
+        if Instant::now() > deadline {
+            let cursor: Vec<(String, i64, i32)> =
+                sqlx::query_as("SELECT endpoint, delivered_up_to, attempts FROM tb_event_delivery")
+                    .fetch_all(&app.mysql)
+                    .await
+                    .unwrap();
+            let dead: Vec<(i64,)> = sqlx::query_as("SELECT event_id FROM tb_event_dead")
+                .fetch_all(&app.mysql)
+                .await
+                .unwrap();
+            let m = missing();
+            panic!(
+                "{} of {} events never delivered (first {:?}, last {:?}); cursor {cursor:?}; dead {dead:?}; ids {:?}..{:?}",
+                m.len(),
+                ids.len(),
+                m.first(),
+                m.last(),
+                ids.first(),
+                ids.last()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+    for (id, body) in receiver.taken.lock().unwrap().iter() {
+        let first = bodies.entry(id.clone()).or_insert_with(|| body.clone());
+        assert_eq!(first, body, "{id}: one id, one change");
+        assert!(expected.contains(id), "{id} is an event of the books");
+    }
+    app.books_balance(&sku).await;
+    eprintln!(
+        "failover: {} orders, {paid_n} paid, {cancelled_n} cancelled; everything persisted {resumed:?} after the kill",
+        accepted.len()
+    );
+}
