@@ -43,6 +43,9 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
+    /// What the books run on: 1 for the topology the server described at
+    /// start (`single`, `async_replicas`, `semi_sync`, `galera`, `unknown`).
+    pub books_topology: IntGaugeVec,
     /// Drains sleeping on their sale's bell now (see `sale::bells`).
     pub drains_asleep: IntGauge,
     /// Sleeping drains woken, by why (`bell`: an order; `check`: the
@@ -300,6 +303,16 @@ impl Metrics {
             db_retries: counter(
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
+            ),
+            books_topology: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "books_topology",
+                        "What the books' MySQL runs on, as it said at start (1 for that topology)",
+                    ),
+                    &["topology"],
+                ),
             ),
             drains_asleep: register(
                 &registry,

@@ -17,6 +17,7 @@ use crate::domain::Chain;
 use crate::metrics::Metrics;
 use crate::sale::room::RoomState;
 use crate::sale::{Counter, Counts, QueueView};
+use crate::store::Topology;
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -55,6 +56,12 @@ async fn scrape(m: &Metrics, sales: &Watched) -> Response {
     count_calls(m, sales.counts());
     m.db_retries
         .inc_by(sales.db_retries().saturating_sub(m.db_retries.get()));
+    let topology = sales.topology();
+    for t in Topology::ALL {
+        m.books_topology
+            .with_label_values(&[t.label()])
+            .set(i64::from(t == topology));
+    }
     read_sales(m, sales).await;
     (
         [(

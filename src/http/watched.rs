@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sale::{Counts, Lifecycle, Queue, Room, Sales};
-use crate::store::Db;
+use crate::store::{Db, SeenTopology, Topology};
 
 /// The handles the operator's views read.
 #[derive(Clone)]
@@ -17,12 +17,15 @@ pub struct Watched {
     room: Room,
     /// The books' database's retries after contention.
     db_retries: Arc<AtomicU64>,
+    /// What the books run on.
+    topology: SeenTopology,
 }
 
 impl Watched {
     pub fn of(sales: &Sales, db: &Db) -> Self {
         Self {
             db_retries: db.retries(),
+            topology: db.topology(),
             counts: sales.counts(),
             lifecycle: sales.lifecycle().clone(),
             queue: sales.queue().clone(),
@@ -52,5 +55,10 @@ impl Watched {
     /// MySQL calls and transactions this process tried again after contention.
     pub fn db_retries(&self) -> u64 {
         self.db_retries.load(Ordering::Relaxed)
+    }
+
+    /// What the books run on, as the server said at start.
+    pub fn topology(&self) -> Topology {
+        self.topology.get()
     }
 }

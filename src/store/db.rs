@@ -29,6 +29,8 @@ pub struct Db {
     ready: Arc<watch::Sender<bool>>,
     /// Calls and transactions tried again after contention.
     retries: Arc<AtomicU64>,
+    /// What the server said of itself at start.
+    pub(super) topology: super::topology::SeenTopology,
 }
 
 /// Tries of a call or a transaction that MySQL rolled back as a deadlock's
@@ -66,6 +68,7 @@ impl Db {
             timeout,
             ready: Arc::new(watch::Sender::new(false)),
             retries: Arc::default(),
+            topology: Default::default(),
         })
     }
 
@@ -97,6 +100,7 @@ impl Db {
             match tried {
                 Ok(()) => {
                     tracing::info!(attempt, "database ready (created and migrated)");
+                    self.say_topology().await;
                     return;
                 }
                 Err(e) => tracing::warn!(
@@ -110,6 +114,18 @@ impl Db {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
             }
+        }
+    }
+
+    /// Logs what the books run on (a WARN where a failover can lose
+    /// commits), as the Redis side says of its append-only file.
+    async fn say_topology(&self) {
+        match self.read_topology().await {
+            Ok(t) => match t.risk() {
+                Some(risk) => tracing::warn!(topology = t.label(), "{risk}"),
+                None => tracing::info!(topology = t.label(), "the books' database"),
+            },
+            Err(e) => tracing::warn!(error = %Chain(&e), "cannot tell what the books run on"),
         }
     }
 

@@ -25,6 +25,7 @@ mod events;
 mod orders;
 mod payments;
 mod products;
+mod topology;
 
 pub use audits::{Audits, FinalAudit};
 pub use db::{Db, migration_lock};
@@ -33,6 +34,7 @@ pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
 pub use payments::{Locked, NewPayment, Payments, Recorded};
 pub use products::{NewProduct, Product, Products};
+pub use topology::{SeenTopology, Topology};
 
 impl Db {
     pub fn products(&self) -> Products {

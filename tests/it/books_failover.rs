@@ -138,6 +138,41 @@ async fn cancel_until_taken(app: &TestApp, order_id: &str, user: u64) {
     }
 }
 
+/// The topology `/metrics` names, once read (the one series at 1).
+async fn topology(app: &TestApp) -> String {
+    eventually("the topology read", Duration::from_secs(10), || async {
+        !shown_topology(app).await.is_empty()
+    })
+    .await;
+    shown_topology(app).await
+}
+
+async fn shown_topology(app: &TestApp) -> String {
+    let text = app.metrics_text().await;
+    let on: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("flashsale_books_topology{topology=\""))
+        .filter_map(|l| l.strip_suffix("\"} 1"))
+        .collect();
+    assert_eq!(on.len(), 1, "one topology: {on:?}");
+    Some(on[0])
+        .filter(|t| *t != "unknown")
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The service says what its database promises: one server (the shared
+/// one, no replica), or a primary with an asynchronous replica.
+#[tokio::test]
+async fn the_books_say_what_they_run_on() {
+    let single = spawn_app().await;
+    assert_eq!(topology(&single).await, "single");
+    let pair = ReplicaPair::start(false).await;
+    let db = format!("{}/{}", pair.primary.server(), unique("fs_repl_"));
+    let app = spawn_app_with(|s| s.db.url = db.clone()).await;
+    assert_eq!(topology(&app).await, "async_replicas");
+}
+
 #[tokio::test]
 async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
     let mut pair = ReplicaPair::start(true).await;
@@ -161,6 +196,7 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
     })
     .await;
     let sku = app.new_sale(400, 1).await;
+    assert_eq!(topology(&app).await, "semi_sync", "what the books run on");
 
     // Buyers 1..=240 order; every third pays, every fifth (not paying)
     // cancels. The primary dies once 80 orders are accepted.
@@ -205,6 +241,7 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
     app.mysql = sqlx::MySqlPool::connect_lazy(&format!("{}/{db_name}", pair.replica.server()))
         .expect("a url");
     let accepted = accepted.into_inner().unwrap();
+    let paid = paid.into_inner().unwrap();
     app.drained(&sku, accepted.len() as i64).await;
     let resumed = killed.elapsed();
 
@@ -226,7 +263,7 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
         "nothing the buyers were not told"
     );
     // Every payment answered 200: recorded, its order paid.
-    for id in paid.lock().unwrap().iter() {
+    for id in &paid {
         let status: String = sqlx::query_scalar(
             "SELECT o.status FROM tb_order o JOIN tb_payment p ON p.order_id = o.order_id \
              WHERE o.order_id = ? AND p.result = 'paid'",
@@ -242,7 +279,7 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
     // The outbox as its feed lists it (an event's id is its row's × 10,000
     // + its place in the row): one event per change, confirmed, paid,
     // cancelled, once each is past the feed's settling time.
-    let paid_n = paid.lock().unwrap().len();
+    let paid_n = paid.len();
     let cancelled_n = accepted
         .iter()
         .filter(|(u, _)| u % 5 == 1 && u % 3 != 0)
