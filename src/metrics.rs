@@ -43,6 +43,9 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
+    /// Orders put back into the books from their streams after a failover
+    /// of the books lost them (`worker::repair`).
+    pub orders_repaired: IntCounter,
     /// What the books run on: 1 for the topology the server described at
     /// start (`single`, `async_replicas`, `semi_sync`, `galera`, `unknown`).
     pub books_topology: IntGaugeVec,
@@ -303,6 +306,10 @@ impl Metrics {
             db_retries: counter(
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
+            ),
+            orders_repaired: counter(
+                "orders_repaired_total",
+                "Orders put back into the books from their streams after a failover of the books lost them",
             ),
             books_topology: register(
                 &registry,

@@ -267,6 +267,16 @@ impl Db {
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
     }
 
+    /// The server behind `DATABASE_URL` now: `@@server_id` (unique among a
+    /// primary and its replicas, as replication requires), its host name
+    /// and port. Another answer than before is a failover (or a move).
+    pub async fn server_identity(&self) -> Result<String, StoreError> {
+        let (id, host, port): (u32, String, u32) = self
+            .call(|pool| sqlx::query_as("SELECT @@server_id, @@hostname, @@port").fetch_one(pool))
+            .await?;
+        Ok(format!("{id}@{host}:{port}"))
+    }
+
     /// The bound on every call and transaction (`DB_TIMEOUT_MS`).
     pub fn timeout(&self) -> Duration {
         self.timeout

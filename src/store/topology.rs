@@ -57,7 +57,7 @@ impl Topology {
                 "the books run on one MySQL server with no replica connected: losing it loses what it holds until it is back",
             ),
             Self::AsyncReplicas => Some(
-                "the books' replicas are asynchronous: a failover to one loses the commits it had not received (orders the workers acked, payments, events); use semi-synchronous replication (rpl_semi_sync_master_wait_point=AFTER_SYNC) or Galera",
+                "the books' replicas are asynchronous: a failover to one loses the commits it had not received; acked orders are put back from the streams within STREAM_RETENTION_SECS, payments only when the payment side resends them; use semi-synchronous replication (rpl_semi_sync_master_wait_point=AFTER_SYNC) to lose nothing",
             ),
             Self::Unknown | Self::SemiSync | Self::Galera => None,
         }

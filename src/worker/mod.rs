@@ -18,6 +18,7 @@ pub mod drain;
 pub mod every;
 mod periodic;
 pub mod reconciler;
+pub mod repair;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

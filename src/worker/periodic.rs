@@ -7,11 +7,12 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::Workers;
 use super::activity::Looks;
 use super::deliver::{Deliverer, Lags};
 use super::every::{every, supervised};
 use super::reconciler::Reconciler;
+use super::repair::Repairer;
+use super::{WorkerError, Workers};
 use crate::books::{self, BooksError};
 use crate::domain::{Chain, now_ms};
 use crate::sale::queue::BooksVerdict;
@@ -27,6 +28,7 @@ pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<Join
     let mut passes = vec![
         pass("sweeper", |w, stop| Box::pin(sweeping(w, stop))),
         pass("reconciler", |w, stop| Box::pin(reconciling(w, stop))),
+        pass("repairer", |w, stop| Box::pin(repairing(w, stop))),
         pass("books check", |w, stop| Box::pin(checking_books(w, stop))),
         pass("retirement", |w, stop| Box::pin(retiring(w, stop))),
     ];
@@ -90,6 +92,23 @@ async fn reconciling(workers: Workers, stop: CancellationToken) {
     let reconciler = Mutex::new(Reconciler::new(redis, parts.orders.clone()));
     every("reconciler", workers.cfg.reconcile_every, stop, || async {
         reconciler.lock().await.check().await.map(|_| ())
+    })
+    .await;
+}
+
+/// The books' server watched every `reconcile_every`; after a failover,
+/// what the streams hold and the books lost is put back (`super::repair`).
+async fn repairing(workers: Workers, stop: CancellationToken) {
+    let parts = &workers.parts;
+    let repairer = Mutex::new(Repairer::new(
+        (parts.lifecycle.clone(), parts.streams.clone()),
+        (parts.orders.clone(), parts.events.clone()),
+    ));
+    every("repairer", workers.cfg.reconcile_every, stop, || async {
+        if let Some(r) = repairer.lock().await.check().await? {
+            workers.metrics.orders_repaired.inc_by(r.restored);
+        }
+        Ok::<(), WorkerError>(())
     })
     .await;
 }

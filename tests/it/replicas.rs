@@ -216,6 +216,12 @@ impl ReplicaPair {
         }
     }
 
+    /// Holds the replica back (its I/O thread stopped): what the primary
+    /// commits meanwhile is on the primary alone (asynchronous only).
+    pub async fn hold_replica(&self) {
+        self.replica.exec("STOP SLAVE IO_THREAD").await;
+    }
+
     /// The old primary gone: the replica applies what it received, stops
     /// following and takes writes. What it never received is lost.
     pub async fn promote(&mut self) {

@@ -37,6 +37,25 @@ impl Streams {
         Self { core }
     }
 
+    /// The books' MySQL server the workers last persisted to, as
+    /// [`store::Db::server_identity`](crate::store::Db::server_identity)
+    /// names it (`<prefix>:books:server`, one key for every sale): a
+    /// change is a failover of the books.
+    pub async fn books_server(&self) -> Result<Option<String>, SaleError> {
+        let key = format!("{}:books:server", self.core.prefix);
+        self.core
+            .call(|mut c| async move { c.get(&key).await })
+            .await
+    }
+
+    /// Records the books' server ([`Self::books_server`]).
+    pub async fn set_books_server(&self, identity: &str) -> Result<(), SaleError> {
+        let key = format!("{}:books:server", self.core.prefix);
+        self.core
+            .call(|mut c| async move { c.set(&key, identity).await })
+            .await
+    }
+
     /// One sale's stream, for consumer `consumer` of its group.
     pub fn stream(&self, product: &ProductId, consumer: &str) -> SaleStream {
         SaleStream {
@@ -92,6 +111,25 @@ impl SaleStream {
             Ok(r) => Ok(Some(r.map_err(SaleError::from)?)),
             Err(_) => Err(SaleError::Timeout(bound)),
         }
+    }
+
+    /// Up to `count` retained entries after `after` (`XRANGE (after +`),
+    /// acked or not: what a repair reads again.
+    pub async fn range(&self, after: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
+        let (key, from) = (&self.keys.orders, format!("({after}"));
+        self.core
+            .call(|mut c| async move {
+                let reply: redis::Value = redis::cmd("XRANGE")
+                    .arg(key)
+                    .arg(&from)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut c)
+                    .await?;
+                Ok(Entry::decode_list(reply)?)
+            })
+            .await
     }
 
     /// `XACK`s `ids`.

@@ -95,6 +95,11 @@ pub struct EventRow {
 /// then costs a batch one small insert (BENCHMARKS.md, "The outbox").
 pub const SLOTS: i64 = 10_000;
 
+/// How far event ids jump after a failover of the books: more rows than a
+/// replica can lag behind its primary (a row per persisted batch or per
+/// change; a million rows is hours of a sale's peak).
+pub const SKIP_AHEAD_ROWS: i64 = 1_000_000;
+
 /// A `tb_event` row as stored: one order's event (`order_id`), several
 /// orders' (`orders`, comma-separated, `events` of them) or a sale's
 /// (`product_id`).
@@ -378,6 +383,24 @@ impl Events {
     }
 
     /// The newest event's id (0: none).
+    /// After a failover that may have lost rows: the next events' ids jump
+    /// [`SKIP_AHEAD_ROWS`] rows past the newest this server holds, so no
+    /// id the old primary gave an event (lost with it) is given to another
+    /// (a receiver deduplicating by `webhook-id` would drop it, a feed's
+    /// cursor would pass it). Returns the first row id from now on.
+    pub async fn skip_ahead(&self) -> Result<i64, StoreError> {
+        let newest: Option<i64> = self
+            .db
+            .call(|pool| sqlx::query_scalar("SELECT MAX(id) FROM tb_event").fetch_one(pool))
+            .await?;
+        let next = newest.unwrap_or(0) + SKIP_AHEAD_ROWS;
+        let alter = format!("ALTER TABLE tb_event AUTO_INCREMENT = {next}");
+        self.db
+            .call(|pool| sqlx::raw_sql(&alter).execute(pool))
+            .await?;
+        Ok(next)
+    }
+
     pub async fn last_event_id(&self) -> Result<i64, StoreError> {
         let last: Option<(i64, i32)> = self
             .db

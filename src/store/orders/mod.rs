@@ -41,6 +41,11 @@ pub struct OrderRow {
 pub(crate) const ROW: &str = "order_id, user_id, product_id, quantity, price, status, created, updated, released, idempotency_key";
 
 impl Orders {
+    /// The server that holds the books now ([`Db::server_identity`]).
+    pub async fn server_identity(&self) -> Result<String, StoreError> {
+        self.db.server_identity().await
+    }
+
     pub(crate) fn new(db: Db) -> Self {
         Self { db }
     }

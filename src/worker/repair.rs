@@ -1,0 +1,143 @@
+//! The repairer: watches the server behind the books and, when it changes
+//! (a failover promoted a replica), puts back what the new primary lacks
+//! and the sales' streams still hold.
+//!
+//! An asynchronous replica promoted by a failover lacks the commits it had
+//! not received: orders the workers had persisted and acked. Their stream
+//! entries stay in the stream until it is trimmed (`STREAM_RETENTION_SECS`
+//! after they were acked), so the repair reads every open sale's retained
+//! entries again and persists them as a drain would (claimed first, so a
+//! voided order stays out; persisting is idempotent by order id: what the
+//! new primary has is left alone). The event ids skip ahead
+//! (`Events::skip_ahead`): an id the old primary gave a lost event is never
+//! given to another.
+//!
+//! The books' server is remembered in Redis (`<prefix>:books:server`), so
+//! a failover while no worker ran is found at the next start. The first
+//! server ever seen is only remembered. What MySQL alone held (a payment's
+//! record) cannot be put back from Redis: the payment side's resend of its
+//! notification, which a 503 or a lost record does not stop, is decided
+//! anew.
+
+use crate::domain::{Chain, ProductId};
+use crate::sale::{Lifecycle, Streams};
+use crate::store;
+
+use super::WorkerError;
+
+/// Entries read per call of a repair.
+const PAGE: usize = 500;
+
+/// What one repair did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Repaired {
+    /// Retained entries read again.
+    pub read: u64,
+    /// Orders put back into the books.
+    pub restored: u64,
+}
+
+/// Watches the books' server; repairs after it changes.
+pub struct Repairer {
+    lifecycle: Lifecycle,
+    streams: Streams,
+    orders: store::Orders,
+    events: store::Events,
+    /// The server this process last found (asked of MySQL each check).
+    seen: Option<String>,
+}
+
+impl Repairer {
+    pub fn new(
+        (lifecycle, streams): (Lifecycle, Streams),
+        (orders, events): (store::Orders, store::Events),
+    ) -> Self {
+        Self {
+            lifecycle,
+            streams,
+            orders,
+            events,
+            seen: None,
+        }
+    }
+
+    /// One check: a repair when the books' server is not the one Redis
+    /// remembers; `None` when there was nothing to repair.
+    pub async fn check(&mut self) -> Result<Option<Repaired>, WorkerError> {
+        let now = self.orders.server_identity().await?;
+        if self.seen.as_deref() == Some(now.as_str()) {
+            return Ok(None);
+        }
+        let before = self.streams.books_server().await?;
+        let repaired = match &before {
+            Some(before) if *before != now => {
+                tracing::warn!(before = %before, now = %now,
+                    "the books' server changed (a failover?): putting back what the streams hold and the books lack");
+                let next = self.events.skip_ahead().await?;
+                tracing::info!(
+                    next_row = next,
+                    "event ids skip ahead of any the old server gave"
+                );
+                Some(self.repair().await?)
+            }
+            _ => None,
+        };
+        self.streams.set_books_server(&now).await?;
+        self.seen = Some(now);
+        Ok(repaired)
+    }
+
+    /// Every open sale's retained entries persisted again (what is in the
+    /// books already is left as it is).
+    async fn repair(&self) -> Result<Repaired, WorkerError> {
+        let mut total = Repaired::default();
+        for product in self.lifecycle.open_sales().await? {
+            let r = self.repair_sale(&product).await?;
+            if r.restored > 0 {
+                tracing::warn!(product_id = %product, restored = r.restored, read = r.read,
+                    "orders the books had lost put back from the stream");
+            }
+            total.read += r.read;
+            total.restored += r.restored;
+        }
+        tracing::info!(
+            read = total.read,
+            restored = total.restored,
+            "repair after the books' failover done"
+        );
+        Ok(total)
+    }
+
+    async fn repair_sale(&self, product: &ProductId) -> Result<Repaired, WorkerError> {
+        let stream = self.streams.stream(product, "repair");
+        let mut done = Repaired::default();
+        let mut after = "0-0".to_owned();
+        loop {
+            let entries = stream.range(&after, PAGE).await?;
+            let Some(last) = entries.last() else {
+                return Ok(done);
+            };
+            after = last.id.clone();
+            done.read += entries.len() as u64;
+            let mut orders = Vec::with_capacity(entries.len());
+            for e in &entries {
+                match e.order(product) {
+                    Ok(o) => orders.push(o),
+                    // The drain dead-letters what does not parse.
+                    Err(why) => tracing::debug!(entry = %e.id, why, "left for the drain"),
+                }
+            }
+            stream.confirm_replicated().await?;
+            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+            let voided = stream.claim(&after, &ids).await?;
+            orders.retain(|o| !voided.iter().any(|v| v == o.order_id.as_str()));
+            match self.orders.persist_orders(product, &orders).await {
+                Ok(p) => done.restored += p.inserted,
+                Err(e) => {
+                    tracing::warn!(product_id = %product, error = %Chain(&e), "repair stopped; tried again at the next check");
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+}
