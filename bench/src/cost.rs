@@ -70,17 +70,31 @@ async fn redis_cpu(redis: &Redis) -> Option<f64> {
 }
 
 /// The pid of the MySQL server, if `database_url` names this machine and a
-/// `mariadbd` or `mysqld` process runs here.
+/// `mariadbd` or `mysqld` process runs here listening on its port: the one
+/// started with `--port=<that port>`, or without `--port` for 3306 (other
+/// servers may run beside it, a test's own on ports of their own).
 pub fn local_mysql_pid(database_url: &str) -> Option<String> {
-    let host = url::Url::parse(database_url).ok()?.host_str()?.to_owned();
+    let url = url::Url::parse(database_url).ok()?;
+    let host = url.host_str()?.to_owned();
     if !matches!(host.as_str(), "127.0.0.1" | "localhost" | "::1" | "[::1]") {
         return None;
     }
+    let port = url.port().unwrap_or(3306);
     std::fs::read_dir("/proc").ok()?.find_map(|entry| {
         let entry = entry.ok()?;
         let pid = entry.file_name().to_str()?.to_owned();
         let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
-        matches!(comm.trim(), "mariadbd" | "mysqld").then_some(pid)
+        if !matches!(comm.trim(), "mariadbd" | "mysqld") {
+            return None;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let listens = cmdline
+            .split(|b| *b == 0)
+            .filter_map(|arg| std::str::from_utf8(arg).ok()?.strip_prefix("--port="))
+            .filter_map(|p| p.parse::<u16>().ok())
+            .next()
+            .unwrap_or(3306);
+        (listens == port).then_some(pid)
     })
 }
 

@@ -114,7 +114,13 @@ impl Books {
         p: &NewPayment,
         currency: Currency,
     ) -> Result<PaymentRecord, BooksError> {
-        let conflict = |e: &BooksError| matches!(e, BooksError::Store(e) if e.is_conflict());
+        let conflict = |e: &BooksError| {
+            let again = matches!(e, BooksError::Store(e) if e.is_conflict());
+            if again {
+                self.payments.count_retry();
+            }
+            again
+        };
         backoff::retrying(ATTEMPTS, conflict, || self.record_once(p, currency)).await
     }
 

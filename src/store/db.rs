@@ -202,9 +202,15 @@ impl Db {
         }
     }
 
+    /// Counts a try that contention rolled back, retried by the caller
+    /// (a transaction held across the books' decision).
+    pub(super) fn count_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts and logs a try that contention rolled back, then waits.
     async fn contended(&self, e: &StoreError, attempt: usize, wait: Option<Duration>) {
-        self.retries.fetch_add(1, Ordering::Relaxed);
+        self.count_retry();
         let wait = wait.unwrap_or(CONTENTION_WAIT.1);
         tracing::debug!(attempt, error = %Chain(e), retry_in = ?wait, "mysql contention; trying again");
         tokio::time::sleep(wait).await;

@@ -68,6 +68,12 @@ impl Payments {
         Self { db }
     }
 
+    /// Counts a notification's transaction tried again after contention
+    /// (`flashsale_db_retries_total`): the books retry it whole.
+    pub fn count_retry(&self) {
+        self.db.count_retry();
+    }
+
     /// Opens the notification's transaction and reads, locked, what its
     /// decision needs: the order (`FOR UPDATE`: a payment timeout cancelling
     /// it waits, or made its change first), an earlier record of the same

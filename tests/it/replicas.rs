@@ -92,8 +92,33 @@ fn install(dir: &Path) -> PathBuf {
     data
 }
 
-/// Starts `mariadbd` as server `id` on a copy of `template`.
+/// Starts `mariadbd` as server `id` of a replication pair on a copy of
+/// `template`.
 async fn start(dir: &Path, template: &Path, id: u32) -> OwnMariadb {
+    let args: Vec<String> = [
+        // Replication: GTIDs, every change in the binary log (a replica
+        // logs what it applies, so it can be promoted), rows as they are.
+        "--log-bin=binlog",
+        "--log-slave-updates=1",
+        "--binlog-format=ROW",
+        "--gtid-strict-mode=1",
+        "--sync-binlog=1",
+        // Semi-sync on both sides: a primary waits for one replica's
+        // receipt after its binary log is synced, before the commit is
+        // visible or answered (AFTER_SYNC: nothing a client saw can be
+        // lost with the primary); turned off per rig for asynchronous.
+        "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
+        "--rpl-semi-sync-master-timeout=10000",
+        "--rpl-semi-sync-slave-enabled=1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    launch(dir, template, id, free_port(), &args).await
+}
+
+/// Starts `mariadbd` as server `id` on a copy of `template`, listening on
+/// `port`, with `args` beside the common ones.
+async fn launch(dir: &Path, template: &Path, id: u32, port: u16, args: &[String]) -> OwnMariadb {
     let own = dir.join(format!("node{id}"));
     let copied = Command::new("cp")
         .arg("-a")
@@ -102,7 +127,12 @@ async fn start(dir: &Path, template: &Path, id: u32) -> OwnMariadb {
         .status()
         .expect("cp runs");
     assert!(copied.success(), "copy of the data directory");
-    let port = free_port();
+    let chmod = Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&own)
+        .status()
+        .expect("chmod runs");
+    assert!(chmod.success(), "the data directory opened");
     let log = std::fs::File::create(dir.join(format!("node{id}.log"))).expect("a log file");
     let child = Command::new("/usr/sbin/mariadbd")
         .arg("--no-defaults")
@@ -118,22 +148,9 @@ async fn start(dir: &Path, template: &Path, id: u32) -> OwnMariadb {
             "--max-connections=200",
             "--innodb-buffer-pool-size=32M",
             "--innodb-log-file-size=8M",
-            // Replication: GTIDs, every change in the binary log (a replica
-            // logs what it applies, so it can be promoted), rows as they are.
-            "--log-bin=binlog",
-            "--log-slave-updates=1",
-            "--binlog-format=ROW",
-            "--gtid-strict-mode=1",
-            "--sync-binlog=1",
             "--innodb-flush-log-at-trx-commit=1",
-            // Semi-sync on both sides: a primary waits for one replica's
-            // receipt after its binary log is synced, before the commit is
-            // visible or answered (AFTER_SYNC: nothing a client saw can be
-            // lost with the primary); turned off per rig for asynchronous.
-            "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
-            "--rpl-semi-sync-master-timeout=10000",
-            "--rpl-semi-sync-slave-enabled=1",
         ])
+        .args(args)
         .arg(format!("--server-id={id}"))
         .stdout(Stdio::null())
         .stderr(log)
@@ -156,6 +173,107 @@ async fn start(dir: &Path, template: &Path, id: u32) -> OwnMariadb {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A three-node Galera cluster (`galera-4`), every node a writer.
+pub struct Galera {
+    pub nodes: Vec<OwnMariadb>,
+    dir: PathBuf,
+}
+
+impl Galera {
+    /// Three nodes synced: the first bootstraps the cluster, the others
+    /// join it by a state transfer (rsync).
+    pub async fn start() -> Galera {
+        let dir = std::env::temp_dir().join(crate::helpers::unique("fs-galera-"));
+        std::fs::create_dir_all(&dir).expect("a directory of its own");
+        // The joiners' rsync daemon runs as nobody: it must reach the data.
+        chmod_open(&dir);
+        let template = install(&dir);
+        let ports: Vec<[u16; 4]> = (0..3)
+            .map(|_| [free_port(), free_port(), free_port(), free_port()])
+            .collect();
+        let cluster = ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p[1]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for (i, [port, gcomm, sst, ist]) in ports.iter().copied().enumerate() {
+            let id = i as u32 + 1;
+            let mut args = vec![
+                "--binlog-format=ROW".to_owned(),
+                "--innodb-autoinc-lock-mode=2".to_owned(),
+                "--wsrep-on=ON".to_owned(),
+                "--wsrep-provider=/usr/lib/galera/libgalera_smm.so".to_owned(),
+                format!("--wsrep-cluster-address=gcomm://{cluster}"),
+                "--wsrep-cluster-name=flashsale-test".to_owned(),
+                format!("--wsrep-node-address=127.0.0.1:{gcomm}"),
+                format!("--wsrep-node-name=n{id}"),
+                format!(
+                    "--wsrep-provider-options=base_port={gcomm};ist.recv_addr=127.0.0.1:{ist};gcache.size=32M"
+                ),
+                format!("--wsrep-sst-receive-address=127.0.0.1:{sst}"),
+                "--wsrep-sst-method=rsync".to_owned(),
+            ];
+            if id == 1 {
+                args.push("--wsrep-new-cluster".to_owned());
+            }
+            nodes.push(launch(&dir, &template, id, port, &args).await);
+        }
+        let galera = Galera { nodes, dir };
+        galera.wait_synced(3).await;
+        galera
+    }
+
+    /// Until every live node counts `size` synced members.
+    pub async fn wait_synced(&self, size: u32) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        'wait: loop {
+            assert!(Instant::now() < deadline, "the cluster never synced");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+                let Ok(mut c) = MySqlConnection::connect(&node.server()).await else {
+                    continue 'wait;
+                };
+                let status: Vec<(String, String)> = sqlx::query_as(
+                    "SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_local_state_comment')",
+                )
+                .fetch_all(&mut c)
+                .await
+                .unwrap_or_default();
+                let value = |name: &str| {
+                    status
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                };
+                if value("wsrep_cluster_size") != size.to_string()
+                    || value("wsrep_local_state_comment") != "Synced"
+                {
+                    continue 'wait;
+                }
+            }
+            return;
+        }
+    }
+}
+
+impl Drop for Galera {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn chmod_open(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777));
 }
 
 /// A primary and its replica.
