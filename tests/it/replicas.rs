@@ -113,20 +113,34 @@ async fn start(dir: &Path, template: &Path, id: u32) -> OwnMariadb {
     ]
     .map(str::to_owned)
     .to_vec();
-    launch(dir, template, id, free_port(), &args).await
+    launch(dir, Some(template), id, free_port(), &args).await
 }
 
 /// Starts `mariadbd` as server `id` on a copy of `template`, listening on
 /// `port`, with `args` beside the common ones.
-async fn launch(dir: &Path, template: &Path, id: u32, port: u16, args: &[String]) -> OwnMariadb {
+/// `template`: `None` for an empty data directory, which a Galera joiner's
+/// state transfer fills (its rsync daemon runs as nobody, and cannot
+/// change files that root's copy left).
+async fn launch(
+    dir: &Path,
+    template: Option<&Path>,
+    id: u32,
+    port: u16,
+    args: &[String],
+) -> OwnMariadb {
     let own = dir.join(format!("node{id}"));
-    let copied = Command::new("cp")
-        .arg("-a")
-        .arg(template)
-        .arg(&own)
-        .status()
-        .expect("cp runs");
-    assert!(copied.success(), "copy of the data directory");
+    match template {
+        Some(template) => {
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(template)
+                .arg(&own)
+                .status()
+                .expect("cp runs");
+            assert!(copied.success(), "copy of the data directory");
+        }
+        None => std::fs::create_dir_all(&own).expect("an empty data directory"),
+    }
     let chmod = Command::new("chmod")
         .args(["-R", "a+rwX"])
         .arg(&own)
@@ -219,7 +233,8 @@ impl Galera {
             if id == 1 {
                 args.push("--wsrep-new-cluster".to_owned());
             }
-            nodes.push(launch(&dir, &template, id, port, &args).await);
+            let data = (id == 1).then_some(template.as_path());
+            nodes.push(launch(&dir, data, id, port, &args).await);
         }
         let galera = Galera { nodes, dir };
         galera.wait_synced(3).await;
