@@ -28,6 +28,11 @@ pub struct BenchDrainArgs {
     /// Batch sizes to compare (entries per read = rows per transaction).
     #[arg(long, value_delimiter = ',', default_value = "100,500,2000")]
     pub batch_sizes: Vec<usize>,
+    /// MySQL's CPU as the sum of these server processes (comma-separated
+    /// pids: a primary and its replica, a cluster's nodes); by default the
+    /// local server on DATABASE_URL's port.
+    #[arg(long)]
+    pub mysql_pids: Option<String>,
 }
 
 pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
@@ -41,7 +46,10 @@ pub async fn run_drain_bench(args: BenchDrainArgs) -> anyhow::Result<()> {
     let url = &args.db.database_url;
     let db = Db::connect_lazy(url, Duration::from_secs(30), args.db.db_max_connections)?;
     db.create_and_migrate().await?;
-    let mysql = super::cost::local_mysql_pid(url);
+    let mysql = args
+        .mysql_pids
+        .clone()
+        .or_else(|| super::cost::local_mysql_pid(url));
     println!("{} orders per batch size, MySQL at {url}", args.orders);
     println!(
         "{:>6} {:>14} {:>14} {:>7}   CPU µs per row: {:>9} {:>9} {:>11} {:>11}",
@@ -86,7 +94,12 @@ fn clocks(mysql: Option<&str>) -> (Option<f64>, Option<f64>) {
     let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
     (
         secs(super::cpu::process()),
-        secs(mysql.and_then(super::cpu::of)),
+        // Summed over every pid given (one, or a replica set's).
+        mysql.and_then(|pids| {
+            pids.split(',')
+                .map(|pid| super::cpu::of(pid.trim()).map(|d| d.as_secs_f64()))
+                .sum::<Option<f64>>()
+        }),
     )
 }
 
