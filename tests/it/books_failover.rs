@@ -750,3 +750,86 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
         paid.len()
     );
 }
+
+/// Galera: a payment timeout's sweeper on one node racing the payments on
+/// another never both win an order: each ends paid (by its payment, or
+/// taken again by a late one), one payment each, the cancelled units back,
+/// the books balanced.
+#[tokio::test]
+async fn on_galera_the_sweeper_and_the_payments_never_both_win_an_order() {
+    let galera = crate::replicas::Galera::start().await;
+    let (_receiver, hook) = start_receiver().await;
+    let db_name = unique("fs_galera_");
+    let proxy = Proxy::start(&galera.nodes[0].addr()).await;
+    let mut app = spawn_behind(&proxy, &db_name, hook).await;
+    app.mysql = sqlx::MySqlPool::connect_lazy(&format!("{}/{db_name}", galera.nodes[0].server()))
+        .expect("a url");
+    // The sweeper's books on another node.
+    let other = app
+        .serve_beside(|s| s.db.url = format!("{}/{db_name}", galera.nodes[1].server()))
+        .await
+        .ready()
+        .await;
+    let sweeper = flashsale::books::Sweeper::new(
+        flashsale::books::Books::new(
+            (other.sales.accepted().clone(), other.sales.ledger().clone()),
+            (other.db.orders(), other.db.payments()),
+        ),
+        other.sales.lifecycle().clone(),
+        Duration::ZERO,
+        Duration::from_secs(5),
+    );
+    let sku = app.new_sale(40, 1).await;
+    let mut ids = Vec::new();
+    for user in 1..=30u64 {
+        ids.push(order_until_accepted(&app, &sku, user).await);
+    }
+    app.drained(&sku, 30).await;
+    let (first, rest) = ids.split_at(10);
+    for id in first {
+        pay_until_recorded(&app, id, &format!("pay-{id}")).await;
+    }
+    let payments = async {
+        for id in rest {
+            let answer = pay_until_recorded(&app, id, &format!("pay-{id}")).await;
+            assert!(
+                matches!(answer["result"].as_str(), Some("paid" | "paid_again")),
+                "{answer}"
+            );
+        }
+    };
+    let sweep = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // A sweep that met a conflict is done again, as the pass would.
+        for _ in 0..20 {
+            if sweeper.sweep().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the sweeper never finished");
+    };
+    tokio::join!(payments, sweep);
+    let mut won = 0;
+    for id in &ids {
+        let status: String = sqlx::query_scalar("SELECT status FROM tb_order WHERE order_id = ?")
+            .bind(id)
+            .fetch_one(&app.mysql)
+            .await
+            .unwrap();
+        let results: Vec<String> =
+            sqlx::query_scalar("SELECT result FROM tb_payment WHERE order_id = ?")
+                .bind(id)
+                .fetch_all(&app.mysql)
+                .await
+                .unwrap();
+        assert_eq!(results.len(), 1, "{id}: one payment recorded: {results:?}");
+        match (status.as_str(), results[0].as_str()) {
+            ("paid", "paid" | "paid_again") => won += 1,
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(won, 30);
+    app.books_balance(&sku).await;
+    assert_eq!(app.stock(&sku).await, Some(10));
+}
