@@ -34,6 +34,38 @@ struct Receiver {
     taken: Mutex<Vec<(String, String)>>,
 }
 
+impl Receiver {
+    /// Asserts that every delivery of one `webhook-id` carried the same
+    /// message (one id, one change); the ids taken.
+    fn one_change_per_id(&self) -> Vec<String> {
+        let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+        for (id, body) in self.taken.lock().unwrap().iter() {
+            let first = bodies.entry(id.clone()).or_insert_with(|| body.clone());
+            assert_eq!(first, body, "{id}: one id, one change");
+        }
+        bodies.into_keys().collect()
+    }
+}
+
+/// Asserts that the books hold each of `ids` once, and no other order of
+/// the sale.
+async fn in_books_once<'a>(app: &TestApp, sku: &str, ids: impl Iterator<Item = &'a String>) {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT order_id, COUNT(*) FROM tb_order WHERE product_id = ? GROUP BY order_id",
+    )
+    .bind(sku)
+    .fetch_all(&app.mysql)
+    .await
+    .unwrap();
+    let in_books: HashMap<String, i64> = rows.into_iter().collect();
+    let mut told = 0;
+    for id in ids {
+        assert_eq!(in_books.get(id), Some(&1), "{id}: once in the books");
+        told += 1;
+    }
+    assert_eq!(in_books.len(), told, "nothing the buyers were not told");
+}
+
 async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> AxumStatus {
     let id = headers
         .get("webhook-id")
@@ -264,18 +296,7 @@ async fn an_async_failover_puts_back_the_lost_orders_and_reuses_no_event_id() {
 
     // The orders: put back from the stream, each once.
     app.drained(&sku, 80).await;
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT order_id, COUNT(*) FROM tb_order WHERE product_id = ? GROUP BY order_id",
-    )
-    .bind(&sku)
-    .fetch_all(&app.mysql)
-    .await
-    .unwrap();
-    let in_books: HashMap<String, i64> = rows.into_iter().collect();
-    for id in &orders {
-        assert_eq!(in_books.get(id), Some(&1), "{id}");
-    }
-    assert_eq!(in_books.len(), orders.len());
+    in_books_once(&app, &sku, orders.iter()).await;
     assert_eq!(
         metric(&app, &app.base, "flashsale_orders_repaired_total").await,
         40.0,
@@ -306,11 +327,7 @@ async fn an_async_failover_puts_back_the_lost_orders_and_reuses_no_event_id() {
         },
     )
     .await;
-    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
-    for (id, body) in receiver.taken.lock().unwrap().iter() {
-        let first = bodies.entry(id.clone()).or_insert_with(|| body.clone());
-        assert_eq!(first, body, "{id}: one id, one change");
-    }
+    receiver.one_change_per_id();
     let number = |id: &str| {
         id.trim_start_matches("evt_")
             .parse::<i64>()
@@ -386,22 +403,7 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
     let resumed = killed.elapsed();
 
     // Every 202 in the books exactly once.
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT order_id, COUNT(*) FROM tb_order WHERE product_id = ? GROUP BY order_id",
-    )
-    .bind(&sku)
-    .fetch_all(&app.mysql)
-    .await
-    .unwrap();
-    let in_books: HashMap<String, i64> = rows.into_iter().collect();
-    for (user, id) in &accepted {
-        assert_eq!(in_books.get(id), Some(&1), "the order of {user}");
-    }
-    assert_eq!(
-        in_books.len(),
-        accepted.len(),
-        "nothing the buyers were not told"
-    );
+    in_books_once(&app, &sku, accepted.iter().map(|(_, id)| id)).await;
     // Every payment answered 200: recorded, its order paid.
     for id in &paid {
         let status: String = sqlx::query_scalar(
@@ -471,11 +473,8 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
-    for (id, body) in receiver.taken.lock().unwrap().iter() {
-        let first = bodies.entry(id.clone()).or_insert_with(|| body.clone());
-        assert_eq!(first, body, "{id}: one id, one change");
-        assert!(expected.contains(id), "{id} is an event of the books");
+    for id in receiver.one_change_per_id() {
+        assert!(expected.contains(&id), "{id} is an event of the books");
     }
     app.books_balance(&sku).await;
     eprintln!(
@@ -689,18 +688,7 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
     let accepted = accepted.into_inner().unwrap();
     let paid = paid.into_inner().unwrap();
     app.drained(&sku, accepted.len() as i64).await;
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT order_id, COUNT(*) FROM tb_order WHERE product_id = ? GROUP BY order_id",
-    )
-    .bind(&sku)
-    .fetch_all(&app.mysql)
-    .await
-    .unwrap();
-    let in_books: HashMap<String, i64> = rows.into_iter().collect();
-    for (user, id) in &accepted {
-        assert_eq!(in_books.get(id), Some(&1), "the order of {user}");
-    }
-    assert_eq!(in_books.len(), accepted.len());
+    in_books_once(&app, &sku, accepted.iter().map(|(_, id)| id)).await;
     for id in &paid {
         let recorded: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM tb_payment p JOIN tb_order o ON o.order_id = p.order_id \
@@ -735,11 +723,7 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
         all.iter().all(|id| seen.contains(&format!("evt_{id}")))
     })
     .await;
-    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
-    for (id, body) in receiver.taken.lock().unwrap().iter() {
-        let first = bodies.entry(id.clone()).or_insert_with(|| body.clone());
-        assert_eq!(first, body, "{id}: one id, one change");
-    }
+    receiver.one_change_per_id();
     app.books_balance(&sku).await;
     let retries = metric(&app, &app.base, "flashsale_db_retries_total").await
         + metric(&app, &b1.base, "flashsale_db_retries_total").await
