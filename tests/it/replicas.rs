@@ -4,6 +4,7 @@
 //! replica has it in its relay log) or asynchronous; killed with -9,
 //! promoted and re-pointed as a failover would.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -148,7 +149,8 @@ async fn launch(
         .expect("chmod runs");
     assert!(chmod.success(), "the data directory opened");
     let log = std::fs::File::create(dir.join(format!("node{id}.log"))).expect("a log file");
-    let child = Command::new("/usr/sbin/mariadbd")
+    let mut child = Command::new("/usr/sbin/mariadbd");
+    child
         .arg("--no-defaults")
         .arg(format!("--datadir={}", own.display()))
         .arg(format!("--port={port}"))
@@ -167,9 +169,18 @@ async fn launch(
         .args(args)
         .arg(format!("--server-id={id}"))
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("mariadbd starts");
+        .stderr(log);
+    // Killed with the test's thread too, should the test process die
+    // before its Drop runs (an exit, an abort).
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        child.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = child.spawn().expect("mariadbd starts");
     let node = OwnMariadb {
         port,
         child: Some(child),
