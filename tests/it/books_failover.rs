@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use axum::routing::post;
 use flashsale::config::Limits;
-use flashsale::domain::webhook::Secret;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -82,50 +81,25 @@ async fn start_receiver() -> (Arc<Receiver>, SocketAddr) {
     let app = Router::new()
         .route("/hook", post(hook))
         .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (receiver, addr)
+    (receiver, serve_on_loopback(app).await)
 }
 
 /// Sends a signed `payment.succeeded` for `order_id` until the books answer
 /// 200 (a failover answers 503 meanwhile; an order not yet persisted, 409).
 async fn pay_until_recorded(app: &TestApp, order_id: &str, payment_id: &str) -> Value {
-    let secret = Secret::parse(PAY_SECRET).expect("a secret");
-    let body = json!({"type": "payment.succeeded",
-        "data": {"order_id": order_id, "payment_id": payment_id, "amount": PRICE, "currency": "CNY"}})
-    .to_string();
-    let webhook_id = format!("msg_{payment_id}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let ts = now_ms() / 1000;
-        let sent = app
-            .client
-            .post(app.url("/api/payments/notifications"))
-            .header("content-type", "application/json")
-            .header("webhook-id", &webhook_id)
-            .header("webhook-timestamp", ts.to_string())
-            .header(
-                "webhook-signature",
-                secret.sign(&webhook_id, ts, body.as_bytes()),
-            )
-            .body(body.clone())
-            .send()
-            .await;
-        if let Ok(resp) = sent {
-            let status = resp.status();
-            let answer: Value = resp.json().await.unwrap_or(Value::Null);
-            if status == StatusCode::OK {
-                return answer;
-            }
-            assert!(
-                matches!(
-                    status,
-                    StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
-                ),
-                "{status} {answer}"
-            );
+        let (status, answer) = notify_at(app, &app.base, order_id, payment_id).await;
+        if status == StatusCode::OK {
+            return answer;
         }
+        assert!(
+            matches!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
+            ),
+            "{status} {answer}"
+        );
         assert!(
             Instant::now() < deadline,
             "payment {payment_id} never recorded"
@@ -490,30 +464,16 @@ async fn notify_at(
     order_id: &str,
     payment_id: &str,
 ) -> (StatusCode, Value) {
-    let secret = Secret::parse(PAY_SECRET).expect("a secret");
     let body = json!({"type": "payment.succeeded",
         "data": {"order_id": order_id, "payment_id": payment_id, "amount": PRICE, "currency": "CNY"}})
     .to_string();
     let webhook_id = format!("msg_{payment_id}");
-    let ts = now_ms() / 1000;
-    let sent = app
-        .client
-        .post(format!("{base}/api/payments/notifications"))
-        .header("content-type", "application/json")
-        .header("webhook-id", &webhook_id)
-        .header("webhook-timestamp", ts.to_string())
-        .header(
-            "webhook-signature",
-            secret.sign(&webhook_id, ts, body.as_bytes()),
-        )
-        .body(body)
-        .send()
-        .await;
-    match sent {
+    match app.send_signed(base, PAY_SECRET, &webhook_id, &body).await {
         Ok(resp) => {
             let status = resp.status();
             (status, resp.json().await.unwrap_or(Value::Null))
         }
+        // A connection cut mid-failover: answered as unavailable.
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Value::Null),
     }
 }
@@ -521,21 +481,11 @@ async fn notify_at(
 /// The feed read as a consumer does, from its cursor on: every event it
 /// is given, in order.
 async fn follow_feed(app: &TestApp, after: &mut i64, seen: &mut Vec<i64>) {
-    let resp = app
-        .client
-        .get(app.url(&format!("/api/admin/events?after={after}&limit=500")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await;
-    let Ok(resp) = resp else { return };
-    if resp.status() != StatusCode::OK {
+    let Some((events, next)) = app.events_page(*after, 500).await else {
         return;
-    }
-    let page: Value = resp.json().await.unwrap_or(Value::Null);
-    for e in page["events"].as_array().into_iter().flatten() {
-        seen.push(e["id"].as_i64().expect("an id"));
-    }
-    if let Some(next) = page["next"].as_i64() {
+    };
+    seen.extend(events.iter().map(|e| e["id"].as_i64().expect("an id")));
+    if let Some(next) = next.as_i64() {
         *after = next;
     }
 }
@@ -558,18 +508,7 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
     assert_eq!(topology(&app).await, "galera");
     let beside = |i: usize| {
         let url = format!("mysql://root@127.0.0.1:{}/{db_name}", proxies[i].port);
-        let app = &app;
-        async move {
-            app.serve_beside(|s| {
-                s.db.url = url;
-                let mut w = app.settings.workers.clone().expect("workers");
-                w.consumer = format!("node{i}");
-                s.workers = Some(w);
-            })
-            .await
-            .ready()
-            .await
-        }
+        app.workers_beside(format!("node{i}"), |s| s.db.url = url)
     };
     let (b1, b2) = (beside(1).await, beside(2).await);
     let bases = [app.base.clone(), b1.base.clone(), b2.base.clone()];

@@ -186,10 +186,7 @@ async fn start_receiver(mode: u8) -> (Arc<Receiver>, SocketAddr) {
     let app = Router::new()
         .route("/hook", post(hook))
         .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (receiver, addr)
+    (receiver, serve_on_loopback(app).await)
 }
 
 /// A service pushing to `addr`, through its real command line; quick
@@ -268,15 +265,7 @@ async fn every_event_reaches_a_flaky_receiver_in_order() {
     let (receiver, addr) = start_receiver(FLAKY).await;
     let app = spawn_pushing(addr, 100).await;
     // A second worker process beside it, delivering to the same endpoint.
-    let _beside = app
-        .serve_beside(|s| {
-            let mut w = app.settings.workers.clone().expect("workers");
-            w.consumer = "beside".into();
-            s.workers = Some(w);
-        })
-        .await
-        .ready()
-        .await;
+    let _beside = app.workers_beside("beside", |_| {}).await;
     let sku = app.new_sale(20, 1).await;
     let mut ids = Vec::new();
     for user in 1..=12 {
@@ -364,15 +353,7 @@ async fn every_event_reaches_a_flaky_receiver_in_order() {
 async fn two_workers_deliver_each_event_once_to_a_receiver_that_takes_it() {
     let (receiver, addr) = start_receiver(UP).await;
     let app = spawn_pushing(addr, 100).await;
-    let beside = app
-        .serve_beside(|s| {
-            let mut w = app.settings.workers.clone().expect("workers");
-            w.consumer = "beside".into();
-            s.workers = Some(w);
-        })
-        .await
-        .ready()
-        .await;
+    let beside = app.workers_beside("beside", |_| {}).await;
     let sku = app.new_sale(200, 1).await;
     let mut ids = Vec::new();
     for round in 0..4u64 {

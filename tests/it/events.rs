@@ -26,25 +26,35 @@ async fn spawn() -> TestApp {
 }
 
 impl TestApp {
+    /// One page of the feed after `after`: its events and its `next`
+    /// cursor; `None` when it is not answered 200 (a 503 mid-failover).
+    pub(crate) async fn events_page(&self, after: i64, limit: u32) -> Option<(Vec<Value>, Value)> {
+        let resp = self
+            .client
+            .get(self.url(&format!("/api/admin/events?after={after}&limit={limit}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == StatusCode::OK)?;
+        let page: Value = resp.json().await.ok()?;
+        let events = page["events"].as_array()?.clone();
+        Some((events, page["next"].clone()))
+    }
+
     /// All events listed so far, page by page (`limit` each).
     pub(crate) async fn events(&self, limit: u32) -> Vec<Value> {
         let (mut after, mut all) = (0, Vec::new());
         loop {
-            let resp = self
-                .client
-                .get(self.url(&format!("/api/admin/events?after={after}&limit={limit}")))
-                .bearer_auth(ADMIN_TOKEN)
-                .send()
+            let (events, next) = self
+                .events_page(after, limit)
                 .await
-                .expect("answered");
-            assert_eq!(resp.status(), StatusCode::OK);
-            let page: Value = resp.json().await.expect("a page");
-            let events = page["events"].as_array().expect("events").clone();
+                .expect("a page, answered 200");
             if events.is_empty() {
-                assert_eq!(page["next"], after, "an empty page keeps the cursor");
+                assert_eq!(next, after, "an empty page keeps the cursor");
                 return all;
             }
-            after = page["next"].as_i64().expect("a cursor");
+            after = next.as_i64().expect("a cursor");
             assert_eq!(Some(after), events.last().and_then(|e| e["id"].as_i64()));
             all.extend(events);
         }
@@ -65,20 +75,11 @@ impl TestApp {
         payment_id: &str,
         amount: &str,
     ) -> Value {
-        let secret = flashsale::domain::webhook::Secret::parse(SECRET).unwrap();
         let body = json!({"type": kind,
             "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
         .to_string();
-        let (id, ts) = (unique("msg_"), now_ms() / 1000);
         let resp = self
-            .client
-            .post(self.url("/api/payments/notifications"))
-            .header("content-type", "application/json")
-            .header("webhook-id", &id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", secret.sign(&id, ts, body.as_bytes()))
-            .body(body)
-            .send()
+            .send_signed(&self.base, SECRET, &unique("msg_"), &body)
             .await
             .expect("answered");
         assert_eq!(resp.status(), StatusCode::OK);

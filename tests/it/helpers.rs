@@ -379,6 +379,62 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// Another instance with workers of its own (consumer `consumer`),
+    /// after `tweak`; once its database is ready.
+    pub async fn workers_beside(
+        &self,
+        consumer: impl Into<String>,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Beside {
+        let mut w = self.settings.workers.clone().expect("workers");
+        w.consumer = consumer.into();
+        self.serve_beside(|s| {
+            s.workers = Some(w);
+            tweak(s);
+        })
+        .await
+        .ready()
+        .await
+    }
+
+    /// Posts `body` to `base`'s `/api/payments/notifications` as a payment
+    /// side does: signed with `secret` (Standard Webhooks) under
+    /// `webhook_id`, dated now.
+    pub async fn send_signed(
+        &self,
+        base: &str,
+        secret: &str,
+        webhook_id: &str,
+        body: &str,
+    ) -> reqwest::Result<Response> {
+        let secret = flashsale::domain::webhook::Secret::parse(secret).expect("a secret");
+        let ts = now_ms() / 1000;
+        self.client
+            .post(format!("{base}/api/payments/notifications"))
+            .header("content-type", "application/json")
+            .header("webhook-id", webhook_id)
+            .header("webhook-timestamp", ts.to_string())
+            .header(
+                "webhook-signature",
+                secret.sign(webhook_id, ts, body.as_bytes()),
+            )
+            .body(body.to_owned())
+            .send()
+            .await
+    }
+}
+
+/// Serves `app` on a loopback port of its own until the test ends.
+pub async fn serve_on_loopback(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
 impl Beside {
     /// Once its database is ready.
     pub async fn ready(self) -> Self {

@@ -42,7 +42,7 @@ impl Streams {
     /// names it (`<prefix>:books:server`, one key for every sale): a
     /// change is a failover of the books.
     pub async fn books_server(&self) -> Result<Option<String>, SaleError> {
-        let key = format!("{}:books:server", self.core.prefix);
+        let key = self.books_server_key();
         self.core
             .call(|mut c| async move { c.get(&key).await })
             .await
@@ -50,10 +50,15 @@ impl Streams {
 
     /// Records the books' server ([`Self::books_server`]).
     pub async fn set_books_server(&self, identity: &str) -> Result<(), SaleError> {
-        let key = format!("{}:books:server", self.core.prefix);
+        let key = self.books_server_key();
         self.core
             .call(|mut c| async move { c.set(&key, identity).await })
             .await
+    }
+
+    /// `<prefix>:books:server`: one key for every sale (no hash tag).
+    fn books_server_key(&self) -> String {
+        format!("{}:books:server", self.core.prefix)
     }
 
     /// One sale's stream, for consumer `consumer` of its group.
