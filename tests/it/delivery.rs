@@ -345,57 +345,6 @@ async fn every_event_reaches_a_flaky_receiver_in_order() {
     );
 }
 
-/// Two worker processes and a receiver that takes everything: each event
-/// arrives once. (Repeats come only from a worker that dies mid-pass: the
-/// lease's renewals, every pass from each process, once deadlocked with
-/// the holder's cursor writes, and the holder delivered its pass again.)
-#[tokio::test]
-async fn two_workers_deliver_each_event_once_to_a_receiver_that_takes_it() {
-    let (receiver, addr) = start_receiver(UP).await;
-    let app = spawn_pushing(addr, 100).await;
-    let beside = app.workers_beside("beside", |_| {}).await;
-    let sku = app.new_sale(200, 1).await;
-    let mut ids = Vec::new();
-    for round in 0..4u64 {
-        for user in 1..=40 {
-            let order: Value = app
-                .place_order(round * 100 + user, &sku, 1)
-                .await
-                .json()
-                .await
-                .unwrap();
-            ids.push(order["order_id"].as_str().unwrap().to_owned());
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    app.drained(&sku, ids.len() as i64).await;
-    let events = app.event_ids(ids.len()).await;
-    eventually(
-        "every event acknowledged",
-        Duration::from_secs(60),
-        || async { receiver.acked.lock().unwrap().len() >= events.len() },
-    )
-    .await;
-    // Passes that would repeat have had their time.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let acked: Vec<String> = receiver
-        .acked
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(id, _)| id.clone())
-        .collect();
-    let expected: Vec<String> = events.iter().map(|id| format!("evt_{id}")).collect();
-    assert_eq!(acked, expected, "each event once, in order");
-    assert!(
-        app.metrics_text()
-            .await
-            .contains("flashsale_db_retries_total"),
-        "retries are counted"
-    );
-    drop(beside);
-}
-
 /// Every process renews the lease on each pass while the holder moves its
 /// cursor: on the same row, at once, none of them fails (a deadlock
 /// between two renewals, or a renewal and a cursor write, is avoided or
