@@ -43,9 +43,10 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
-    /// Orders put back into the books from their streams after a failover
-    /// of the books lost them (`worker::repair`).
-    pub orders_repaired: IntCounter,
+    /// What the repair after a failover of the books put back, by what:
+    /// `order` (from its stream), `cancel`, `payment` (from what Redis
+    /// keeps of them; `worker::repair`).
+    pub put_back: IntCounterVec,
     /// What the books run on: 1 for the topology the server described at
     /// start (`single`, `async_replicas`, `semi_sync`, `galera`, `unknown`).
     pub books_topology: IntGaugeVec,
@@ -307,9 +308,10 @@ impl Metrics {
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
             ),
-            orders_repaired: counter(
-                "orders_repaired_total",
-                "Orders put back into the books from their streams after a failover of the books lost them",
+            put_back: counter_vec(
+                "put_back_total",
+                "What the repair after a failover of the books put back into them, by what (order, cancel, payment)",
+                &["what"],
             ),
             books_topology: register(
                 &registry,

@@ -19,7 +19,10 @@ use super::error::BooksError;
 use crate::domain::OrderStatus;
 use crate::domain::ProductId;
 use crate::sale::{self, SaleSnapshot};
-use crate::store::{self, FinalAudit, OrderRow, Product};
+use crate::store::{self, FinalAudit, OrderRow, Product, PutBack};
+
+/// At most this many things put back are listed with a sale's audit.
+const PUT_BACK_LISTED: u32 = 10_000;
 
 /// One invariant, checked (the audit's, and the bench rehearsal's).
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +57,9 @@ pub struct SaleAudit {
     /// What reconciliation restored in Redis from the books, after Redis
     /// lost writes (a failover, a restart); zeros when it never had to.
     pub repaired: crate::sale::Repairs,
+    /// What the repair after a failover of the books put back into them
+    /// (orders, cancels, payments the new primary lacked), oldest first.
+    pub put_back: Vec<PutBack>,
     pub checks: Vec<Check>,
 }
 
@@ -108,13 +114,20 @@ impl Audit {
         let id = ProductId::parse(&product.product_id)
             .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
         let rows = self.orders.orders_of_product(&id).await?;
+        let put_back = self.audits.put_back(&id, PUT_BACK_LISTED).await?;
         if product.retired.is_some()
             && let Some(recorded) = self.audits.final_audit(&id).await?
         {
-            return Ok(retired_figures(product, &rows, &recorded));
+            return Ok(SaleAudit {
+                put_back,
+                ..retired_figures(product, &rows, &recorded)
+            });
         }
         let redis = self.ledger.snapshot(&id).await?;
-        Ok(figures(product, &rows, &redis))
+        Ok(SaleAudit {
+            put_back,
+            ..figures(product, &rows, &redis)
+        })
     }
 }
 
@@ -178,6 +191,7 @@ pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> Sa
         available_qty: product.available_qty,
         orders: rows.len() as i64,
         retired: None,
+        put_back: Vec::new(),
         checks: Vec::new(),
     };
     audit.checks = checks(&audit, redis.dead_letters.len());
@@ -277,6 +291,22 @@ pub fn render(audits: &[SaleAudit]) -> String {
                 "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records restored\n",
                 r.orders, r.units, r.releases, r.idempotency_records
             ));
+        }
+        if !a.put_back.is_empty() {
+            let count = |what: &str| a.put_back.iter().filter(|p| p.what == what).count();
+            out.push_str(&format!(
+                "    put back after a failover of the books: {} orders, {} cancels, {} payments\n",
+                count("order"),
+                count("cancel"),
+                count("payment")
+            ));
+            for p in &a.put_back {
+                let result = p.result.as_deref().unwrap_or("");
+                out.push_str(&format!(
+                    "      {:<8} {} {} {}\n",
+                    p.what, p.order_id, p.item, result
+                ));
+            }
         }
         for c in a.checks.iter().filter(|c| !c.ok) {
             out.push_str(&format!("    FAIL {}: {}\n", c.name, c.detail));

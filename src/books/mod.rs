@@ -24,6 +24,7 @@ mod events;
 pub mod live;
 mod orders;
 mod payments;
+mod put_back;
 pub mod reconcile;
 pub mod recover;
 pub mod retire;

@@ -108,7 +108,8 @@ impl Books {
     /// an order the books do not hold (`NotFound`: whether it ever
     /// existed is not said), an order still pending in its stream
     /// (`Pending`: the sender retries shortly), a payment id recorded for
-    /// another order (`PaymentIdReused`).
+    /// another order (`PaymentIdReused`). Recorded, it is kept in Redis
+    /// too, for a failover of the books that loses it (`put_back`).
     pub async fn record_payment(
         &self,
         p: &NewPayment,
@@ -121,7 +122,10 @@ impl Books {
             }
             again
         };
-        backoff::retrying(ATTEMPTS, conflict, || self.record_once(p, currency)).await
+        let record =
+            backoff::retrying(ATTEMPTS, conflict, || self.record_once(p, currency)).await?;
+        self.note(p, &currency).await?;
+        Ok(record)
     }
 
     /// One try: the store locks what the decision reads, the books decide,

@@ -28,6 +28,10 @@ pub struct SaleKeys {
     /// a late payment took again after they were released
     /// (`retake_order.lua`).
     pub retaken: String,
+    /// Hash: "<kind>:<payment_id>" -> a payment notification the books
+    /// recorded (JSON), kept so that a failover of the books that loses
+    /// its record can put it back (`books::put_back`).
+    pub payments: String,
     /// Stream: dead letters, entries the workers could not persist.
     pub dead: String,
     /// Hash: order_id -> user_id, cancels asked while the order was pending.
@@ -139,6 +143,7 @@ impl SaleKeys {
             accepted: key("accepted"),
             released: key("released"),
             retaken: key("retaken"),
+            payments: key("payments"),
             dead: key("dead"),
             cancels: key("cancels"),
             replicated: key("replicated"),
@@ -153,7 +158,7 @@ impl SaleKeys {
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 18] {
+    pub fn all(&self) -> [&str; 19] {
         [
             &self.sale,
             &self.stock,
@@ -163,6 +168,7 @@ impl SaleKeys {
             &self.accepted,
             &self.released,
             &self.retaken,
+            &self.payments,
             &self.dead,
             &self.cancels,
             &self.replicated,

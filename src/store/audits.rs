@@ -1,11 +1,28 @@
 //! `tb_sale_audit` ([`Audits`]): a retired sale's final audit, recorded in
 //! the transaction that marks it retired (see `books::retire`), so its
-//! figures outlive its Redis keys.
+//! figures outlive its Redis keys. `tb_put_back`: what the repair after a
+//! failover of the books put back ([`PutBack`]), listed with the audit.
 
 use super::db::Db;
 use super::error::StoreError;
 use super::events::{self, EventKind};
 use crate::domain::ProductId;
+
+/// One thing the repair after a failover of the books put back
+/// (`tb_put_back`): an order, a cancel or a payment the new primary lacked.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct PutBack {
+    /// `order`, `cancel` or `payment`.
+    pub what: String,
+    pub order_id: String,
+    /// A payment's kind and id (`payment.succeeded:pay_1`); empty for an
+    /// order or a cancel.
+    pub item: String,
+    /// A payment: what the books made of it when it was put back.
+    pub result: Option<String>,
+    /// When (epoch ms).
+    pub put_back: i64,
+}
 
 /// A retired sale's final audit, as recorded (`tb_sale_audit`).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -97,6 +114,56 @@ impl Audits {
                 ))
                 .bind(product.as_str())
                 .fetch_optional(pool)
+                .await
+            })
+            .await
+    }
+
+    /// Lists what a repair put back (a thing put back twice, by two
+    /// workers at once, is listed once).
+    pub async fn note_put_back(
+        &self,
+        product: &ProductId,
+        items: &[PutBack],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.db
+            .call(|pool| async move {
+                let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "INSERT IGNORE INTO tb_put_back \
+                     (product_id, what, order_id, item, result, put_back) ",
+                );
+                insert.push_values(items, |mut row, i| {
+                    row.push_bind(product.as_str())
+                        .push_bind(&i.what)
+                        .push_bind(&i.order_id)
+                        .push_bind(&i.item)
+                        .push_bind(&i.result)
+                        .push_bind(i.put_back);
+                });
+                insert.build().execute(pool).await.map(|_| ())
+            })
+            .await
+    }
+
+    /// What repairs put back into a sale's books, oldest first (at most
+    /// `limit`).
+    pub async fn put_back(
+        &self,
+        product: &ProductId,
+        limit: u32,
+    ) -> Result<Vec<PutBack>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT what, order_id, item, result, put_back FROM tb_put_back \
+                     WHERE product_id = ? ORDER BY id LIMIT ?",
+                )
+                .bind(product.as_str())
+                .bind(limit)
+                .fetch_all(pool)
                 .await
             })
             .await

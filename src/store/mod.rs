@@ -27,7 +27,7 @@ mod payments;
 mod products;
 mod topology;
 
-pub use audits::{Audits, FinalAudit};
+pub use audits::{Audits, FinalAudit, PutBack};
 pub use db::{Db, migration_lock};
 pub use error::StoreError;
 pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};

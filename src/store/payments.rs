@@ -74,6 +74,31 @@ impl Payments {
         self.db.count_retry();
     }
 
+    /// Which of `payments` (kind, payment id) the books hold.
+    pub async fn recorded(
+        &self,
+        payments: &[(PaymentKind, &str)],
+    ) -> Result<std::collections::HashSet<(String, String)>, StoreError> {
+        if payments.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows: Vec<(String, String)> = self
+            .db
+            .call(|pool| async move {
+                let mut q = sqlx::QueryBuilder::<MySql>::new(
+                    "SELECT kind, payment_id FROM tb_payment WHERE payment_id IN (",
+                );
+                let mut list = q.separated(", ");
+                for (_, id) in payments {
+                    list.push_bind(*id);
+                }
+                q.push(")");
+                q.build_query_as().fetch_all(pool).await
+            })
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     /// Opens the notification's transaction and reads, locked, what its
     /// decision needs: the order (`FOR UPDATE`: a payment timeout cancelling
     /// it waits, or made its change first), an earlier record of the same

@@ -43,6 +43,8 @@ pub enum WorkerError {
     Redis(#[from] SaleError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Books(#[from] crate::books::BooksError),
 }
 
 /// The workers of one process.
@@ -72,6 +74,8 @@ struct Parts {
     products: store::Products,
     events: store::Events,
     deliveries: store::Deliveries,
+    /// Where retirements and what repairs put back are listed.
+    audits: store::Audits,
     books: Books,
     live: LiveCheck,
     retirer: Retirer,
@@ -101,6 +105,7 @@ impl Parts {
             products: db.products(),
             events: db.events(),
             deliveries: db.deliveries(),
+            audits: db.audits(),
             books: Books::new(
                 (sales.accepted().clone(), sales.ledger().clone()),
                 (db.orders(), db.payments()),

@@ -102,11 +102,19 @@ async fn repairing(workers: Workers, stop: CancellationToken) {
     let parts = &workers.parts;
     let repairer = Mutex::new(Repairer::new(
         (parts.lifecycle.clone(), parts.streams.clone()),
-        (parts.orders.clone(), parts.events.clone()),
+        parts.books.clone(),
+        (
+            parts.orders.clone(),
+            parts.events.clone(),
+            parts.audits.clone(),
+        ),
     ));
     every("repairer", workers.cfg.reconcile_every, stop, || async {
         if let Some(r) = repairer.lock().await.check().await? {
-            workers.metrics.orders_repaired.inc_by(r.restored);
+            let put_back = &workers.metrics.put_back;
+            put_back.with_label_values(&["order"]).inc_by(r.orders);
+            put_back.with_label_values(&["cancel"]).inc_by(r.cancels);
+            put_back.with_label_values(&["payment"]).inc_by(r.payments);
         }
         Ok::<(), WorkerError>(())
     })

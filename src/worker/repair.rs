@@ -14,14 +14,17 @@
 //!
 //! The books' server is remembered in Redis (`<prefix>:books:server`), so
 //! a failover while no worker ran is found at the next start. The first
-//! server ever seen is only remembered. What MySQL alone held (a payment's
-//! record) cannot be put back from Redis: the payment side's resend of its
-//! notification, which a 503 or a lost record does not stop, is decided
-//! anew.
+//! server ever seen is only remembered.
+//!
+//! After the orders, what Redis keeps of their lives after the 202: the
+//! cancels whose units it has back, the payments it keeps
+//! (`books::put_back`). Everything put back is listed for the operator
+//! (`tb_put_back`, shown with the sale's audit).
 
-use crate::domain::{Chain, ProductId};
+use crate::books::Books;
+use crate::domain::{Chain, ProductId, now_ms};
 use crate::sale::{Lifecycle, Streams};
-use crate::store;
+use crate::store::{self, PutBack};
 
 use super::WorkerError;
 
@@ -34,15 +37,22 @@ pub struct Repaired {
     /// Retained entries read again.
     pub read: u64,
     /// Orders put back into the books.
-    pub restored: u64,
+    pub orders: u64,
+    /// Cancels (a buyer's, a payment timeout's, a refund's) made again.
+    pub cancels: u64,
+    /// Payments recorded again.
+    pub payments: u64,
 }
 
 /// Watches the books' server; repairs after it changes.
 pub struct Repairer {
     lifecycle: Lifecycle,
     streams: Streams,
+    books: Books,
     orders: store::Orders,
     events: store::Events,
+    /// Where what is put back is listed.
+    audits: store::Audits,
     /// The server this process last found (asked of MySQL each check).
     seen: Option<String>,
 }
@@ -50,13 +60,16 @@ pub struct Repairer {
 impl Repairer {
     pub fn new(
         (lifecycle, streams): (Lifecycle, Streams),
-        (orders, events): (store::Orders, store::Events),
+        books: Books,
+        (orders, events, audits): (store::Orders, store::Events, store::Audits),
     ) -> Self {
         Self {
             lifecycle,
             streams,
+            books,
             orders,
             events,
+            audits,
             seen: None,
         }
     }
@@ -92,23 +105,35 @@ impl Repairer {
     async fn repair(&self) -> Result<Repaired, WorkerError> {
         let mut total = Repaired::default();
         for product in self.lifecycle.open_sales().await? {
-            let r = self.repair_sale(&product).await?;
-            if r.restored > 0 {
-                tracing::warn!(product_id = %product, restored = r.restored, read = r.read,
+            let mut r = self.repair_orders(&product).await?;
+            if r.orders > 0 {
+                tracing::warn!(product_id = %product, orders = r.orders, read = r.read,
                     "orders the books had lost put back from the stream");
             }
+            let cancels = self.books.put_back_cancels(&product).await?;
+            self.audits.note_put_back(&product, &cancels).await?;
+            let payments = self.books.put_back_payments(&product).await?;
+            self.audits.note_put_back(&product, &payments).await?;
+            r.cancels = cancels.len() as u64;
+            r.payments = payments.len() as u64;
             total.read += r.read;
-            total.restored += r.restored;
+            total.orders += r.orders;
+            total.cancels += r.cancels;
+            total.payments += r.payments;
         }
         tracing::info!(
             read = total.read,
-            restored = total.restored,
+            orders = total.orders,
+            cancels = total.cancels,
+            payments = total.payments,
             "repair after the books' failover done"
         );
         Ok(total)
     }
 
-    async fn repair_sale(&self, product: &ProductId) -> Result<Repaired, WorkerError> {
+    /// A sale's retained entries persisted again; the orders the books
+    /// lacked are listed.
+    async fn repair_orders(&self, product: &ProductId) -> Result<Repaired, WorkerError> {
         let stream = self.streams.stream(product, "repair");
         let mut done = Repaired::default();
         let mut after = "0-0".to_owned();
@@ -131,13 +156,27 @@ impl Repairer {
             let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
             let voided = stream.claim(&after, &ids).await?;
             orders.retain(|o| !voided.iter().any(|v| v == o.order_id.as_str()));
+            let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+            let held = self.orders.statuses(&ids).await?;
             match self.orders.persist_orders(product, &orders).await {
-                Ok(p) => done.restored += p.inserted,
+                Ok(p) => done.orders += p.inserted,
                 Err(e) => {
                     tracing::warn!(product_id = %product, error = %Chain(&e), "repair stopped; tried again at the next check");
                     return Err(e.into());
                 }
             }
+            let put_back: Vec<PutBack> = ids
+                .iter()
+                .filter(|id| !held.contains_key(**id))
+                .map(|id| PutBack {
+                    what: "order".into(),
+                    order_id: (*id).to_owned(),
+                    item: String::new(),
+                    result: None,
+                    put_back: now_ms(),
+                })
+                .collect();
+            self.audits.note_put_back(product, &put_back).await?;
         }
     }
 }

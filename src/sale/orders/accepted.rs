@@ -12,7 +12,13 @@ use super::release::{Retake, release_stock_call, retake_order_call};
 use crate::domain::{OrderId, PendingOrder, ProductId};
 use crate::sale::core::Core;
 use crate::sale::error::SaleError;
+use crate::sale::lua::script;
 use crate::sale::wait::{confirmed, invoke_and_wait};
+
+script!(NOTE_PAYMENT, "note_payment");
+
+/// Elements asked for per `SSCAN`/`HSCAN` call.
+const SCAN_PAGE: usize = 500;
 
 /// The accepted orders' handle.
 #[derive(Clone)]
@@ -98,6 +104,78 @@ impl Accepted {
         self.core
             .call(|mut c| async move { c.hdel::<_, _, ()>(&cancels, order_id).await })
             .await
+    }
+
+    /// Keeps a payment notification the books recorded (`field`: its kind
+    /// and id; `record`: what it said), beside the sale's orders, while
+    /// the sale is in Redis (`note_payment.lua`); whether it was kept.
+    pub async fn note_payment(
+        &self,
+        product: &ProductId,
+        field: &str,
+        record: &str,
+    ) -> Result<bool, SaleError> {
+        let keys = self.core.keys(product);
+        let mut call = NOTE_PAYMENT.prepare_invoke();
+        call.key(&keys.sale)
+            .key(&keys.payments)
+            .arg(field)
+            .arg(record);
+        self.core
+            .call(|mut c| async move { call.invoke_async(&mut c).await })
+            .await
+    }
+
+    /// The payment notifications kept for `product` (field, record).
+    pub async fn noted_payments(
+        &self,
+        product: &ProductId,
+    ) -> Result<Vec<(String, String)>, SaleError> {
+        let key = self.core.keys(product).payments;
+        self.scan("HSCAN", &key).await.map(|flat| {
+            let mut pairs = Vec::with_capacity(flat.len() / 2);
+            let mut it = flat.into_iter();
+            while let (Some(field), Some(value)) = (it.next(), it.next()) {
+                pairs.push((field, value));
+            }
+            pairs
+        })
+    }
+
+    /// The orders whose units are given back to the sale now (released,
+    /// not taken again since).
+    pub async fn released_orders(&self, product: &ProductId) -> Result<Vec<String>, SaleError> {
+        let key = self.core.keys(product).released;
+        let mut ids = self.scan("SSCAN", &key).await?;
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// Every element of a set or hash (`SSCAN`, `HSCAN`: flat field, value),
+    /// a page a call; an element may come twice.
+    async fn scan(&self, command: &'static str, key: &str) -> Result<Vec<String>, SaleError> {
+        let mut all = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, page): (u64, Vec<String>) = self
+                .core
+                .call(|mut c| async move {
+                    redis::cmd(command)
+                        .arg(key)
+                        .arg(cursor)
+                        .arg("COUNT")
+                        .arg(SCAN_PAGE)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            all.extend(page);
+            if next == 0 {
+                return Ok(all);
+            }
+            cursor = next;
+        }
     }
 
     /// Returns an order's units to the sale, at most once per order, and

@@ -77,6 +77,37 @@ impl Orders {
             .await
     }
 
+    /// The status of each of `ids` the books hold (the others are missing).
+    pub async fn statuses(
+        &self,
+        ids: &[&str],
+    ) -> Result<std::collections::HashMap<String, OrderStatus>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows: Vec<(String, String)> = self
+            .db
+            .call(|pool| async move {
+                let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "SELECT order_id, status FROM tb_order WHERE order_id IN (",
+                );
+                let mut list = q.separated(", ");
+                for id in ids {
+                    list.push_bind(*id);
+                }
+                q.push(")");
+                q.build_query_as().fetch_all(pool).await
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(id, status)| {
+                let status = OrderStatus::try_from(status)
+                    .map_err(|e| StoreError::Corrupt(format!("order {id}: {e}")))?;
+                Ok((id, status))
+            })
+            .collect()
+    }
+
     /// A user's orders, newest first; at most `limit`, older than `before` (epoch ms) if given.
     pub async fn orders_of_user(
         &self,
