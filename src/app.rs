@@ -35,6 +35,10 @@ pub enum StartupError {
     AdminToken(&'static str),
     #[error("buyer identity")]
     Auth(#[from] crate::http::auth::AuthError),
+    #[error(
+        "CLIENT_IP_HEADER is believed only from the proxies that set it: set CLIENT_IP_TRUSTED_PROXIES (or AUTH_TRUSTED_PROXIES) to their addresses"
+    )]
+    ClientIpWithoutProxies,
 }
 
 /// A built service, bound to its port, not yet serving: the one place
@@ -141,6 +145,9 @@ impl App {
             && let Some(why) = weak_admin_token(http.admin_token.as_deref())
         {
             return Err(StartupError::AdminToken(why));
+        }
+        if http.limits.client_ip_header.is_some() && http.limits.client_ip_proxies.is_empty() {
+            return Err(StartupError::ClientIpWithoutProxies);
         }
         let auth = Auth::new(&http.auth)?;
         match (&auth, &http.payments) {

@@ -100,7 +100,6 @@ fn cases() -> BTreeMap<&'static str, Case> {
         ("RATE_LIMIT_POLL_PER_SEC", "30"),
         ("RATE_LIMIT_POLL_BURST", "60"),
         ("RATE_LIMIT_MAX_KEYS", "5000"),
-        ("CLIENT_IP_HEADER", "X-Forwarded-For"),
         ("SOLD_OUT_CACHE_MS", "250"),
         ("LIMIT_CACHE_MS", "700"),
         ("LIMIT_CACHE_ENTRIES", "900"),
@@ -179,6 +178,17 @@ fn cases() -> BTreeMap<&'static str, Case> {
     c.insert(
         "AUTH_TRUSTED_PROXIES",
         case("10.0.0.0/8, 192.168.1.7", with_header),
+    );
+    // The client address from a header: only with the proxies it is
+    // believed from (CLIENT_IP_HEADER alone is refused, below).
+    let mut with_ip_proxies = trial();
+    with_ip_proxies.push(("CLIENT_IP_TRUSTED_PROXIES", "10.0.0.0/8".to_owned()));
+    c.insert("CLIENT_IP_HEADER", case("X-Forwarded-For", with_ip_proxies));
+    let mut with_ip_header = trial();
+    with_ip_header.push(("CLIENT_IP_HEADER", "X-Forwarded-For".to_owned()));
+    c.insert(
+        "CLIENT_IP_TRUSTED_PROXIES",
+        case("10.0.0.0/8, 192.168.1.7", with_ip_header),
     );
     c.insert(
         "METRICS_ADDR",
@@ -364,6 +374,9 @@ fn the_printout_hides_secrets_and_bad_values_are_refused() {
     assert!(printed.stdout.contains("<secret sha256:"));
     for (var, bad) in [
         ("AUTH_TRUSTED_PROXIES", "10.0.0.0/33"),
+        ("CLIENT_IP_TRUSTED_PROXIES", "10.0.0.0/33"),
+        // Believed from nobody named.
+        ("CLIENT_IP_HEADER", "X-Forwarded-For"),
         ("HEADER_READ_TIMEOUT_MS", "0"),
         ("MAX_CONNECTIONS", "-1"),
         ("REDIS_KEY_PREFIX", "a{b}"),

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use axum::http::HeaderName;
 use clap::{Args, Parser};
+use ipnet::IpNet;
 
 use super::DAY_MS;
+use super::http::TrustedProxies;
 
 // ---- connections
 
@@ -175,9 +177,12 @@ pub struct Limits {
     pub poll_rate: Option<Rate>,
     /// Live keys each bucket map may hold.
     pub max_keys: usize,
-    /// Take the client address from this header's last entry (the one the
-    /// nearest proxy appended) instead of the TCP peer.
+    /// Take the client address from this header (the rightmost entry that
+    /// is not one of `client_ip_proxies`) instead of the TCP peer, when the
+    /// peer is one of `client_ip_proxies`.
     pub client_ip_header: Option<HeaderName>,
+    /// The proxies whose `client_ip_header` is believed (required with it).
+    pub client_ip_proxies: Vec<IpNet>,
     /// Most request headers, and most bytes of them all.
     pub max_headers: usize,
     pub max_header_bytes: usize,
@@ -211,6 +216,7 @@ impl Default for Limits {
             poll_rate: rate(limit_defaults::POLL_RATE),
             max_keys: limit_defaults::MAX_KEYS,
             client_ip_header: None,
+            client_ip_proxies: Vec::new(),
             max_headers: 64,
             max_header_bytes: 8 * 1024,
         }
@@ -272,10 +278,14 @@ pub struct LimitArgs {
     /// refused (429) while the table is full of active ones.
     #[arg(long, env = "RATE_LIMIT_MAX_KEYS", default_value_t = limit_defaults::MAX_KEYS)]
     pub rate_limit_max_keys: usize,
-    /// Behind a proxy: read the client address from this header's last entry
-    /// (e.g. `X-Forwarded-For`). Only set it when a proxy you run sets it.
+    /// Behind a proxy: read the client address from this header (e.g.
+    /// `X-Forwarded-For`) on requests from CLIENT_IP_TRUSTED_PROXIES.
     #[arg(long, env = "CLIENT_IP_HEADER")]
     pub client_ip_header: Option<axum::http::HeaderName>,
+    /// The proxies whose CLIENT_IP_HEADER is believed: comma-separated
+    /// addresses or ranges (default: AUTH_TRUSTED_PROXIES).
+    #[arg(long, env = "CLIENT_IP_TRUSTED_PROXIES")]
+    pub client_ip_trusted_proxies: Option<TrustedProxies>,
 }
 
 impl From<LimitArgs> for Limits {
@@ -306,6 +316,7 @@ impl From<LimitArgs> for Limits {
             ),
             max_keys: a.rate_limit_max_keys,
             client_ip_header: a.client_ip_header,
+            client_ip_proxies: a.client_ip_trusted_proxies.unwrap_or_default().0,
             ..Limits::default()
         }
     }

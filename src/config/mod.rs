@@ -250,6 +250,11 @@ pub struct Settings {
 
 impl From<ServeArgs> for Settings {
     fn from(a: ServeArgs) -> Self {
+        let auth: AuthSettings = a.auth.into();
+        let mut limits: Limits = a.limits.into();
+        if limits.client_ip_proxies.is_empty() {
+            limits.client_ip_proxies = auth.trusted_proxies.clone();
+        }
         Self {
             redis: (&a.redis).into(),
             db: (&a.db).into(),
@@ -258,9 +263,9 @@ impl From<ServeArgs> for Settings {
                 admin_token: a.admin_token.filter(|t| !t.is_empty()).map(Arc::from),
                 admin_routes: a.admin_routes,
                 dashboard_session: Duration::from_secs(a.dashboard_session_secs),
-                auth: a.auth.into(),
+                auth,
                 connections: (&a.connections).into(),
-                limits: a.limits.into(),
+                limits,
                 memory: a.memory.into(),
                 payments: a.payments.into(),
             },

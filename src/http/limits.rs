@@ -31,12 +31,13 @@ use std::time::{Duration, Instant};
 use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
+use ipnet::IpNet;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::Instrument;
 
@@ -195,21 +196,42 @@ impl Guards {
         }
     }
 
-    /// The client's address: the configured header's last entry, else the peer.
+    /// The client's address: the peer's, unless the peer is a trusted
+    /// proxy (see [`client_ip`]).
     fn client_ip(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
-        if let Some(name) = &self.limits.client_ip_header
-            && let Some(ip) = headers
-                .get_all(name)
-                .iter()
-                .next_back()
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit(',').next())
-                .and_then(|v| v.trim().parse::<IpAddr>().ok())
-        {
-            return Some(ip);
-        }
-        peer.map(|addr| addr.ip())
+        let peer = peer?.ip();
+        Some(match &self.limits.client_ip_header {
+            Some(name) => client_ip(headers, name, peer, &self.limits.client_ip_proxies),
+            None => peer,
+        })
     }
+}
+
+/// Behind trusted proxies, the client's address: from a peer that is one
+/// of `proxies`, the rightmost entry of header `name` that is not one of
+/// them (each proxy appends the address it heard from; entries left of the
+/// first untrusted one are the client's to write, and not believed); the
+/// peer itself when it is not trusted, or when that entry is not an
+/// address. Every proxy on the way: the leftmost entry.
+fn client_ip(headers: &HeaderMap, name: &HeaderName, peer: IpAddr, proxies: &[IpNet]) -> IpAddr {
+    let trusted = |ip: &IpAddr| proxies.iter().any(|net| net.contains(ip));
+    if !trusted(&peer) {
+        return peer;
+    }
+    let entries = headers
+        .get_all(name)
+        .iter()
+        .rev()
+        .flat_map(|v| v.to_str().unwrap_or("").rsplit(','));
+    let mut last = peer;
+    for entry in entries {
+        match entry.trim().parse::<IpAddr>() {
+            Ok(ip) if trusted(&ip) => last = ip,
+            Ok(ip) => return ip,
+            Err(_) => return peer,
+        }
+    }
+    last
 }
 
 fn rate_limited(wait: Duration) -> ApiError {
@@ -346,4 +368,51 @@ pub async fn sweep_buckets(
 /// A rate as governor's quota.
 fn quota(rate: Rate) -> Quota {
     Quota::per_second(rate.per_second).allow_burst(rate.burst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn from(peer: &str, forwarded: &[&str]) -> IpAddr {
+        let name = HeaderName::from_static("x-forwarded-for");
+        let mut headers = HeaderMap::new();
+        for v in forwarded {
+            headers.append(&name, v.parse().unwrap());
+        }
+        let proxies: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        client_ip(&headers, &name, ip(peer), &proxies)
+    }
+
+    #[test]
+    fn the_header_is_believed_only_from_a_trusted_proxy() {
+        // A client reaching the service directly picks nothing.
+        assert_eq!(from("203.0.113.5", &["198.51.100.1"]), ip("203.0.113.5"));
+        // Through the proxy: the address it heard from.
+        assert_eq!(from("10.0.0.2", &["198.51.100.1"]), ip("198.51.100.1"));
+    }
+
+    #[test]
+    fn what_the_client_wrote_left_of_the_proxies_is_not_believed() {
+        // The client sent "X-Forwarded-For: 1.1.1.1"; the proxy appended
+        // the client's address; a second proxy appended the first's.
+        assert_eq!(
+            from("10.0.0.2", &["1.1.1.1, 198.51.100.1, 10.0.0.3"]),
+            ip("198.51.100.1")
+        );
+        // The same, one header line per proxy.
+        assert_eq!(
+            from("10.0.0.2", &["1.1.1.1", "198.51.100.1", "10.0.0.3"]),
+            ip("198.51.100.1")
+        );
+        // An entry that is no address: the proxy's own.
+        assert_eq!(from("10.0.0.2", &["1.1.1.1, junk"]), ip("10.0.0.2"));
+        // Nothing but proxies: the leftmost; no header: the proxy.
+        assert_eq!(from("10.0.0.2", &["10.0.0.9, 10.0.0.3"]), ip("10.0.0.9"));
+        assert_eq!(from("10.0.0.2", &[]), ip("10.0.0.2"));
+    }
 }

@@ -1,6 +1,9 @@
 //! `GET /metrics` (Prometheus text format): the counters (the order path
 //! counts its answers with `Metrics::count_order`), and each open sale's
-//! gauges read from Redis at the scrape.
+//! gauges read from Redis at the scrape. The API's port is public: there,
+//! a sale's gauges appear once it has started (an upcoming sale's id,
+//! stock and start are not told before it is announced by starting); the
+//! worker's metrics listener, on an address of the operator's, shows all.
 
 use std::sync::Arc;
 
@@ -38,13 +41,23 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         let counter = m.connections_ended.with_label_values(&[why.label()]);
         counter.inc_by(state.connections.ended(why).saturating_sub(counter.get()));
     }
-    scrape(m, &state.watched).await
+    scrape(m, &state.watched, Shown::Started).await
+}
+
+/// Which open sales a scrape shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Those that have started (the public port).
+    Started,
+    /// Every one (a listener of the operator's).
+    All,
 }
 
 /// The worker-only process's metrics listener: `GET /metrics`, `GET /healthz`.
 pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
-    let scraped =
-        |State((m, w)): State<(Arc<Metrics>, Watched)>| async move { scrape(&m, &w).await };
+    let scraped = |State((m, w)): State<(Arc<Metrics>, Watched)>| async move {
+        scrape(&m, &w, Shown::All).await
+    };
     Router::new()
         .route("/metrics", get(scraped))
         .route("/healthz", get(super::health::healthz))
@@ -52,7 +65,7 @@ pub fn worker_router(metrics: Arc<Metrics>, watched: Watched) -> Router {
 }
 
 /// Refreshes the per-sale gauges from Redis and renders everything.
-async fn scrape(m: &Metrics, sales: &Watched) -> Response {
+async fn scrape(m: &Metrics, sales: &Watched, shown: Shown) -> Response {
     count_calls(m, sales.counts());
     m.db_retries
         .inc_by(sales.db_retries().saturating_sub(m.db_retries.get()));
@@ -62,7 +75,7 @@ async fn scrape(m: &Metrics, sales: &Watched) -> Response {
             .with_label_values(&[t.label()])
             .set(i64::from(t == topology));
     }
-    read_sales(m, sales).await;
+    read_sales(m, sales, shown).await;
     (
         [(
             header::CONTENT_TYPE,
@@ -89,7 +102,7 @@ fn count_calls(m: &Metrics, counts: &Counts) {
 
 /// Each open sale's gauges, read from Redis now (the last scrape's are
 /// dropped first: a retired sale's series go with it).
-async fn read_sales(m: &Metrics, sales: &Watched) {
+async fn read_sales(m: &Metrics, sales: &Watched, shown: Shown) {
     for gauge in [
         &m.sale_stock,
         &m.stream_length,
@@ -115,11 +128,16 @@ async fn read_sales(m: &Metrics, sales: &Watched) {
             return;
         }
     };
+    let now = crate::domain::now_ms();
     for product in open.iter().take(MAX_SALES_SCRAPED) {
         match sales.queue().view(product).await {
+            Ok(w) if shown == Shown::Started && w.start_ms.is_none_or(|start| start > now) => {
+                continue;
+            }
             Ok(w) => set_sale_gauges(m, product.as_str(), &w),
             Err(e) => {
-                tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale")
+                tracing::warn!(product_id = %product, error = %Chain(&e), "metrics: cannot read the sale");
+                continue;
             }
         }
         match sales.room().room(product).await {

@@ -10,8 +10,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, TestApp, assert_refused, eventually, settings_for, spawn_app_with,
-    status_code, unique,
+    ADMIN_TOKEN, Backend, TestApp, assert_refused, eventually, settings_for, spawn_app_cli,
+    spawn_app_with, status_code, unique,
 };
 use crate::proxy::{Mode, Proxy};
 
@@ -143,6 +143,8 @@ async fn the_address_limit_applies_per_client_address() {
         s.http.limits = Limits {
             ip_rate: Rate::new(1, 2),
             client_ip_header: Some("x-forwarded-for".parse().unwrap()),
+            // The test's client is the proxy.
+            client_ip_proxies: vec!["127.0.0.0/8".parse().unwrap()],
             ..Limits::unlimited()
         };
     })
@@ -475,4 +477,44 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
     // Links are spelled as OpenAPI spells them.
     let link = &doc["paths"]["/api/orders"]["post"]["responses"]["202"]["links"]["GetOrder"];
     assert_eq!(link["operationId"], "get_order");
+}
+
+/// `CLIENT_IP_HEADER` is believed only from the proxies that set it: a
+/// client reaching the service directly, writing its own
+/// `X-Forwarded-For` anew for each order, is still one address and meets
+/// the address limit (settings through the real command line).
+#[tokio::test]
+async fn a_client_past_the_proxies_cannot_pick_its_own_address() {
+    let app = spawn_app_cli(
+        &[
+            "--auth=none",
+            "--client-ip-header=X-Forwarded-For",
+            "--client-ip-trusted-proxies=10.0.0.0/8",
+            "--rate-limit-ip-per-sec=1",
+            "--rate-limit-ip-burst=2",
+        ],
+        |_| {},
+    )
+    .await;
+    let sku = app.new_sale(100, 1).await;
+    let mut statuses = Vec::new();
+    for user in 1..=6u64 {
+        let resp = app
+            .client
+            .post(app.url("/api/orders"))
+            .header("x-forwarded-for", format!("198.51.100.{user}"))
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}))
+            .send()
+            .await
+            .expect("answered");
+        statuses.push(resp.status());
+    }
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert!(
+        refused >= 2,
+        "six orders from one address, each with an address of its own in the header: {statuses:?}"
+    );
 }

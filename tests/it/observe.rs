@@ -5,7 +5,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{eventually, spawn_app_with};
+use crate::helpers::{eventually, now_ms, product_body, spawn_app, spawn_app_with, unique};
 
 /// The value of the sample `series` (name and labels, as exposed).
 fn sample(text: &str, series: &str) -> f64 {
@@ -453,6 +453,60 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
     assert_eq!(line["span"]["method"], "GET");
     assert_eq!(line["span"]["path"], "/api/orders/no-such-order");
     serve.stop().await;
+}
+
+/// The API's port is public: its `/metrics` names a sale once it has
+/// started, never before (an upcoming sale's id, stock and start are not
+/// told to whoever scrapes); the operator's own listener shows it.
+#[tokio::test]
+async fn the_public_metrics_name_no_sale_before_it_starts() {
+    let app = spawn_app().await;
+    let live = app.new_sale(5, 1).await;
+    let upcoming = unique("sku-");
+    let mut body = product_body(&upcoming, 7, 1);
+    body["start_time"] = json!(now_ms() + 3_600_000);
+    body["end_time"] = json!(now_ms() + 7_200_000);
+    app.sale_from(body).await;
+    let public = app.metrics_text().await;
+    assert!(
+        public.contains(&format!("flashsale_sale_stock{{product_id=\"{live}\"}} 5")),
+        "the live sale is shown"
+    );
+    assert!(!public.contains(&upcoming), "the upcoming sale is named");
+
+    let port = free_port();
+    let _worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+        .arg("worker")
+        .env("REDIS_URL", crate::helpers::REDIS_URL)
+        .env("REDIS_KEY_PREFIX", &app.prefix)
+        .env("DATABASE_URL", &app.settings.db.url)
+        .env("CONSUMER_NAME", "private")
+        .env("METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flashsale worker starts");
+    let scrape = || async {
+        match app
+            .client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+        {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    };
+    eventually(
+        "the private listener shows the upcoming sale",
+        Duration::from_secs(20),
+        || async {
+            scrape().await.contains(&format!(
+                "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
+            ))
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
