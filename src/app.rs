@@ -96,7 +96,14 @@ impl App {
             .workers
             .clone()
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
-        let dashboard = dashboard(settings, Watched::of(&sales, &db), &metrics);
+        let guards = Arc::new(Guards::new(http.limits.clone()));
+        let admin = Arc::new(http::admin_log::AdminDoor::new(db.admin_log()));
+        let dashboard = dashboard(
+            settings,
+            Watched::of(&sales, &db),
+            &metrics,
+            (&guards, &admin),
+        );
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
             room: sales.room().clone(),
@@ -123,7 +130,8 @@ impl App {
             admin_routes: http.admin_routes,
             auth,
             payments: http.payments.clone(),
-            guards: Arc::new(Guards::new(http.limits.clone())),
+            guards,
+            admin,
             connections: Connections::new(http.connections.clone()),
             metrics,
         });
@@ -224,6 +232,7 @@ fn dashboard(
     settings: &Settings,
     watched: Watched,
     metrics: &Arc<Metrics>,
+    (guards, admin): (&Arc<Guards>, &Arc<http::admin_log::AdminDoor>),
 ) -> Option<Arc<http::dashboard::Dashboard>> {
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
@@ -237,6 +246,10 @@ fn dashboard(
         sessions: http::dashboard::session::Sessions::new(&token, http.dashboard_session),
         board: http::dashboard::Board::new(watched, metrics.clone(), workers),
         admin_token: token,
+        admin: admin.clone(),
+        guards: guards.clone(),
+        metrics: metrics.clone(),
+        ended: Default::default(),
     }))
 }
 

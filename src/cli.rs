@@ -16,7 +16,7 @@ use crate::domain::{ProductId, SaleState};
 use crate::sale::Sales;
 use crate::sale::keys::GROUP;
 use crate::sale::queue::{PendingEntry, QueueView};
-use crate::store::Db;
+use crate::store::{AdminEntry, Db};
 
 /// Redis for an operator command: one request at a time, patient.
 fn redis_of(args: &RedisArgs) -> anyhow::Result<Sales> {
@@ -128,7 +128,35 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         "recovered {}: stock {}, {} buyers' counts, {} cancelled orders marked released",
         done.product_id, done.stock, done.buyers, done.released
     );
+    let entry = AdminEntry {
+        id: 0,
+        at: crate::domain::now_ms(),
+        action: "sale.recover".into(),
+        product_id: Some(product.to_string()),
+        actor: cli_actor(),
+        address: None,
+        status: 0,
+        asked: Some(serde_json::json!({"force": args.force}).to_string()),
+        before: None,
+        after: serde_json::to_string(&done).ok(),
+    };
+    if let Err(e) = db.admin_log().record(&entry).await {
+        tracing::error!(error = %crate::domain::Chain(&e), ?entry, "the recovery is done but not written to the admin log");
+    }
     Ok(())
+}
+
+/// Who runs a command, for the admin log: `cli:<user>@<host>`.
+fn cli_actor() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    format!("cli:{user}@{host}")
 }
 
 /// `flashsale sales`: every opened sale by state; ended ones that cannot

@@ -43,6 +43,9 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
+    /// Admin requests refused for a missing or wrong credential (the
+    /// admin log keeps them too, at most a few a second).
+    pub admin_auth_failures: IntCounter,
     /// What the repair after a failover of the books put back, by what:
     /// `order` (from its stream), `cancel`, `payment` (from what Redis
     /// keeps of them; `worker::repair`).
@@ -307,6 +310,10 @@ impl Metrics {
             db_retries: counter(
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
+            ),
+            admin_auth_failures: counter(
+                "admin_auth_failures_total",
+                "Admin requests refused for a missing or wrong credential",
             ),
             put_back: counter_vec(
                 "put_back_total",

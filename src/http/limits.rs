@@ -198,7 +198,11 @@ impl Guards {
 
     /// The client's address: the peer's, unless the peer is a trusted
     /// proxy (see [`client_ip`]).
-    fn client_ip(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
+    pub(super) fn client_ip(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Option<IpAddr> {
         let peer = peer?.ip();
         Some(match &self.limits.client_ip_header {
             Some(name) => client_ip(headers, name, peer, &self.limits.client_ip_proxies),

@@ -15,6 +15,7 @@
 //!   every handler can reach; [`watched`]: what the operator's views read
 //!   of the sales.
 
+pub mod admin_log;
 pub mod auth;
 mod body;
 mod buyer_page;

@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::error::Code;
-use super::{events, health, orders, payments, products, room};
+use super::{admin_log, events, health, orders, payments, products, room};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -44,6 +44,7 @@ use super::{events, health, orders, payments, products, room};
         events::list,
         events::dead,
         events::replay,
+        admin_log::list,
         orders::list_for_user,
         room::join,
         room::challenge,

@@ -11,6 +11,7 @@ use axum::{BoxError, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admin_log::Before;
 use super::auth::Caller;
 use super::error::{ApiError, ErrorBody, NOT_ON_SALE};
 use super::extract::{Admin, JsonBody, OptionalJsonBody, PathParam};
@@ -427,7 +428,7 @@ pub async fn set_pace(
     State(state): State<AppState>,
     PathParam(product_id): PathParam<String>,
     JsonBody(body): JsonBody<RoomPace>,
-) -> Result<Json<RoomView>, ApiError> {
+) -> Result<Response, ApiError> {
     let product = sale_id(&product_id)?;
     let change = BoundsChange::new(
         body.ceiling_per_sec,
@@ -435,10 +436,19 @@ pub async fn set_pace(
         body.active_cap,
         body.join_difficulty,
     )?;
+    // For the admin log: the bounds as the books held them.
+    let before = state.catalog.product(&product).await.ok().map(|p| {
+        serde_json::json!({
+            "ceiling_per_sec": p.room_admit_per_sec,
+            "floor_per_sec": p.room_admit_floor_per_sec,
+            "active_cap": p.room_active_cap,
+            "join_difficulty": p.room_join_difficulty,
+        })
+    });
     let Some(room) = state.catalog.set_room_bounds(&product, change).await? else {
         return Err(ApiError::NoWaitingRoom);
     };
-    Ok(Json(RoomView {
+    let mut answer = Json(RoomView {
         product_id: product.to_string(),
         admit_per_sec: room.pace,
         ceiling_per_sec: room.ceiling,
@@ -448,7 +458,12 @@ pub async fn set_pace(
         join_difficulty: room.join_difficulty,
         joined: room.joined(),
         admitted: room.admitted_places(),
-    }))
+    })
+    .into_response();
+    if let Some(before) = before {
+        answer.extensions_mut().insert(Before(before));
+    }
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use super::buyer_page::{self, Identity};
 use super::error::ApiError;
 use super::state::AppState;
 use super::{
-    dashboard, events, health, limits, metrics, openapi, orders, payments, products, room,
+    admin_log, dashboard, events, health, limits, metrics, openapi, orders, payments, products,
+    room,
 };
 
 /// `POST /api/orders/{order_id}/pay`, the buyer marking their own order
@@ -59,8 +60,9 @@ pub fn router(state: AppState) -> Router {
             Some(_) => Identity::Verified,
         }));
     if state.admin_routes {
-        api = api
+        let admin = Router::new()
             .route("/api/admin/products", post(products::create))
+            .route("/api/admin/log", get(admin_log::list))
             .route("/api/admin/events", get(events::list))
             .route("/api/admin/events/dead", get(events::dead))
             .route("/api/admin/events/dead/replay", post(events::replay))
@@ -80,10 +82,11 @@ pub fn router(state: AppState) -> Router {
                 "/api/admin/products/{product_id}/room",
                 post(room::set_pace),
             )
-            .merge(match &state.dashboard {
-                Some(d) => dashboard::routes(d.clone(), guards.clone()),
-                None => Router::new(),
-            });
+            .route_layer(from_fn_with_state(state.clone(), admin_log::record));
+        api = api.merge(admin).merge(match &state.dashboard {
+            Some(d) => dashboard::routes(d.clone(), guards.clone()),
+            None => Router::new(),
+        });
     }
     api.fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

@@ -42,6 +42,8 @@ pub struct Shared {
     /// served).
     pub payments: Option<crate::config::PaymentSettings>,
     pub guards: Arc<limits::Guards>,
+    /// The admin log, as the admin routes and the dashboard write it.
+    pub admin: Arc<super::admin_log::AdminDoor>,
     /// The open connections and their bounds.
     pub connections: Arc<conn::Connections>,
     pub metrics: Arc<crate::metrics::Metrics>,

@@ -12,12 +12,14 @@
 //! | [`Payments`] | `tb_payment` | each notification recorded once, with the order change it makes |
 //! | [`Events`] | `tb_event` | the outbox: an event per change, written in the change's transaction, read in order |
 //! | [`Deliveries`] | `tb_event_delivery`, `tb_event_dead` | pushing the outbox: leases, progress, dead letters, replays |
-//! | [`Audits`] | `tb_sale_audit` | a retired sale's final audit |
+//! | [`Audits`] | `tb_sale_audit`, `tb_put_back` | a retired sale's final audit; what a repair after a failover of the books put back |
+//! | [`AdminLog`] | `tb_admin_log`, `tb_dashboard_session_ended` | every admin action and failed admin authentication; the dashboard sessions a logout ended |
 //!
 //! The store reads and writes; what a change means is decided by the books
 //! (`books`), before or after the store's reads, never called back from
 //! inside a transaction.
 
+mod admin_log;
 mod audits;
 mod db;
 mod error;
@@ -27,6 +29,7 @@ mod payments;
 mod products;
 mod topology;
 
+pub use admin_log::{AdminEntry, AdminLog};
 pub use audits::{Audits, FinalAudit, PutBack};
 pub use db::{Db, migration_lock};
 pub use error::StoreError;
@@ -59,5 +62,9 @@ impl Db {
 
     pub fn audits(&self) -> Audits {
         Audits::new(self.clone())
+    }
+
+    pub fn admin_log(&self) -> AdminLog {
+        AdminLog::new(self.clone())
     }
 }

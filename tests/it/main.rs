@@ -20,6 +20,7 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
+mod admin_log;
 mod bells;
 mod books_failover;
 mod browser;

@@ -477,6 +477,14 @@ pub struct Dashboard {
     pub sessions: super::session::Sessions,
     pub board: Board,
     pub admin_token: std::sync::Arc<str>,
+    /// Where sign-ins, sign-outs and refused sign-ins are written.
+    pub admin: std::sync::Arc<crate::http::admin_log::AdminDoor>,
+    /// Who the client is (its address, as the limits see it).
+    pub guards: std::sync::Arc<crate::http::limits::Guards>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The sessions a logout here ended (nonce -> expiry, epoch ms):
+    /// refused even while the books cannot be asked.
+    pub ended: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //!   `SameSite=Strict` (no other site's page sends it), `Path=/admin`, and
 //!   `Secure` when the request came through HTTPS (`X-Forwarded-Proto`).
 //!   Without a valid cookie the page and its data answer 401 (the page
-//!   with the login form).
+//!   with the login form). A logout ends the session for every instance
+//!   (a copied cookie stops working); sign-ins, sign-outs and refused
+//!   sign-ins are written to the admin log, with the client's address.
 //! - Data: `GET /admin/dashboard/data`, polled by the page every second,
 //!   answers the numbers read once per tick for every viewer ([`board`]).
 //! - Assets: the page, its script and style are in the binary (no CDN),
@@ -20,6 +22,7 @@ pub mod session;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
@@ -31,7 +34,9 @@ use std::sync::Arc;
 use super::error::ApiError;
 use super::limits::{self, Guards};
 use super::pages::{asset, html};
+use crate::store::AdminEntry;
 pub use board::{Board, Dashboard};
+use session::Session;
 use session::{COOKIE, COOKIE_PATH};
 
 const PAGE: &str = include_str!("assets/dashboard.html");
@@ -68,8 +73,8 @@ where
 
 /// `GET /admin/dashboard`: the page, or the login form (401) without a session.
 async fn page(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
-    match signed_in(&dashboard, &headers) {
-        Ok(()) => html(StatusCode::OK, PAGE),
+    match signed_in(&dashboard, &headers).await {
+        Ok(_) => html(StatusCode::OK, PAGE),
         Err(_) => login_form(StatusCode::UNAUTHORIZED, None),
     }
 }
@@ -79,7 +84,7 @@ async fn data(
     State(dashboard): State<Arc<Dashboard>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    signed_in(&dashboard, &headers)?;
+    signed_in(&dashboard, &headers).await?;
     let json = dashboard.board.latest().await;
     Ok((
         [
@@ -93,59 +98,139 @@ async fn data(
 
 /// `POST /admin/login` (a form: `token=<ADMIN_TOKEN>`): the session cookie
 /// and a redirect to the page, or the form again (401).
-async fn login(
-    State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn login(State(dashboard): State<Arc<Dashboard>>, parts: Parts, body: Bytes) -> Response {
+    let headers = &parts.headers;
+    let peer = super::conn::peer(&parts.extensions);
     let expected = &*dashboard.admin_token;
     let presented = url::form_urlencoded::parse(&body)
         .find(|(name, _)| name == "token")
         .map(|(_, value)| value.into_owned())
         .unwrap_or_default();
+    let address = dashboard
+        .guards
+        .client_ip(headers, peer)
+        .map(|ip| ip.to_string());
     // Constant time: the comparison must not reveal how much of a guess was right.
     if !bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
-        tracing::warn!("dashboard login refused: wrong token");
+        tracing::warn!(address = ?address, "dashboard login refused: wrong token");
+        dashboard.metrics.admin_auth_failures.inc();
+        let entry = entry(
+            "auth.failed",
+            "none".into(),
+            address,
+            StatusCode::UNAUTHORIZED,
+        );
+        dashboard.admin.failed(entry).await;
         return login_form(StatusCode::UNAUTHORIZED, Some("wrong token"));
     }
-    let secure = if forwarded_https(&headers) {
+    let secure = if forwarded_https(headers) {
         "; Secure"
     } else {
         ""
     };
+    let issued = dashboard.sessions.issue();
     let cookie = format!(
-        "{COOKIE}={}; Max-Age={}; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict{secure}",
-        dashboard.sessions.issue(),
+        "{COOKIE}={issued}; Max-Age={}; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict{secure}",
         dashboard.sessions.lifetime().as_secs().max(1),
     );
-    tracing::info!("dashboard login");
+    let actor = dashboard
+        .sessions
+        .read(&issued)
+        .map_or_else(|| "none".to_owned(), |s| s.actor());
+    tracing::info!(address = ?address, actor, "dashboard login");
+    let entry = entry("dashboard.login", actor, address, StatusCode::SEE_OTHER);
+    dashboard.admin.write(entry).await;
     with_cookie(see_other("/admin/dashboard"), &cookie)
 }
 
-/// `POST /admin/logout`: the cookie is dropped (the session itself ends at
-/// its expiry; the cookie proves itself, there is no store to forget it).
-async fn logout() -> Response {
+/// `POST /admin/logout`: the session ends for every instance (its nonce
+/// kept in the books until it would have expired) and the cookie is
+/// dropped.
+async fn logout(State(dashboard): State<Arc<Dashboard>>, parts: Parts) -> Response {
+    let headers = &parts.headers;
+    let peer = super::conn::peer(&parts.extensions);
+    if let Ok(session) = signed_in(&dashboard, headers).await {
+        {
+            let mut ended = dashboard.ended.lock().unwrap_or_else(|e| e.into_inner());
+            let now = crate::domain::now_ms();
+            ended.retain(|_, expires| *expires > now);
+            ended.insert(session.nonce.clone(), session.expires_ms);
+        }
+        if let Err(e) = dashboard
+            .admin
+            .log()
+            .end_session(&session.nonce, session.expires_ms)
+            .await
+        {
+            tracing::warn!(error = %crate::domain::Chain(&e),
+                "a dashboard logout not kept in the books: other instances accept its cookie until it expires");
+        }
+        let address = dashboard
+            .guards
+            .client_ip(headers, peer)
+            .map(|ip| ip.to_string());
+        let entry = entry(
+            "dashboard.logout",
+            session.actor(),
+            address,
+            StatusCode::SEE_OTHER,
+        );
+        dashboard.admin.write(entry).await;
+    }
     with_cookie(
         see_other("/admin/dashboard"),
         &format!("{COOKIE}=; Max-Age=0; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict"),
     )
 }
 
-/// Whether the request carries a valid session cookie.
-fn signed_in(dashboard: &Dashboard, headers: &HeaderMap) -> Result<(), ApiError> {
-    let valid = headers
+/// An admin log entry of the dashboard's.
+fn entry(action: &str, actor: String, address: Option<String>, status: StatusCode) -> AdminEntry {
+    AdminEntry {
+        id: 0,
+        at: crate::domain::now_ms(),
+        action: action.to_owned(),
+        product_id: None,
+        actor,
+        address,
+        status: i32::from(status.as_u16()),
+        asked: None,
+        before: None,
+        after: None,
+    }
+}
+
+/// The request's session, if its cookie is valid and no logout ended it
+/// (here, or on any instance: asked of the books; when they cannot be
+/// asked, only this instance's logouts are known).
+async fn signed_in(dashboard: &Dashboard, headers: &HeaderMap) -> Result<Session, ApiError> {
+    let refused = ApiError::Unauthorized("no dashboard session: log in at /admin/dashboard");
+    let session = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .any(|(name, value)| name == COOKIE && dashboard.sessions.valid(value));
-    if valid {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized(
-            "no dashboard session: log in at /admin/dashboard",
-        ))
+        .filter(|(name, _)| *name == COOKIE)
+        .find_map(|(_, value)| dashboard.sessions.read(value));
+    let Some(session) = session else {
+        return Err(refused);
+    };
+    let ended_here = dashboard
+        .ended
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&session.nonce);
+    if ended_here {
+        return Err(refused);
+    }
+    match dashboard.admin.log().session_ended(&session.nonce).await {
+        Ok(true) => Err(refused),
+        Ok(false) => Ok(session),
+        Err(e) => {
+            tracing::warn!(error = %crate::domain::Chain(&e),
+                "cannot ask the books whether a dashboard session was ended: accepted");
+            Ok(session)
+        }
     }
 }
 

@@ -1,8 +1,10 @@
 //! The dashboard's login sessions: `ADMIN_TOKEN` is exchanged once, in a
 //! form's body, for a cookie that names no secret and proves itself: its
 //! expiry and a random nonce, signed with HMAC-SHA256 keyed by the admin
-//! token. Any instance with the same token accepts it (no session store to
-//! share), it ends at its expiry, and changing `ADMIN_TOKEN` ends them all.
+//! token. Any instance with the same token accepts it, it ends at its
+//! expiry or at its logout (the nonce is then kept in the books until the
+//! expiry, for every instance to refuse it: see `dashboard::signed_in`),
+//! and changing `ADMIN_TOKEN` ends them all.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,6 +17,23 @@ use crate::domain::{hex, unhex};
 pub const COOKIE: &str = "flashsale_admin";
 /// The cookie is sent only to the dashboard's paths.
 pub const COOKIE_PATH: &str = "/admin";
+
+/// A valid session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Its random part (hex): names it (the admin log shows its first 8
+    /// digits; a cookie cannot be made from it without the token).
+    pub nonce: String,
+    /// When it expires (epoch ms).
+    pub expires_ms: i64,
+}
+
+impl Session {
+    /// Who acts in it, for the admin log.
+    pub fn actor(&self) -> String {
+        format!("session:{}", &self.nonce[..self.nonce.len().min(8)])
+    }
+}
 
 /// Issues and checks session cookies for one admin token.
 #[derive(Clone)]
@@ -60,22 +79,23 @@ impl Sessions {
 
     /// Whether `value` is a session this key issued that has not expired.
     pub fn valid(&self, value: &str) -> bool {
-        let Some((claims, mac)) = value.rsplit_once('.') else {
-            return false;
-        };
-        let Some(expires) = claims
-            .split_once('.')
-            .and_then(|(e, _)| e.parse::<u128>().ok())
-        else {
-            return false;
-        };
-        let Some(mac) = unhex(mac) else {
-            return false;
-        };
+        self.read(value).is_some()
+    }
+
+    /// The session `value` names, if this key issued it and it has not
+    /// expired.
+    pub fn read(&self, value: &str) -> Option<Session> {
+        let (claims, mac) = value.rsplit_once('.')?;
+        let (expires, nonce) = claims.split_once('.')?;
+        let expires = expires.parse::<u128>().ok()?;
+        let mac = unhex(mac)?;
         let mut check = self.mac();
         check.update(claims.as_bytes());
         // Constant time (the library's `verify`), then the expiry.
-        check.verify_slice(&mac).is_ok() && now().as_millis() < expires
+        (check.verify_slice(&mac).is_ok() && now().as_millis() < expires).then(|| Session {
+            nonce: nonce.to_owned(),
+            expires_ms: i64::try_from(expires).unwrap_or(i64::MAX),
+        })
     }
 
     fn mac(&self) -> Hmac<Sha256> {
