@@ -44,10 +44,13 @@
 --   {"not_started", start_ms, end_ms}            outside the window by Redis's
 --   {"ended", start_ms, end_ms}                  clock (now_ms): instances remember
 --                                                 the window and the clock reading
+--   {"paused", since_ms}                         an operator paused the sale
+--                                                 (pause_sale.lua)
 --   {"sold_out"} {"admission_required"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key', 'awake')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key', 'awake',
+  'paused_ms')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -89,6 +92,9 @@ while i <= #ARGV do
     answer = {'not_started', start_ms, end_ms}
   elseif now_ms >= end_ms then
     answer = {'ended', start_ms, end_ms}
+  -- Paused by an operator (pause_sale.lua): nothing written.
+  elseif sale[7] then
+    answer = {'paused', tonumber(sale[7])}
   -- A sale with a waiting room takes orders from admitted buyers only; the
   -- API checks the admission's signature and expiry (no Redis call for it).
   elseif room and flags ~= 'a' and flags ~= 'ak' then

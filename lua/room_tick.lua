@@ -22,7 +22,8 @@
 -- units sold (a small log of where the line stood when, kept only while a
 -- cap is set).
 --
--- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial
+-- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial,
+--                                       paused_ms, last_pause_ms, last_resume_ms
 -- KEYS[2]  stock      fs:{pid}:stock
 -- KEYS[3]  room hash  fs:{pid}:room     ceiling, served, at_ms, early, late, floor, cap,
 --                                       pace, adj_ms, limit, pow; rate: the ceiling's
@@ -40,11 +41,12 @@
 -- Returns {"room", start_ms, end_ms, admission_ms, key, pace (text),
 -- served (text: fractional), at_ms, early, late, stock, now_ms, ceiling,
 -- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
--- (with a cap; newest first), join difficulty}, or
+-- (with a cap; newest first), join difficulty, the pause (now, or the
+-- last one: when it began, -1: never; when it ended, -1: not yet)}, or
 -- {"no_sale"}, {"no_room"}.
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
-  'initial')
+  'initial', 'paused_ms', 'last_pause_ms', 'last_resume_ms')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -129,7 +131,9 @@ end
 
 local from = math.max(at_ms, start_ms)
 if now_ms > from then
-  if stock > 0 and now_ms < end_ms then
+  -- Paused (pause_sale.lua): the line stands still, and moves on from
+  -- where it stood at the resume.
+  if stock > 0 and now_ms < end_ms and not sale[6] then
     local moved = pace * (now_ms - from) / 1000
     if cap > 0 then
       moved = math.min(moved, math.max(0, cap - active))
@@ -199,4 +203,5 @@ else
   redis.call('DEL', KEYS[5])
 end
 return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
-  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log, pow}
+  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log, pow,
+  tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1')}

@@ -342,6 +342,7 @@ mod tests {
             closed: None,
             retired: None,
             purged: None,
+            paused: None,
         }
     }
 

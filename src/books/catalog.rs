@@ -147,6 +147,34 @@ impl Catalog {
         self.status_of(id, closed).await
     }
 
+    /// Pauses a sale (`pause`) or resumes it: Redis first (it decides the
+    /// orders: from the next one on, on every instance), then the books
+    /// (`tb_product.paused` and the event `sale.paused`/`sale.resumed`,
+    /// once per change: a retry after a failure between the two writes
+    /// the books' half). Refused for a sale not open (`InvalidTransition`)
+    /// or closed (`SaleClosed`).
+    pub async fn pause(&self, id: &ProductId, pause: bool) -> Result<ProductStatus, BooksError> {
+        let product = self.product(id).await?;
+        if product.retired.is_some() || product.closed.is_some() {
+            return Err(BooksError::SaleClosed);
+        }
+        let Some(paused) = self.lifecycle.pause(id, pause).await? else {
+            return Err(BooksError::InvalidTransition(
+                "not open (open it first)".into(),
+            ));
+        };
+        if self.products.set_paused(id, pause, paused.since_ms).await? {
+            match pause {
+                true => {
+                    tracing::warn!(product_id = %id, "sale paused by an admin: orders are refused")
+                }
+                false => tracing::info!(product_id = %id, "sale resumed by an admin"),
+            }
+        }
+        let product = self.product(id).await?;
+        self.status_of(id, product).await
+    }
+
     /// New bounds for the sale's waiting room: Redis first (the line
     /// moves within them from now), then the books, as the room holds them
     /// (for a sale opened again by recovery). `None`: the sale has no room.

@@ -105,6 +105,8 @@ fn action(method: &Method, path: &str) -> String {
         ("POST", "/api/admin/products") => "product.create",
         ("POST", "/api/admin/products/{product_id}/open") => "sale.open",
         ("POST", "/api/admin/products/{product_id}/close") => "sale.close",
+        ("POST", "/api/admin/products/{product_id}/pause") => "sale.pause",
+        ("POST", "/api/admin/products/{product_id}/resume") => "sale.resume",
         ("POST", "/api/admin/products/{product_id}/room") => "room.bounds",
         ("POST", "/api/admin/events/dead/replay") => "events.replay",
         _ => return format!("{method} {path}"),

@@ -65,6 +65,9 @@ pub enum ApiError {
     SaleNotStarted { starts_at: i64, in_ms: u64 },
     #[error("the sale has ended")]
     SaleEnded,
+    /// An operator paused the sale; `Retry-After` says when to look again.
+    #[error("the sale is paused; try again shortly")]
+    SalePaused,
     /// Closed early or retired: the sale cannot be opened again.
     #[error("this sale is closed (closed early or retired); it cannot be opened again")]
     SaleClosed,
@@ -174,6 +177,7 @@ codes! {
     ProductExists = "product_exists", CONFLICT;
     SaleNotStarted = "sale_not_started", CONFLICT;
     SaleEnded = "sale_ended", CONFLICT;
+    SalePaused = "sale_paused", CONFLICT;
     SaleClosed = "sale_closed", CONFLICT;
     SoldOut = "sold_out", CONFLICT;
     InsufficientStock = "insufficient_stock", CONFLICT;
@@ -212,6 +216,7 @@ impl ApiError {
             Self::ProductExists => Code::ProductExists,
             Self::SaleNotStarted { .. } => Code::SaleNotStarted,
             Self::SaleEnded => Code::SaleEnded,
+            Self::SalePaused => Code::SalePaused,
             Self::SaleClosed => Code::SaleClosed,
             Self::SoldOut => Code::SoldOut,
             Self::InsufficientStock { .. } => Code::InsufficientStock,
@@ -284,6 +289,9 @@ impl ApiError {
     }
 }
 
+/// How long a client refused `sale_paused` is told to wait (`Retry-After`).
+pub const PAUSED_RETRY_SECS: u64 = 5;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let kind = self.kind();
@@ -318,6 +326,7 @@ impl IntoResponse for ApiError {
             Self::SaleNotStarted { in_ms, .. } => {
                 Some(HeaderValue::from(in_ms.div_ceil(1000).max(1)))
             }
+            Self::SalePaused => Some(HeaderValue::from(PAUSED_RETRY_SECS)),
             _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(HeaderValue::from_static("1")),
             _ => None,
         };
@@ -373,6 +382,7 @@ impl From<Rejection> for ApiError {
             Rejection::InsufficientStock { left } => Self::InsufficientStock { left },
             Rejection::LimitExceeded { allowance } => Self::LimitExceeded { allowance },
             Rejection::AdmissionRequired => Self::AdmissionRequired(ADMISSION_REQUIRED),
+            Rejection::Paused { .. } => Self::SalePaused,
         }
     }
 }

@@ -1,9 +1,11 @@
 //! `GET /metrics` (Prometheus text format): the counters (the order path
 //! counts its answers with `Metrics::count_order`), and each open sale's
 //! gauges read from Redis at the scrape. The API's port is public: there,
-//! a sale's gauges appear once it has started (an upcoming sale's id,
-//! stock and start are not told before it is announced by starting); the
-//! worker's metrics listener, on an address of the operator's, shows all.
+//! an anonymous scrape sees a sale's gauges once it has started (an
+//! upcoming sale's id, stock and start are not told before it is
+//! announced by starting); a scrape with the admin token (`Authorization:
+//! Bearer`), and the worker's metrics listener on an address of the
+//! operator's, see every open sale.
 
 use std::sync::Arc;
 
@@ -11,8 +13,9 @@ use axum::Router;
 use axum::routing::get;
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
 
 use super::state::AppState;
 use super::watched::Watched;
@@ -28,7 +31,7 @@ const MAX_SALES_SCRAPED: usize = 500;
 /// `GET /metrics`: the counters, and each open sale's gauges read from Redis
 /// now. A sale Redis cannot describe is left out (and logged), not a 5xx:
 /// the scrape still shows everything else.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let m = &state.metrics;
     m.orders_in_flight.set(state.guards.in_flight() as i64);
     let (users, ips) = state.guards.tracked_keys();
@@ -41,7 +44,20 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         let counter = m.connections_ended.with_label_values(&[why.label()]);
         counter.inc_by(state.connections.ended(why).saturating_sub(counter.get()));
     }
-    scrape(m, &state.watched, Shown::Started).await
+    let operator = match (&state.admin_token, bearer(&headers)) {
+        // Constant time: the comparison must not reveal how much of a guess was right.
+        (Some(token), Some(presented)) => bool::from(presented.ct_eq(token.as_bytes())),
+        _ => false,
+    };
+    let shown = if operator { Shown::All } else { Shown::Started };
+    scrape(m, &state.watched, shown).await
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .as_bytes()
+        .strip_prefix(b"Bearer ")
 }
 
 /// Which open sales a scrape shows.

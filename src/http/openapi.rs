@@ -36,6 +36,8 @@ use super::{admin_log, events, health, orders, payments, products, room};
         products::open,
         products::audit,
         products::close,
+        products::pause,
+        products::resume,
         orders::place::place,
         orders::get,
         orders::pay,

@@ -116,6 +116,9 @@ pub struct ProductView {
     /// When the sale was retired: ended, settled, its final audit recorded;
     /// `null` while it lives.
     retired: Option<i64>,
+    /// Since when an operator has paused the sale (epoch ms): orders are
+    /// refused `sale_paused` until it resumes; `null`: not paused.
+    paused: Option<i64>,
     /// Units left: live from Redis, or for a retired sale the units it
     /// ended with (`null` while the sale is not open).
     stock: Option<u64>,
@@ -174,6 +177,7 @@ impl From<ProductStatus> for ProductView {
             opened: p.opened,
             closed: p.closed,
             retired: p.retired,
+            paused: p.paused,
         }
     }
 }
@@ -289,6 +293,57 @@ pub async fn close(
 ) -> Result<Json<ProductView>, ApiError> {
     let id = product_id_of(&product_id)?;
     Ok(Json(state.catalog.close(&id).await?.into()))
+}
+
+/// `POST /api/admin/products/{product_id}/pause`: orders are refused
+/// (`sale_paused`) from this answer on, on every instance, until resumed.
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/pause",
+    operation_id = "pause_sale",
+    tag = "admin",
+    summary = "Pause a sale: orders are refused `sale_paused` until it resumes; its window is not moved",
+    description = "From this answer on, on every instance (each order's script reads the pause: no instance remembers it). A keyed retry of an order accepted before still gets its answer. The waiting room's line stands still, and admissions valid when the pause began do not run out during it. Idempotent. The event `sale.paused`.",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "Paused (or paused already): the product, `paused` set", body = ProductView),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not open; `sale_closed`: closed or retired", body = ErrorBody),
+    )
+)]
+pub async fn pause(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+) -> Result<Json<ProductView>, ApiError> {
+    let id = product_id_of(&product_id)?;
+    Ok(Json(state.catalog.pause(&id, true).await?.into()))
+}
+
+/// `POST /api/admin/products/{product_id}/resume`
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/resume",
+    operation_id = "resume_sale",
+    tag = "admin",
+    summary = "Resume a paused sale: orders are taken again from this answer on",
+    description = "Idempotent. The event `sale.resumed`. The waiting room's line moves on from where it stood.",
+    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "Live (or live already): the product, `paused` null", body = ProductView),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not open; `sale_closed`: closed or retired", body = ErrorBody),
+    )
+)]
+pub async fn resume(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+) -> Result<Json<ProductView>, ApiError> {
+    let id = product_id_of(&product_id)?;
+    Ok(Json(state.catalog.pause(&id, false).await?.into()))
 }
 
 /// A product id from the path: one we could never have created is simply

@@ -79,6 +79,14 @@ pub fn router(state: AppState) -> Router {
                 post(products::close),
             )
             .route(
+                "/api/admin/products/{product_id}/pause",
+                post(products::pause),
+            )
+            .route(
+                "/api/admin/products/{product_id}/resume",
+                post(products::resume),
+            )
+            .route(
                 "/api/admin/products/{product_id}/room",
                 post(room::set_pace),
             )

@@ -24,6 +24,10 @@ pub enum Rejection {
     },
     /// The sale has a waiting room, and the buyer brought no valid admission.
     AdmissionRequired,
+    /// An operator paused the sale (since `since_ms`, epoch ms).
+    Paused {
+        since_ms: i64,
+    },
 }
 
 impl Rejection {

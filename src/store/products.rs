@@ -4,6 +4,7 @@ use rust_decimal::Decimal;
 
 use super::db::Db;
 use super::error::StoreError;
+use super::events::{self, EventKind};
 use crate::domain::now_ms;
 use crate::domain::{ProductId, RoomBounds, WaitingRoom};
 
@@ -43,6 +44,8 @@ pub struct Product {
     pub retired: Option<i64>,
     /// When a retired sale's Redis keys were deleted; `None` until then.
     pub purged: Option<i64>,
+    /// Since when an operator paused the sale (epoch ms); `None`: live.
+    pub paused: Option<i64>,
 }
 
 impl Product {
@@ -75,6 +78,7 @@ impl Product {
             closed: None,
             retired: None,
             purged: None,
+            paused: None,
         }
     }
 
@@ -110,7 +114,7 @@ const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, sta
                        end_time, limit_per_user, created, updated, opened, \
                        room_admit_per_sec, room_admission_secs, room_join_early_secs, \
                        room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
-                       closed, retired, purged";
+                       closed, retired, purged, paused";
 
 /// The products table's handle.
 #[derive(Clone)]
@@ -127,7 +131,7 @@ impl Products {
     pub async fn create(&self, p: &NewProduct) -> Result<Product, StoreError> {
         let row = Product::new(p, now_ms());
         let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
         self.db
             .call(|pool| {
@@ -152,6 +156,7 @@ impl Products {
                     .bind(row.closed)
                     .bind(row.retired)
                     .bind(row.purged)
+                    .bind(row.paused)
                     .execute(pool)
             })
             .await
@@ -265,6 +270,47 @@ impl Products {
             .await
             .map(drop)?;
         self.product(product).await
+    }
+
+    /// Records that the sale is paused since `since_ms` (`pause`) or live
+    /// again, with its event (`sale.paused`, `sale.resumed`) in the same
+    /// transaction; true when this call changed it.
+    pub async fn set_paused(
+        &self,
+        product: &ProductId,
+        pause: bool,
+        since_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.db
+            .transaction(|tx| {
+                Box::pin(async move {
+                    let change = if pause {
+                        "UPDATE tb_product SET paused = ?, updated = ? \
+                         WHERE product_id = ? AND paused IS NULL"
+                    } else {
+                        "UPDATE tb_product SET paused = NULL, updated = GREATEST(updated, ?, ?) \
+                         WHERE product_id = ? AND paused IS NOT NULL"
+                    };
+                    let changed = sqlx::query(change)
+                        .bind(since_ms)
+                        .bind(since_ms)
+                        .bind(product.as_str())
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected()
+                        == 1;
+                    if changed {
+                        let kind = if pause {
+                            EventKind::Paused
+                        } else {
+                            EventKind::Resumed
+                        };
+                        events::record_sale(tx, kind, product.as_str()).await?;
+                    }
+                    Ok(changed)
+                })
+            })
+            .await
     }
 
     /// Opened sales not retired whose end is at or before `ended_by` (epoch

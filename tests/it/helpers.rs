@@ -726,8 +726,15 @@ impl TestApp {
     }
 
     /// `GET /metrics`, as text.
+    /// `/metrics` as the operator scrapes it (with the admin token: every
+    /// open sale, upcoming ones too).
     pub async fn metrics_text(&self) -> String {
-        let resp = self.client.get(self.url("/metrics")).send().await;
+        let resp = self
+            .client
+            .get(self.url("/metrics"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await;
         resp.expect("answered").text().await.expect("a text body")
     }
 

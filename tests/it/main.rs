@@ -40,6 +40,7 @@ mod memory;
 mod nodes;
 mod observe;
 mod orders;
+mod pause;
 mod payments;
 mod products;
 mod proxy;

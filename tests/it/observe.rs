@@ -455,9 +455,10 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
     serve.stop().await;
 }
 
-/// The API's port is public: its `/metrics` names a sale once it has
-/// started, never before (an upcoming sale's id, stock and start are not
-/// told to whoever scrapes); the operator's own listener shows it.
+/// The API's port is public: its anonymous `/metrics` names a sale once it
+/// has started, never before (an upcoming sale's id, stock and start are
+/// not told to whoever scrapes); a scrape with the admin token, and the
+/// worker's own listener, show it.
 #[tokio::test]
 async fn the_public_metrics_name_no_sale_before_it_starts() {
     let app = spawn_app().await;
@@ -467,12 +468,35 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     body["start_time"] = json!(now_ms() + 3_600_000);
     body["end_time"] = json!(now_ms() + 7_200_000);
     app.sale_from(body).await;
-    let public = app.metrics_text().await;
+    let public = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("text");
     assert!(
         public.contains(&format!("flashsale_sale_stock{{product_id=\"{live}\"}} 5")),
         "the live sale is shown"
     );
     assert!(!public.contains(&upcoming), "the upcoming sale is named");
+    // With the admin token, the operator's scrape: named.
+    assert!(app.metrics_text().await.contains(&format!(
+        "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
+    )));
+    let wrong = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth("not-the-admin-token-0123456789")
+        .send()
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("text");
+    assert!(!wrong.contains(&upcoming), "a wrong token sees it");
 
     let port = free_port();
     let _worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))

@@ -463,8 +463,8 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
         "the metrics count the joiners",
         Duration::from_secs(5),
         || async {
-            let text = app.client.get(app.url("/metrics")).send().await.unwrap();
-            let text = text.text().await.unwrap();
+            // Before the start: the operator's scrape (the admin token).
+            let text = app.metrics_text().await;
             let series = |name: &str| format!("flashsale_{name}{{product_id=\"{sku}\"}}");
             [
                 (series("room_joined"), "7"),

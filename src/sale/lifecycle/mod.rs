@@ -5,6 +5,7 @@
 
 pub(crate) mod clock;
 mod open;
+mod pause;
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use super::error::SaleError;
 use super::room::{Room, RoomKey};
 use crate::domain::ProductId;
 pub use open::SaleSpec;
+pub use pause::Paused;
 
 /// The lifecycle handle.
 #[derive(Clone)]
@@ -72,6 +74,24 @@ impl Lifecycle {
         // This instance learns the new window at its next order.
         self.core.memory.forget(product);
         Ok(end)
+    }
+
+    /// Pauses an open sale (`pause`) or resumes it: from the next order on,
+    /// on every instance (no instance remembers it: each order's script
+    /// reads it). `None` when Redis does not have the sale.
+    pub async fn pause(
+        &self,
+        product: &ProductId,
+        pause: bool,
+    ) -> Result<Option<Paused>, SaleError> {
+        let keys = self.core.keys(product);
+        let paused = self
+            .core
+            .call(|mut c| async move { pause::pause_sale(&mut c, &keys, pause).await })
+            .await?;
+        // The room's line stands still (or moves again) from its next tick.
+        self.room.renew(product);
+        Ok(paused)
     }
 
     /// The clock of the Redis node that decides the sale's orders (epoch

@@ -225,6 +225,9 @@ impl PlaceReply {
                 now_ms,
             },
             "sold_out" => Self::Rejected(Rejection::SoldOut),
+            "paused" => Self::Rejected(Rejection::Paused {
+                since_ms: i64::from_redis_value(next()?)?,
+            }),
             "admission_required" => Self::Rejected(Rejection::AdmissionRequired),
             "insufficient" => Self::Rejected(Rejection::InsufficientStock {
                 left: u64::from_redis_value(next()?)?,

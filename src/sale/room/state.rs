@@ -57,6 +57,10 @@ pub struct RoomState {
     pub stock: i64,
     /// Redis's clock at the read.
     pub now_ms: i64,
+    /// The sale's pause, now or the last one: when it began, and when it
+    /// ended (`None`: paused now). Admissions valid when it began get its
+    /// length again.
+    pub pause: Option<(i64, Option<i64>)>,
 }
 
 /// Where a ticket stands now.
@@ -221,7 +225,15 @@ impl RoomState {
             };
         }
         let reached_ms = self.reached_ms(place);
-        let expires_ms = (reached_ms.max(self.start_ms as f64) as i64) + self.admission_ms;
+        let mut expires_ms = (reached_ms.max(self.start_ms as f64) as i64) + self.admission_ms;
+        // An admission valid when a pause began does not run out during
+        // it: it gets the pause's length (so far) again.
+        if let Some((from, to)) = self.pause
+            && expires_ms - self.admission_ms < from
+            && expires_ms > from
+        {
+            expires_ms += to.unwrap_or(now_ms).max(from) - from;
+        }
         if now_ms >= expires_ms {
             return Standing::Expired {
                 place,
@@ -318,6 +330,7 @@ mod tests {
             late: 100,
             stock: 100,
             now_ms: at_ms,
+            pause: None,
         }
     }
 
@@ -381,5 +394,28 @@ mod tests {
             panic!("admitted")
         };
         assert_eq!(expires_ms, 9_500 - 200 + 10_000);
+    }
+
+    #[test]
+    fn an_admission_valid_when_a_pause_began_gets_its_length_again() {
+        let product = ProductId::parse("p").expect("id");
+        let log = vec![(9_000, 14.0), (8_000, 10.0), (1_000, 10.0), (0, 0.0)];
+        let mut r = room(log, 14.0, 9_500);
+        let expires =
+            |r: &RoomState, place: u64, now: i64| match r.standing(&product, late(place), now) {
+                Standing::Admitted { expires_ms, .. } => Some(expires_ms),
+                _ => None,
+            };
+        // Paused from 6 s to 9 s: place 5 (reached at 0.5 s, valid until
+        // 10.5 s) gets the 3 s again; place 12, reached after it, does not.
+        r.pause = Some((6_000, Some(9_000)));
+        assert_eq!(expires(&r, 5, 9_500), Some(13_500));
+        assert_eq!(expires(&r, 12, 9_500), Some(18_500));
+        // Still paused: it keeps growing with the pause.
+        r.pause = Some((6_000, None));
+        assert_eq!(expires(&r, 5, 12_000), Some(16_500));
+        // A pause after the admission ran out gives nothing back.
+        r.pause = Some((11_000, Some(12_000)));
+        assert_eq!(expires(&r, 5, 9_500), Some(10_500));
     }
 }

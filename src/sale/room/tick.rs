@@ -81,6 +81,10 @@ pub(super) fn decode(reply: Value) -> Result<(bool, Option<RoomState>), SaleErro
                 .map(|e| parse_log_entry(e))
                 .collect::<Result<_, _>>()?,
             join_difficulty: next(&mut parts)?,
+            pause: {
+                let (from, to): (i64, i64) = (next(&mut parts)?, next(&mut parts)?);
+                (from >= 0).then_some((from, (to >= 0).then_some(to)))
+            },
         }),
     ))
 }

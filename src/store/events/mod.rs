@@ -39,6 +39,11 @@ pub enum EventKind {
     /// Settled: its final audit recorded.
     #[serde(rename = "sale.retired")]
     Retired,
+    /// An operator paused it: orders are refused until it resumes.
+    #[serde(rename = "sale.paused")]
+    Paused,
+    #[serde(rename = "sale.resumed")]
+    Resumed,
 }
 
 impl EventKind {
@@ -51,6 +56,8 @@ impl EventKind {
             Self::SoldOut => "sale.sold_out",
             Self::Ended => "sale.ended",
             Self::Retired => "sale.retired",
+            Self::Paused => "sale.paused",
+            Self::Resumed => "sale.resumed",
         }
     }
 }
@@ -67,6 +74,8 @@ impl TryFrom<String> for EventKind {
             "sale.sold_out" => Self::SoldOut,
             "sale.ended" => Self::Ended,
             "sale.retired" => Self::Retired,
+            "sale.paused" => Self::Paused,
+            "sale.resumed" => Self::Resumed,
             other => return Err(StoreError::Corrupt(format!("{other:?} is no event type"))),
         })
     }

@@ -1,0 +1,274 @@
+//! Pausing a sale and resuming it: every instance refuses orders from the
+//! pause's answer on (`sale_paused`, `Retry-After`), nothing is written,
+//! a keyed retry of an earlier order still gets its answer; the room's
+//! line stands still; events and the admin log say so; on a single Redis
+//! and on a cluster.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    ADMIN_TOKEN, Backend, TestApp, eventually, now_ms, product_body, spawn_app_on, unique,
+};
+
+async fn admin_post(app: &TestApp, path: &str) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("answered");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn order_at(
+    app: &TestApp,
+    base: &str,
+    user: u64,
+    sku: &str,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut req = app
+        .client
+        .post(format!("{base}/api/orders"))
+        .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}));
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    req.send().await.expect("answered")
+}
+
+async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let other = app.serve_beside(|_| {}).await;
+    let bases = [app.base.clone(), other.base.clone()];
+    let sku = app.new_sale(100, 5).await;
+    let first = order_at(&app, &bases[0], 1, &sku, Some("k-1")).await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let first: Value = first.json().await.unwrap();
+
+    let (status, paused) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert!(paused["paused"].as_i64().is_some(), "{paused}");
+    // Again: the same, one pause.
+    let (status, again) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["paused"], paused["paused"]);
+
+    let (stock, stream) = (app.stock(&sku).await, app.stream_len(&sku).await);
+    for (i, base) in bases.iter().enumerate() {
+        for user in 10..15u64 {
+            let resp = order_at(&app, base, user + 10 * i as u64, &sku, None).await;
+            assert_eq!(resp.status(), StatusCode::CONFLICT);
+            assert_eq!(resp.headers()["retry-after"], "5");
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"], "sale_paused", "{body}");
+        }
+    }
+    // A keyed retry of the order accepted before: its answer, again.
+    let retry = order_at(&app, &bases[1], 1, &sku, Some("k-1")).await;
+    assert_eq!(retry.status(), StatusCode::ACCEPTED);
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(retry["order_id"], first["order_id"]);
+    assert_eq!(app.stock(&sku).await, stock, "nothing taken");
+    assert_eq!(app.stream_len(&sku).await, stream, "nothing queued");
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(product["paused"], paused["paused"]);
+
+    let (status, live) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    assert_eq!(status, StatusCode::OK, "{live}");
+    assert_eq!(live["paused"], Value::Null);
+    for base in &bases {
+        let resp = order_at(&app, base, 2, &sku, None).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    // The events: one pause, one resume; the admin log has both.
+    eventually("the events listed", Duration::from_secs(10), || async {
+        let types: Vec<String> = app
+            .events(100)
+            .await
+            .iter()
+            .filter_map(|e| e["type"].as_str().map(str::to_owned))
+            .filter(|t| t.starts_with("sale.p") || t.starts_with("sale.r"))
+            .collect();
+        types == ["sale.paused", "sale.resumed"]
+    })
+    .await;
+    let log: Value = app
+        .client
+        .get(app.url("/api/admin/log"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(&actions[..3], ["sale.resume", "sale.pause", "sale.pause"]);
+    app.drained(&sku, 3).await;
+    app.books_balance(&sku).await;
+}
+
+/// Two instances taking a burst from eight clients; the sale paused and
+/// resumed in the middle of it: no order sent after the pause's answer
+/// and before the resume's request is accepted, and every 202 is in the
+/// stream, its unit off the stock (none lost, none made).
+async fn a_pause_in_the_middle_of_a_burst_takes_effect_at_once(backend: Backend) {
+    let app = Arc::new(spawn_app_on(backend, |_| {}).await);
+    let other = app.serve_beside(|_| {}).await;
+    let bases = [app.base.clone(), other.base.clone()];
+    let sku = app.new_sale(5_000, 1_000).await;
+    let paused = Arc::new(AtomicBool::new(false));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..8u64 {
+        let (app, sku, base) = (app.clone(), sku.clone(), bases[(c % 2) as usize].clone());
+        let (paused, accepted, stop) = (paused.clone(), accepted.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut wrong = 0;
+            while !stop.load(Ordering::SeqCst) {
+                // Read before sending: an order sent while paused.
+                let was_paused = paused.load(Ordering::SeqCst);
+                let resp = order_at(&app, &base, 1 + c, &sku, None).await;
+                match resp.status() {
+                    StatusCode::ACCEPTED => {
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                        // Accepted though it was sent after the pause's answer.
+                        wrong += u64::from(was_paused && paused.load(Ordering::SeqCst));
+                    }
+                    StatusCode::CONFLICT => {}
+                    other => panic!("{other}"),
+                }
+            }
+            wrong
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK);
+    paused.store(true, Ordering::SeqCst);
+    let at_pause = accepted.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Cleared before the resume is asked: an order accepted from here on
+    // may be the resume's.
+    paused.store(false, Ordering::SeqCst);
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut wrong = 0;
+    for c in clients {
+        wrong += c.await.unwrap();
+    }
+    let total = accepted.load(Ordering::SeqCst);
+    assert_eq!(wrong, 0, "orders accepted while paused");
+    assert!(
+        at_pause > 0 && total > at_pause,
+        "orders before and after: {at_pause}, {total}"
+    );
+    assert_eq!(
+        app.stream_len(&sku).await,
+        total,
+        "every 202 in the stream, nothing else"
+    );
+    assert_eq!(
+        app.stock(&sku).await,
+        Some(5_000 - total as i64),
+        "no unit lost or made"
+    );
+    app.drained(&sku, total as i64).await;
+    app.books_balance(&sku).await;
+}
+
+crate::on_both_backends!(
+    a_paused_sale_refuses_orders_everywhere_and_writes_nothing,
+    a_pause_in_the_middle_of_a_burst_takes_effect_at_once,
+);
+
+/// The waiting room's line stands still while the sale is paused and
+/// moves on from where it stood after the resume.
+#[tokio::test]
+async fn the_line_stands_still_while_paused() {
+    let app = crate::helpers::spawn_app().await;
+    let sku = unique("room-");
+    let mut body = product_body(&sku, 1_000, 1);
+    body["start_time"] = json!(now_ms() - 1_000);
+    body["waiting_room"] =
+        json!({"ceiling_per_sec": 20, "admission_secs": 60, "join_early_secs": 600});
+    app.sale_from(body).await;
+    for user in 1..=200u64 {
+        let resp = app
+            .client
+            .post(app.url(&format!("/api/sales/{sku}/queue")))
+            .json(&json!({"user_id": user}))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    }
+    let admitted = || async {
+        let text = app.metrics_text().await;
+        let series = format!("flashsale_room_admitted{{product_id=\"{sku}\"}} ");
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&series)
+                    .map(|v| v.trim().parse::<u64>().unwrap())
+            })
+            .unwrap_or(0)
+    };
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK);
+    // Past the instances' readings of the room (a second each).
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let before = admitted().await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(admitted().await, before, "the line moved while paused");
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    assert_eq!(status, StatusCode::OK);
+    eventually("the line moves again", Duration::from_secs(10), || async {
+        admitted().await > before
+    })
+    .await;
+}
+
+/// Refused for a sale that is not open, or closed.
+#[tokio::test]
+async fn only_an_open_sale_can_be_paused() {
+    let app = crate::helpers::spawn_app().await;
+    let sku = unique("sku-");
+    assert_eq!(
+        app.create_product(&product_body(&sku, 5, 1)).await.status(),
+        StatusCode::CREATED
+    );
+    let (status, body) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("invalid_transition"))
+    );
+    assert_eq!(app.open_sale(&sku).await.status(), StatusCode::OK);
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/close")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("sale_closed"))
+    );
+    let (status, body) = admin_post(&app, "/api/admin/products/nope/pause").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("product_not_found"))
+    );
+}
