@@ -55,6 +55,8 @@ pub struct QueueView {
     /// The window, by Redis's clock (ms since the epoch).
     pub start_ms: Option<i64>,
     pub end_ms: Option<i64>,
+    /// Since when an operator has paused the sale (`None`: not paused).
+    pub paused_ms: Option<i64>,
     /// `XLEN`: entries kept in the stream (acked ones until trimmed).
     pub stream_length: u64,
     /// Orders the script ever appended (the stream's `entries-added`): the
@@ -145,7 +147,7 @@ impl Queue {
             .get(&keys.stock)
             .cmd("HMGET")
             .arg(&keys.sale)
-            .arg(&["initial", "start_ms", "end_ms"])
+            .arg(&["initial", "start_ms", "end_ms", "paused_ms"])
             .cmd("XINFO")
             .arg("STREAM")
             .arg(&keys.orders)
@@ -291,7 +293,12 @@ fn read_view(
     // an error there is Redis failing. The stream's commands fail when
     // the stream or its group does not exist (a sale not opened yet).
     let stock: Option<i64> = parse(next()?)?;
-    let (initial, start_ms, end_ms): (Option<i64>, Option<i64>, Option<i64>) = parse(next()?)?;
+    let (initial, start_ms, end_ms, paused_ms): (
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    ) = parse(next()?)?;
     let stream: Option<HashMap<String, Value>> = next().ok().map(parse).transpose()?;
     let groups: Option<StreamInfoGroupsReply> = next().ok().map(parse).transpose()?;
     let consumers: Option<StreamInfoConsumersReply> = next().ok().map(parse).transpose()?;
@@ -312,6 +319,7 @@ fn read_view(
         initial,
         start_ms,
         end_ms,
+        paused_ms,
         stream_length: field(&stream, "length").unwrap_or(0),
         accepted: field(&stream, "entries-added").unwrap_or(0),
         acked: read.saturating_sub(pending_count),

@@ -89,7 +89,10 @@ async fn delivering(workers: Workers, stop: CancellationToken) {
 async fn reconciling(workers: Workers, stop: CancellationToken) {
     let parts = &workers.parts;
     let redis = (parts.lifecycle.clone(), parts.ledger.clone());
-    let reconciler = Mutex::new(Reconciler::new(redis, parts.orders.clone()));
+    let reconciler = Mutex::new(Reconciler::new(
+        redis,
+        (parts.orders.clone(), parts.products.clone()),
+    ));
     every("reconciler", workers.cfg.reconcile_every, stop, || async {
         reconciler.lock().await.check().await.map(|_| ())
     })

@@ -22,6 +22,8 @@ pub struct Reconciler {
     lifecycle: Lifecycle,
     ledger: Ledger,
     orders: store::Orders,
+    /// Whether the books say a sale is paused.
+    products: store::Products,
     /// Product -> the master epoch it was last reconciled under.
     seen: HashMap<ProductId, String>,
     /// The open sales and their epochs at the last check that finished.
@@ -29,11 +31,15 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new((lifecycle, ledger): (Lifecycle, Ledger), orders: store::Orders) -> Self {
+    pub fn new(
+        (lifecycle, ledger): (Lifecycle, Ledger),
+        (orders, products): (store::Orders, store::Products),
+    ) -> Self {
         Self {
             lifecycle,
             ledger,
             orders,
+            products,
             seen: HashMap::new(),
             last: None,
         }
@@ -66,7 +72,17 @@ impl Reconciler {
             if self.seen.get(&product) == Some(&epoch) {
                 continue;
             }
-            reconcile(&self.ledger, &self.orders, &product).await?;
+            let reconciled = reconcile(&self.ledger, &self.orders, &product).await?;
+            // A pause the new master lost (written after its last
+            // replication): paused again, as the books have it.
+            if reconciled.in_redis
+                && let Some(p) = self.products.product(&product).await?
+                && p.paused.is_some()
+                && let Some(paused) = self.lifecycle.pause(&product, true).await?
+                && paused.changed
+            {
+                tracing::warn!(product_id = %product, "redis had lost the sale's pause; paused again, as the books have it");
+            }
             self.seen.insert(product, epoch);
             done += 1;
         }

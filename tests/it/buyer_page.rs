@@ -415,3 +415,52 @@ async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address
     assert_eq!(app.order_rows(&room).await, vec![(order_id, 42, 1)]);
     browser.quit().await;
 }
+
+/// A sale an operator paused: the page says so, offers no purchase, and
+/// offers it again by itself once the sale resumes.
+#[tokio::test]
+async fn in_a_browser_a_paused_sale_says_so_and_comes_back_by_itself() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let sku = app.new_sale(5, 1).await;
+    let admin = |action: &'static str| {
+        let app = &app;
+        let sku = sku.clone();
+        async move {
+            let resp = app
+                .client
+                .post(app.url(&format!("/api/admin/products/{sku}/{action}")))
+                .bearer_auth(crate::helpers::ADMIN_TOKEN)
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+    };
+    admin("pause").await;
+    browser.goto(&app.url(&format!("/sale/{sku}"))).await;
+    eventually("the page says paused", Duration::from_secs(10), || async {
+        text(&browser, "#countdown").await == "is paused"
+    })
+    .await;
+    assert!(text(&browser, "#when-note").await.contains("paused"));
+    assert!(
+        !visible(&browser, "#buy").await,
+        "a purchase offered while paused"
+    );
+    admin("resume").await;
+    eventually(
+        "the purchase offered again",
+        Duration::from_secs(15),
+        || async { visible(&browser, "#buy").await },
+    )
+    .await;
+    assert!(
+        text(&browser, "#countdown-label")
+            .await
+            .starts_with("On sale now")
+    );
+    browser.quit().await;
+}

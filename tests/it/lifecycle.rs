@@ -408,7 +408,7 @@ async fn writes_redis_lost_are_restored_from_the_books_while_the_sale_runs(backe
     // with the master unchanged, does nothing.
     let mut reconciler = flashsale::worker::reconciler::Reconciler::new(
         (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
-        app.db.orders(),
+        (app.db.orders(), app.db.products()),
     );
     assert!(reconciler.check().await.unwrap() >= 1);
     assert_eq!(reconciler.check().await.unwrap(), 0);
@@ -511,7 +511,7 @@ async fn a_cancel_reaching_a_redis_that_lost_the_order_gives_back_nothing(backen
     // And one that reads them now.
     let mut reconciler = flashsale::worker::reconciler::Reconciler::new(
         (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
-        app.db.orders(),
+        (app.db.orders(), app.db.products()),
     );
     assert!(reconciler.check().await.unwrap() >= 1);
     assert_eq!(app.stock(&sku).await, Some(8));

@@ -272,3 +272,37 @@ async fn only_an_open_sale_can_be_paused() {
         (StatusCode::NOT_FOUND, Some("product_not_found"))
     );
 }
+
+/// A pause the Redis master lost (a failover without WAIT, after the
+/// pause and before its replication): the reconciler pauses the sale
+/// again, as the books have it.
+#[tokio::test]
+async fn a_pause_redis_lost_is_restored_from_the_books() {
+    let app = crate::helpers::spawn_app().await;
+    let sku = app.new_sale(10, 1).await;
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut r = app.redis.clone();
+    let _: () = redis::cmd("HDEL")
+        .arg(app.key(&sku, "sale"))
+        .arg("paused_ms")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::ACCEPTED,
+        "the lost pause"
+    );
+    // A reconciler that has not seen the sale's master yet (as after a
+    // failover): the pause is back.
+    let mut reconciler = flashsale::worker::reconciler::Reconciler::new(
+        (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
+        (app.db.orders(), app.db.products()),
+    );
+    assert!(reconciler.check().await.unwrap() >= 1);
+    let resp = app.place_order(2, &sku, 1).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "sale_paused");
+}

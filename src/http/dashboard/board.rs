@@ -149,7 +149,8 @@ pub struct Quantiles {
 #[derive(Debug, Serialize)]
 pub struct SaleView {
     pub product_id: String,
-    /// `upcoming`, `live`, `ended` (by this process's clock), or `unknown`.
+    /// `upcoming`, `live`, `paused` (by an operator), `ended` (by this
+    /// process's clock), or `unknown`.
     pub state: &'static str,
     #[serde(flatten)]
     pub watch: QueueView,
@@ -387,8 +388,9 @@ fn view(
         track.history.pop_front();
     }
     let state = match (watch.start_ms, watch.end_ms) {
-        (Some(start), _) if at_ms < start => "upcoming",
         (Some(_), Some(end)) if at_ms >= end => "ended",
+        _ if watch.paused_ms.is_some() => "paused",
+        (Some(start), _) if at_ms < start => "upcoming",
         (Some(_), Some(_)) => "live",
         _ => "unknown",
     };

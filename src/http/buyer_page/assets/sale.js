@@ -185,9 +185,13 @@ function render() {
   const flow = page.flow;
 
   // The countdown: to the start, then to the end.
+  const paused = !over && !!p.paused;
   if (over) {
     text($("countdown-label"), "The sale");
     text($("countdown"), "has ended");
+  } else if (paused) {
+    text($("countdown-label"), "The sale");
+    text($("countdown"), "is paused");
   } else if (!started) {
     text($("countdown-label"), "Starts in");
     text($("countdown"), clock(p.start_time - now));
@@ -203,6 +207,13 @@ function render() {
   } else if (room && !over) {
     note += " Buyers are let in from the line at a steady pace.";
   }
+  if (paused) {
+    note = "The shop has paused the sale for a moment: orders resume shortly, and your place in the line is kept.";
+    // Looked at again every few seconds, until it resumes.
+    if (!page.pauseCheck) {
+      page.pauseCheck = setTimeout(() => { page.pauseCheck = null; refreshProduct(); }, 5000);
+    }
+  }
   text($("when-note"), note);
 
   // Buttons: real ones, shown only when they can be used.
@@ -213,7 +224,7 @@ function render() {
   const buy = $("buy");
   buy.hidden = (over && flow !== "ordering")
     || (room ? !["admitted", "ordering"].includes(flow) : !["idle", "ordering"].includes(flow));
-  buy.disabled = flow === "ordering" || !started || Date.now() < page.pausedUntil;
+  buy.disabled = flow === "ordering" || !started || paused || Date.now() < page.pausedUntil;
   text(buy, flow === "ordering" ? "Ordering…" : "Buy now");
 
   $("turn").hidden = flow !== "admitted";
@@ -371,6 +382,11 @@ function refused(r) {
       return;
     case "queue_not_open":
       say(`The line is not open yet: joining opens at ${when(page.product.start_time - page.product.waiting_room.join_early_secs * 1000)}.`, "bad");
+      return;
+    case "sale_paused":
+      say(`${message} Orders resume shortly: try again in a moment.`, "bad");
+      pause(r.retryAfterMs);
+      refreshProduct();
       return;
     case "sale_not_started":
       say(`The sale has not started: it starts at ${when(r.data.starts_at || page.product.start_time)}.`, "bad");
