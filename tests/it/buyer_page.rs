@@ -464,3 +464,34 @@ async fn in_a_browser_a_paused_sale_says_so_and_comes_back_by_itself() {
     );
     browser.quit().await;
 }
+
+/// Enter in the user-id field does what the visible button does (the form
+/// has two fields and no submit button: a browser submits nothing by
+/// itself).
+#[tokio::test]
+async fn in_a_browser_enter_in_the_user_field_joins_the_line() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let sku = room_sale(&app, 5, -1_000, 50).await;
+    browser.goto(&app.url(&format!("/sale/{sku}"))).await;
+    wait_for_phase(&browser, "idle", Duration::from_secs(10)).await;
+    browser.type_into("#user-id", "42\u{E007}").await;
+    eventually("Enter joined the line", Duration::from_secs(10), || async {
+        phase(&browser).await != "idle"
+    })
+    .await;
+    let joined: Value = app
+        .client
+        .post(app.url(&format!("/api/sales/{sku}/queue")))
+        .json(&json!({"user_id": 42}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(joined["new"], false, "the page's buyer joined: {joined}");
+    browser.quit().await;
+}

@@ -438,7 +438,15 @@ async function start() {
   }
   $("join").addEventListener("click", join);
   $("buy").addEventListener("click", buy);
-  // Enter in a field does what the visible button does.
+  // Enter in a field does what the visible button does. The form has two
+  // fields and no submit button, so a browser submits nothing by itself:
+  // Enter asks for the submission.
+  $("buyer").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && e.target instanceof HTMLInputElement) {
+      e.preventDefault();
+      $("buyer").requestSubmit();
+    }
+  });
   $("buyer").addEventListener("submit", (e) => {
     e.preventDefault();
     for (const button of [$("join"), $("buy")]) {
