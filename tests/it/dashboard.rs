@@ -320,6 +320,15 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     )
     .await;
 
+    // The admin log on the page: this sign-in, from this address.
+    eventually("the admin log shown", Duration::from_secs(10), || async {
+        browser
+            .text("#admin-log tbody tr:first-child")
+            .await
+            .is_some_and(|row| row.contains("dashboard.login") && row.contains("127.0.0.1"))
+    })
+    .await;
+
     // The cookie is out of the page's reach (HttpOnly) and Strict.
     let cookies = browser.cookies().await;
     let session = cookies

@@ -54,6 +54,7 @@ where
         .route("/admin", get(|| async { see_other("/admin/dashboard") }))
         .route("/admin/dashboard", get(page))
         .route("/admin/dashboard/data", get(data))
+        .route("/admin/dashboard/log", get(log))
         .route(
             "/admin/login",
             // Throttled per address, as the lookups are.
@@ -92,6 +93,39 @@ async fn data(
             (header::CACHE_CONTROL, "no-store"),
         ],
         json.to_string(),
+    )
+        .into_response())
+}
+
+/// Entries of the admin log the page shows.
+const LOG_SHOWN: u32 = 15;
+
+/// `GET /admin/dashboard/log`: the newest entries of the admin log (what,
+/// which sale, who, from where, the answer), 401 without a session.
+async fn log(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    signed_in(&dashboard, &headers).await?;
+    let entries: Vec<serde_json::Value> = dashboard
+        .admin
+        .log()
+        .page(None, LOG_SHOWN)
+        .await?
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "at": e.at, "action": e.action, "product_id": e.product_id,
+                "actor": e.actor, "address": e.address, "status": e.status,
+            })
+        })
+        .collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        serde_json::json!({ "entries": entries }).to_string(),
     )
         .into_response())
 }

@@ -151,6 +151,37 @@ function renderSales(snapshot) {
   text(more, `${count(snapshot.sales_not_shown)} more open sales not shown.`);
 }
 
+// The admin log: its newest entries, every few seconds.
+async function pollLog() {
+  try {
+    const response = await fetch("/admin/dashboard/log", {
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+    if (response.ok) {
+      const { entries } = await response.json();
+      const body = document.querySelector("#admin-log tbody");
+      const rows = entries.map((e) => {
+        const tr = document.createElement("tr");
+        const cells = [new Date(e.at).toLocaleTimeString(), e.action, e.product_id || "",
+          e.actor, e.address || "", e.status ? String(e.status) : ""];
+        for (const value of cells) {
+          const td = document.createElement("td");
+          text(td, value);
+          tr.appendChild(td);
+        }
+        if (e.action === "auth.failed") tr.className = "bad";
+        return tr;
+      });
+      body.replaceChildren(...rows);
+      document.body.dataset.logRows = String(rows.length);
+    }
+  } catch (e) {
+    // The sales' poll says when the connection is lost.
+  }
+  setTimeout(pollLog, 5000);
+}
+
 let ticks = 0;
 async function poll() {
   let next = 1000;
@@ -188,3 +219,4 @@ async function poll() {
 }
 
 document.addEventListener("DOMContentLoaded", poll);
+document.addEventListener("DOMContentLoaded", pollLog);
