@@ -60,6 +60,8 @@ pub struct SaleAudit {
     /// What the repair after a failover of the books put back into them
     /// (orders, cancels, payments the new primary lacked), oldest first.
     pub put_back: Vec<PutBack>,
+    /// Units restocks added (taken away: negative), in `initial` already.
+    pub restocked: i64,
     pub checks: Vec<Check>,
 }
 
@@ -115,17 +117,20 @@ impl Audit {
             .map_err(|e| BooksError::Corrupt(format!("product id in tb_product: {e}")))?;
         let rows = self.orders.orders_of_product(&id).await?;
         let put_back = self.audits.put_back(&id, PUT_BACK_LISTED).await?;
+        let restocked = self.products.restocked(&id).await?;
         if product.retired.is_some()
             && let Some(recorded) = self.audits.final_audit(&id).await?
         {
             return Ok(SaleAudit {
                 put_back,
+                restocked,
                 ..retired_figures(product, &rows, &recorded)
             });
         }
         let redis = self.ledger.snapshot(&id).await?;
         Ok(SaleAudit {
             put_back,
+            restocked,
             ..figures(product, &rows, &redis)
         })
     }
@@ -192,6 +197,7 @@ pub fn figures(product: &Product, rows: &[OrderRow], redis: &SaleSnapshot) -> Sa
         orders: rows.len() as i64,
         retired: None,
         put_back: Vec::new(),
+        restocked: 0,
         checks: Vec::new(),
     };
     audit.checks = checks(&audit, redis.dead_letters.len());
@@ -290,6 +296,14 @@ pub fn render(audits: &[SaleAudit]) -> String {
             out.push_str(&format!(
                 "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records restored\n",
                 r.orders, r.units, r.releases, r.idempotency_records
+            ));
+        }
+        if a.restocked != 0 {
+            out.push_str(&format!(
+                "    restocked: {:+} units (in initial: {} created with {})\n",
+                a.restocked,
+                a.initial,
+                a.initial - a.restocked
             ));
         }
         if !a.put_back.is_empty() {

@@ -175,6 +175,43 @@ impl Catalog {
         self.status_of(id, product).await
     }
 
+    /// Adds `units` to an open sale, or takes them away (negative; never
+    /// more than are left): Redis first (atomically with the orders: the
+    /// stock and the sale's `initial` together), then the books
+    /// (`tb_restock`, `initial_qty` and `available_qty`, `sale.restocked`),
+    /// each once per `restock_id`, so a retry after a failure between the
+    /// two finishes the books' half. Whether this call moved the stock.
+    pub async fn restock(
+        &self,
+        id: &ProductId,
+        units: i64,
+        restock_id: &str,
+    ) -> Result<(ProductStatus, bool), BooksError> {
+        let product = self.product(id).await?;
+        if product.retired.is_some() || product.closed.is_some() {
+            return Err(BooksError::SaleClosed);
+        }
+        let applied = match self.lifecycle.restock(id, units, restock_id).await? {
+            sale::Restocked::NoSale => {
+                return Err(BooksError::InvalidTransition(
+                    "not open (open it first)".into(),
+                ));
+            }
+            sale::Restocked::Ended => return Err(BooksError::SaleEnded),
+            sale::Restocked::TooFew { left } => return Err(BooksError::TooFewLeft(left)),
+            sale::Restocked::Done { applied, .. } => applied,
+        };
+        if self
+            .products
+            .record_restock(id, restock_id, units, now_ms())
+            .await?
+        {
+            tracing::warn!(product_id = %id, units, restock_id, "sale restocked by an admin");
+        }
+        let product = self.product(id).await?;
+        Ok((self.status_of(id, product).await?, applied))
+    }
+
     /// New bounds for the sale's waiting room: Redis first (the line
     /// moves within them from now), then the books, as the room holds them
     /// (for a sale opened again by recovery). `None`: the sale has no room.

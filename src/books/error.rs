@@ -22,6 +22,11 @@ pub enum BooksError {
     Forbidden,
     #[error("the order is {0}")]
     InvalidTransition(String),
+    /// A restock taking away more units than are left.
+    #[error("only {0} units left")]
+    TooFewLeft(u64),
+    #[error("the sale has ended")]
+    SaleEnded,
     /// An operation refused for a reason an operator can fix.
     #[error("{0}")]
     Refused(String),

@@ -107,6 +107,7 @@ fn action(method: &Method, path: &str) -> String {
         ("POST", "/api/admin/products/{product_id}/close") => "sale.close",
         ("POST", "/api/admin/products/{product_id}/pause") => "sale.pause",
         ("POST", "/api/admin/products/{product_id}/resume") => "sale.resume",
+        ("POST", "/api/admin/products/{product_id}/restock") => "sale.restock",
         ("POST", "/api/admin/products/{product_id}/room") => "room.bounds",
         ("POST", "/api/admin/events/dead/replay") => "events.replay",
         _ => return format!("{method} {path}"),

@@ -418,6 +418,8 @@ impl From<crate::books::BooksError> for ApiError {
             B::SaleClosed => Self::SaleClosed,
             B::Forbidden => Self::Forbidden("this order belongs to another user"),
             B::InvalidTransition(status) => Self::InvalidTransition(status),
+            B::TooFewLeft(left) => Self::InsufficientStock { left },
+            B::SaleEnded => Self::SaleEnded,
 
             B::Sale(e) => e.into(),
             B::Store(e) => e.into(),

@@ -38,6 +38,7 @@ use super::{admin_log, events, health, orders, payments, products, room};
         products::close,
         products::pause,
         products::resume,
+        products::restock,
         orders::place::place,
         orders::get,
         orders::pay,

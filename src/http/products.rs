@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -344,6 +345,86 @@ pub async fn resume(
 ) -> Result<Json<ProductView>, ApiError> {
     let id = product_id_of(&product_id)?;
     Ok(Json(state.catalog.pause(&id, false).await?.into()))
+}
+
+/// How many units to add to an open sale (negative: to take away).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Restock {
+    /// Added (taken away when negative: never more than are left); not 0.
+    #[schema(example = 200)]
+    units: i64,
+}
+
+/// What a restock came to.
+#[derive(Serialize, ToSchema)]
+pub struct Restocked {
+    /// This call moved the stock (false: a retry of a restock done before,
+    /// by its `Idempotency-Key`).
+    applied: bool,
+    product: ProductView,
+}
+
+/// `POST /api/admin/products/{product_id}/restock`
+#[utoipa::path(
+    post,
+    path = "/api/admin/products/{product_id}/restock",
+    operation_id = "restock_sale",
+    tag = "admin",
+    summary = "Add units to an open sale, or take some away (never more than are left)",
+    description = "Atomically with the orders (the stock and the sale's initial move together in one script): no unit lost or made. The books' `initial_qty` and `available_qty` follow, with the event `sale.restocked`. Once per `Idempotency-Key`: a retry changes nothing more and finishes the books' half if it failed. The waiting room's line moves again for new units.",
+    params(
+        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes the restock once however often it is sent (1-128 visible characters)"),
+    ),
+    request_body = Restock,
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "Restocked (or restocked before, by this key)", body = Restocked),
+        (status = 400, description = "`invalid_request`: units 0 or beyond the stock bound", body = ErrorBody),
+        (status = 404, description = "`product_not_found`", body = ErrorBody),
+        (status = 409, description = "`insufficient_stock` (taking away more than are left), `sale_ended`, `sale_closed`, `invalid_transition` (not open)", body = ErrorBody),
+    )
+)]
+pub async fn restock(
+    _: Admin,
+    State(state): State<AppState>,
+    PathParam(product_id): PathParam<String>,
+    headers: axum::http::HeaderMap,
+    JsonBody(body): JsonBody<Restock>,
+) -> Result<axum::response::Response, ApiError> {
+    let id = product_id_of(&product_id)?;
+    if body.units == 0 || body.units.unsigned_abs() > MAX_STOCK {
+        return Err(ApiError::InvalidRequest(format!(
+            "units must be between -{MAX_STOCK} and {MAX_STOCK}, and not 0"
+        )));
+    }
+    let restock_id = match headers.get("idempotency-key") {
+        Some(key) => {
+            let key = key
+                .to_str()
+                .ok()
+                .filter(|k| (1..=128).contains(&k.len()))
+                .ok_or_else(|| {
+                    ApiError::InvalidRequest("Idempotency-Key: 1-128 visible characters".into())
+                })?;
+            // By its hash: the books' id stays short whatever the key.
+            format!("{id}:{}", super::admin_log::fingerprint(key.as_bytes()))
+        }
+        None => domain::OrderId::generate(&id).into_string(),
+    };
+    let before = state.catalog.status(&id).await?;
+    let before = json!({"stock": before.stock, "initial_qty": before.product.initial_qty});
+    let (status, applied) = state.catalog.restock(&id, body.units, &restock_id).await?;
+    let mut answer = Json(Restocked {
+        applied,
+        product: status.into(),
+    })
+    .into_response();
+    answer
+        .extensions_mut()
+        .insert(super::admin_log::Before(before));
+    Ok(answer)
 }
 
 /// A product id from the path: one we could never have created is simply

@@ -87,6 +87,10 @@ pub fn router(state: AppState) -> Router {
                 post(products::resume),
             )
             .route(
+                "/api/admin/products/{product_id}/restock",
+                post(products::restock),
+            )
+            .route(
                 "/api/admin/products/{product_id}/room",
                 post(room::set_pace),
             )

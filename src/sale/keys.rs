@@ -32,6 +32,9 @@ pub struct SaleKeys {
     /// recorded (JSON), kept so that a failover of the books that loses
     /// its record can put it back (`books::put_back`).
     pub payments: String,
+    /// Hash: restock id -> units (signed), the restocks done
+    /// (`restock.lua`: each once).
+    pub restocks: String,
     /// Stream: dead letters, entries the workers could not persist.
     pub dead: String,
     /// Hash: order_id -> user_id, cancels asked while the order was pending.
@@ -144,6 +147,7 @@ impl SaleKeys {
             released: key("released"),
             retaken: key("retaken"),
             payments: key("payments"),
+            restocks: key("restocks"),
             dead: key("dead"),
             cancels: key("cancels"),
             replicated: key("replicated"),
@@ -158,7 +162,7 @@ impl SaleKeys {
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 19] {
+    pub fn all(&self) -> [&str; 20] {
         [
             &self.sale,
             &self.stock,
@@ -169,6 +173,7 @@ impl SaleKeys {
             &self.released,
             &self.retaken,
             &self.payments,
+            &self.restocks,
             &self.dead,
             &self.cancels,
             &self.replicated,

@@ -313,6 +313,66 @@ impl Products {
             .await
     }
 
+    /// Records restock `restock_id` of `units` (signed) at `at`: its row,
+    /// `initial_qty` and `available_qty` moved by it, and `sale.restocked`,
+    /// in one transaction, once per id; true when this call recorded it.
+    pub async fn record_restock(
+        &self,
+        product: &ProductId,
+        restock_id: &str,
+        units: i64,
+        at: i64,
+    ) -> Result<bool, StoreError> {
+        self.db
+            .transaction(|tx| {
+                Box::pin(async move {
+                    let recorded = sqlx::query(
+                        "INSERT IGNORE INTO tb_restock (restock_id, product_id, units, at) \
+                         VALUES (?, ?, ?, ?)",
+                    )
+                    .bind(restock_id)
+                    .bind(product.as_str())
+                    .bind(units)
+                    .bind(at)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+                        == 1;
+                    if recorded {
+                        sqlx::query(
+                            "UPDATE tb_product SET initial_qty = initial_qty + ?, \
+                             available_qty = available_qty + ?, updated = GREATEST(updated, ?) \
+                             WHERE product_id = ?",
+                        )
+                        .bind(units)
+                        .bind(units)
+                        .bind(at)
+                        .bind(product.as_str())
+                        .execute(&mut **tx)
+                        .await?;
+                        events::record_sale(tx, EventKind::Restocked, product.as_str()).await?;
+                    }
+                    Ok(recorded)
+                })
+            })
+            .await
+    }
+
+    /// The units restocks added to a sale (taken away: negative), in all.
+    pub async fn restocked(&self, product: &ProductId) -> Result<i64, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_scalar::<_, Option<rust_decimal::Decimal>>(
+                    "SELECT SUM(units) FROM tb_restock WHERE product_id = ?",
+                )
+                .bind(product.as_str())
+                .fetch_one(pool)
+                .await
+            })
+            .await
+            .map(|sum| sum.and_then(|d| i64::try_from(d).ok()).unwrap_or(0))
+    }
+
     /// Opened sales not retired whose end is at or before `ended_by` (epoch
     /// ms), by end then id, after `after` (the last of the previous page),
     /// at most `limit`: those a retirement pass looks at.

@@ -46,6 +46,7 @@ mod products;
 mod proxy;
 mod replicas;
 mod resilience;
+mod restock;
 mod retire;
 mod room;
 mod slow_clients;

@@ -6,6 +6,7 @@
 pub(crate) mod clock;
 mod open;
 mod pause;
+mod restock;
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use super::room::{Room, RoomKey};
 use crate::domain::ProductId;
 pub use open::SaleSpec;
 pub use pause::Paused;
+pub use restock::Restocked;
 
 /// The lifecycle handle.
 #[derive(Clone)]
@@ -92,6 +94,27 @@ impl Lifecycle {
         // The room's line stands still (or moves again) from its next tick.
         self.room.renew(product);
         Ok(paused)
+    }
+
+    /// Adds `units` to an open sale (taken away when negative, never more
+    /// than are left), once per `id`, atomically with its orders.
+    pub async fn restock(
+        &self,
+        product: &ProductId,
+        units: i64,
+        id: &str,
+    ) -> Result<Restocked, SaleError> {
+        let keys = self.core.keys(product);
+        let done = self
+            .core
+            .call(|mut c| async move { restock::restock(&mut c, &keys, units, id).await })
+            .await?;
+        // This instance's sold-out and allowance answers go (the others'
+        // within SOLD_OUT_CACHE_MS); the room's line moves again for new
+        // units from its next tick.
+        self.core.memory.forget(product);
+        self.room.renew(product);
+        Ok(done)
     }
 
     /// The clock of the Redis node that decides the sale's orders (epoch

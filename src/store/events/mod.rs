@@ -44,6 +44,9 @@ pub enum EventKind {
     Paused,
     #[serde(rename = "sale.resumed")]
     Resumed,
+    /// An operator added units to it (or took some away).
+    #[serde(rename = "sale.restocked")]
+    Restocked,
 }
 
 impl EventKind {
@@ -58,6 +61,7 @@ impl EventKind {
             Self::Retired => "sale.retired",
             Self::Paused => "sale.paused",
             Self::Resumed => "sale.resumed",
+            Self::Restocked => "sale.restocked",
         }
     }
 }
@@ -76,6 +80,7 @@ impl TryFrom<String> for EventKind {
             "sale.retired" => Self::Retired,
             "sale.paused" => Self::Paused,
             "sale.resumed" => Self::Resumed,
+            "sale.restocked" => Self::Restocked,
             other => return Err(StoreError::Corrupt(format!("{other:?} is no event type"))),
         })
     }

@@ -1,0 +1,67 @@
+//! Adding units to an open sale, or taking some away (`restock.lua`).
+
+use redis::{ParsingError, RedisResult, Value, aio::ConnectionLike};
+
+use crate::sale::keys::SaleKeys;
+use crate::sale::lua::script;
+
+script!(RESTOCK, "restock");
+
+/// What a restock came to in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restocked {
+    /// Redis does not have the sale.
+    NoSale,
+    /// Past its end.
+    Ended,
+    /// Taking away more units than are left (`left`).
+    TooFew { left: u64 },
+    /// The stock and the sale's `initial` now; `applied`: this call moved
+    /// them (false: this restock was done before).
+    Done {
+        stock: i64,
+        initial: i64,
+        applied: bool,
+    },
+}
+
+/// `restock.lua`: `units` (signed) once per `id`.
+pub async fn restock(
+    conn: &mut impl ConnectionLike,
+    keys: &SaleKeys,
+    units: i64,
+    id: &str,
+) -> RedisResult<Restocked> {
+    let reply: Vec<Value> = RESTOCK
+        .key(&keys.sale)
+        .key(&keys.stock)
+        .key(&keys.restocks)
+        .arg(units)
+        .arg(id)
+        .invoke_async(conn)
+        .await?;
+    let mut parts = reply.into_iter();
+    let status: String = match parts.next() {
+        Some(v) => redis::from_redis_value(v)?,
+        None => return Err(ParsingError::from("an empty restock reply").into()),
+    };
+    let mut int = || -> RedisResult<i64> {
+        match parts.next() {
+            Some(v) => Ok(redis::from_redis_value(v)?),
+            None => Err(ParsingError::from("a short restock reply").into()),
+        }
+    };
+    Ok(match status.as_str() {
+        "no_sale" => Restocked::NoSale,
+        "ended" => Restocked::Ended,
+        "too_few" => Restocked::TooFew {
+            left: u64::try_from(int()?).unwrap_or(0),
+        },
+        "done" => Restocked::Done {
+            stock: int()?,
+            initial: int()?,
+            applied: int()? == 1,
+        },
+        other => return Err(ParsingError::from(format!("restock reply {other:?}")).into()),
+    })
+}
