@@ -98,11 +98,20 @@ impl App {
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
         let guards = Arc::new(Guards::new(http.limits.clone()));
         let admin = Arc::new(http::admin_log::AdminDoor::new(db.admin_log()));
+        let catalog = Catalog::new(
+            (
+                sales.lifecycle().clone(),
+                sales.ledger().clone(),
+                sales.room().clone(),
+            ),
+            (db.products(), db.audits()),
+        );
         let dashboard = dashboard(
             settings,
             Watched::of(&sales, &db),
             &metrics,
             (&guards, &admin),
+            &catalog,
         );
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
@@ -111,14 +120,7 @@ impl App {
                 (sales.accepted().clone(), sales.ledger().clone()),
                 (db.orders(), db.payments()),
             ),
-            catalog: Catalog::new(
-                (
-                    sales.lifecycle().clone(),
-                    sales.ledger().clone(),
-                    sales.room().clone(),
-                ),
-                (db.products(), db.audits()),
-            ),
+            catalog,
             audit: Audit::new(
                 sales.ledger().clone(),
                 (db.products(), db.orders(), db.audits()),
@@ -233,6 +235,7 @@ fn dashboard(
     watched: Watched,
     metrics: &Arc<Metrics>,
     (guards, admin): (&Arc<Guards>, &Arc<http::admin_log::AdminDoor>),
+    catalog: &Catalog,
 ) -> Option<Arc<http::dashboard::Dashboard>> {
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
@@ -249,6 +252,7 @@ fn dashboard(
         admin: admin.clone(),
         guards: guards.clone(),
         metrics: metrics.clone(),
+        catalog: catalog.clone(),
         ended: Default::default(),
     }))
 }

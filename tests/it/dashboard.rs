@@ -461,3 +461,231 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     std::fs::write(dir.join("dashboard-ended.png"), &png).expect("screenshot saved");
     browser.quit().await;
 }
+
+/// The page's token, from the page itself (`<meta name="csrf-token">`).
+async fn csrf_of(app: &TestApp, cookie: &str) -> String {
+    let page = get_with(app, "/admin/dashboard", Some(cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let at = page
+        .find("name=\"csrf-token\" content=\"")
+        .expect("the token in the page")
+        + 27;
+    page[at..at + 32].to_owned()
+}
+
+async fn action(
+    app: &TestApp,
+    cookie: &str,
+    token: Option<&str>,
+    origin: Option<&str>,
+    body: serde_json::Value,
+) -> (StatusCode, Value) {
+    let mut req = raw_client()
+        .post(app.url("/admin/dashboard/action"))
+        .header(COOKIE, cookie)
+        .json(&body);
+    if let Some(token) = token {
+        req = req.header("x-csrf-token", token);
+    }
+    if let Some(origin) = origin {
+        req = req.header("origin", origin);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A forged cross-site request (another site's page posting with the
+/// operator's cookie) is refused: without the page's token, or from
+/// another origin; the page's own request goes through, answers as the
+/// API does, and is in the admin log under the session.
+#[tokio::test]
+async fn a_dashboard_action_needs_the_pages_token_and_origin() {
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(5, 1).await;
+    let cookie = session_cookie(&app).await;
+    let token = csrf_of(&app, &cookie).await;
+    let pause = serde_json::json!({"product_id": sku, "action": "pause"});
+
+    let (status, body) = action(&app, &cookie, None, None, pause.clone()).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (status, _) = action(
+        &app,
+        &cookie,
+        Some("0".repeat(32).as_str()),
+        None,
+        pause.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another token");
+    let (status, _) = action(
+        &app,
+        &cookie,
+        Some(&token),
+        Some("https://evil.example"),
+        pause.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another origin");
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::ACCEPTED,
+        "nothing paused"
+    );
+
+    let origin = app.base.clone();
+    let (status, body) = action(&app, &cookie, Some(&token), Some(&origin), pause).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["paused"].as_i64().is_some(), "{body}");
+    assert_eq!(
+        app.place_order(2, &sku, 1).await.status(),
+        StatusCode::CONFLICT,
+        "paused"
+    );
+    // Refused as the API refuses it.
+    let take = serde_json::json!({"product_id": sku, "action": "restock", "units": -100});
+    let (status, body) = action(&app, &cookie, Some(&token), None, take).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("insufficient_stock"))
+    );
+
+    let log: Value = app
+        .client
+        .get(app.url("/api/admin/log"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let entries = log["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["action"], "sale.restock");
+    assert_eq!(entries[0]["status"], 409);
+    assert_eq!(entries[1]["action"], "sale.pause");
+    assert_eq!(entries[1]["product_id"], sku);
+    assert!(
+        entries[1]["actor"]
+            .as_str()
+            .unwrap()
+            .starts_with("session:")
+    );
+}
+
+/// The controls in a browser, by the page's own buttons: pause (orders
+/// refused), resume, restock (the units sell), close (after a
+/// confirmation).
+#[tokio::test]
+async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(2, 5).await;
+    browser.goto(&app.url("/admin/dashboard")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in").await;
+    let card = format!("section[data-product=\"{sku}\"]");
+    let badge = format!("{card} [data-field=\"state\"]");
+    eventually("the sale on the page", Duration::from_secs(10), || async {
+        browser
+            .text(&badge)
+            .await
+            .is_some_and(|s| s.starts_with("live"))
+    })
+    .await;
+
+    browser.click(&format!("{card} [data-act=\"pause\"]")).await;
+    eventually("paused", Duration::from_secs(10), || async {
+        browser.text(&badge).await.as_deref() == Some("paused")
+    })
+    .await;
+    assert_eq!(
+        app.place_order(1, &sku, 1).await.status(),
+        StatusCode::CONFLICT
+    );
+    browser
+        .click(&format!("{card} [data-act=\"resume\"]"))
+        .await;
+    eventually("live again", Duration::from_secs(10), || async {
+        browser
+            .text(&badge)
+            .await
+            .is_some_and(|s| s.starts_with("live"))
+    })
+    .await;
+
+    browser
+        .eval(&format!(
+            "document.querySelector('{card} [data-field=\"units\"]').value = ''; return true;"
+        ))
+        .await;
+    browser
+        .type_into(&format!("{card} [data-field=\"units\"]"), "3")
+        .await;
+    browser
+        .click(&format!("{card} [data-act=\"restock\"]"))
+        .await;
+    let result = format!("{card} [data-field=\"control-result\"]");
+    eventually("restocked", Duration::from_secs(10), || async {
+        browser
+            .text(&result)
+            .await
+            .is_some_and(|t| t.contains("stock 5 of 5"))
+    })
+    .await;
+    for user in 1..=5 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+
+    // The restocked units sold, as the page shows it: the README's picture.
+    eventually(
+        "the page shows them sold",
+        Duration::from_secs(10),
+        || async {
+            browser
+                .text(&format!("{card} [data-field=\"stock\"]"))
+                .await
+                .as_deref()
+                == Some("0")
+        },
+    )
+    .await;
+    let shot = browser.screenshot().await;
+    std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp")).unwrap();
+    std::fs::write(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/target/tmp/dashboard-controls.png"
+        ),
+        shot,
+    )
+    .unwrap();
+
+    // Close: the page asks first (answered yes here).
+    browser
+        .eval("window.confirm = () => true; return true;")
+        .await;
+    browser.click(&format!("{card} [data-act=\"close\"]")).await;
+    eventually("closed", Duration::from_secs(10), || async {
+        browser
+            .text(&result)
+            .await
+            .is_some_and(|t| t.starts_with("close: done"))
+    })
+    .await;
+    let resp = app.place_order(9, &sku, 1).await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "sale_ended");
+    browser.quit().await;
+}

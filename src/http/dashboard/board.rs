@@ -484,6 +484,8 @@ pub struct Dashboard {
     /// Who the client is (its address, as the limits see it).
     pub guards: std::sync::Arc<crate::http::limits::Guards>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The sales as an admin runs them (the page's controls).
+    pub catalog: crate::books::Catalog,
     /// The sessions a logout here ended (nonce -> expiry, epoch ms):
     /// refused even while the books cannot be asked.
     pub ended: std::sync::Mutex<std::collections::HashMap<String, i64>>,

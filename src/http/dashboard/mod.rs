@@ -17,6 +17,7 @@
 //!   under a Content-Security-Policy that allows nothing else (`pages`).
 
 pub mod board;
+mod controls;
 pub mod session;
 
 use axum::Router;
@@ -55,6 +56,7 @@ where
         .route("/admin/dashboard", get(page))
         .route("/admin/dashboard/data", get(data))
         .route("/admin/dashboard/log", get(log))
+        .route("/admin/dashboard/action", post(controls::act))
         .route(
             "/admin/login",
             // Throttled per address, as the lookups are.
@@ -75,7 +77,11 @@ where
 /// `GET /admin/dashboard`: the page, or the login form (401) without a session.
 async fn page(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
     match signed_in(&dashboard, &headers).await {
-        Ok(_) => html(StatusCode::OK, PAGE),
+        // The session's anti-CSRF token (hex) goes inside the page.
+        Ok(session) => html(
+            StatusCode::OK,
+            PAGE.replace("{{csrf}}", &dashboard.sessions.csrf(&session)),
+        ),
         Err(_) => login_form(StatusCode::UNAUTHORIZED, None),
     }
 }

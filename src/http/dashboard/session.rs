@@ -98,6 +98,15 @@ impl Sessions {
         })
     }
 
+    /// The session's anti-CSRF token: an HMAC of its nonce (hex, 32
+    /// digits), served inside the page; an action must carry it.
+    pub fn csrf(&self, session: &Session) -> String {
+        let mut mac = self.mac();
+        mac.update(b"csrf\0");
+        mac.update(session.nonce.as_bytes());
+        hex(&mac.finalize().into_bytes()[..16])
+    }
+
     fn mac(&self) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
             .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));

@@ -128,6 +128,59 @@ function renderSale(el, sale, now) {
   body.replaceChildren(...rows);
 }
 
+// ---- the controls: each a POST of the session's, with the page's token
+
+const csrfToken = () => document.querySelector('meta[name="csrf-token"]').content;
+
+async function act(el, action, units) {
+  const result = el.querySelector('[data-field="control-result"]');
+  const body = { product_id: el.dataset.product, action };
+  if (units !== undefined) body.units = units;
+  text(result, `${action}…`);
+  try {
+    const response = await fetch("/admin/dashboard/action", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json().catch(() => ({}));
+    if (response.ok) {
+      text(result, `${action}: done (stock ${count(answer.stock)} of ${count(answer.initial_qty)})`);
+      result.className = "note good";
+    } else {
+      // The API's own answer: its code and message.
+      text(result, `${action} refused: ${answer.error || response.status}: ${answer.message || ""}`);
+      result.className = "note bad";
+    }
+  } catch (e) {
+    text(result, `${action}: no answer (${e.message})`);
+    result.className = "note bad";
+  }
+}
+
+function wireControls(el) {
+  const on = (name, run) => el.querySelector(`[data-act="${name}"]`).addEventListener("click", run);
+  on("pause", () => act(el, "pause"));
+  on("resume", () => act(el, "resume"));
+  on("restock", () => {
+    const units = Number.parseInt(el.querySelector('[data-field="units"]').value, 10);
+    act(el, "restock", Number.isNaN(units) ? 0 : units);
+  });
+  on("close", () => {
+    if (window.confirm(`Close ${el.dataset.product} now? No order is taken after this, and it cannot be opened again.`)) {
+      act(el, "close");
+    }
+  });
+}
+
+function renderControls(el, sale) {
+  const over = sale.state === "ended";
+  el.querySelector(".controls").hidden = over;
+  el.querySelector('[data-act="pause"]').hidden = sale.state === "paused";
+  el.querySelector('[data-act="resume"]').hidden = sale.state !== "paused";
+}
+
 function renderSales(snapshot) {
   const root = document.getElementById("sales");
   const template = document.getElementById("sale-template");
@@ -138,9 +191,11 @@ function renderSales(snapshot) {
     if (!el) {
       el = template.content.firstElementChild.cloneNode(true);
       el.dataset.product = sale.product_id;
+      wireControls(el);
       root.append(el);
     }
     renderSale(el, sale, snapshot.at_ms);
+    renderControls(el, sale);
   }
   for (const el of [...root.children]) {
     if (!seen.has(el.dataset.product)) el.remove();
