@@ -49,7 +49,7 @@ CONFIG=$(mktemp /tmp/flashsale-fuzz.XXXXXX.toml)
 printf '[auth.openapi.admin]\nbearer = "%s"\n\n[auth.openapi.buyer]\nbearer = "%s"\n' "$TOKEN" "$BUYER" >"$CONFIG"
 
 PAYMENT_WEBHOOK_SECRETS=whsec_ZnV6ei1wYXltZW50LXNlY3JldC0wMTIzNDU2Nzg5 ADMIN_TOKEN=$TOKEN JWT_SECRET=$JWT_SECRET LISTEN_ADDR=127.0.0.1:$PORT DATABASE_URL=mysql://root@127.0.0.1:3306/$DB \
-  REDIS_KEY_PREFIX=$PREFIX target/debug/flashsale serve >"$LOG" 2>&1 &
+  REDIS_KEY_PREFIX=$PREFIX "${CARGO_TARGET_DIR:-target}/debug/flashsale" serve >"$LOG" 2>&1 &
 SERVER=$!
 cleanup() {
   rm -f "$CONFIG"

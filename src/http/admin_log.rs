@@ -218,12 +218,10 @@ pub struct LogEntry {
     address: Option<String>,
     /// The answer's HTTP status (0: the command line).
     status: i32,
-    /// What was asked, the values before and after (JSON).
-    #[schema(value_type = Option<Object>)]
+    /// What was asked, the values before and after: JSON as sent and
+    /// answered (a body that was not JSON: as text).
     asked: Option<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
     before: Option<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
     after: Option<serde_json::Value>,
 }
 
