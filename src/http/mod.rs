@@ -32,7 +32,7 @@ pub mod openapi;
 mod orders;
 mod pages;
 pub mod payments;
-mod products;
+pub(crate) mod products;
 mod room;
 mod router;
 mod server;

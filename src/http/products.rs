@@ -56,7 +56,8 @@ fn one() -> u64 {
 }
 
 impl CreateProduct {
-    fn validate(self) -> Result<NewProduct, Invalid> {
+    /// The product, checked (the admin API's and the dashboard's form's).
+    pub(in crate::http) fn validate(self) -> Result<NewProduct, Invalid> {
         let product_id = ProductId::parse(&self.product_id)?;
         let title = self.title.trim();
         if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {

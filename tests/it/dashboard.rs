@@ -581,17 +581,40 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
 
 /// The controls in a browser, by the page's own buttons: pause (orders
 /// refused), resume, restock (the units sell), close (after a
-/// confirmation).
+/// confirmation); the sale itself created and opened by the page's form.
 #[tokio::test]
 async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     let Some(browser) = Browser::start().await else {
         return;
     };
     let app = spawn_app_with(|_| {}).await;
-    let sku = app.new_sale(2, 5).await;
     browser.goto(&app.url("/admin/dashboard")).await;
     browser.type_into("#token", ADMIN_TOKEN).await;
     browser.click("#sign-in").await;
+    eventually("signed in", Duration::from_secs(10), || async {
+        browser.text("#new-sale h2").await.is_some()
+    })
+    .await;
+    let sku = crate::helpers::unique("sku-");
+    browser
+        .type_into("#create [name=\"product_id\"]", &sku)
+        .await;
+    browser.type_into("#create [name=\"title\"]", "Phone").await;
+    browser
+        .eval(
+            "const f = document.getElementById('create').elements; \
+             f.available_qty.value = '2'; f.limit_per_user.value = '5'; return true;",
+        )
+        .await;
+    browser.click("#create button[type=\"submit\"]").await;
+    eventually("created and open", Duration::from_secs(10), || async {
+        browser
+            .text("#create-result")
+            .await
+            .is_some_and(|t| t.contains("created and open"))
+    })
+    .await;
+    assert_eq!(app.stock(&sku).await, Some(2));
     let card = format!("section[data-product=\"{sku}\"]");
     let badge = format!("{card} [data-field=\"state\"]");
     eventually("the sale on the page", Duration::from_secs(10), || async {
@@ -687,5 +710,38 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     let resp = app.place_order(9, &sku, 1).await;
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sale_ended");
+    // Each action in the admin log, under the page's session.
+    let log: Value = app
+        .client
+        .get(app.url("/api/admin/log"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ours: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["product_id"] == sku.as_str())
+        .filter(|e| {
+            e["actor"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("session:"))
+        })
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            "sale.close",
+            "sale.restock",
+            "sale.resume",
+            "sale.pause",
+            "product.create"
+        ]
+    );
     browser.quit().await;
 }

@@ -26,13 +26,15 @@ use crate::http::error::ApiError;
 use crate::store::AdminEntry;
 
 /// What the page asks.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Action {
     product_id: String,
+    /// `create` (with `product`: the admin API's body; opened at once),
     /// `pause`, `resume`, `restock` (with `units`), `close`.
     action: String,
     units: Option<i64>,
+    product: Option<crate::http::products::CreateProduct>,
 }
 
 /// The request's `Origin` is this host's (or absent: a browser sends it
@@ -86,7 +88,8 @@ pub(super) async fn act(
         .guards
         .client_ip(&parts.headers, crate::http::conn::peer(&parts.extensions))
         .map(|ip| ip.to_string());
-    let answer = run(&dashboard, &asked).await;
+    let (product_id, action) = (asked.product_id.clone(), asked.action.clone());
+    let answer = run(&dashboard, asked).await;
     let (status, after) = match &answer {
         Ok(product) => (StatusCode::OK, Some(product.to_string())),
         Err(e) => (e.kind().status(), None),
@@ -96,8 +99,11 @@ pub(super) async fn act(
         .write(AdminEntry {
             id: 0,
             at: now_ms(),
-            action: format!("sale.{}", asked.action),
-            product_id: Some(asked.product_id.clone()),
+            action: match action.as_str() {
+                "create" => "product.create".into(),
+                other => format!("sale.{other}"),
+            },
+            product_id: Some(product_id),
             actor: session.actor(),
             address,
             status: i32::from(status.as_u16()),
@@ -112,11 +118,25 @@ pub(super) async fn act(
     }
 }
 
-async fn run(dashboard: &Dashboard, asked: &Action) -> Result<serde_json::Value, ApiError> {
+async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, ApiError> {
     let id = ProductId::parse(&asked.product_id)
         .map_err(|_| ApiError::ProductNotFound("no product with this id"))?;
     let catalog = &dashboard.catalog;
+    if asked.action == "create" {
+        let Some(product) = asked.product else {
+            return Err(ApiError::InvalidRequest(
+                "create: the product is missing".into(),
+            ));
+        };
+        let new = product.validate()?;
+        if new.product_id != id {
+            return Err(ApiError::InvalidRequest("create: two product ids".into()));
+        }
+        catalog.create(&new).await?;
+        catalog.open(&id).await?;
+    }
     let status = match (asked.action.as_str(), asked.units) {
+        ("create", None) => catalog.status(&id).await?,
         ("pause", None) => catalog.pause(&id, true).await?,
         ("resume", None) => catalog.pause(&id, false).await?,
         ("close", None) => catalog.close(&id).await?,

@@ -159,6 +159,63 @@ async function act(el, action, units) {
   }
 }
 
+// The new sale's form: the admin API's body, created and opened at once.
+async function createSale(form) {
+  const result = document.getElementById("create-result");
+  const f = (name) => form.elements[name].value.trim();
+  const at = (name) => new Date(f(name)).getTime();
+  const product = {
+    product_id: f("product_id"),
+    title: f("title"),
+    price: f("price"),
+    available_qty: Number.parseInt(f("available_qty"), 10),
+    start_time: at("start"),
+    end_time: at("end"),
+    limit_per_user: Number.parseInt(f("limit_per_user"), 10) || 1,
+  };
+  if (f("ceiling")) {
+    product.waiting_room = {
+      ceiling_per_sec: Number.parseInt(f("ceiling"), 10),
+      admission_secs: Number.parseInt(f("admission"), 10) || 120,
+    };
+  }
+  text(result, "creating…");
+  try {
+    const response = await fetch("/admin/dashboard/action", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
+      body: JSON.stringify({ product_id: product.product_id, action: "create", product }),
+    });
+    const answer = await response.json().catch(() => ({}));
+    if (response.ok) {
+      text(result, `${product.product_id}: created and open (stock ${count(answer.stock)})`);
+      result.className = "note good";
+    } else {
+      text(result, `refused: ${answer.error || response.status}: ${answer.message || ""}`);
+      result.className = "note bad";
+    }
+  } catch (e) {
+    text(result, `no answer (${e.message})`);
+    result.className = "note bad";
+  }
+}
+
+function localInput(ms) {
+  const d = new Date(ms - new Date().getTimezoneOffset() * 60000);
+  return d.toISOString().slice(0, 16);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("create");
+  form.elements.start.value = localInput(Date.now());
+  form.elements.end.value = localInput(Date.now() + 3600000);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    createSale(form);
+  });
+});
+
 function wireControls(el) {
   const on = (name, run) => el.querySelector(`[data-act="${name}"]`).addEventListener("click", run);
   on("pause", () => act(el, "pause"));
