@@ -98,6 +98,7 @@ impl App {
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
         let guards = Arc::new(Guards::new(http.limits.clone()));
         let admin = Arc::new(http::admin_log::AdminDoor::new(db.admin_log()));
+        let outbox = Outbox::new(db.events(), db.deliveries());
         let catalog = Catalog::new(
             (
                 sales.lifecycle().clone(),
@@ -111,7 +112,7 @@ impl App {
             Watched::of(&sales, &db),
             &metrics,
             (&guards, &admin),
-            &catalog,
+            (&catalog, &outbox),
         );
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
@@ -125,7 +126,7 @@ impl App {
                 sales.ledger().clone(),
                 (db.products(), db.orders(), db.audits()),
             ),
-            outbox: Outbox::new(db.events(), db.deliveries()),
+            outbox,
             watched: Watched::of(&sales, &db),
             dashboard,
             admin_token: http.admin_token.clone(),
@@ -235,7 +236,7 @@ fn dashboard(
     watched: Watched,
     metrics: &Arc<Metrics>,
     (guards, admin): (&Arc<Guards>, &Arc<http::admin_log::AdminDoor>),
-    catalog: &Catalog,
+    (catalog, outbox): (&Catalog, &Outbox),
 ) -> Option<Arc<http::dashboard::Dashboard>> {
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
@@ -253,6 +254,7 @@ fn dashboard(
         guards: guards.clone(),
         metrics: metrics.clone(),
         catalog: catalog.clone(),
+        outbox: outbox.clone(),
         ended: Default::default(),
     }))
 }

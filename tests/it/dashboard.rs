@@ -745,3 +745,66 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     );
     browser.quit().await;
 }
+
+/// The page's other actions: the room's bounds, the events' dead letters
+/// replayed; each as the admin API does it, in the admin log.
+#[tokio::test]
+async fn from_the_dashboard_the_rooms_bounds_change_and_dead_letters_replay() {
+    let app = spawn_app_with(|_| {}).await;
+    let sku = crate::helpers::unique("room-");
+    let mut body = crate::helpers::product_body(&sku, 10, 1);
+    body["waiting_room"] = serde_json::json!({"ceiling_per_sec": 50, "admission_secs": 60});
+    app.sale_from(body).await;
+    let cookie = session_cookie(&app).await;
+    let token = csrf_of(&app, &cookie).await;
+    let room = serde_json::json!({"product_id": sku, "action": "room", "ceiling_per_sec": 20, "floor_per_sec": 5});
+    let (status, body) = action(&app, &cookie, Some(&token), None, room).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (
+            body["ceiling_per_sec"].as_u64(),
+            body["floor_per_sec"].as_u64()
+        ),
+        (Some(20), Some(5))
+    );
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(product["waiting_room"]["ceiling_per_sec"], 20, "{product}");
+    let (status, body) = action(
+        &app,
+        &cookie,
+        Some(&token),
+        None,
+        serde_json::json!({"product_id": "", "action": "replay"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["replaying"].as_u64()),
+        (StatusCode::OK, Some(0))
+    );
+    let bad = serde_json::json!({"product_id": sku, "action": "room", "ceiling_per_sec": 0});
+    let (status, body) = action(&app, &cookie, Some(&token), None, bad).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request"))
+    );
+    let log: Value = app
+        .client
+        .get(app.url("/api/admin/log"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        &actions[..3],
+        ["room.bounds", "events.replay", "room.bounds"]
+    );
+}

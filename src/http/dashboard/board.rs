@@ -486,6 +486,8 @@ pub struct Dashboard {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The sales as an admin runs them (the page's controls).
     pub catalog: crate::books::Catalog,
+    /// The events' dead letters, replayed from the page.
+    pub outbox: crate::books::Outbox,
     /// The sessions a logout here ended (nonce -> expiry, epoch ms):
     /// refused even while the books cannot be asked.
     pub ended: std::sync::Mutex<std::collections::HashMap<String, i64>>,

@@ -31,10 +31,16 @@ use crate::store::AdminEntry;
 struct Action {
     product_id: String,
     /// `create` (with `product`: the admin API's body; opened at once),
-    /// `pause`, `resume`, `restock` (with `units`), `close`.
+    /// `pause`, `resume`, `restock` (with `units`), `room` (with any of
+    /// the bounds), `close`; `replay` (every dead letter of the events,
+    /// whatever the sale).
     action: String,
     units: Option<i64>,
     product: Option<crate::http::products::CreateProduct>,
+    ceiling_per_sec: Option<u32>,
+    floor_per_sec: Option<u32>,
+    /// 0: no cap.
+    active_cap: Option<u32>,
 }
 
 /// The request's `Origin` is this host's (or absent: a browser sends it
@@ -101,9 +107,11 @@ pub(super) async fn act(
             at: now_ms(),
             action: match action.as_str() {
                 "create" => "product.create".into(),
+                "replay" => "events.replay".into(),
+                "room" => "room.bounds".into(),
                 other => format!("sale.{other}"),
             },
-            product_id: Some(product_id),
+            product_id: (!product_id.is_empty()).then_some(product_id),
             actor: session.actor(),
             address,
             status: i32::from(status.as_u16()),
@@ -119,9 +127,30 @@ pub(super) async fn act(
 }
 
 async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, ApiError> {
+    if asked.action == "replay" {
+        let replaying = dashboard.outbox.replay(None).await?;
+        return Ok(serde_json::json!({ "replaying": replaying }));
+    }
     let id = ProductId::parse(&asked.product_id)
         .map_err(|_| ApiError::ProductNotFound("no product with this id"))?;
     let catalog = &dashboard.catalog;
+    if asked.action == "room" {
+        let change = crate::domain::BoundsChange::new(
+            asked.ceiling_per_sec,
+            asked.floor_per_sec,
+            asked.active_cap,
+            None,
+        )?;
+        let Some(room) = catalog.set_room_bounds(&id, change).await? else {
+            return Err(ApiError::NoWaitingRoom);
+        };
+        return Ok(serde_json::json!({
+            "product_id": id.as_str(),
+            "ceiling_per_sec": room.ceiling,
+            "floor_per_sec": room.floor,
+            "active_cap": room.cap,
+        }));
+    }
     if asked.action == "create" {
         let Some(product) = asked.product else {
             return Err(ApiError::InvalidRequest(

@@ -132,10 +132,9 @@ function renderSale(el, sale, now) {
 
 const csrfToken = () => document.querySelector('meta[name="csrf-token"]').content;
 
-async function act(el, action, units) {
+async function act(el, action, extra) {
   const result = el.querySelector('[data-field="control-result"]');
-  const body = { product_id: el.dataset.product, action };
-  if (units !== undefined) body.units = units;
+  const body = { product_id: el.dataset.product, action, ...extra };
   text(result, `${action}…`);
   try {
     const response = await fetch("/admin/dashboard/action", {
@@ -145,7 +144,10 @@ async function act(el, action, units) {
       body: JSON.stringify(body),
     });
     const answer = await response.json().catch(() => ({}));
-    if (response.ok) {
+    if (response.ok && action === "room") {
+      text(result, `room: ${count(answer.floor_per_sec)}–${count(answer.ceiling_per_sec)} /s, cap ${answer.active_cap == null ? "none" : count(answer.active_cap)}`);
+      result.className = "note good";
+    } else if (response.ok) {
       text(result, `${action}: done (stock ${count(answer.stock)} of ${count(answer.initial_qty)})`);
       result.className = "note good";
     } else {
@@ -207,6 +209,19 @@ function localInput(ms) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("replay").addEventListener("click", async () => {
+    const result = document.getElementById("replay-result");
+    const response = await fetch("/admin/dashboard/action", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
+      body: JSON.stringify({ product_id: "", action: "replay" }),
+    }).catch(() => null);
+    const answer = response ? await response.json().catch(() => ({})) : {};
+    text(result, response && response.ok
+      ? `${count(answer.replaying)} dead letters to be delivered again`
+      : `refused: ${answer.error || "no answer"}: ${answer.message || ""}`);
+  });
   const form = document.getElementById("create");
   form.elements.start.value = localInput(Date.now());
   form.elements.end.value = localInput(Date.now() + 3600000);
@@ -222,7 +237,14 @@ function wireControls(el) {
   on("resume", () => act(el, "resume"));
   on("restock", () => {
     const units = Number.parseInt(el.querySelector('[data-field="units"]').value, 10);
-    act(el, "restock", Number.isNaN(units) ? 0 : units);
+    act(el, "restock", { units: Number.isNaN(units) ? 0 : units });
+  });
+  on("room", () => {
+    const bound = (name) => {
+      const v = el.querySelector(`[data-field="${name}"]`).value.trim();
+      return v === "" ? undefined : Number.parseInt(v, 10);
+    };
+    act(el, "room", { ceiling_per_sec: bound("ceiling"), floor_per_sec: bound("floor"), active_cap: bound("cap") });
   });
   on("close", () => {
     if (window.confirm(`Close ${el.dataset.product} now? No order is taken after this, and it cannot be opened again.`)) {
@@ -236,6 +258,7 @@ function renderControls(el, sale) {
   el.querySelector(".controls").hidden = over;
   el.querySelector('[data-act="pause"]').hidden = sale.state === "paused";
   el.querySelector('[data-act="resume"]').hidden = sale.state !== "paused";
+  el.querySelector(".room-controls").hidden = !sale.room;
 }
 
 function renderSales(snapshot) {
