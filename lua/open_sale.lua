@@ -22,6 +22,8 @@
 -- ARGV[11] waiting room: the lowest pace under strain (buyers per second)
 -- ARGV[12] waiting room: the active cap (0: none)
 -- ARGV[13] waiting room: the join difficulty (bits; 0: none)
+-- ARGV[14] paused since (epoch ms), or "": a sale the books hold paused
+--          (rebuilt by `flashsale recover`) opens paused, in this step
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
@@ -42,6 +44,9 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1],
   'start_ms', ARGV[2], 'end_ms', ARGV[3], 'limit', ARGV[4],
   'price', ARGV[5], 'initial', ARGV[1], 'opened_ms', now_ms)
+if ARGV[14] and ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[1], 'paused_ms', ARGV[14])
+end
 if ARGV[7] ~= '' then
   -- The room's fields are in the sale hash (read with the window); its
   -- moving state is a hash of its own, written by room_tick.lua.

@@ -102,6 +102,7 @@ pub fn bench_spec(stock: u64) -> SaleSpec {
         limit_per_user: 1,
         price: rust_decimal::Decimal::ONE,
         waiting_room: None,
+        paused_ms: None,
     }
 }
 

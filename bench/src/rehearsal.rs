@@ -1214,6 +1214,7 @@ async fn open_bench_sales(
         limit_per_user: args.limit_per_user,
         price: rust_decimal::Decimal::ONE,
         waiting_room: None,
+        paused_ms: None,
     };
     let products: Vec<ProductId> = (0..args.sales.max(1))
         .map(|_| super::bench_product(tag))

@@ -21,6 +21,7 @@ pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
         limit_per_user: product.limit_per_user.max(1) as u64,
         price: product.price,
         waiting_room: product.waiting_room(),
+        paused_ms: product.paused,
     }
 }
 

@@ -306,3 +306,39 @@ async fn a_pause_redis_lost_is_restored_from_the_books() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sale_paused");
 }
+
+/// A paused sale Redis lost, rebuilt from the books by `flashsale
+/// recover`: it opens paused, in the same step (no order gets in between).
+#[tokio::test]
+async fn a_paused_sale_recovered_from_the_books_opens_paused() {
+    let app = crate::helpers::spawn_app().await;
+    let sku = app.new_sale(10, 1).await;
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut r = app.redis.clone();
+    for name in ["sale", "stock", "bought", "idem", "orders", "accepted"] {
+        let _: () = redis::cmd("DEL")
+            .arg(app.key(&sku, name))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let done = app
+        .recovery()
+        .recover(&product, flashsale::books::recover::Overwrite::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(done.stock, 10, "{done:?}");
+    assert_eq!(app.stock(&sku).await, Some(10), "the stock rebuilt");
+    let resp = app.place_order(1, &sku, 1).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "sale_paused");
+    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    assert_eq!(status, StatusCode::OK);
+    let resp = app.place_order(1, &sku, 1).await;
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}

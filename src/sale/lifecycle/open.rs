@@ -16,6 +16,8 @@ pub struct SaleSpec {
     pub limit_per_user: u64,
     pub price: Decimal,
     pub waiting_room: Option<crate::domain::WaitingRoom>,
+    /// Paused since (epoch ms): the sale opens paused (`None`: live).
+    pub paused_ms: Option<i64>,
 }
 
 script!(OPEN_SALE, "open_sale");
@@ -48,6 +50,7 @@ pub async fn open_sale(
         .arg(room.map_or(0, |r| r.floor()))
         .arg(room.map_or(0, |r| r.active_cap.unwrap_or(0)))
         .arg(room.map_or(0, |r| r.join_difficulty.unwrap_or(0)))
+        .arg(spec.paused_ms.map_or(String::new(), |ms| ms.to_string()))
         .invoke_async(conn)
         .await
 }
