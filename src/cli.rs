@@ -129,16 +129,10 @@ pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         done.product_id, done.stock, done.buyers, done.released
     );
     let entry = AdminEntry {
-        id: 0,
-        at: crate::domain::now_ms(),
-        action: "sale.recover".into(),
         product_id: Some(product.to_string()),
-        actor: cli_actor(),
-        address: None,
-        status: 0,
         asked: Some(serde_json::json!({"force": args.force}).to_string()),
-        before: None,
         after: serde_json::to_string(&done).ok(),
+        ..AdminEntry::new("sale.recover", cli_actor(), 0)
     };
     if let Err(e) = db.admin_log().record(&entry).await {
         tracing::error!(error = %crate::domain::Chain(&e), ?entry, "the recovery is done but not written to the admin log");

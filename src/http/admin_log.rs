@@ -15,7 +15,7 @@ use std::num::NonZeroU32;
 use axum::Json;
 use axum::body::{Body, to_bytes};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -27,7 +27,7 @@ use super::body::MAX_BODY_BYTES;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, QueryParams};
 use super::state::AppState;
-use crate::domain::{Chain, hex, now_ms};
+use crate::domain::{Chain, hex};
 use crate::store::{AdminEntry, AdminLog};
 
 /// The values an action changed, as they were before it (JSON): a handler
@@ -90,13 +90,10 @@ pub fn fingerprint(secret: &[u8]) -> String {
 
 /// Who presents the request's `Authorization: Bearer`.
 fn bearer_actor(headers: &HeaderMap) -> String {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .map_or_else(
-            || "none".to_owned(),
-            |t| format!("token:{}", fingerprint(t)),
-        )
+    super::extract::bearer(headers).map_or_else(
+        || "none".to_owned(),
+        |t| format!("token:{}", fingerprint(t)),
+    )
 }
 
 /// The action of an admin route, by its method and path.
@@ -155,16 +152,13 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         .await;
     let status = response.status();
     let mut entry = AdminEntry {
-        id: 0,
-        at: now_ms(),
-        action: action(&method, route.as_deref().unwrap_or(&path)),
         product_id: sale_of(&path, asked.as_deref()),
-        actor,
         address,
-        status: i32::from(status.as_u16()),
-        asked: None,
-        before: None,
-        after: None,
+        ..AdminEntry::new(
+            action(&method, route.as_deref().unwrap_or(&path)),
+            actor,
+            i32::from(status.as_u16()),
+        )
     };
     if status == StatusCode::UNAUTHORIZED {
         entry.action = "auth.failed".into();

@@ -138,6 +138,14 @@ pub struct QueryParams<T>(pub T);
 /// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.
 pub struct Admin;
 
+/// The credential of `Authorization: Bearer <credential>`, if sent.
+pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .as_bytes()
+        .strip_prefix(b"Bearer ")
+}
+
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
@@ -147,13 +155,9 @@ impl FromRequestParts<AppState> for Admin {
                 "admin routes are disabled: the server has no ADMIN_TOKEN",
             ));
         };
-        let presented = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .ok_or(ApiError::Unauthorized(
-                "missing Authorization: Bearer <ADMIN_TOKEN>",
-            ))?;
+        let presented = bearer(&parts.headers).ok_or(ApiError::Unauthorized(
+            "missing Authorization: Bearer <ADMIN_TOKEN>",
+        ))?;
         // Constant time: the comparison must not reveal how much of a guess was right.
         if bool::from(presented.ct_eq(expected.as_bytes())) {
             Ok(Admin)

@@ -44,20 +44,13 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
         let counter = m.connections_ended.with_label_values(&[why.label()]);
         counter.inc_by(state.connections.ended(why).saturating_sub(counter.get()));
     }
-    let operator = match (&state.admin_token, bearer(&headers)) {
+    let operator = match (&state.admin_token, super::extract::bearer(&headers)) {
         // Constant time: the comparison must not reveal how much of a guess was right.
         (Some(token), Some(presented)) => bool::from(presented.ct_eq(token.as_bytes())),
         _ => false,
     };
     let shown = if operator { Shown::All } else { Shown::Started };
     scrape(m, &state.watched, shown).await
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .as_bytes()
-        .strip_prefix(b"Bearer ")
 }
 
 /// Which open sales a scrape shows.

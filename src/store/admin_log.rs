@@ -36,6 +36,26 @@ pub struct AdminEntry {
     pub after: Option<String>,
 }
 
+impl AdminEntry {
+    /// An entry of `action` by `actor`, answered `status`, now; the rest
+    /// (which sale, from where, what was asked, before and after) unknown
+    /// until set.
+    pub fn new(action: impl Into<String>, actor: String, status: i32) -> Self {
+        Self {
+            id: 0,
+            at: now_ms(),
+            action: action.into(),
+            product_id: None,
+            actor,
+            address: None,
+            status,
+            asked: None,
+            before: None,
+            after: None,
+        }
+    }
+}
+
 const COLUMNS: &str =
     "id, at, action, product_id, actor, address, status, asked, before_value, after_value";
 

@@ -11,15 +11,7 @@ use crate::helpers::{ADMIN_TOKEN, TestApp, now_ms, product_body, spawn_app, uniq
 
 /// A page of the log, newest first: (entries, next cursor).
 async fn log_page(app: &TestApp, query: &str) -> (Vec<Value>, Value) {
-    let resp = app
-        .client
-        .get(app.url(&format!("/api/admin/log{query}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(resp.status(), StatusCode::OK);
-    let page: Value = resp.json().await.expect("JSON");
+    let page = app.admin_log_page(query).await;
     (
         page["entries"].as_array().expect("entries").clone(),
         page["next"].clone(),

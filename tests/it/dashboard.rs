@@ -556,16 +556,7 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
         (StatusCode::CONFLICT, Some("insufficient_stock"))
     );
 
-    let log: Value = app
-        .client
-        .get(app.url("/api/admin/log"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = app.admin_log().await;
     let entries = log["entries"].as_array().unwrap();
     assert_eq!(entries[0]["action"], "sale.restock");
     assert_eq!(entries[0]["status"], 409);
@@ -711,16 +702,7 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sale_ended");
     // Each action in the admin log, under the page's session.
-    let log: Value = app
-        .client
-        .get(app.url("/api/admin/log"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = app.admin_log().await;
     let ours: Vec<&str> = log["entries"]
         .as_array()
         .unwrap()
@@ -787,16 +769,7 @@ async fn from_the_dashboard_the_rooms_bounds_change_and_dead_letters_replay() {
         (status, body["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid_request"))
     );
-    let log: Value = app
-        .client
-        .get(app.url("/api/admin/log"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = app.admin_log().await;
     let actions: Vec<&str> = log["entries"]
         .as_array()
         .unwrap()

@@ -800,6 +800,25 @@ impl TestApp {
     }
 
     /// A sale's audit, as admins get it (`{"ok", "audit"}`).
+    /// `GET /api/admin/log<query>` as the operator: a page of the admin
+    /// log (`entries`, newest first, and `next`).
+    pub async fn admin_log_page(&self, query: &str) -> Value {
+        let resp = self
+            .client
+            .get(self.url(&format!("/api/admin/log{query}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.json().await.expect("a JSON page")
+    }
+
+    /// The admin log's newest page.
+    pub async fn admin_log(&self) -> Value {
+        self.admin_log_page("").await
+    }
+
     pub async fn audit(&self, product_id: &str) -> Value {
         self.client
             .get(self.url(&format!("/api/admin/products/{product_id}/audit")))

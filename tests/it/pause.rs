@@ -100,16 +100,7 @@ async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Bac
         types == ["sale.paused", "sale.resumed"]
     })
     .await;
-    let log: Value = app
-        .client
-        .get(app.url("/api/admin/log"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let log = app.admin_log().await;
     let actions: Vec<&str> = log["entries"]
         .as_array()
         .unwrap()

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::{Dashboard, signed_in};
-use crate::domain::{ProductId, now_ms};
+use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::store::AdminEntry;
 
@@ -103,21 +103,20 @@ pub(super) async fn act(
     dashboard
         .admin
         .write(AdminEntry {
-            id: 0,
-            at: now_ms(),
-            action: match action.as_str() {
-                "create" => "product.create".into(),
-                "replay" => "events.replay".into(),
-                "room" => "room.bounds".into(),
-                other => format!("sale.{other}"),
-            },
             product_id: (!product_id.is_empty()).then_some(product_id),
-            actor: session.actor(),
             address,
-            status: i32::from(status.as_u16()),
             asked: Some(String::from_utf8_lossy(&body).into_owned()),
-            before: None,
             after,
+            ..AdminEntry::new(
+                match action.as_str() {
+                    "create" => "product.create".into(),
+                    "replay" => "events.replay".into(),
+                    "room" => "room.bounds".into(),
+                    other => format!("sale.{other}"),
+                },
+                session.actor(),
+                i32::from(status.as_u16()),
+            )
         })
         .await;
     match answer {

@@ -226,16 +226,8 @@ async fn logout(State(dashboard): State<Arc<Dashboard>>, parts: Parts) -> Respon
 /// An admin log entry of the dashboard's.
 fn entry(action: &str, actor: String, address: Option<String>, status: StatusCode) -> AdminEntry {
     AdminEntry {
-        id: 0,
-        at: crate::domain::now_ms(),
-        action: action.to_owned(),
-        product_id: None,
-        actor,
         address,
-        status: i32::from(status.as_u16()),
-        asked: None,
-        before: None,
-        after: None,
+        ..AdminEntry::new(action, actor, i32::from(status.as_u16()))
     }
 }
 

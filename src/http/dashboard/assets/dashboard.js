@@ -132,18 +132,25 @@ function renderSale(el, sale, now) {
 
 const csrfToken = () => document.querySelector('meta[name="csrf-token"]').content;
 
+// One action of the page's session: `{ ok, answer }` (the API's JSON), or
+// thrown when nothing answered.
+async function postAction(body) {
+  const response = await fetch("/admin/dashboard/action", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
+    body: JSON.stringify(body),
+  });
+  return { ok: response.ok, status: response.status, answer: await response.json().catch(() => ({})) };
+}
+
 async function act(el, action, extra) {
   const result = el.querySelector('[data-field="control-result"]');
   const body = { product_id: el.dataset.product, action, ...extra };
   text(result, `${action}…`);
   try {
-    const response = await fetch("/admin/dashboard/action", {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
-      body: JSON.stringify(body),
-    });
-    const answer = await response.json().catch(() => ({}));
+    const response = await postAction(body);
+    const answer = response.answer;
     if (response.ok && action === "room") {
       text(result, `room: ${count(answer.floor_per_sec)}–${count(answer.ceiling_per_sec)} /s, cap ${answer.active_cap == null ? "none" : count(answer.active_cap)}`);
       result.className = "note good";
@@ -183,13 +190,8 @@ async function createSale(form) {
   }
   text(result, "creating…");
   try {
-    const response = await fetch("/admin/dashboard/action", {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
-      body: JSON.stringify({ product_id: product.product_id, action: "create", product }),
-    });
-    const answer = await response.json().catch(() => ({}));
+    const response = await postAction({ product_id: product.product_id, action: "create", product });
+    const answer = response.answer;
     if (response.ok) {
       text(result, `${product.product_id}: created and open (stock ${count(answer.stock)})`);
       result.className = "note good";
@@ -211,13 +213,8 @@ function localInput(ms) {
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("replay").addEventListener("click", async () => {
     const result = document.getElementById("replay-result");
-    const response = await fetch("/admin/dashboard/action", {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "content-type": "application/json", "x-csrf-token": csrfToken() },
-      body: JSON.stringify({ product_id: "", action: "replay" }),
-    }).catch(() => null);
-    const answer = response ? await response.json().catch(() => ({})) : {};
+    const response = await postAction({ product_id: "", action: "replay" }).catch(() => null);
+    const answer = response ? response.answer : {};
     text(result, response && response.ok
       ? `${count(answer.replaying)} dead letters to be delivered again`
       : `refused: ${answer.error || "no answer"}: ${answer.message || ""}`);
