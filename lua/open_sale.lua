@@ -9,6 +9,7 @@
 -- KEYS[4]  room hash      fs:{pid}:room    ceiling, floor, cap, pow, pace, served, at_ms, early, late
 --                                          (and rate: the ceiling, for instances of an earlier version)
 -- KEYS[5]  room log       fs:{pid}:room_log (room_tick.lua's; emptied here)
+-- KEYS[6]  room used      fs:{pid}:room_used (place_order.lua's; emptied here)
 -- ARGV[1]  stock to load (integer >= 0)
 -- ARGV[2]  start_ms (epoch milliseconds)
 -- ARGV[3]  end_ms (epoch milliseconds, > start_ms; the window is [start, end))
@@ -52,7 +53,7 @@ if ARGV[7] ~= '' then
   -- moving state is a hash of its own, written by room_tick.lua.
   redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
-  redis.call('DEL', KEYS[4], KEYS[5])
+  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
   redis.call('HSET', KEYS[4], 'ceiling', ARGV[7], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
     'pow', ARGV[13], 'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
 end

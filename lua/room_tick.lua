@@ -17,10 +17,11 @@
 -- backend is strained and the pace halves (at most once a second, never
 -- below the floor); otherwise it climbs back by a tenth of the ceiling per
 -- second. With an active cap, the line moves only while fewer than `cap`
--- buyers hold an admission they have not used: at most the places reached
--- in the last admission window, and at most the places reached less the
--- units sold (a small log of where the line stood when, kept only while a
--- cap is set).
+-- buyers hold an admission they have not used: the places reached within
+-- the last admission window (from a small log of where the line stood
+-- when) less the buyers among them who ordered (counted by the order
+-- script per bucket of their admission's expiry); both kept only while a
+-- cap is set.
 --
 -- KEYS[1]  sale hash  fs:{pid}:sale     start_ms, end_ms, room_admission_ms, room_key, initial,
 --                                       paused_ms, last_pause_ms, last_resume_ms
@@ -31,6 +32,8 @@
 --                                       written beside it for earlier instances)
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
+-- KEYS[6]  room used  fs:{pid}:room_used <admission expiry / gap> -> buyers who ordered
+--                                        (place_order.lua); expired buckets removed here
 -- ARGV[1]  a new ceiling (buyers per second), or "" to keep it
 -- ARGV[2]  a new floor, or "" to keep it
 -- ARGV[3]  a new active cap (0: none), or "" to keep it
@@ -42,7 +45,8 @@
 -- served (text: fractional), at_ms, early, late, stock, now_ms, ceiling,
 -- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
 -- (with a cap; newest first), join difficulty, the pause (now, or the
--- last one: when it began, -1: never; when it ended, -1: not yet)}, or
+-- last one: when it began, -1: never; when it ended, -1: not yet), the
+-- gap of the log and of `room used`'s buckets (ms)}, or
 -- {"no_sale"}, {"no_room"}.
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
@@ -74,14 +78,28 @@ local pow = tonumber(room[10] or '0')
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local sold = tonumber(sale[5] or '0') - stock
 
--- Buyers holding an unused admission (with a cap only): admitted in the
--- last admission window, less those that ordered. The log's entries are
--- at least max(1 s, window / 64) apart, so it holds about 66 of them.
+-- Buyers holding an unused admission (with a cap only): the places
+-- reached whose admission has not expired, less the buyers among them who
+-- ordered (place_order.lua counts each buyer's first order in the bucket
+-- of its admission's expiry). The log's entries are at least
+-- max(1 s, window / 64) apart, so it holds about 66 of them, and the
+-- buckets are as wide.
 local active = 0
 local log_gap = math.max(1000, math.floor(admission_ms / 64))
 local log, log_read = {}, false
 if cap > 0 then
+  -- Admissions reached after `since` have not expired. One valid when the
+  -- last pause began got the pause's length again (sale::room::state):
+  -- reached after the window before the pause, and within the window
+  -- and the pause before now.
   local since = now_ms - admission_ms
+  local pause_from = tonumber(sale[6] or sale[7] or '')
+  if pause_from then
+    local pause_len = (sale[6] and now_ms or tonumber(sale[8] or now_ms)) - pause_from
+    if since - pause_len < pause_from then
+      since = math.max(since - pause_len, pause_from - admission_ms)
+    end
+  end
   local served_then = 0
   log, log_read = redis.call('LRANGE', KEYS[5], 0, -1), true
   for _, e in ipairs(log) do
@@ -91,10 +109,23 @@ if cap > 0 then
       break
     end
   end
-  -- At most the places reached within the window, and at most the places
-  -- reached that have not ordered (an order needs a valid admission).
-  active = math.max(0, math.min(math.floor(served) - math.floor(served_then),
-    math.floor(served) - sold))
+  -- Used: orders whose admission expires after now (a bucket counts once
+  -- all of it is in the future: an order in the bucket now running out
+  -- frees its place when the bucket has run out, at most a gap later).
+  local used, gone = 0, {}
+  local buckets = redis.call('HGETALL', KEYS[6])
+  for j = 1, #buckets, 2 do
+    local b = tonumber(buckets[j])
+    if b * log_gap > now_ms then
+      used = used + tonumber(buckets[j + 1])
+    elseif (b + 1) * log_gap <= now_ms then
+      gone[#gone + 1] = buckets[j]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', KEYS[6], unpack(gone))
+  end
+  active = math.max(0, math.floor(served) - math.floor(served_then) - used)
 end
 
 -- The oldest order not yet persisted: pending in the group, or not yet
@@ -200,8 +231,8 @@ if cap > 0 then
   end
 else
   redis.call('HDEL', KEYS[3], 'limit')
-  redis.call('DEL', KEYS[5])
+  redis.call('DEL', KEYS[5], KEYS[6])
 end
 return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
   tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log, pow,
-  tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1')}
+  tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1'), log_gap}

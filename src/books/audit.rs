@@ -152,6 +152,8 @@ pub fn retired_figures(product: &Product, rows: &[OrderRow], recorded: &FinalAud
             units: recorded.repaired_units.max(0) as u64,
             releases: recorded.repaired_releases.max(0) as u64,
             idempotency_records: recorded.repaired_idem.max(0) as u64,
+            restocks: recorded.repaired_restocks.max(0) as u64,
+            restock_units: recorded.repaired_restock_units,
             last_ms: None,
         },
     };
@@ -292,10 +294,10 @@ pub fn render(audits: &[SaleAudit]) -> String {
             }
         ));
         let r = &a.repaired;
-        if r.orders + r.releases + r.idempotency_records > 0 {
+        if r.orders + r.releases + r.idempotency_records + r.restocks > 0 {
             out.push_str(&format!(
-                "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records restored\n",
-                r.orders, r.units, r.releases, r.idempotency_records
+                "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records, {} restocks ({:+} units) restored\n",
+                r.orders, r.units, r.releases, r.idempotency_records, r.restocks, r.restock_units
             ));
         }
         if a.restocked != 0 {

@@ -192,7 +192,11 @@ impl Catalog {
         if product.retired.is_some() || product.closed.is_some() {
             return Err(BooksError::SaleClosed);
         }
-        let applied = match self.lifecycle.restock(id, units, restock_id).await? {
+        let applied = match self
+            .lifecycle
+            .restock(id, units, restock_id, sale::RestockBy::Operator)
+            .await?
+        {
             sale::Restocked::NoSale => {
                 return Err(BooksError::InvalidTransition(
                     "not open (open it first)".into(),

@@ -83,6 +83,9 @@ impl Recovery {
         self.ledger
             .reset(product_id, product.initial_qty.max(0) as u64)
             .await?;
+        // `initial_qty` counts the restocks: Redis knows them as done.
+        let restocks = self.products.restocks_of(product_id).await?;
+        self.lifecycle.restocks_done(product_id, &restocks).await?;
         let booked = super::reconcile::booked(&rows)?;
         let restored = self
             .ledger

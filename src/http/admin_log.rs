@@ -96,20 +96,58 @@ fn bearer_actor(headers: &HeaderMap) -> String {
     )
 }
 
-/// The action of an admin route, by its method and path.
+/// An admin action, named once for the log whichever door it came
+/// through (the admin API's route, the dashboard's control). The
+/// dashboard's controls send the lowercase variant (`"restock"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminAction {
+    Create,
+    Open,
+    Close,
+    Pause,
+    Resume,
+    Restock,
+    Room,
+    Replay,
+}
+
+impl AdminAction {
+    /// Its name in the admin log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Create => "product.create",
+            Self::Open => "sale.open",
+            Self::Close => "sale.close",
+            Self::Pause => "sale.pause",
+            Self::Resume => "sale.resume",
+            Self::Restock => "sale.restock",
+            Self::Room => "room.bounds",
+            Self::Replay => "events.replay",
+        }
+    }
+
+    /// The action of an admin API route, by its method and path.
+    fn of_route(method: &Method, path: &str) -> Option<Self> {
+        Some(match (method.as_str(), path) {
+            ("POST", "/api/admin/products") => Self::Create,
+            ("POST", "/api/admin/products/{product_id}/open") => Self::Open,
+            ("POST", "/api/admin/products/{product_id}/close") => Self::Close,
+            ("POST", "/api/admin/products/{product_id}/pause") => Self::Pause,
+            ("POST", "/api/admin/products/{product_id}/resume") => Self::Resume,
+            ("POST", "/api/admin/products/{product_id}/restock") => Self::Restock,
+            ("POST", "/api/admin/products/{product_id}/room") => Self::Room,
+            ("POST", "/api/admin/events/dead/replay") => Self::Replay,
+            _ => return None,
+        })
+    }
+}
+
+/// The admin log's name for a request to an admin route: its action's,
+/// or the method and route for the others.
 fn action(method: &Method, path: &str) -> String {
-    let named = match (method.as_str(), path) {
-        ("POST", "/api/admin/products") => "product.create",
-        ("POST", "/api/admin/products/{product_id}/open") => "sale.open",
-        ("POST", "/api/admin/products/{product_id}/close") => "sale.close",
-        ("POST", "/api/admin/products/{product_id}/pause") => "sale.pause",
-        ("POST", "/api/admin/products/{product_id}/resume") => "sale.resume",
-        ("POST", "/api/admin/products/{product_id}/restock") => "sale.restock",
-        ("POST", "/api/admin/products/{product_id}/room") => "room.bounds",
-        ("POST", "/api/admin/events/dead/replay") => "events.replay",
-        _ => return format!("{method} {path}"),
-    };
-    named.to_owned()
+    AdminAction::of_route(method, path)
+        .map_or_else(|| format!("{method} {path}"), |a| a.name().to_owned())
 }
 
 /// The sale a request's path names (`/api/admin/products/<id>/...`), or

@@ -254,7 +254,7 @@ pub async fn challenge(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<ChallengeView>, ApiError> {
     let product = sale_id(&product_id)?;
-    let room = match state.room.lookup(&product).await? {
+    let room = match state.room.known(&product).await? {
         RoomLookup::Room(room) => room,
         RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
         RoomLookup::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),

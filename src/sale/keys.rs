@@ -61,6 +61,11 @@ pub struct SaleKeys {
     /// List: where the room's line stood when ("at_ms:served", newest
     /// first), for its active cap; only while a cap is set.
     pub room_log: String,
+    /// Hash: the places of the room's active cap that orders used, by
+    /// their admission's expiry (`<expiry_ms / gap>` -> buyers who
+    /// ordered); expired buckets removed by `room_tick.lua`; only while a
+    /// cap is set.
+    pub room_used: String,
     /// Hash: user_id -> the buyer's number in the waiting room (`e<n>`
     /// joined before the start, `l<n>` after): one field per joined buyer.
     pub joined: String,
@@ -157,12 +162,13 @@ impl SaleKeys {
             books: key("books"),
             room: key("room"),
             room_log: key("room_log"),
+            room_used: key("room_used"),
             joined: key("joined"),
         }
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 20] {
+    pub fn all(&self) -> [&str; 21] {
         [
             &self.sale,
             &self.stock,
@@ -183,6 +189,7 @@ impl SaleKeys {
             &self.books,
             &self.room,
             &self.room_log,
+            &self.room_used,
             &self.joined,
         ]
     }

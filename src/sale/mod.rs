@@ -47,7 +47,7 @@ pub use error::SaleError;
 pub use keys::SaleKeys;
 pub use ledger::restore::{Booked, BookedState, Repairs, Restore, Restored};
 pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
-pub use lifecycle::{Lifecycle, Paused, Restocked, SaleSpec};
+pub use lifecycle::{Lifecycle, Paused, RestockBy, Restocked, SaleSpec};
 pub use memory::{Keyed, Memory};
 pub use orders::{
     Accepted, AnsweredBy, Decision, NewOrder, Orders, Placed, Progress, Retake, Vouched,

@@ -41,13 +41,16 @@ pub struct FinalAudit {
     pub repaired_units: i64,
     pub repaired_releases: i64,
     pub repaired_idem: i64,
+    pub repaired_restocks: i64,
+    pub repaired_restock_units: i64,
     /// When it was recorded (epoch ms): the sale's retirement.
     pub retired: i64,
 }
 
 const AUDIT_COLUMNS: &str = "product_id, initial_qty, redis_stock, confirmed, paid, cancelled, \
                              available_qty, orders, repaired_orders, repaired_units, \
-                             repaired_releases, repaired_idem, retired";
+                             repaired_releases, repaired_idem, repaired_restocks, \
+                             repaired_restock_units, retired";
 
 /// The audits table's handle.
 #[derive(Clone)]
@@ -81,7 +84,7 @@ impl Audits {
                     }
                     sqlx::query(&format!(
                         "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ))
                     .bind(&audit.product_id)
                     .bind(audit.initial_qty)
@@ -95,6 +98,8 @@ impl Audits {
                     .bind(audit.repaired_units)
                     .bind(audit.repaired_releases)
                     .bind(audit.repaired_idem)
+                    .bind(audit.repaired_restocks)
+                    .bind(audit.repaired_restock_units)
                     .bind(audit.retired)
                     .execute(&mut **tx)
                     .await?;

@@ -373,6 +373,22 @@ impl Products {
             .map(|sum| sum.and_then(|d| i64::try_from(d).ok()).unwrap_or(0))
     }
 
+    /// A sale's restocks as the books hold them, `(restock_id, units)`, in
+    /// the order they were made.
+    pub async fn restocks_of(&self, product: &ProductId) -> Result<Vec<(String, i64)>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as::<_, (String, i64)>(
+                    "SELECT restock_id, units FROM tb_restock WHERE product_id = ? \
+                     ORDER BY at, restock_id",
+                )
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
     /// Opened sales not retired whose end is at or before `ended_by` (epoch
     /// ms), by end then id, after `after` (the last of the previous page),
     /// at most `limit`: those a retirement pass looks at.

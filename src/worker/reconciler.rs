@@ -13,7 +13,7 @@
 use crate::books::BooksError;
 use crate::books::reconcile::reconcile;
 use crate::domain::ProductId;
-use crate::sale::{Ledger, Lifecycle};
+use crate::sale::{Ledger, Lifecycle, RestockBy, Restocked};
 use crate::store;
 use std::collections::{HashMap, HashSet};
 
@@ -22,7 +22,7 @@ pub struct Reconciler {
     lifecycle: Lifecycle,
     ledger: Ledger,
     orders: store::Orders,
-    /// Whether the books say a sale is paused.
+    /// Whether the books say a sale is paused, and its restocks.
     products: store::Products,
     /// Product -> the master epoch it was last reconciled under.
     seen: HashMap<ProductId, String>,
@@ -71,6 +71,28 @@ impl Reconciler {
         for (product, epoch) in open.into_iter().zip(epochs) {
             if self.seen.get(&product) == Some(&epoch) {
                 continue;
+            }
+            // Restocks the new master lost: made again, once each (the
+            // script knows the ones it has), counted as repaired; before
+            // the orders, so that units restocked and sold are not seen as
+            // oversold. (A sale Redis does not have answers `NoSale`.)
+            {
+                for (id, units) in self.products.restocks_of(&product).await? {
+                    if let Restocked::Done {
+                        applied: true,
+                        stock,
+                        ..
+                    } = self
+                        .lifecycle
+                        .restock(&product, units, &id, RestockBy::PutBack)
+                        .await?
+                    {
+                        tracing::warn!(product_id = %product, restock_id = %id, units, stock, "redis had lost a restock the books hold; made again");
+                        if stock < 0 {
+                            tracing::error!(product_id = %product, oversold = -stock, "the sale oversold while redis had lost a restock that took units away");
+                        }
+                    }
+                }
             }
             let reconciled = reconcile(&self.ledger, &self.orders, &product).await?;
             // A pause the new master lost (written after its last

@@ -781,3 +781,109 @@ async fn from_the_dashboard_the_rooms_bounds_change_and_dead_letters_replay() {
         ["room.bounds", "events.replay", "room.bounds"]
     );
 }
+
+/// The room's bounds and the dead letters' replay by the page's own
+/// buttons: the bounds change as the API changes them, a bound the API
+/// refuses is shown with the API's code, and the replay says how many.
+#[tokio::test]
+async fn in_a_browser_the_operator_sets_the_rooms_bounds_and_replays_dead_letters() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(|_| {}).await;
+    let sku = crate::helpers::unique("room-");
+    let mut body = crate::helpers::product_body(&sku, 10, 1);
+    body["waiting_room"] = serde_json::json!({"ceiling_per_sec": 50, "admission_secs": 60});
+    app.sale_from(body).await;
+    browser.goto(&app.url("/admin/dashboard")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in").await;
+    let card = format!("section[data-product=\"{sku}\"]");
+    eventually("the sale on the page", Duration::from_secs(10), || async {
+        browser
+            .eval(&format!(
+                "const r = document.querySelector('{card} .room-controls'); return !!r && !r.hidden;"
+            ))
+            .await
+            == Value::Bool(true)
+    })
+    .await;
+    let set = |ceiling: &'static str, floor: &'static str, cap: &'static str| {
+        let (browser, card) = (&browser, card.clone());
+        async move {
+            for (field, value) in [("ceiling", ceiling), ("floor", floor), ("cap", cap)] {
+                browser
+                    .eval(&format!(
+                        "document.querySelector('{card} [data-field=\"{field}\"]').value = ''; return true;"
+                    ))
+                    .await;
+                browser
+                    .type_into(&format!("{card} [data-field=\"{field}\"]"), value)
+                    .await;
+            }
+            browser.click(&format!("{card} [data-act=\"room\"]")).await;
+        }
+    };
+    let result = format!("{card} [data-field=\"control-result\"]");
+    set("30", "3", "7").await;
+    eventually("the bounds set", Duration::from_secs(10), || async {
+        browser
+            .text(&result)
+            .await
+            .is_some_and(|t| t.contains("room: 3–30 /s, cap 7"))
+    })
+    .await;
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    let room = &product["waiting_room"];
+    assert_eq!(
+        (
+            &room["ceiling_per_sec"],
+            &room["floor_per_sec"],
+            &room["active_cap"]
+        ),
+        (
+            &serde_json::json!(30),
+            &serde_json::json!(3),
+            &serde_json::json!(7)
+        ),
+        "{product}"
+    );
+    // A ceiling the API refuses: its code on the page, nothing changed.
+    set("0", "3", "7").await;
+    eventually("the refusal shown", Duration::from_secs(10), || async {
+        browser
+            .text(&result)
+            .await
+            .is_some_and(|t| t.starts_with("room refused: invalid_request"))
+    })
+    .await;
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert_eq!(product["waiting_room"]["ceiling_per_sec"], 30);
+
+    browser.click("#replay").await;
+    eventually("the replay answered", Duration::from_secs(10), || async {
+        browser
+            .text("#replay-result")
+            .await
+            .is_some_and(|t| t == "0 dead letters to be delivered again")
+    })
+    .await;
+    let log = app.admin_log().await;
+    let ours: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["actor"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("session:"))
+        })
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        &ours[..3],
+        ["events.replay", "room.bounds", "room.bounds"],
+        "{log}"
+    );
+    browser.quit().await;
+}

@@ -161,3 +161,113 @@ crate::on_both_backends!(
     units_added_sell_and_a_retry_adds_nothing,
     restocks_racing_a_burst_lose_and_make_no_unit,
 );
+
+/// The reconciler after a Redis failover: a reconciler that has not seen
+/// the sale's master yet (as after one).
+fn fresh_reconciler(app: &TestApp) -> flashsale::worker::reconciler::Reconciler {
+    flashsale::worker::reconciler::Reconciler::new(
+        (app.sales.lifecycle().clone(), app.sales.ledger().clone()),
+        (app.db.orders(), app.db.products()),
+    )
+}
+
+/// Restocks the Redis master lost (a failover after them, before their
+/// replication) are made again from the books by the reconciler, once,
+/// counted as repaired; a sale rebuilt by `flashsale recover` counts them
+/// in its stock once, and neither the reconciler nor an operator's retry
+/// adds them again.
+#[tokio::test]
+async fn restocks_redis_lost_are_made_again_from_the_books_once() {
+    let app = crate::helpers::spawn_app().await;
+    let sku = app.new_sale(3, 1).await;
+    assert_eq!(
+        restock(&app, &sku, 5, Some("pallet-2")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        restock(&app, &sku, -2, Some("damaged")).await.0,
+        StatusCode::OK
+    );
+    // The new master never got them: the stock and `initial` as before
+    // them, and no record of either.
+    let mut r = app.redis.clone();
+    let _: () = redis::pipe()
+        .cmd("DECRBY")
+        .arg(app.key(&sku, "stock"))
+        .arg(3)
+        .ignore()
+        .cmd("HINCRBY")
+        .arg(app.key(&sku, "sale"))
+        .arg("initial")
+        .arg(-3)
+        .ignore()
+        .cmd("DEL")
+        .arg(app.key(&sku, "restocks"))
+        .ignore()
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    for user in 1..=3 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(
+        app.place_order(4, &sku, 1).await.status(),
+        StatusCode::CONFLICT
+    );
+
+    assert!(fresh_reconciler(&app).check().await.unwrap() >= 1);
+    assert_eq!(app.stock(&sku).await, Some(3), "3 + 5 - 2 - 3 sold");
+    // Once: another reconciler, and the operator's retry, add nothing.
+    assert!(fresh_reconciler(&app).check().await.unwrap() >= 1);
+    assert_eq!(app.stock(&sku).await, Some(3));
+    let (status, again) = restock(&app, &sku, 5, Some("pallet-2")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["applied"], false, "{again}");
+    for user in 4..=6 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(
+        app.place_order(7, &sku, 1).await.status(),
+        StatusCode::CONFLICT
+    );
+    app.drained(&sku, 6).await;
+    let audit = app.audit(&sku).await;
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(audit["audit"]["repaired"]["restocks"], 2, "{audit}");
+    assert_eq!(audit["audit"]["repaired"]["restock_units"], 3, "{audit}");
+
+    // Redis loses the sale; rebuilt from the books, whose initial counts
+    // the restocks: sold out, and it stays so.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:{{{sku}}}:*", app.prefix))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let done = app
+        .recovery()
+        .recover(&product, flashsale::books::recover::Overwrite::Refuse)
+        .await
+        .unwrap();
+    assert_eq!(done.stock, 0, "{done:?}");
+    assert!(fresh_reconciler(&app).check().await.unwrap() >= 1);
+    assert_eq!(app.stock(&sku).await, Some(0), "restocks made twice");
+    let (status, again) = restock(&app, &sku, 5, Some("pallet-2")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["applied"], false, "{again}");
+    assert_eq!(
+        app.place_order(7, &sku, 1).await.status(),
+        StatusCode::CONFLICT
+    );
+}

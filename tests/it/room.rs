@@ -921,6 +921,201 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
 
+/// The cap counts what is really held, whatever ran out before: after a
+/// batch of admissions expired unused, buyers of the next batch who order
+/// (two units each, where the limit allows) free one place each at once,
+/// not when the batch expires, and the cap still holds.
+#[tokio::test]
+async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries() {
+    let app = spawn_app().await;
+    let id = unique("room-");
+    let mut body = product_body(&id, 1_000, 2);
+    body["start_time"] = json!(now_ms() + 500);
+    body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 6});
+    let sku = app.sale_from(body).await;
+    let mut tickets = Vec::new();
+    for user in 1..=60 {
+        tickets.push((user, ticket(&app, &sku, user).await));
+    }
+    let admitted = || {
+        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
+        async move {
+            let mut holding = Vec::new();
+            for (user, t) in &tickets {
+                let (_, s) = standing(app, &sku, t).await;
+                if s["status"] == "admitted" {
+                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
+                }
+            }
+            holding
+        }
+    };
+    eventually(
+        "the first ten admitted",
+        Duration::from_secs(10),
+        || async { room_metric(&app, &sku, "room_admitted").await >= 10 },
+    )
+    .await;
+    // Nobody orders: the ten run out (6 s) and the next ten come in.
+    eventually(
+        "the next ten after the first ran out",
+        Duration::from_secs(15),
+        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
+    )
+    .await;
+    let holding = admitted().await;
+    assert_eq!(holding.len(), 10, "{holding:?}");
+    // Five of them order two units each: five places free at once.
+    let t0 = std::time::Instant::now();
+    for (user, a) in &holding[..5] {
+        let resp = app
+            .client
+            .post(app.url("/api/orders"))
+            .header("Admission-Token", a)
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": 2}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    eventually(
+        "the line moved on by five",
+        Duration::from_secs(4),
+        || async { room_metric(&app, &sku, "room_admitted").await >= 25 },
+    )
+    .await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "moved only when the batch ran out"
+    );
+    // No more than five: ten hold an admission unused.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, 25);
+    assert_eq!(room_metric(&app, &sku, "room_active").await, 10);
+    let ordered: Vec<u64> = holding[..5].iter().map(|(u, _)| *u).collect();
+    let unused = admitted()
+        .await
+        .into_iter()
+        .filter(|(u, _)| !ordered.contains(u))
+        .count();
+    assert_eq!(unused, 10);
+}
+
+/// A pause gives the admissions valid when it began its length again, and
+/// the cap counts them as held for that long: after the resume, the line
+/// waits for them to run out (later by the pause) before moving on.
+#[tokio::test]
+async fn the_active_cap_counts_admissions_a_pause_lengthened() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        1_000,
+        500,
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 4}),
+    )
+    .await;
+    for user in 1..=40 {
+        ticket(&app, &sku, user).await;
+    }
+    eventually("the cap reached", Duration::from_secs(10), || async {
+        room_metric(&app, &sku, "room_admitted").await >= 10
+    })
+    .await;
+    let reached = std::time::Instant::now();
+    let admin = |action: &'static str| {
+        let (app, sku) = (&app, sku.clone());
+        async move {
+            let resp = app
+                .client
+                .post(app.url(&format!("/api/admin/products/{sku}/{action}")))
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{action}");
+        }
+    };
+    admin("pause").await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    admin("resume").await;
+    // Past the admissions' own 4 s, within the 4 + 2.5 s the pause gave
+    // them: still ten held, the line stands.
+    while reached.elapsed() < Duration::from_millis(5_500) {
+        assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then they run out: the next ten.
+    eventually("the next ten", Duration::from_secs(6), || async {
+        room_metric(&app, &sku, "room_admitted").await >= 20
+    })
+    .await;
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, 20);
+}
+
+/// Units an operator adds to a sold-out room sale (a restock) go to the
+/// next places in line, as many as were added: the line moves again from
+/// where it stood, and a bot without an admission gets none.
+#[tokio::test]
+async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        2,
+        -1_000,
+        json!({"ceiling_per_sec": 2, "admission_secs": 60}),
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for user in 1..=10 {
+        tickets.push(ticket(&app, &sku, user).await);
+    }
+    for (i, t) in tickets[..2].iter().enumerate() {
+        let a = admission(&app, &sku, t).await;
+        let resp = order_with(&app, &sku, i as u64 + 1, Some(&a)).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    eventually(
+        "sold out, said to the line",
+        Duration::from_secs(5),
+        || async { standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out" },
+    )
+    .await;
+    let line = room_metric(&app, &sku, "room_admitted").await as usize;
+    assert!((2..=4).contains(&line), "the line stood at {line}");
+    // Three units more: the places after the line, in order, buy them.
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/restock")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"units": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bot = order_with(&app, &sku, 99, None).await;
+    assert_refused(bot, StatusCode::FORBIDDEN, "admission_required").await;
+    let mut bought = 0;
+    for (i, t) in tickets.iter().enumerate().skip(2) {
+        if bought == 3 {
+            break;
+        }
+        let a = admission(&app, &sku, t).await;
+        let resp = order_with(&app, &sku, i as u64 + 1, Some(&a)).await;
+        if resp.status() == StatusCode::ACCEPTED {
+            bought += 1;
+        }
+    }
+    assert_eq!(bought, 3, "the restocked units went to the line");
+    eventually("sold out again", Duration::from_secs(5), || async {
+        standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out"
+    })
+    .await;
+    // The line moved on from where it stood, by about the units added.
+    let moved = room_metric(&app, &sku, "room_admitted").await as usize;
+    assert!(moved > line && moved <= line + 3 + 2, "{line} -> {moved}");
+    app.drained(&sku, 5).await;
+}
+
 /// Units that come back to a sold-out room sale (a cancel, unpaid orders'
 /// timeouts) go to the next places in line:
 /// tickets that heard `sold_out` hear `admitted` again in line order, and a
@@ -1093,7 +1288,9 @@ async fn room_bounds_are_checked_and_changed_live() {
 
 /// A room that asks a proof of work: a join without one, with another
 /// buyer's, with another sale's or a made-up challenge, is refused 403
-/// `challenge_required` without a Redis call; a solved challenge joins.
+/// `challenge_required` without a Redis call (for seconds: nor does it
+/// renew the room's reading, nor does asking the challenge); a solved
+/// challenge joins.
 /// The difficulty changes live (0: joining is free again).
 #[tokio::test]
 async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
@@ -1148,10 +1345,19 @@ async fn a_join_costs_a_proof_of_work_when_the_room_asks_one() {
             "{why}: {body}"
         );
     }
+    // Nor do they keep the room's reading fresh: a crowd refused for
+    // seconds, asking the challenge again and again, costs no tick either.
+    for _ in 0..25 {
+        let (status, _) = join(&app, &sku, 1).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let (status, _) = app.get_json(&format!("/api/sales/{sku}/challenge")).await;
+        assert_eq!(status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         app.sales.counts().get(flashsale::sale::Counter::RoomCalls),
         before,
-        "refused joins cost Redis nothing"
+        "refused joins and challenge requests cost Redis nothing"
     );
     // The rightful buyer's proof joins.
     let (status, body) =

@@ -227,6 +227,8 @@ impl Retirer {
                 repaired_units: audit.repaired.units as i64,
                 repaired_releases: audit.repaired.releases as i64,
                 repaired_idem: audit.repaired.idempotency_records as i64,
+                repaired_restocks: audit.repaired.restocks as i64,
+                repaired_restock_units: audit.repaired.restock_units,
                 retired: now_ms(),
             };
             if self.audits.record_retirement(&recorded).await? {

@@ -22,6 +22,7 @@ use subtle::ConstantTimeEq;
 
 use super::{Dashboard, signed_in};
 use crate::domain::ProductId;
+use crate::http::admin_log::AdminAction;
 use crate::http::error::ApiError;
 use crate::store::AdminEntry;
 
@@ -34,7 +35,7 @@ struct Action {
     /// `pause`, `resume`, `restock` (with `units`), `room` (with any of
     /// the bounds), `close`; `replay` (every dead letter of the events,
     /// whatever the sale).
-    action: String,
+    action: AdminAction,
     units: Option<i64>,
     product: Option<crate::http::products::CreateProduct>,
     ceiling_per_sec: Option<u32>,
@@ -94,7 +95,7 @@ pub(super) async fn act(
         .guards
         .client_ip(&parts.headers, crate::http::conn::peer(&parts.extensions))
         .map(|ip| ip.to_string());
-    let (product_id, action) = (asked.product_id.clone(), asked.action.clone());
+    let (product_id, action) = (asked.product_id.clone(), asked.action);
     let answer = run(&dashboard, asked).await;
     let (status, after) = match &answer {
         Ok(product) => (StatusCode::OK, Some(product.to_string())),
@@ -108,12 +109,7 @@ pub(super) async fn act(
             asked: Some(String::from_utf8_lossy(&body).into_owned()),
             after,
             ..AdminEntry::new(
-                match action.as_str() {
-                    "create" => "product.create".into(),
-                    "replay" => "events.replay".into(),
-                    "room" => "room.bounds".into(),
-                    other => format!("sale.{other}"),
-                },
+                action.name().to_owned(),
                 session.actor(),
                 i32::from(status.as_u16()),
             )
@@ -126,14 +122,14 @@ pub(super) async fn act(
 }
 
 async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, ApiError> {
-    if asked.action == "replay" {
+    if asked.action == AdminAction::Replay {
         let replaying = dashboard.outbox.replay(None).await?;
         return Ok(serde_json::json!({ "replaying": replaying }));
     }
     let id = ProductId::parse(&asked.product_id)
         .map_err(|_| ApiError::ProductNotFound("no product with this id"))?;
     let catalog = &dashboard.catalog;
-    if asked.action == "room" {
+    if asked.action == AdminAction::Room {
         let change = crate::domain::BoundsChange::new(
             asked.ceiling_per_sec,
             asked.floor_per_sec,
@@ -150,7 +146,7 @@ async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, 
             "active_cap": room.cap,
         }));
     }
-    if asked.action == "create" {
+    if asked.action == AdminAction::Create {
         let Some(product) = asked.product else {
             return Err(ApiError::InvalidRequest(
                 "create: the product is missing".into(),
@@ -163,25 +159,25 @@ async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, 
         catalog.create(&new).await?;
         catalog.open(&id).await?;
     }
-    let status = match (asked.action.as_str(), asked.units) {
-        ("create", None) => catalog.status(&id).await?,
-        ("pause", None) => catalog.pause(&id, true).await?,
-        ("resume", None) => catalog.pause(&id, false).await?,
-        ("close", None) => catalog.close(&id).await?,
-        ("restock", Some(units))
+    let status = match (asked.action, asked.units) {
+        (AdminAction::Create, None) => catalog.status(&id).await?,
+        (AdminAction::Pause, None) => catalog.pause(&id, true).await?,
+        (AdminAction::Resume, None) => catalog.pause(&id, false).await?,
+        (AdminAction::Close, None) => catalog.close(&id).await?,
+        (AdminAction::Restock, Some(units))
             if units != 0 && units.unsigned_abs() <= crate::domain::MAX_STOCK =>
         {
             let restock_id = crate::domain::OrderId::generate(&id).into_string();
             catalog.restock(&id, units, &restock_id).await?.0
         }
-        ("restock", _) => {
+        (AdminAction::Restock, _) => {
             return Err(ApiError::InvalidRequest(
                 "restock: units must be a whole number, not 0".into(),
             ));
         }
         _ => {
             return Err(ApiError::InvalidRequest(
-                "action: pause, resume, restock (with units) or close".into(),
+                "action: create, pause, resume, restock (with units), room, close or replay (a sale is opened by create)".into(),
             ));
         }
     };

@@ -221,7 +221,7 @@ async fn admission(
 ) -> Result<Vouched, ApiError> {
     let token = token.to_str().unwrap_or("");
     match state.room.admission(product, user_id, token).await? {
-        Admission::Admitted => Ok(Vouched::Admitted),
+        Admission::Admitted { counted_in } => Ok(Vouched::Admitted { counted_in }),
         Admission::NoRoom => Ok(Vouched::No),
         Admission::Refused(_) | Admission::Outside(_) if keyed == Keyed::Yes => Ok(Vouched::No),
         Admission::Outside(r) => Err(r.into()),

@@ -213,6 +213,8 @@ impl Ledger {
             units: get("units"),
             releases: get("releases"),
             idempotency_records: get("idempotency_records"),
+            restocks: get("restocks"),
+            restock_units: h.get("restock_units").copied().unwrap_or(0),
             last_ms: h.get("last_ms").copied(),
         })
     }

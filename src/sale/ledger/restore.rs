@@ -74,6 +74,10 @@ pub struct Repairs {
     pub units: u64,
     pub releases: u64,
     pub idempotency_records: u64,
+    /// Restocks the books held and Redis had lost, made again, and the
+    /// units they moved (signed).
+    pub restocks: u64,
+    pub restock_units: i64,
     /// When the last repair was made (Redis time, epoch ms).
     pub last_ms: Option<i64>,
 }

@@ -18,7 +18,7 @@ use super::room::{Room, RoomKey};
 use crate::domain::ProductId;
 pub use open::SaleSpec;
 pub use pause::Paused;
-pub use restock::Restocked;
+pub use restock::{RestockBy, Restocked};
 
 /// The lifecycle handle.
 #[derive(Clone)]
@@ -98,16 +98,19 @@ impl Lifecycle {
 
     /// Adds `units` to an open sale (taken away when negative, never more
     /// than are left), once per `id`, atomically with its orders.
+    /// `by` the reconciler: one the books hold, put back (see
+    /// [`RestockBy::PutBack`]).
     pub async fn restock(
         &self,
         product: &ProductId,
         units: i64,
         id: &str,
+        by: RestockBy,
     ) -> Result<Restocked, SaleError> {
         let keys = self.core.keys(product);
         let done = self
             .core
-            .call(|mut c| async move { restock::restock(&mut c, &keys, units, id).await })
+            .call(|mut c| async move { restock::restock(&mut c, &keys, units, id, by).await })
             .await?;
         // This instance's sold-out and allowance answers go (the others'
         // within SOLD_OUT_CACHE_MS); the room's line moves again for new
@@ -115,6 +118,28 @@ impl Lifecycle {
         self.core.memory.forget(product);
         self.room.renew(product);
         Ok(done)
+    }
+
+    /// Before `flashsale recover` opens a sale rebuilt from the books,
+    /// whose `initial` counts its restocks already: the restocks as done
+    /// (`restock_id -> units`, nothing moved), so that the reconciler does
+    /// not make them again and an operator's retry answers as done.
+    pub async fn restocks_done(
+        &self,
+        product: &ProductId,
+        restocks: &[(String, i64)],
+    ) -> Result<(), SaleError> {
+        let key = self.core.keys(product).restocks;
+        self.core
+            .call(|mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.atomic().del(&key).ignore();
+                if !restocks.is_empty() {
+                    pipe.hset_multiple(&key, restocks).ignore();
+                }
+                pipe.query_async::<()>(&mut c).await
+            })
+            .await
     }
 
     /// The clock of the Redis node that decides the sale's orders (epoch

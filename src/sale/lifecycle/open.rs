@@ -37,6 +37,7 @@ pub async fn open_sale(
         .key(&keys.orders)
         .key(&keys.room)
         .key(&keys.room_log)
+        .key(&keys.room_used)
         .arg(spec.stock)
         .arg(spec.start_ms)
         .arg(spec.end_ms)

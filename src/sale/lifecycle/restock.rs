@@ -25,19 +25,35 @@ pub enum Restocked {
     },
 }
 
+/// Who asks for a restock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestockBy {
+    /// An operator, on an open sale.
+    Operator,
+    /// The reconciler, putting back one the books hold and Redis lost:
+    /// past the end too, whatever is left, counted as repaired.
+    PutBack,
+}
+
 /// `restock.lua`: `units` (signed) once per `id`.
 pub async fn restock(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     units: i64,
     id: &str,
+    by: RestockBy,
 ) -> RedisResult<Restocked> {
     let reply: Vec<Value> = RESTOCK
         .key(&keys.sale)
         .key(&keys.stock)
         .key(&keys.restocks)
+        .key(&keys.repaired)
         .arg(units)
         .arg(id)
+        .arg(match by {
+            RestockBy::Operator => "",
+            RestockBy::PutBack => "again",
+        })
         .invoke_async(conn)
         .await?;
     let mut parts = reply.into_iter();

@@ -56,7 +56,9 @@ impl Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Vouched {
     /// The API checked a valid admission for this buyer and sale.
-    Admitted,
+    /// `counted_in`: with an active cap, the bucket of its expiry, where
+    /// the order script counts the place as used (`room_used`).
+    Admitted { counted_in: Option<i64> },
     /// No admission (none needed, or none valid: the script decides).
     No,
 }

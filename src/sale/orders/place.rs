@@ -133,25 +133,50 @@ fn place_order_cmd(prefix: &str, product: &ProductId, orders: &[OrderCall]) -> r
     let key = |name| order_key(prefix, product, name);
     let ids: usize = orders.iter().map(|o| o.order_id.as_str().len()).sum();
     let room = 96 + 8 * (prefix.len() + product.as_str().len() + 12) + ids + 48 * orders.len();
-    let mut cmd = redis::Cmd::with_capacity(11 + 6 * orders.len(), room);
+    // The room's `room_used` only when an order counts against an active
+    // cap: a key more is work for Redis on every call (~1,000 instructions).
+    let counted = orders.iter().any(|o| {
+        matches!(
+            o.vouched,
+            Vouched::Admitted {
+                counted_in: Some(_)
+            }
+        )
+    });
+    let mut cmd = redis::Cmd::with_capacity(12 + 7 * orders.len(), room);
     cmd.arg("EVALSHA")
         .arg(PLACE_ORDER.get_hash())
-        .arg(7)
+        .arg(if counted { 8 } else { 7 })
         .arg(key("sale"))
         .arg(key("stock"))
         .arg(key("bought"))
         .arg(key("idem"))
         .arg(key("orders"))
         .arg(key("accepted"))
-        .arg(key("void"))
-        .arg(product.as_str());
+        .arg(key("void"));
+    if counted {
+        cmd.arg(key("room_used"));
+    }
+    cmd.arg(product.as_str());
     for order in orders {
-        let admitted = order.vouched == Vouched::Admitted;
-        let flags = match (admitted, order.idempotency_key.is_some()) {
-            (false, false) => "",
-            (true, false) => "a",
-            (false, true) => "k",
-            (true, true) => "ak",
+        let keyed = order.idempotency_key.is_some();
+        let flags = match (order.vouched, keyed) {
+            (Vouched::No, false) => "",
+            (Vouched::No, true) => "k",
+            (Vouched::Admitted { counted_in: None }, false) => "a",
+            (Vouched::Admitted { counted_in: None }, true) => "ak",
+            (
+                Vouched::Admitted {
+                    counted_in: Some(_),
+                },
+                false,
+            ) => "c",
+            (
+                Vouched::Admitted {
+                    counted_in: Some(_),
+                },
+                true,
+            ) => "ck",
         };
         cmd.arg(order.order_id.as_str())
             .arg(order.user_id)
@@ -159,6 +184,12 @@ fn place_order_cmd(prefix: &str, product: &ProductId, orders: &[OrderCall]) -> r
             .arg(flags);
         if let (Some(field), Some(key)) = (order.idempotency_field(), &order.idempotency_key) {
             cmd.arg(field).arg(key.as_str());
+        }
+        if let Vouched::Admitted {
+            counted_in: Some(bucket),
+        } = order.vouched
+        {
+            cmd.arg(bucket);
         }
     }
     cmd
@@ -338,7 +369,8 @@ mod tests {
 
     /// The order command carries the script's KEYS in its contract's
     /// order, named as every other handle names them (`SaleKeys`), and its
-    /// ARGV, four per order or six when keyed: byte for byte what
+    /// ARGV, four per order, six when keyed, one more when its admission
+    /// counts against an active cap: byte for byte what
     /// `redis::Script`'s invocation sends.
     #[test]
     fn the_order_command_is_the_scripts_invocation() {
@@ -350,46 +382,74 @@ mod tests {
             idempotency_key: key.map(str::to_owned),
             vouched,
         };
+        let admitted = |counted_in| Vouched::Admitted { counted_in };
         let orders = [
-            order(42, Some("k-1"), Vouched::Admitted),
+            order(42, Some("k-1"), admitted(None)),
             order(7, None, Vouched::No),
             order(8, Some("k 2"), Vouched::No),
-            order(9, None, Vouched::Admitted),
+            order(9, None, admitted(None)),
+            order(10, None, admitted(Some(1_700_000_060))),
+            order(11, Some("k-3"), admitted(Some(1_700_000_061))),
         ];
         let keys = SaleKeys::new("fs", &product);
-        let mut invocation = PLACE_ORDER.prepare_invoke();
-        for key in [
-            &keys.sale,
-            &keys.stock,
-            &keys.bought,
-            &keys.idem,
-            &keys.orders,
-            &keys.accepted,
-            &keys.void,
-        ] {
-            invocation.key(key);
-        }
-        invocation.arg("sku-1");
-        for (o, user, flags, keyed) in [
-            (&orders[0], 42, "ak", Some(("42:k-1", "k-1"))),
-            (&orders[1], 7, "", None),
-            (&orders[2], 8, "k", Some(("8:k 2", "k 2"))),
-            (&orders[3], 9, "a", None),
-        ] {
-            invocation
-                .arg(o.order_id.as_str())
-                .arg(user)
-                .arg(2)
-                .arg(flags);
-            if let Some((field, key)) = keyed {
-                invocation.arg(field).arg(key);
+        // The invocation of the first `n` orders: `room_used` among the
+        // keys only when one of them counts against a cap.
+        let invocation = |n: usize| {
+            let mut invocation = PLACE_ORDER.prepare_invoke();
+            for key in [
+                &keys.sale,
+                &keys.stock,
+                &keys.bought,
+                &keys.idem,
+                &keys.orders,
+                &keys.accepted,
+                &keys.void,
+            ] {
+                invocation.key(key);
             }
-        }
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&invocation);
-        assert_eq!(
-            place_order_cmd("fs", &product, &orders).get_packed_command(),
+            if n > 4 {
+                invocation.key(&keys.room_used);
+            }
+            invocation.arg("sku-1");
+            for (o, user, flags, keyed, until) in [
+                (&orders[0], 42, "ak", Some(("42:k-1", "k-1")), None),
+                (&orders[1], 7, "", None, None),
+                (&orders[2], 8, "k", Some(("8:k 2", "k 2")), None),
+                (&orders[3], 9, "a", None, None),
+                (&orders[4], 10, "c", None, Some(1_700_000_060i64)),
+                (
+                    &orders[5],
+                    11,
+                    "ck",
+                    Some(("11:k-3", "k-3")),
+                    Some(1_700_000_061),
+                ),
+            ]
+            .into_iter()
+            .take(n)
+            {
+                invocation
+                    .arg(o.order_id.as_str())
+                    .arg(user)
+                    .arg(2)
+                    .arg(flags);
+                if let Some((field, key)) = keyed {
+                    invocation.arg(field).arg(key);
+                }
+                if let Some(until) = until {
+                    invocation.arg(until);
+                }
+            }
+            let mut pipe = redis::pipe();
+            pipe.invoke_script(&invocation);
             pipe.get_packed_pipeline()
-        );
+        };
+        for n in [4, 6] {
+            assert_eq!(
+                place_order_cmd("fs", &product, &orders[..n]).get_packed_command(),
+                invocation(n),
+                "{n} orders"
+            );
+        }
     }
 }

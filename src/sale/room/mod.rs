@@ -90,7 +90,12 @@ impl Ticked {
 pub enum Admission {
     /// The sale has no room: none is needed.
     NoRoom,
-    Admitted,
+    /// Valid for the buyer and sale. `counted_in`: with an active cap, the
+    /// bucket of the admission's expiry, in which the order script counts
+    /// its place as used (`place_order.lua`, `room_used`); `None` without.
+    Admitted {
+        counted_in: Option<i64>,
+    },
     Refused(Refused),
     /// The room's sale is certainly not taking orders now (not started, or
     /// over): that is the answer, whatever the admission.
@@ -141,10 +146,11 @@ impl Room {
         if self.core.is_no_sale(product) {
             return Ok(Joined::NoSale);
         }
-        // The room as this process knows it (read once if never): a proof
-        // of work it asks is checked here, before any Redis call, and its
-        // key signs the ticket.
-        let known = match self.lookup(product).await? {
+        // The room as this process knows it (read once if never, not
+        // renewed here: a refused join costs Redis nothing): a proof of
+        // work it asks is checked here, before any Redis call, and its key
+        // signs the ticket.
+        let known = match self.known(product).await? {
             RoomLookup::Room(room) => Some(room),
             RoomLookup::NoRoom | RoomLookup::NoSale => None,
         };
@@ -162,6 +168,10 @@ impl Room {
                 refused,
                 difficulty: room.join_difficulty,
             });
+        }
+        // A join let through keeps the reading fresh, as a poll does.
+        if known.is_some() {
+            self.lookup(product).await?;
         }
         let keys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
@@ -204,7 +214,22 @@ impl Room {
 
     /// [`Self::room`], telling a sale without a room from no sale at all.
     pub async fn lookup(&self, product: &ProductId) -> Result<RoomLookup, SaleError> {
+        self.read(product, true).await
+    }
+
+    /// The room as this process knows it, read once if never but not
+    /// renewed: enough for what its key and join difficulty answer (a
+    /// join's proof, the challenge), so that refused joins and challenge
+    /// requests cost Redis nothing once the room is known. (The key is the
+    /// sale's for as long as it is open; a new difficulty is seen at the
+    /// next renewal, which polls and the joins let through make.)
+    pub async fn known(&self, product: &ProductId) -> Result<RoomLookup, SaleError> {
+        self.read(product, false).await
+    }
+
+    async fn read(&self, product: &ProductId, renew: bool) -> Result<RoomLookup, SaleError> {
         let read = match self.rooms.remembered(product) {
+            Some(read) if !renew => read.room,
             Some(read) => {
                 // Old, or taken before the start when the start has passed
                 // (the draw needs a reading from after it): renewed, once at
@@ -262,7 +287,9 @@ impl Room {
         }
         Ok(
             match room.key.check_admission(product, user_id.get(), token, now) {
-                Ok(()) => Admission::Admitted,
+                Ok(expires_ms) => Admission::Admitted {
+                    counted_in: room.cap.map(|_| expires_ms / room.bucket_ms),
+                },
                 Err(refused) => Admission::Refused(refused),
             },
         )

@@ -163,14 +163,15 @@ impl RoomKey {
         format!("{user_id}.{expires_ms}.{}", hex(&tag))
     }
 
-    /// Whether `text` admits `user_id` to order in this sale at `now_ms`.
+    /// Whether `text` admits `user_id` to order in this sale at `now_ms`;
+    /// its expiry (epoch ms) when it does.
     pub fn check_admission(
         &self,
         product: &ProductId,
         user_id: u64,
         text: &str,
         now_ms: i64,
-    ) -> Result<(), Refused> {
+    ) -> Result<i64, Refused> {
         let mut parts = text.splitn(3, '.');
         let (Some(user), Some(expires), Some(tag)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -188,7 +189,7 @@ impl RoomKey {
         if now_ms >= expires_ms {
             return Err(Refused::Expired);
         }
-        Ok(())
+        Ok(expires_ms)
     }
 
     /// The join challenge of this sale for a time window (see
@@ -251,7 +252,7 @@ mod tests {
     fn an_admission_admits_its_buyer_in_its_sale_until_it_expires() {
         let (k, p) = (key(), sku("sku-1"));
         let a = k.admission(&p, 42, 10_000);
-        assert_eq!(k.check_admission(&p, 42, &a, 9_999), Ok(()));
+        assert_eq!(k.check_admission(&p, 42, &a, 9_999), Ok(10_000));
         assert_eq!(k.check_admission(&p, 42, &a, 10_000), Err(Refused::Expired));
         assert_eq!(k.check_admission(&p, 43, &a, 0), Err(Refused::OtherUser));
         assert_eq!(

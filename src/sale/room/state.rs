@@ -61,6 +61,10 @@ pub struct RoomState {
     /// ended (`None`: paused now). Admissions valid when it began get its
     /// length again.
     pub pause: Option<(i64, Option<i64>)>,
+    /// The gap (ms) of the log's entries, and the width of the buckets in
+    /// which the order script counts the admissions used (`room_used`, by
+    /// expiry): `room_tick.lua`'s, the one place it is reckoned.
+    pub bucket_ms: i64,
 }
 
 /// Where a ticket stands now.
@@ -331,6 +335,7 @@ mod tests {
             stock: 100,
             now_ms: at_ms,
             pause: None,
+            bucket_ms: 1_000,
         }
     }
 

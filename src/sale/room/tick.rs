@@ -26,6 +26,7 @@ pub(super) async fn tick(
         .key(&keys.room)
         .key(&keys.orders)
         .key(&keys.room_log)
+        .key(&keys.room_used)
         .arg(text(change.ceiling))
         .arg(text(change.floor))
         // No cap is 0 in the room's hash.
@@ -85,6 +86,7 @@ pub(super) fn decode(reply: Value) -> Result<(bool, Option<RoomState>), SaleErro
                 let (from, to): (i64, i64) = (next(&mut parts)?, next(&mut parts)?);
                 (from >= 0).then_some((from, (to >= 0).then_some(to)))
             },
+            bucket_ms: next::<i64>(&mut parts)?.max(1),
         }),
     ))
 }
