@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::books::{Audit, Books, Catalog, Outbox};
+use crate::books::{Audit, Books, Catalog, Outbox, Recorder, Reports};
 use crate::config::{MemorySettings, Settings, WorkerSettings, weak_admin_token};
 use crate::domain::Chain;
 use crate::http::auth::Auth;
@@ -126,6 +126,13 @@ impl App {
                 sales.ledger().clone(),
                 (db.products(), db.orders(), db.audits()),
             ),
+            reports: Reports::new(
+                Audit::new(
+                    sales.ledger().clone(),
+                    (db.products(), db.orders(), db.audits()),
+                ),
+                (db.seconds(), db.products(), db.orders(), db.payments()),
+            ),
             outbox,
             watched: Watched::of(&sales, &db),
             dashboard,
@@ -208,6 +215,13 @@ impl App {
         let token = CancellationToken::new();
         start_dependencies(&self.sales, &self.db, &token);
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
+        let recorder = Recorder {
+            metrics: self.state.metrics.clone(),
+            seconds: self.db.seconds(),
+            room: Some(self.sales.room().clone()),
+            source: Recorder::source_name(),
+        };
+        let recorded = tokio::spawn(recorder.run(token.clone()));
         tokio::spawn(sweep_buckets(
             self.state.guards.clone(),
             Duration::from_secs(10),
@@ -226,6 +240,8 @@ impl App {
         if let Some(w) = workers {
             crate::worker::every::report_exit("stream workers", w).await;
         }
+        // The timeline's last seconds written (bounded by the books' timeout).
+        let _ = recorded.await;
         served
     }
 }
@@ -294,9 +310,17 @@ pub async fn run_workers(
             }
         });
     }
+    let recorder = Recorder {
+        metrics: metrics.clone(),
+        seconds: db.seconds(),
+        room: None,
+        source: Recorder::source_name(),
+    };
+    let recorded = tokio::spawn(recorder.run(token.clone()));
     Workers::new(&sales, &db, cfg)
         .with_metrics(metrics)
         .run(token)
         .await;
+    let _ = recorded.await;
     Ok(())
 }

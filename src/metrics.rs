@@ -3,11 +3,16 @@
 //! handed to the HTTP layer and the workers. Labels are bounded: outcome
 //! codes, and the product id of open sales only (never user ids).
 //!
+//! Beside the registry, each sale's [`timeline`]: what this process
+//! counted for it, second by second, for the sale's report.
+//!
 //! Counters and histograms are updated where things happen; the per-sale
 //! gauges (stock, stream length, lag, pending, dead letters) are read from
 //! Redis when `/metrics` is scraped (see `http::metrics`).
 
 use std::sync::OnceLock;
+
+pub mod timeline;
 
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -120,6 +125,9 @@ pub struct Metrics {
     pub event_dead_letters: IntGauge,
     /// `order_requests` and `order_latency` series, resolved once each.
     order_series: OrderSeries,
+    /// Each sale's seconds as this process counts them, for its report
+    /// (not Prometheus: written to the books, see [`timeline`]).
+    pub timeline: timeline::Timeline,
 }
 
 /// The outcomes a sale's crowd gets by the thousand, and who gives them.
@@ -469,6 +477,7 @@ impl Metrics {
                 ),
             ),
             order_series: OrderSeries::default(),
+            timeline: timeline::Timeline::default(),
             registry,
         }
     }

@@ -15,7 +15,9 @@
 //! cancels); [`audit`] proves the books balance; [`reconcile`] restores in
 //! Redis what a failover lost of a sale; [`recover`] rebuilds a sale in Redis
 //! from MySQL after Redis lost it entirely; [`retire`] ends a sale's life
-//! once it is over and settled (its final audit recorded, its keys gone).
+//! once it is over and settled (its final audit recorded, its keys gone);
+//! [`report`] tells how a sale went (its timeline and its books), and
+//! keeps that when it retires.
 
 pub mod audit;
 mod catalog;
@@ -27,6 +29,7 @@ mod payments;
 mod put_back;
 pub mod reconcile;
 pub mod recover;
+pub mod report;
 pub mod retire;
 mod sweeper;
 
@@ -38,5 +41,6 @@ pub use live::LiveCheck;
 pub use orders::{Books, Cancelled, Found, pending_of as pending_order_of};
 pub use payments::{PaymentRecord, decide as decide_payment};
 pub use recover::Recovery;
+pub use report::{Recorder, Report, Reports};
 pub use retire::{Retirer, Settlement};
 pub use sweeper::{Sweeper, Swept};

@@ -188,8 +188,13 @@ impl Books {
         }
     }
 
-    /// Cancels orders unpaid for longer than `timeout`; returns how many.
-    pub async fn cancel_expired(&self, timeout: Duration, limit: u32) -> Result<usize, BooksError> {
+    /// Cancels orders unpaid for longer than `timeout`; returns the sale
+    /// of each.
+    pub async fn cancel_expired(
+        &self,
+        timeout: Duration,
+        limit: u32,
+    ) -> Result<Vec<String>, BooksError> {
         let rows = self
             .orders
             .cancel_expired(now_ms() - timeout.as_millis() as i64, limit)
@@ -198,7 +203,7 @@ impl Books {
             tracing::info!(order_id = %row.order_id, "unpaid past the payment timeout: cancelled");
             self.release_logged(row).await;
         }
-        Ok(rows.len())
+        Ok(rows.into_iter().map(|r| r.product_id).collect())
     }
 
     /// Finishes cancels whose Redis half is missing (older than `grace`, so a

@@ -11,9 +11,11 @@ use crate::domain::ProductId;
 use crate::sale::Lifecycle;
 
 /// What one pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
     pub expired: usize,
+    /// The orders cancelled by their payment timeout, by sale.
+    pub expired_by_sale: Vec<(String, u64)>,
     pub repaired: usize,
     pub requests_applied: usize,
 }
@@ -63,14 +65,18 @@ impl Sweeper {
         &self,
         pick: impl FnOnce(Vec<ProductId>) -> Vec<ProductId>,
     ) -> Result<Swept, BooksError> {
-        let mut expired = 0;
+        let (mut expired, mut by_sale) = (0, std::collections::BTreeMap::<String, u64>::new());
         for _ in 0..EXPIRY_BATCHES_PER_PASS {
             let cancelled = self
                 .books
                 .cancel_expired(self.payment_timeout, BATCH)
                 .await?;
-            expired += cancelled;
-            if cancelled < BATCH as usize {
+            expired += cancelled.len();
+            let full = cancelled.len() >= BATCH as usize;
+            for sale in cancelled {
+                *by_sale.entry(sale).or_default() += 1;
+            }
+            if !full {
                 break;
             }
         }
@@ -84,6 +90,7 @@ impl Sweeper {
         }
         Ok(Swept {
             expired,
+            expired_by_sale: by_sale.into_iter().collect(),
             repaired,
             requests_applied,
         })

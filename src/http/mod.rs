@@ -33,6 +33,7 @@ mod orders;
 mod pages;
 pub mod payments;
 pub(crate) mod products;
+mod report;
 mod room;
 mod router;
 mod server;

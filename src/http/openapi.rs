@@ -20,7 +20,7 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::error::Code;
-use super::{admin_log, events, health, orders, payments, products, room};
+use super::{admin_log, events, health, orders, payments, products, report, room};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -35,6 +35,8 @@ use super::{admin_log, events, health, orders, payments, products, room};
         products::create,
         products::open,
         products::audit,
+        report::json,
+        report::csv,
         products::close,
         products::pause,
         products::resume,

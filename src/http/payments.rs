@@ -111,7 +111,30 @@ pub async fn notify(
         .payment_notifications
         .with_label_values(&[result])
         .inc();
+    // The sale's timeline: what a notification made of its order, once
+    // (a replayed delivery is not counted again).
+    if let Ok(a) = &answer
+        && !a.replayed
+        && let Some((_, product)) = crate::domain::OrderId::parse(&a.order_id)
+    {
+        state
+            .metrics
+            .timeline
+            .count(product.as_str(), payment_name(a.result), 1);
+    }
     answer.map(Json)
+}
+
+/// The timeline's name of a payment's result.
+fn payment_name(result: PaymentResult) -> &'static str {
+    match result {
+        PaymentResult::Paid => "payment.paid",
+        PaymentResult::PaidAgain => "payment.paid_again",
+        PaymentResult::RefundDue => "payment.refund_due",
+        PaymentResult::AmountMismatch => "payment.amount_mismatch",
+        PaymentResult::Failed => "payment.failed",
+        _ => "payment.other",
+    }
 }
 
 async fn hear(

@@ -181,7 +181,12 @@ pub async fn join(
     let proof = headers.get(JOIN_PROOF).and_then(|v| v.to_str().ok());
     let joined = state.room.join(&product, user_id, proof).await?;
     let (ticket, new) = match joined {
-        Joined::Ticket { ticket, new } => (ticket, new),
+        Joined::Ticket { ticket, new } => {
+            if new {
+                state.metrics.timeline.count(product.as_str(), "joins", 1);
+            }
+            (ticket, new)
+        }
         Joined::NoSale => return Err(ApiError::ProductNotFound(NOT_ON_SALE)),
         Joined::NoRoom => return Err(ApiError::NoWaitingRoom),
         Joined::NotOpen { opens_ms } => return Err(ApiError::QueueNotOpen { opens_at: opens_ms }),

@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use super::{
     admin_log, dashboard, events, health, limits, metrics, openapi, orders, payments, products,
-    room,
+    report, room,
 };
 
 /// `POST /api/orders/{order_id}/pay`, the buyer marking their own order
@@ -73,6 +73,11 @@ pub fn router(state: AppState) -> Router {
             .route(
                 "/api/admin/products/{product_id}/audit",
                 get(products::audit),
+            )
+            .route("/api/admin/products/{product_id}/report", get(report::json))
+            .route(
+                "/api/admin/products/{product_id}/report/csv",
+                get(report::csv),
             )
             .route(
                 "/api/admin/products/{product_id}/close",

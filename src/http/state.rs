@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::dashboard::board::Dashboard;
 use super::{auth, conn, limits};
-use crate::books::{Audit, Books, Catalog, Outbox};
+use crate::books::{Audit, Books, Catalog, Outbox, Reports};
 use crate::sale::{Orders, Room};
 
 /// What every handler can reach. Cloned for every request (axum's `State`),
@@ -26,6 +26,8 @@ pub struct Shared {
     pub catalog: Catalog,
     /// Each sale's books, checked.
     pub audit: Audit,
+    /// How each sale went (its timeline and its books).
+    pub reports: Reports,
     /// The events, pulled in order, and their dead letters.
     pub outbox: Outbox,
     /// What `/metrics` reads of the sales.

@@ -14,6 +14,7 @@
 //! | [`Deliveries`] | `tb_event_delivery`, `tb_event_dead` | pushing the outbox: leases, progress, dead letters, replays |
 //! | [`Audits`] | `tb_sale_audit`, `tb_put_back` | a retired sale's final audit; what a repair after a failover of the books put back |
 //! | [`AdminLog`] | `tb_admin_log`, `tb_dashboard_session_ended` | every admin action and failed admin authentication; the dashboard sessions a logout ended |
+//! | [`Seconds`] | `tb_sale_second`, `tb_sale_report` | each sale's timeline, a row per second and process; the report kept when it retired |
 //!
 //! The store reads and writes; what a change means is decided by the books
 //! (`books`), before or after the store's reads, never called back from
@@ -27,6 +28,7 @@ mod events;
 mod orders;
 mod payments;
 mod products;
+mod seconds;
 mod topology;
 
 pub use admin_log::{AdminEntry, AdminLog};
@@ -37,11 +39,16 @@ pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
 pub use payments::{Locked, NewPayment, Payments, Recorded};
 pub use products::{NewProduct, Product, Products};
+pub use seconds::{SecondRow, Seconds};
 pub use topology::{SeenTopology, Topology};
 
 impl Db {
     pub fn products(&self) -> Products {
         Products::new(self.clone())
+    }
+
+    pub fn seconds(&self) -> Seconds {
+        Seconds::new(self.clone())
     }
 
     pub fn orders(&self) -> Orders {

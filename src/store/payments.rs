@@ -74,6 +74,26 @@ impl Payments {
         self.db.count_retry();
     }
 
+    /// What the notifications of a sale's orders came to: `(result,
+    /// notifications)`.
+    pub async fn results_of(
+        &self,
+        product: &crate::domain::ProductId,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT p.result, COUNT(*) FROM tb_payment p \
+                     JOIN tb_order o ON o.order_id = p.order_id \
+                     WHERE o.product_id = ? GROUP BY p.result",
+                )
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
     /// Which of `payments` (kind, payment id) the books hold.
     pub async fn recorded(
         &self,

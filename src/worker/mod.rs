@@ -30,7 +30,7 @@ pub use drain::{Outcome, SaleWorker};
 
 use activity::Activity;
 
-use crate::books::{Audit, Books, LiveCheck, Retirer, Settlement, Sweeper};
+use crate::books::{Audit, Books, LiveCheck, Reports, Retirer, Settlement, Sweeper};
 use crate::config::{RetireSettings, WorkerConfig};
 use crate::domain::{Chain, ProductId};
 use crate::metrics::Metrics;
@@ -88,11 +88,16 @@ impl Parts {
             (db.products(), db.orders(), db.audits()),
         );
         let redis = (sales.lifecycle().clone(), sales.queue().clone());
+        let reports = Reports::new(
+            audit.clone(),
+            (db.seconds(), db.products(), db.orders(), db.payments()),
+        );
         let settlement = Settlement::new(redis.clone(), (db.products(), db.orders()), audit);
         let retirer = Retirer::new(
             settlement,
             redis,
             (db.products(), db.events(), db.audits()),
+            reports,
             retire,
         );
         Self {

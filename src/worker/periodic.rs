@@ -50,7 +50,11 @@ async fn sweeping(workers: Workers, stop: CancellationToken) {
         sweeper
             .sweep_picking(|open| looks.due(&workers.activity, &open))
             .await
-            .map(|_| ())
+            .map(|swept| {
+                for (sale, n) in &swept.expired_by_sale {
+                    workers.metrics.timeline.count(sale, "timed_out", *n);
+                }
+            })
     })
     .await;
 }

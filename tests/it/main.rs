@@ -45,6 +45,7 @@ mod payments;
 mod products;
 mod proxy;
 mod replicas;
+mod report;
 mod resilience;
 mod restock;
 mod retire;

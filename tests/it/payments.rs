@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The secret a rotation brings in beside [`SECRET`].
 const NEXT: &str = "whsec_bmV4dC1zZWNyZXQtb2YtdGhlLXJvdGF0aW9uLTI0";
 /// A secret the service does not hold.
@@ -21,7 +21,7 @@ const STRANGER: &str = "whsec_c3RyYW5nZXItc2VjcmV0LTAxMjM0NTY3ODkwMTI=";
 const PRICE: &str = "4999.00";
 
 /// The docs' recipe: the `webhook-signature` of a message, by openssl.
-fn openssl_signature(secret: &str, id: &str, ts: i64, body: &str) -> String {
+pub(crate) fn openssl_signature(secret: &str, id: &str, ts: i64, body: &str) -> String {
     let out = Command::new("bash")
         .arg("-c")
         .arg(
@@ -44,7 +44,7 @@ printf 'v1,%s' "$(printf '%s.%s.%s' "$ID" "$TS" "$BODY" \
     String::from_utf8(out.stdout).expect("base64 is ASCII")
 }
 
-fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> String {
+pub(crate) fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> String {
     json!({
         "type": kind,
         "timestamp": "2026-12-01T20:00:00Z",
@@ -53,7 +53,7 @@ fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> S
     .to_string()
 }
 
-async fn spawn_paying() -> TestApp {
+pub(crate) async fn spawn_paying() -> TestApp {
     let secrets = format!("--payment-webhook-secrets={SECRET},{NEXT}");
     spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
         s.http.limits = Limits::unlimited()
@@ -64,7 +64,7 @@ async fn spawn_paying() -> TestApp {
 impl TestApp {
     /// Sends `body` as the payment side would: signed with `secret`, dated
     /// `ts`, under `webhook_id`.
-    async fn notify_as(
+    pub(crate) async fn notify_as(
         &self,
         secret: &str,
         webhook_id: &str,
@@ -87,7 +87,7 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
-    async fn notify(&self, body: &str) -> (StatusCode, Value) {
+    pub(crate) async fn notify(&self, body: &str) -> (StatusCode, Value) {
         let id = unique("msg_");
         self.notify_as(SECRET, &id, now_ms() / 1000, body).await
     }
@@ -120,7 +120,7 @@ impl TestApp {
     }
 }
 
-fn amount(quantity: u64) -> String {
+pub(crate) fn amount(quantity: u64) -> String {
     let price: rust_decimal::Decimal = PRICE.parse().unwrap();
     (price * rust_decimal::Decimal::from(quantity)).to_string()
 }

@@ -35,6 +35,7 @@ pub use settled::{Assessment, Blocker, Listed, Settlement, state_of};
 use settled::{product_id, with_ids};
 
 use super::error::BooksError;
+use super::report::Reports;
 use crate::config::RetireSettings;
 use crate::domain::{Chain, ProductId, now_ms};
 use crate::sale::{Lifecycle, Queue};
@@ -72,6 +73,8 @@ pub struct Retirer {
     /// `sale.ended`, announced once.
     events: store::Events,
     audits: store::Audits,
+    /// The sale's report, kept when it retires.
+    reports: Reports,
     settings: RetireSettings,
 }
 
@@ -80,9 +83,11 @@ impl Retirer {
         settlement: Settlement,
         (lifecycle, queue): (Lifecycle, Queue),
         (products, events, audits): (store::Products, store::Events, store::Audits),
+        reports: Reports,
         settings: RetireSettings,
     ) -> Self {
         Self {
+            reports,
             settlement,
             lifecycle,
             queue,
@@ -242,6 +247,9 @@ impl Retirer {
             }
         }
         if upto >= Step::Leave {
+            // Its report, with the final audit, before Redis forgets it
+            // (once: a report kept stands).
+            self.reports.keep(&id).await?;
             self.lifecycle.forget(&id).await?;
         }
         if upto >= Step::Purge {

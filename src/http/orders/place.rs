@@ -70,13 +70,15 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
+/// `sale`: the sale the order names, once read from its body.
 pub async fn place(
     state: &AppState,
     mut parts: Parts,
     peer: Option<SocketAddr>,
     body: Bytes,
+    sale: &mut Option<ProductId>,
 ) -> Answer {
-    match decide(state, &mut parts, peer, &body).await {
+    match decide(state, &mut parts, peer, &body, sale).await {
         Ok(answer) => answer,
         Err(refused) => Answer::refused(refused, AnsweredBy::Service),
     }
@@ -106,16 +108,28 @@ async fn answer_order(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
+    let mut sale = None;
     let answer = match limits::admit_order(&state.guards, &parts.headers, peer) {
         Err(refused) => Answer::refused(refused, AnsweredBy::Service),
         // The slot is held while the order is decided.
-        Ok(_slot) => place(state, parts, peer, body).await,
+        Ok(_slot) => place(state, parts, peer, body, &mut sale).await,
     };
-    state.metrics.count_order(
-        answer.outcome,
-        answer.answered_by,
-        started.elapsed().as_secs_f64(),
-    );
+    let took = started.elapsed();
+    state
+        .metrics
+        .count_order(answer.outcome, answer.answered_by, took.as_secs_f64());
+    // The sale's timeline: an answer for a sale it named (not for an id no
+    // sale has: those would fill the table).
+    if let Some(product) = sale
+        && answer.outcome != "product_not_found"
+    {
+        state.metrics.timeline.order(
+            product.as_str(),
+            answer.outcome,
+            answer.units,
+            took.as_micros() as u64,
+        );
+    }
     answer.response
 }
 
@@ -132,12 +146,13 @@ async fn decide(
     parts: &mut Parts,
     peer: Option<SocketAddr>,
     body: &[u8],
+    sale: &mut Option<ProductId>,
 ) -> Result<Answer, ApiError> {
     let caller = Caller::of(state.auth.as_ref(), parts, peer)?;
     let IdempotencyKey(idempotency_key) = IdempotencyKey::from_request_parts(parts, state).await?;
     let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;
-    let product = ProductId::parse_owned(body.product_id)?;
+    let product = &*sale.insert(ProductId::parse_owned(body.product_id)?);
     let quantity = Quantity::new(body.quantity)?;
     state.guards.check_user(user_id)?;
     let vouched = match parts.headers.get(&ADMISSION_TOKEN) {
@@ -147,13 +162,13 @@ async fn decide(
         // the orders without a room too.
         Some(token) => {
             let keyed = Keyed::of(idempotency_key.as_ref());
-            Box::pin(admission(state, token, &product, user_id, keyed)).await?
+            Box::pin(admission(state, token, product, user_id, keyed)).await?
         }
     };
     let decided = state
         .orders
         .place(NewOrder {
-            product: &product,
+            product,
             user_id,
             quantity,
             idempotency_key: idempotency_key.as_deref(),
@@ -166,7 +181,7 @@ async fn decide(
             why: Rejection::NoSale,
             ..
         }) if let Some(key) = idempotency_key.as_deref() => {
-            Box::pin(retry_of_retired(state, user_id, &product, key, quantity)).await?
+            Box::pin(retry_of_retired(state, user_id, product, key, quantity)).await?
         }
         Ok(Decision::Refused { why, by }) => Answer::refused(why.into(), by.into()),
         Err(e) => Answer::refused(e.into(), AnsweredBy::Redis),
@@ -257,6 +272,10 @@ enum Placement {
 }
 
 fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy) -> Answer {
+    let units = match placement {
+        Placement::New => order.quantity,
+        Placement::Replayed => 0,
+    };
     let json = HeaderValue::from_static("application/json");
     let mut response = (
         StatusCode::ACCEPTED,
@@ -276,6 +295,7 @@ fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy)
         response,
         outcome,
         answered_by,
+        units,
     }
 }
 
@@ -285,6 +305,8 @@ pub struct Answer {
     /// `accepted`, `replayed`, or the error code.
     pub outcome: &'static str,
     pub answered_by: AnsweredBy,
+    /// Units a new order took (0 for any other answer).
+    pub units: u64,
 }
 
 impl Answer {
@@ -293,6 +315,7 @@ impl Answer {
             outcome: error.code(),
             response: error.into_response(),
             answered_by,
+            units: 0,
         }
     }
 }

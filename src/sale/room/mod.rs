@@ -212,6 +212,12 @@ impl Room {
         })
     }
 
+    /// The rooms this process has read in the last few seconds, as read
+    /// (for the sales' timelines: `books::report`).
+    pub fn readings(&self) -> Vec<(ProductId, Arc<RoomState>)> {
+        self.rooms.fresh(Duration::from_secs(5))
+    }
+
     /// [`Self::room`], telling a sale without a room from no sale at all.
     pub async fn lookup(&self, product: &ProductId) -> Result<RoomLookup, SaleError> {
         self.read(product, true).await

@@ -289,6 +289,19 @@ impl Rooms {
             .clone()
     }
 
+    /// Every room read within `fresh`, as read.
+    pub(super) fn fresh(&self, fresh: std::time::Duration) -> Vec<(ProductId, Arc<RoomState>)> {
+        let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
+        sales
+            .iter()
+            .filter_map(|(product, slot)| {
+                let read = slot.state.read().unwrap_or_else(|e| e.into_inner());
+                let read = read.as_ref().filter(|r| r.at.elapsed() < fresh)?;
+                Some((product.clone(), read.room.clone()?))
+            })
+            .collect()
+    }
+
     pub(super) fn remembered(&self, product: &ProductId) -> Option<Read> {
         let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
         sales

@@ -101,9 +101,21 @@ impl SaleWorker {
         if persisted.inserted > 0 {
             // The batch's rows were new (a redelivered batch inserts none).
             let now = crate::domain::now_ms();
+            let (mut most, mut total) = (0, 0);
             for (_, order) in &good {
-                let waited = (now - order.created_ms).max(0) as f64 / 1000.0;
-                metrics.accept_to_persist.observe(waited);
+                let waited = (now - order.created_ms).max(0);
+                metrics.accept_to_persist.observe(waited as f64 / 1000.0);
+                (most, total) = (most.max(waited), total + waited as u64);
+            }
+            // The sale's timeline: orders persisted, and how long they
+            // waited (the batch's rows, when all of them were new).
+            let timeline = &metrics.timeline;
+            let sale = self.product.as_str();
+            timeline.count(sale, "persisted", persisted.inserted);
+            if persisted.inserted == good.len() as u64 {
+                timeline.count(sale, "persist_wait_ms", total);
+                timeline.count(sale, "persist_waited", persisted.inserted);
+                timeline.gauge(sale, "persist_lag_max_ms", most);
             }
         }
         Ok((persisted, good))

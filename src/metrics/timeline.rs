@@ -1,0 +1,279 @@
+//! A sale's timeline, as this process saw it: per second (by this
+//! process's clock), what it counted for the sale (orders accepted and
+//! refused by code, units, joins, orders persisted and how long they
+//! waited, payments by result, cancels, timeouts), the room's readings (the
+//! line, the pace, its ceiling, buyers joined) and the order route's
+//! latency (bucketed: four buckets an octave, to within 19%).
+//!
+//! Counted in memory where the metrics are counted (no Redis call, no
+//! lock but the sale's own, uncontended but for its second's counters);
+//! each second, once over, is taken by the process's flush
+//! (`store::Seconds`: a row per sale, second and process, written with
+//! its values, so a write tried again counts nothing twice) and the
+//! report sums the processes' rows (`books::report`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Epoch seconds by this process's clock.
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Buckets of the latency histogram: four an octave from 1 µs, to ~68 s.
+pub const LATENCY_BUCKETS: usize = 4 * 26;
+
+/// How a figure of a second merges across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// Counted: the processes' counts add up.
+    Sum,
+    /// Read (a gauge): the highest reading stands.
+    Max,
+}
+
+/// One second of one sale, as this process counted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Second {
+    /// Epoch seconds.
+    pub second: i64,
+    /// Counted figures, by name (`accepted`, `refused.sold_out`, ...).
+    pub counts: Vec<(&'static str, u64)>,
+    /// Readings, by name (`line`, `pace`, ...): the highest this second.
+    pub gauges: Vec<(&'static str, i64)>,
+    /// The order route's answers by latency bucket ([`bucket`]).
+    pub latency: Vec<u32>,
+}
+
+impl Second {
+    fn new(second: i64) -> Self {
+        Self {
+            second,
+            counts: Vec::new(),
+            gauges: Vec::new(),
+            latency: Vec::new(),
+        }
+    }
+
+    fn count(&mut self, name: &'static str, n: u64) {
+        // A few names a second: a scan beats hashing.
+        match self.counts.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, v)) => *v += n,
+            None => self.counts.push((name, n)),
+        }
+    }
+
+    fn gauge(&mut self, name: &'static str, value: i64) {
+        match self.gauges.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, v)) => *v = (*v).max(value),
+            None => self.gauges.push((name, value)),
+        }
+    }
+
+    fn latency(&mut self, micros: u64) {
+        if self.latency.is_empty() {
+            self.latency = vec![0; LATENCY_BUCKETS];
+        }
+        self.latency[bucket(micros)] += 1;
+    }
+}
+
+/// The latency bucket of `micros`: four an octave (`4·log2`, by the top
+/// three bits), the last one open.
+pub fn bucket(micros: u64) -> usize {
+    if micros < 4 {
+        return micros as usize;
+    }
+    let octave = 63 - micros.leading_zeros() as usize;
+    let quarter = ((micros >> (octave - 2)) & 3) as usize;
+    (4 * octave + quarter - 4).min(LATENCY_BUCKETS - 1)
+}
+
+/// The upper bound (µs) of latency bucket `b`.
+pub fn bucket_upper(b: usize) -> u64 {
+    if b < 4 {
+        return b as u64;
+    }
+    let (octave, quarter) = ((b + 4) / 4, (b + 4) % 4);
+    ((4 + quarter as u64 + 1) << (octave - 2)) - 1
+}
+
+/// This process's timelines, by sale.
+#[derive(Default)]
+pub struct Timeline {
+    sales: RwLock<HashMap<String, Arc<Mutex<VecDeque<Second>>>>>,
+}
+
+impl Timeline {
+    fn sale(&self, product: &str) -> Arc<Mutex<VecDeque<Second>>> {
+        if let Some(s) = self
+            .sales
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(product)
+        {
+            return s.clone();
+        }
+        self.sales
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(product.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The sale's second now (taken under the sale's lock, so that a second
+    /// the flush took gets nothing more).
+    fn with_now(&self, product: &str, f: impl FnOnce(&mut Second)) {
+        let sale = self.sale(product);
+        let mut seconds = sale.lock().unwrap_or_else(|e| e.into_inner());
+        let now = now_s();
+        if seconds.back().is_none_or(|s| s.second < now) {
+            seconds.push_back(Second::new(now));
+        }
+        if let Some(s) = seconds.back_mut() {
+            f(s);
+        }
+    }
+
+    /// Counts `n` of `name` for the sale this second.
+    pub fn count(&self, product: &str, name: &'static str, n: u64) {
+        if n > 0 {
+            self.with_now(product, |s| s.count(name, n));
+        }
+    }
+
+    /// A reading of `name` for the sale this second (the highest stands).
+    pub fn gauge(&self, product: &str, name: &'static str, value: i64) {
+        self.with_now(product, |s| s.gauge(name, value));
+    }
+
+    /// An answer of the order route for the sale: its outcome (`accepted`,
+    /// `replayed` or the error code), the units it took, how long it took.
+    pub fn order(&self, product: &str, outcome: &'static str, units: u64, micros: u64) {
+        self.with_now(product, |s| {
+            s.count(outcome_name(outcome), 1);
+            if units > 0 {
+                s.count("units", units);
+            }
+            s.latency(micros);
+        });
+    }
+
+    /// The seconds over (before `before`, epoch s), taken out to be written.
+    pub fn take_settled(&self, before: i64) -> Vec<(String, Second)> {
+        let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (product, sale) in sales.iter() {
+            let mut seconds = sale.lock().unwrap_or_else(|e| e.into_inner());
+            while seconds.front().is_some_and(|s| s.second < before) {
+                if let Some(s) = seconds.pop_front() {
+                    out.push((product.clone(), s));
+                }
+            }
+        }
+        drop(sales);
+        // Sales with nothing left and nothing new go (a retired sale's).
+        self.sales
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, s| !s.lock().unwrap_or_else(|e| e.into_inner()).is_empty());
+        out
+    }
+
+    /// Seconds a write did not take, back for the next flush.
+    pub fn put_back(&self, seconds: Vec<(String, Second)>) {
+        for (product, second) in seconds.into_iter().rev() {
+            let sale = self.sale(&product);
+            sale.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_front(second);
+        }
+    }
+}
+
+/// The timeline's name of an order answer: `accepted`, `replayed`, or
+/// `refused.<code>`.
+fn outcome_name(outcome: &'static str) -> &'static str {
+    match outcome {
+        "accepted" => "accepted",
+        "replayed" => "replayed",
+        "sold_out" => "refused.sold_out",
+        "insufficient_stock" => "refused.insufficient_stock",
+        "limit_exceeded" => "refused.limit_exceeded",
+        "sale_not_started" => "refused.sale_not_started",
+        "sale_ended" => "refused.sale_ended",
+        "sale_paused" => "refused.sale_paused",
+        "admission_required" => "refused.admission_required",
+        "admission_expired" => "refused.admission_expired",
+        "rate_limited" => "refused.rate_limited",
+        "overloaded" => "refused.overloaded",
+        "unavailable" => "refused.unavailable",
+        "idempotency_key_reused" => "refused.idempotency_key_reused",
+        "forbidden" => "refused.forbidden",
+        _ => "refused.other",
+    }
+}
+
+/// How the figure `name` merges across processes.
+pub fn merge_of(name: &str) -> Merge {
+    match name {
+        "line" | "pace" | "ceiling" | "joined" | "waiting" | "persist_lag_max_ms" => Merge::Max,
+        _ => Merge::Sum,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_are_a_quarter_octave_and_ordered() {
+        let mut last = 0;
+        for micros in 1..200_000u64 {
+            let b = bucket(micros);
+            assert!(b >= last, "{micros}");
+            assert!(micros <= bucket_upper(b), "{micros} in {b}");
+            if b > 0 {
+                assert!(micros > bucket_upper(b - 1), "{micros} in {b}");
+            }
+            last = b;
+        }
+        // Within 25% of its bucket's top above the first octaves.
+        assert_eq!(bucket_upper(bucket(1_000)), 1_023);
+        assert_eq!(bucket(u64::MAX), LATENCY_BUCKETS - 1);
+    }
+
+    #[test]
+    fn a_second_once_over_is_taken_once_and_counts_add() {
+        let t = Timeline::default();
+        let p = "sku-1";
+        t.order(p, "accepted", 2, 800);
+        t.order(p, "sold_out", 0, 50);
+        t.count(p, "joins", 3);
+        t.gauge(p, "line", 5);
+        t.gauge(p, "line", 4);
+        assert!(t.take_settled(0).is_empty(), "not over yet");
+        let now = now_s();
+        let taken = t.take_settled(now + 2);
+        assert!(!taken.is_empty());
+        let counts: u64 = taken
+            .iter()
+            .flat_map(|(_, s)| s.counts.iter())
+            .filter(|(k, _)| *k == "units")
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(counts, 2);
+        let line = taken
+            .iter()
+            .flat_map(|(_, s)| s.gauges.iter())
+            .find(|(k, _)| *k == "line")
+            .map(|(_, v)| *v);
+        assert_eq!(line, Some(5));
+        assert!(t.take_settled(now + 2).is_empty(), "taken once");
+        t.put_back(taken);
+        assert!(!t.take_settled(now + 2).is_empty(), "put back");
+    }
+}

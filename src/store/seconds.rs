@@ -1,0 +1,144 @@
+//! `tb_sale_second` ([`Seconds`]): each sale's timeline, a row per second
+//! and process (see `metrics::timeline`); `tb_sale_report`: the report
+//! made when the sale retired.
+
+use std::collections::BTreeMap;
+
+use super::db::Db;
+use super::error::StoreError;
+use crate::domain::ProductId;
+use crate::metrics::timeline::Second;
+
+/// Rows written at once.
+const CHUNK: usize = 200;
+
+/// One process's second of one sale, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SecondRow {
+    pub second: i64,
+    pub source: String,
+    /// JSON: name -> count.
+    pub counts: String,
+    /// JSON: name -> the highest reading.
+    pub gauges: String,
+    /// JSON: latency bucket -> answers.
+    pub latency: String,
+}
+
+/// The timelines' handle.
+#[derive(Clone)]
+pub struct Seconds {
+    db: Db,
+}
+
+impl Seconds {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Writes `seconds` as `source` counted them, each with its values
+    /// (written again: the same row, nothing counted twice).
+    pub async fn write(
+        &self,
+        source: &str,
+        seconds: &[(String, Second)],
+    ) -> Result<(), StoreError> {
+        for chunk in seconds.chunks(CHUNK) {
+            let rows: Vec<(&str, i64, String, String, String)> = chunk
+                .iter()
+                .map(|(product, s)| {
+                    let counts: BTreeMap<&str, u64> = s.counts.iter().copied().collect();
+                    let gauges: BTreeMap<&str, i64> = s.gauges.iter().copied().collect();
+                    let latency: BTreeMap<String, u32> = s
+                        .latency
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(b, n)| (b.to_string(), *n))
+                        .collect();
+                    (
+                        product.as_str(),
+                        s.second,
+                        serde_json::to_string(&counts).unwrap_or_default(),
+                        serde_json::to_string(&gauges).unwrap_or_default(),
+                        serde_json::to_string(&latency).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            self.db
+                .call(|pool| {
+                    let rows = &rows;
+                    async move {
+                        let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                            "INSERT INTO tb_sale_second \
+                             (product_id, second, source, counts, gauges, latency) ",
+                        );
+                        insert.push_values(rows, |mut row, r| {
+                            row.push_bind(r.0)
+                                .push_bind(r.1)
+                                .push_bind(source)
+                                .push_bind(&r.2)
+                                .push_bind(&r.3)
+                                .push_bind(&r.4);
+                        });
+                        insert.push(
+                            " ON DUPLICATE KEY UPDATE counts = VALUES(counts), \
+                             gauges = VALUES(gauges), latency = VALUES(latency)",
+                        );
+                        insert.build().execute(pool).await.map(|_| ())
+                    }
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A sale's rows, by second.
+    pub async fn of(&self, product: &ProductId) -> Result<Vec<SecondRow>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT second, source, counts, gauges, latency FROM tb_sale_second \
+                     WHERE product_id = ? ORDER BY second, source",
+                )
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
+    /// The report made when the sale retired (JSON), if it is.
+    pub async fn report(&self, product: &ProductId) -> Result<Option<String>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_scalar("SELECT report FROM tb_sale_report WHERE product_id = ?")
+                    .bind(product.as_str())
+                    .fetch_optional(pool)
+                    .await
+            })
+            .await
+    }
+
+    /// Keeps the report made at retirement (the first one stands).
+    pub async fn keep_report(
+        &self,
+        product: &ProductId,
+        report: &str,
+        made: i64,
+    ) -> Result<(), StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query(
+                    "INSERT IGNORE INTO tb_sale_report (product_id, report, made) VALUES (?, ?, ?)",
+                )
+                .bind(product.as_str())
+                .bind(report)
+                .bind(made)
+                .execute(pool)
+                .await
+                .map(|_| ())
+            })
+            .await
+    }
+}

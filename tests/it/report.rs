@@ -1,0 +1,372 @@
+//! A sale's report: a rehearsed sale with a waiting room, a crowd, signed
+//! payments, unpaid orders timing out and a late payment; the report's
+//! counts are the books' and the clients' own; it is still there, kept,
+//! after the sale retired and its Redis keys are gone; two instances and
+//! two workers count into one timeline, nothing twice.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use flashsale::config::{Limits, RetireSettings};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    ADMIN_TOKEN, TestApp, eventually, fast_workers, now_ms, product_body, spawn_app_cli, unique,
+};
+use crate::payments::{SECRET, amount, notification};
+
+/// A paying service whose workers time unpaid orders out after `timeout`.
+async fn spawn_sale_service(timeout: Duration) -> TestApp {
+    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
+        s.http.limits = Limits::unlimited();
+        let mut w = fast_workers(&unique("w-"));
+        w.payment_timeout = timeout;
+        w.sweep_every = Duration::from_millis(300);
+        s.workers = Some(w);
+    })
+    .await
+}
+
+pub(crate) async fn report(app: &TestApp, sku: &str) -> Value {
+    let resp = app
+        .client
+        .get(app.url(&format!("/api/admin/products/{sku}/report")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.unwrap()
+}
+
+async fn join(app: &TestApp, base: &str, sku: &str, user: u64) -> String {
+    let resp = app
+        .client
+        .post(format!("{base}/api/sales/{sku}/queue"))
+        .json(&json!({"user_id": user}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    body["ticket"].as_str().unwrap().to_owned()
+}
+
+async fn standing(app: &TestApp, base: &str, sku: &str, ticket: &str) -> Value {
+    app.client
+        .get(format!("{base}/api/sales/{sku}/queue/{ticket}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// What the clients saw: answers by code, and the orders they got.
+#[derive(Default)]
+struct Seen {
+    answers: BTreeMap<String, u64>,
+    orders: Vec<(u64, String)>,
+}
+
+impl Seen {
+    async fn order(
+        &mut self,
+        app: &TestApp,
+        base: &str,
+        sku: &str,
+        user: u64,
+        admission: Option<&str>,
+    ) {
+        let mut req = app
+            .client
+            .post(format!("{base}/api/orders"))
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": 1}));
+        if let Some(a) = admission {
+            req = req.header("Admission-Token", a);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        let code = if status == StatusCode::ACCEPTED {
+            self.orders
+                .push((user, body["order_id"].as_str().unwrap().to_owned()));
+            "accepted".to_owned()
+        } else {
+            body["error"].as_str().unwrap().to_owned()
+        };
+        *self.answers.entry(code).or_default() += 1;
+    }
+}
+
+/// Buyers `users` poll (round robin over `bases`) until each is admitted
+/// (and orders, twice for every fifth: the second is over the limit) or
+/// hears the sale sold out.
+async fn crowd(
+    app: &TestApp,
+    bases: &[String],
+    sku: &str,
+    tickets: &[(u64, String)],
+    seen: &mut Seen,
+) {
+    let mut done = HashSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while done.len() < tickets.len() {
+        assert!(std::time::Instant::now() < deadline, "the crowd never done");
+        for (i, (user, t)) in tickets.iter().enumerate() {
+            if done.contains(user) {
+                continue;
+            }
+            let base = &bases[i % bases.len()];
+            let s = standing(app, base, sku, t).await;
+            match s["status"].as_str() {
+                Some("admitted") => {
+                    let a = s["admission"].as_str().unwrap().to_owned();
+                    seen.order(app, base, sku, *user, Some(&a)).await;
+                    if user % 5 == 0 {
+                        seen.order(app, base, sku, *user, Some(&a)).await;
+                    }
+                    done.insert(*user);
+                }
+                Some("sold_out") | Some("ended") => {
+                    done.insert(*user);
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
+    let app = spawn_sale_service(Duration::from_secs(3)).await;
+    let sku = unique("rep-");
+    let mut body = product_body(&sku, 20, 1);
+    body["start_time"] = json!(now_ms() + 2_000);
+    body["end_time"] = json!(now_ms() + 60_000);
+    body["waiting_room"] =
+        json!({"ceiling_per_sec": 40, "admission_secs": 60, "join_early_secs": 600});
+    app.sale_from(body).await;
+    let base = app.url("");
+    // 20 join before the start, 10 after it.
+    let mut tickets = Vec::new();
+    for user in 1..=20 {
+        tickets.push((user, join(&app, &base, &sku, user).await));
+    }
+    let mut seen = Seen::default();
+    // Too early: not started.
+    seen.order(&app, &base, &sku, 800, None).await;
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    // Bots order without an admission.
+    for bot in 900..903 {
+        seen.order(&app, &base, &sku, bot, None).await;
+    }
+    for user in 21..=30 {
+        tickets.push((user, join(&app, &base, &sku, user).await));
+    }
+    crowd(&app, std::slice::from_ref(&base), &sku, &tickets, &mut seen).await;
+    assert_eq!(seen.answers["accepted"], 20, "{:?}", seen.answers);
+    app.drained(&sku, 20).await;
+
+    // 15 pay; 5 do not and time out; one of those pays late.
+    for (_, order) in &seen.orders[..15] {
+        let (status, answer) = app
+            .notify(&notification(
+                "payment.succeeded",
+                order,
+                &unique("pay-"),
+                &amount(1),
+            ))
+            .await;
+        assert_eq!(
+            (status, answer["result"].as_str()),
+            (StatusCode::OK, Some("paid"))
+        );
+    }
+    let late = &seen.orders[15].1;
+    eventually("the unpaid time out", Duration::from_secs(15), || async {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM tb_order WHERE product_id = ? AND status = 'cancelled'",
+        )
+        .bind(&sku)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap();
+        n == 5
+    })
+    .await;
+    let (_, answer) = app
+        .notify(&notification(
+            "payment.succeeded",
+            late,
+            "pay-late",
+            &amount(1),
+        ))
+        .await;
+    assert_eq!(answer["result"], "paid_again", "{answer}");
+
+    // The timeline is written a second after each second.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let r = report(&app, &sku).await;
+    let s = &r["summary"];
+    assert_eq!(r["kept"], false);
+    assert_eq!(s["accepted"], 20, "{s}");
+    assert_eq!(s["orders"], 20);
+    assert_eq!(s["units_sold"], 16, "15 paid and 1 paid late");
+    for (code, n) in &seen.answers {
+        if code != "accepted" {
+            assert_eq!(s["refused"][code], *n, "{code}: {s}");
+        }
+    }
+    assert_eq!(s["refused"]["admission_required"], 3);
+    assert_eq!(s["refused"]["sale_not_started"], 1);
+    assert_eq!(s["refused"]["limit_exceeded"], 4, "users 5, 10, 15, 20");
+    let f = &s["funnel"];
+    assert_eq!(f["joined"], 30, "{f}");
+    assert_eq!(f["ordered"], 20);
+    assert_eq!(f["paid"], 16);
+    assert_eq!(
+        f["requests"],
+        seen.answers.values().sum::<u64>(),
+        "every answer counted once"
+    );
+    let admitted = f["admitted"].as_u64().unwrap();
+    assert!((20..=30).contains(&admitted), "{f}");
+    let wait = &s["wait"];
+    assert_eq!(wait["buyers"], admitted, "{wait}");
+    assert!(wait["max_ms"].as_i64().unwrap() >= wait["p50_ms"].as_i64().unwrap());
+    let p = &s["payments"];
+    assert_eq!(
+        (
+            &p["paid"],
+            &p["paid_late"],
+            &p["timed_out"],
+            &p["refund_due"]
+        ),
+        (&json!(15), &json!(1), &json!(5), &json!(0)),
+        "{p}"
+    );
+    assert_eq!(s["persisted"], 20);
+    assert_eq!(s["books_ok"], true);
+    assert!(s["sold_out_after_ms"].as_i64().is_some(), "{s}");
+    assert!(s["peak_accepted_per_sec"].as_u64().unwrap() >= 1);
+    assert!(s["latency_p50_us"].as_u64().is_some());
+    let seconds = r["seconds"].as_array().unwrap();
+    let accepted: u64 = seconds
+        .iter()
+        .map(|x| x["accepted"].as_u64().unwrap())
+        .sum();
+    assert_eq!(accepted, 20);
+    let joins: u64 = seconds.iter().map(|x| x["joins"].as_u64().unwrap()).sum();
+    assert_eq!(joins, 30);
+
+    // CSV: a row per second, the same counts.
+    let csv = app
+        .client
+        .get(app.url(&format!("/api/admin/products/{sku}/report/csv")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), seconds.len());
+    let from_csv: u64 = rows
+        .iter()
+        .map(|l| l.split(',').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(from_csv, 20);
+
+    // Retired: its keys gone, the report kept with the same figures.
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/close")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut cfg = fast_workers("retirer");
+    cfg.retire = RetireSettings {
+        after: Duration::ZERO,
+        grace: Duration::ZERO,
+        batch: 500,
+        pace: Duration::ZERO,
+    };
+    let retirer = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
+    eventually("retired and purged", Duration::from_secs(20), || async {
+        let pass = retirer.retirer().pass().await.expect("a pass");
+        let _ = pass;
+        app.stock(&sku).await.is_none()
+    })
+    .await;
+    let kept = report(&app, &sku).await;
+    assert_eq!(kept["kept"], true, "{kept}");
+    for field in [
+        "accepted",
+        "units_sold",
+        "funnel",
+        "payments",
+        "refused",
+        "books_ok",
+    ] {
+        assert_eq!(kept["summary"][field], s[field], "{field}");
+    }
+    let text = flashsale::books::Report::text(&serde_json::from_value(kept).unwrap());
+    assert!(text.contains("16 of 20 units sold"), "{text}");
+}
+
+/// Two instances and a worker beside them: orders and joins through
+/// both, the report counts each once.
+#[tokio::test]
+async fn two_instances_and_two_workers_count_into_one_timeline() {
+    let app = spawn_sale_service(Duration::from_secs(600)).await;
+    let other = app
+        .serve_beside(|s| s.workers = Some(fast_workers(&unique("w2-"))))
+        .await;
+    let sku = unique("rep-");
+    let mut body = product_body(&sku, 30, 1);
+    body["start_time"] = json!(now_ms() - 1_000);
+    body["waiting_room"] = json!({"ceiling_per_sec": 100, "admission_secs": 60});
+    app.sale_from(body).await;
+    let bases = [app.url(""), other.base.clone()];
+    let mut tickets = Vec::new();
+    for user in 1..=40u64 {
+        let base = &bases[user as usize % 2];
+        tickets.push((user, join(&app, base, &sku, user).await));
+    }
+    let mut seen = Seen::default();
+    crowd(&app, &bases, &sku, &tickets, &mut seen).await;
+    assert_eq!(seen.answers["accepted"], 30);
+    app.drained(&sku, 30).await;
+    eventually(
+        "both timelines written",
+        Duration::from_secs(10),
+        || async {
+            let r = report(&app, &sku).await;
+            r["summary"]["accepted"] == 30 && r["summary"]["persisted"] == 30
+        },
+    )
+    .await;
+    let (sources,): (i64,) =
+        sqlx::query_as("SELECT COUNT(DISTINCT source) FROM tb_sale_second WHERE product_id = ?")
+            .bind(&sku)
+            .fetch_one(&app.mysql)
+            .await
+            .unwrap();
+    assert_eq!(sources, 2, "each process its own rows");
+    let r = report(&app, &sku).await;
+    let s = &r["summary"];
+    assert_eq!(s["funnel"]["joined"], 40);
+    assert_eq!(s["funnel"]["requests"], seen.answers.values().sum::<u64>());
+    assert_eq!(
+        s["refused"]["limit_exceeded"],
+        seen.answers["limit_exceeded"]
+    );
+}
