@@ -107,12 +107,19 @@ impl App {
             ),
             (db.products(), db.audits()),
         );
+        let reports = Reports::new(
+            Audit::new(
+                sales.ledger().clone(),
+                (db.products(), db.orders(), db.audits()),
+            ),
+            (db.seconds(), db.products(), db.orders(), db.payments()),
+        );
         let dashboard = dashboard(
             settings,
             Watched::of(&sales, &db),
             &metrics,
             (&guards, &admin),
-            (&catalog, &outbox),
+            (&catalog, &outbox, &reports),
         );
         let state = AppState::new(Shared {
             orders: sales.orders().clone(),
@@ -126,13 +133,7 @@ impl App {
                 sales.ledger().clone(),
                 (db.products(), db.orders(), db.audits()),
             ),
-            reports: Reports::new(
-                Audit::new(
-                    sales.ledger().clone(),
-                    (db.products(), db.orders(), db.audits()),
-                ),
-                (db.seconds(), db.products(), db.orders(), db.payments()),
-            ),
+            reports,
             outbox,
             watched: Watched::of(&sales, &db),
             dashboard,
@@ -252,7 +253,7 @@ fn dashboard(
     watched: Watched,
     metrics: &Arc<Metrics>,
     (guards, admin): (&Arc<Guards>, &Arc<http::admin_log::AdminDoor>),
-    (catalog, outbox): (&Catalog, &Outbox),
+    (catalog, outbox, reports): (&Catalog, &Outbox, &Reports),
 ) -> Option<Arc<http::dashboard::Dashboard>> {
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
@@ -271,6 +272,7 @@ fn dashboard(
         metrics: metrics.clone(),
         catalog: catalog.clone(),
         outbox: outbox.clone(),
+        reports: reports.clone(),
         ended: Default::default(),
     }))
 }

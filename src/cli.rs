@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::books::{Audit, Recovery, Settlement, audit, recover, retire};
+use crate::books::{Audit, Recovery, Reports, Settlement, audit, recover, retire};
 use crate::config::{
     AuditArgs, DbArgs, DbSettings, MemorySettings, RecoverArgs, RedisArgs, RedisSettings,
-    SalesArgs, StreamsArgs,
+    ReportArgs, SalesArgs, StreamsArgs,
 };
 use crate::domain::{ProductId, SaleState};
 use crate::sale::Sales;
@@ -108,6 +108,25 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
         print!("{}", audit::render(&audits));
     }
     anyhow::ensure!(ok, "the books do not balance");
+    Ok(())
+}
+
+/// `flashsale report <product_id>`
+pub async fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let (sales, db) = connect(&args.redis, &args.db).await?;
+    let id = ProductId::parse(&args.product).context("the product id")?;
+    let reports = Reports::new(
+        audit_of(&sales, &db),
+        (db.seconds(), db.products(), db.orders(), db.payments()),
+    );
+    let report = reports.report(&id).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else if args.csv {
+        print!("{}", report.csv());
+    } else {
+        print!("{}", report.text());
+    }
     Ok(())
 }
 

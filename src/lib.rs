@@ -17,16 +17,19 @@
 //!   `every`.
 //! - [`books`]: what needs both stores: an order's life after its 202
 //!   (payments, cancel, payment timeout), a sale's admin (`Catalog`), the
-//!   audit, recovery of a sale Redis lost, a sale's end of life. The books
-//!   decide; the stores read and write.
+//!   audit, recovery of a sale Redis lost, a sale's end of life, a sale's
+//!   report (`report`: its timeline and its books). The books decide; the
+//!   stores read and write.
 //! - [`sale`]: the Redis side, as handles by role over one private core:
 //!   `Orders` (one Lua script checks the sale, deducts stock and appends
 //!   the order to the sale's stream, atomically: where stock is deducted),
 //!   `Accepted`, `Room`, `Lifecycle`, `Queue`, `Ledger`, `Streams`, `Bells`.
 //! - [`store`]: MySQL, one handle per table family (`Products`, `Orders`:
 //!   where an order is persisted, `Payments`, `Events`, `Deliveries`,
-//!   `Audits`) over one bounded core (`Db`).
-//! - [`metrics`]: the Prometheus registry the HTTP layer and the workers update.
+//!   `Audits`, `Seconds`: the sales' timelines) over one bounded core (`Db`).
+//! - [`metrics`]: the Prometheus registry the HTTP layer and the workers
+//!   update, and each sale's timeline as the process counts it
+//!   (`metrics::timeline`, written to the books each second).
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
 //!   a waiting room's bounds, and signed messages (`webhook`: Standard
 //!   Webhooks).
@@ -79,6 +82,9 @@
 //! - **bell**: the `PUBLISH` that wakes a quiet sale's sleeping drain.
 //! - **event**: a change of an order or a sale in the outbox (`tb_event`),
 //!   **delivered** to the shop's endpoints.
+//! - **timeline**: a sale's seconds as each process counted them
+//!   (`tb_sale_second`); **report**: how the sale went, from its timeline
+//!   and its books, **kept** when it retires.
 //! - **reconcile**: restore in Redis what a failover lost of a sale the
 //!   books hold; **recover**: rebuild a sale Redis lost whole;
 //!   **retire**: end a settled sale's life (final audit, keys **purged**).

@@ -41,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Audit(args) => flashsale::cli::audit(args).await?,
         Command::Recover(args) => flashsale::cli::recover(args).await?,
+        Command::Report(args) => flashsale::cli::report(args).await?,
         Command::Streams(args) => flashsale::cli::streams(args).await?,
         Command::Sales(args) => flashsale::cli::sales(args).await?,
     }

@@ -68,6 +68,10 @@ pub struct Summary {
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
     pub latency_max_us: Option<u64>,
+    /// Events delivered to the shop's endpoints (each delivery; a
+    /// redelivery after a crash counts again), and given up on.
+    pub events_delivered: u64,
+    pub events_dead: u64,
     /// Orders the workers persisted, their mean and longest wait (ms).
     pub persisted: u64,
     pub persist_wait_mean_ms: Option<u64>,
@@ -90,6 +94,9 @@ pub struct Funnel {
     pub joined: Option<u64>,
     /// Places the line reached: buyers admitted (with a room).
     pub admitted: Option<u64>,
+    /// Of them, buyers who did not order: their admission ran out unused
+    /// (or has not yet).
+    pub admitted_unused: Option<u64>,
     /// Buyers with an order in the books.
     pub ordered: u64,
     /// Buyers with a paid order.
@@ -138,6 +145,7 @@ pub struct SecondView {
     pub persist_wait_max_ms: Option<i64>,
     pub paid: u64,
     pub timed_out: u64,
+    pub events_delivered: u64,
 }
 
 /// One second merged across processes.
@@ -310,6 +318,8 @@ impl Reports {
                 *l += n;
             }
             s.persisted += m.count("persisted");
+            s.events_delivered += m.count("events_delivered");
+            s.events_dead += m.count("events_dead");
             s.payments.timed_out += m.count("timed_out");
             let lag = m.gauges.get("persist_lag_max_ms").copied();
             s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
@@ -331,6 +341,7 @@ impl Reports {
                 persist_wait_max_ms: lag,
                 paid: m.count("payment.paid") + m.count("payment.paid_again"),
                 timed_out: m.count("timed_out"),
+                events_delivered: m.count("events_delivered"),
             });
         }
         let waited: u64 = by_second.values().map(|m| m.count("persist_waited")).sum();
@@ -370,6 +381,10 @@ impl Reports {
             let joined: u64 = by_second.values().map(|m| m.count("joins")).sum();
             s.funnel.joined = Some(joined);
             s.funnel.admitted = line.map(|l| (l.max(0) as u64).min(joined));
+            s.funnel.admitted_unused = s
+                .funnel
+                .admitted
+                .map(|a| a.saturating_sub(s.funnel.ordered));
             s.wait = wait_in_line(&seconds, product.start_time.div_euclid(1000), joined);
         }
         Ok(Report {
@@ -457,13 +472,13 @@ impl Report {
     /// The timeline as CSV, a row per second.
     pub fn csv(&self) -> String {
         let mut out = String::from(
-            "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out\n",
+            "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered\n",
         );
         let opt = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
         let optu = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         for s in &self.seconds {
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 s.t,
                 s.accepted,
                 s.refused,
@@ -477,7 +492,8 @@ impl Report {
                 s.persisted,
                 opt(s.persist_wait_max_ms),
                 s.paid,
-                s.timed_out
+                s.timed_out,
+                s.events_delivered
             ));
         }
         out
@@ -548,6 +564,10 @@ impl Report {
             s.persisted,
             ms(s.persist_wait_mean_ms.map(|v| v as i64)),
             ms(s.persist_wait_max_ms)
+        ));
+        out.push_str(&format!(
+            "  events: {} delivered, {} given up\n",
+            s.events_delivered, s.events_dead
         ));
         out.push_str(&format!(
             "  books: {} ({} orders: {} confirmed, {} paid, {} cancelled)\n",

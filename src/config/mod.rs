@@ -48,6 +48,9 @@ pub enum Command {
     Audit(AuditArgs),
     /// Rebuild a sale in Redis from MySQL after Redis lost it.
     Recover(RecoverArgs),
+    /// How a sale went: its report (the one kept at its retirement, or
+    /// made now), as a summary, JSON or its timeline as CSV.
+    Report(ReportArgs),
     /// Show each sale's stream: length, group lag, pending entries per
     /// consumer, dead letters (what XINFO and XPENDING show).
     Streams(StreamsArgs),
@@ -173,6 +176,22 @@ pub struct AuditArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The sale.
+    pub product: String,
+    /// The whole report as one JSON object instead of the summary.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// The timeline as CSV, a row per second.
+    #[arg(long)]
+    pub csv: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -194,6 +194,11 @@ impl Deliverer {
                 .replayed(&self.endpoint, e.id, sent.is_ok(), why)
                 .await?;
             self.count(if sent.is_ok() { "replayed" } else { "failed" });
+            if sent.is_ok() {
+                self.metrics
+                    .timeline
+                    .count(&e.product_id, "events_delivered", 1);
+            }
         }
         Ok(())
     }
@@ -238,6 +243,11 @@ impl Deliverer {
                     acked = Some(e.id);
                     attempts = 0;
                     self.count("delivered");
+                    // The sale's timeline (a crash re-delivers: counted
+                    // per delivery, as the receiver sees them).
+                    self.metrics
+                        .timeline
+                        .count(&e.product_id, "events_delivered", 1);
                     self.lags.update(&self.endpoint, &self.metrics, |l| *l -= 1);
                 }
                 Err(why) => {
@@ -270,6 +280,7 @@ impl Deliverer {
                         )
                         .await?;
                     self.count("dead_lettered");
+                    self.metrics.timeline.count(&e.product_id, "events_dead", 1);
                     self.metrics.event_dead_letters.inc();
                     (acked, attempts) = (None, 0);
                 }

@@ -461,6 +461,17 @@ async fn an_event_that_keeps_failing_is_dead_lettered_and_replayed() {
         .await
         .unwrap();
     assert_eq!(dead["dead"], json!([]));
+    // The sale's report counts them as the receiver saw them: two
+    // deliveries, one given up on.
+    eventually(
+        "the report counts the events",
+        Duration::from_secs(10),
+        || async {
+            let s = crate::report::report(&app, &sku).await["summary"].clone();
+            s["events_delivered"] == 2 && s["events_dead"] == 1
+        },
+    )
+    .await;
 }
 
 /// Two endpoints: each gets every event, in order, on its own; one that is

@@ -318,8 +318,46 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     ] {
         assert_eq!(kept["summary"][field], s[field], "{field}");
     }
-    let text = flashsale::books::Report::text(&serde_json::from_value(kept).unwrap());
-    assert!(text.contains("16 of 20 units sold"), "{text}");
+    // `flashsale report`, as an operator runs it: the kept report.
+    let cli = |extra: &'static [&'static str]| {
+        let (app, sku) = (&app, sku.clone());
+        async move {
+            let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
+                .arg("report")
+                .arg(&sku)
+                .args(extra)
+                .env("REDIS_URL", crate::helpers::REDIS_URL)
+                .env("REDIS_KEY_PREFIX", &app.prefix)
+                .env("DATABASE_URL", &app.settings.db.url)
+                .env("RUST_LOG", "error")
+                .output()
+                .await
+                .expect("flashsale report runs");
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            String::from_utf8(run.stdout).unwrap()
+        }
+    };
+    let text = cli(&[]).await;
+    for says in [
+        "kept at retirement",
+        "16 of 20 units sold",
+        "30 joined",
+        "20 buyers ordered, 16 paid",
+        "15 paid, 1 paid late",
+        "5 timed out",
+        "admission_required 3",
+        "books: balanced",
+    ] {
+        assert!(text.contains(says), "says {says:?}: {text}");
+    }
+    let csv = cli(&["--csv"]).await;
+    assert_eq!(csv.lines().count(), seconds.len() + 1, "{csv}");
+    let json: Value = serde_json::from_str(&cli(&["--json"]).await).unwrap();
+    assert_eq!(json["summary"]["accepted"], 20);
 }
 
 /// Two instances and a worker beside them: orders and joins through
@@ -369,4 +407,110 @@ async fn two_instances_and_two_workers_count_into_one_timeline() {
         s["refused"]["limit_exceeded"],
         seen.answers["limit_exceeded"]
     );
+}
+
+/// The report page in a browser, reached from the dashboard's link: the
+/// figures as the JSON report has them, the timeline's charts drawn (SVG,
+/// under the pages' CSP), the funnel; the README's picture.
+#[tokio::test]
+async fn in_a_browser_the_report_draws_the_sale() {
+    let Some(browser) = crate::browser::Browser::start().await else {
+        return;
+    };
+    let app = spawn_sale_service(Duration::from_secs(600)).await;
+    let sku = unique("rep-");
+    let mut body = product_body(&sku, 40, 1);
+    body["title"] = json!("Phone <b>X</b>");
+    body["start_time"] = json!(now_ms() - 1_000);
+    body["waiting_room"] = json!({"ceiling_per_sec": 15, "admission_secs": 60});
+    app.sale_from(body).await;
+    let base = app.url("");
+    let mut tickets = Vec::new();
+    for user in 1..=60u64 {
+        tickets.push((user, join(&app, &base, &sku, user).await));
+    }
+    let mut seen = Seen::default();
+    crowd(&app, std::slice::from_ref(&base), &sku, &tickets, &mut seen).await;
+    app.drained(&sku, 40).await;
+    for (_, order) in &seen.orders[..25] {
+        app.notify(&notification(
+            "payment.succeeded",
+            order,
+            &unique("pay-"),
+            &amount(1),
+        ))
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let r = report(&app, &sku).await;
+
+    browser.goto(&app.url("/admin/dashboard")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in").await;
+    let link = format!("section[data-product=\"{sku}\"] [data-field=\"report\"]");
+    eventually(
+        "the sale's report link",
+        Duration::from_secs(10),
+        || async { browser.text(&link).await.is_some() },
+    )
+    .await;
+    browser.set_window_size(760, 2600).await;
+    browser.click(&link).await;
+    eventually("the report page", Duration::from_secs(10), || async {
+        browser.text("#figures").await.is_some()
+    })
+    .await;
+    let figures = browser.text("#figures").await.unwrap();
+    let sold = r["summary"]["units_sold"].as_i64().unwrap();
+    assert!(figures.contains(&format!("{sold} of 40")), "{figures}");
+    assert!(figures.contains("balanced"), "{figures}");
+    // The title is text, not markup.
+    let header = browser.text("header").await.unwrap();
+    assert!(header.contains("Phone <b>X</b>"), "{header}");
+    // Every chart has its lines, drawn from the timeline.
+    let drawn = browser
+        .eval(
+            "return ['orders','units','latency','room','pace','persisted','payments'].map(id => \
+             document.querySelectorAll('#chart-' + id + ' polyline').length);",
+        )
+        .await;
+    assert_eq!(drawn, json!([2, 2, 2, 2, 2, 2, 2]), "{drawn}");
+    let points = browser
+        .eval(
+            "return document.querySelector('#chart-orders polyline[data-series=\"accepted\"]') \
+             .getAttribute('points').trim().split(' ').length;",
+        )
+        .await;
+    // A point a second (the page was made a moment after the report read
+    // above: as many seconds, or a few more).
+    let later = report(&app, &sku).await["seconds"]
+        .as_array()
+        .unwrap()
+        .len();
+    let points = points.as_u64().unwrap() as usize;
+    assert!(
+        (r["seconds"].as_array().unwrap().len()..=later).contains(&points),
+        "{points} points"
+    );
+    let steps = browser
+        .eval("return [...document.querySelectorAll('#funnel rect')].map(r => r.dataset.step);")
+        .await;
+    assert_eq!(
+        steps,
+        json!([
+            "order requests",
+            "joined the room",
+            "admitted",
+            "ordered",
+            "paid"
+        ])
+    );
+    let shot = browser.screenshot().await;
+    std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp")).unwrap();
+    std::fs::write(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp/report.png"),
+        shot,
+    )
+    .unwrap();
+    browser.quit().await;
 }

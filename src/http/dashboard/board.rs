@@ -488,6 +488,8 @@ pub struct Dashboard {
     pub catalog: crate::books::Catalog,
     /// The events' dead letters, replayed from the page.
     pub outbox: crate::books::Outbox,
+    /// Each sale's report (`/admin/dashboard/report/{id}`).
+    pub reports: crate::books::Reports,
     /// The sessions a logout here ended (nonce -> expiry, epoch ms):
     /// refused even while the books cannot be asked.
     pub ended: std::sync::Mutex<std::collections::HashMap<String, i64>>,

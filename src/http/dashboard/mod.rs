@@ -18,6 +18,7 @@
 
 pub mod board;
 mod controls;
+mod report;
 pub mod session;
 
 use axum::Router;
@@ -57,6 +58,7 @@ where
         .route("/admin/dashboard/data", get(data))
         .route("/admin/dashboard/log", get(log))
         .route("/admin/dashboard/action", post(controls::act))
+        .route("/admin/dashboard/report/{product_id}", get(report::page))
         .route(
             "/admin/login",
             // Throttled per address, as the lookups are.

@@ -268,6 +268,8 @@ function renderSales(snapshot) {
     if (!el) {
       el = template.content.firstElementChild.cloneNode(true);
       el.dataset.product = sale.product_id;
+      el.querySelector('[data-field="report"]').href =
+        `/admin/dashboard/report/${encodeURIComponent(sale.product_id)}`;
       wireControls(el);
       root.append(el);
     }

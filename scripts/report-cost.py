@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""What a sale's timeline costs the books (BENCHMARKS.md "What does the
+report cost?"): a release `serve` with its workers (one process) against
+the local Redis (a key prefix of its own) and MariaDB (a database of its
+own); a room sale with a steady crowd for `secs` seconds (joins, polls,
+orders at `rate` a second, some refused); then the sale's `tb_sale_second`
+rows: how many, their JSON bytes, and InnoDB's bytes for the table (after
+ANALYZE), per sale-hour (x 3600 / secs). Redis holds none of it.
+
+    scripts/report-cost.py [secs] [orders a second] [--bin path]
+"""
+import argparse, http.client, json, os, random, secrets, subprocess, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("secs", type=int, nargs="?", default=60)
+ap.add_argument("rate", type=int, nargs="?", default=20)
+ap.add_argument("--bin", default=None)
+args = ap.parse_args()
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+PORT = 19000 + random.randrange(1000)
+TOKEN = secrets.token_hex(16)
+PREFIX = f"repcost{random.randrange(10**6)}"
+DB = f"repcost{os.getpid()}"
+
+
+def call(method, path, body=None, admin=False, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+    h = dict(headers or {})
+    if body is not None:
+        h["Content-Type"] = "application/json"
+    if admin:
+        h["Authorization"] = f"Bearer {TOKEN}"
+    conn.request(method, path, json.dumps(body) if body is not None else None, h)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, (json.loads(data) if data and data[:1] in b"{[" else data)
+
+
+def mysql(sql):
+    return subprocess.run(["mariadb", "-uroot", "-N", "-e", sql, DB],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def main():
+    binary = args.bin or os.path.join(TARGET, "release/flashsale")
+    env = dict(os.environ, ADMIN_TOKEN=TOKEN, AUTH="none", LISTEN_ADDR=f"127.0.0.1:{PORT}",
+               REDIS_KEY_PREFIX=PREFIX, DATABASE_URL=f"mysql://root@127.0.0.1:3306/{DB}",
+               RUST_LOG="warn", RATE_LIMITS="false")
+    p = subprocess.Popen([binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                if call("GET", "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        sku = f"cost-{random.randrange(10**6)}"
+        now = int(time.time() * 1000)
+        stock = args.secs * args.rate
+        body = {"product_id": sku, "title": "t", "price": "1.00", "available_qty": stock, "limit_per_user": 1,
+                "start_time": now - 1000, "end_time": now + 3_600_000,
+                "waiting_room": {"ceiling_per_sec": args.rate, "admission_secs": 60}}
+        assert call("POST", "/api/admin/products", body, admin=True)[0] == 201
+        assert call("POST", f"/api/admin/products/{sku}/open", admin=True)[0] == 200
+        t0, user, tickets = time.monotonic(), 0, []
+        while time.monotonic() - t0 < args.secs:
+            second = time.monotonic()
+            for _ in range(args.rate):
+                user += 1
+                status, t = call("POST", f"/api/sales/{sku}/queue", {"user_id": user})
+                if status == 200:
+                    tickets.append((user, t["ticket"]))
+            for u, t in tickets[-3 * args.rate:]:
+                status, s = call("GET", f"/api/sales/{sku}/queue/{t}")
+                if status == 200 and s.get("status") == "admitted":
+                    h = {"Admission-Token": s["admission"]}
+                    call("POST", "/api/orders", {"user_id": u, "product_id": sku, "quantity": 1}, headers=h)
+            # A refusal or two a second: no admission.
+            call("POST", "/api/orders", {"user_id": 10**9 + user, "product_id": sku, "quantity": 1})
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - second)))
+        time.sleep(3)
+        rows = int(mysql(f"SELECT COUNT(*) FROM tb_sale_second WHERE product_id = '{sku}'"))
+        json_bytes = int(mysql(
+            f"SELECT SUM(LENGTH(counts) + LENGTH(gauges) + LENGTH(latency)) FROM tb_sale_second WHERE product_id = '{sku}'"))
+        mysql("ANALYZE TABLE tb_sale_second")
+        data, avg = map(int, mysql(
+            f"SELECT DATA_LENGTH, AVG_ROW_LENGTH FROM information_schema.TABLES "
+            f"WHERE TABLE_SCHEMA = '{DB}' AND TABLE_NAME = 'tb_sale_second'").split())
+        hour = 3600 / args.secs
+        orders = int(mysql(f"SELECT COUNT(*) FROM tb_order WHERE product_id = '{sku}'"))
+        print(f"{binary}: {args.secs} s of a room sale, {args.rate} joins/s, {orders} orders, one process")
+        print(f"  tb_sale_second: {rows} rows, {json_bytes / max(rows, 1):.0f} JSON bytes a row, "
+              f"InnoDB ~{avg} bytes a row ({data} data bytes)")
+        print(f"  per sale-hour: {rows * hour:.0f} rows, {json_bytes * hour / 1e6:.2f} MB of JSON, "
+              f"~{rows * hour * avg / 1e6:.2f} MB in InnoDB; Redis: 0")
+    finally:
+        p.terminate()
+        p.wait(30)
+        keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{PREFIX}:*"], capture_output=True, text=True).stdout.split()
+        for k in range(0, len(keys), 500):
+            subprocess.run(["redis-cli", "del", *keys[k:k + 500]], capture_output=True)
+        subprocess.run(["mariadb", "-uroot", "-e", f"DROP DATABASE IF EXISTS {DB}"], check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,427 @@
+//! `GET /admin/dashboard/report/{product_id}`: a sale's report as a page:
+//! its figures, then its timeline drawn as SVG here (no script, no third
+//! party: the pages' CSP holds), and the funnel.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::{Dashboard, login_form, signed_in};
+use crate::books::Report;
+use crate::domain::ProductId;
+use crate::http::error::ApiError;
+use crate::http::extract::PathParam;
+use crate::http::pages::html;
+
+pub(super) async fn page(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    PathParam(product_id): PathParam<String>,
+) -> Response {
+    if signed_in(&dashboard, &headers).await.is_err() {
+        return login_form(StatusCode::UNAUTHORIZED, None);
+    }
+    let Ok(id) = ProductId::parse(&product_id) else {
+        return ApiError::ProductNotFound("no product with this id").into_response();
+    };
+    match dashboard.reports.report(&id).await {
+        Ok(report) => html(StatusCode::OK, render(&report)),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Text for HTML (and SVG) content and attributes.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn secs(ms: Option<i64>) -> String {
+    ms.map_or("–".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+}
+
+fn millis(us: Option<u64>) -> String {
+    us.map_or("–".into(), |us| format!("{:.1} ms", us as f64 / 1000.0))
+}
+
+/// The page.
+pub fn render(r: &Report) -> String {
+    let s = &r.summary;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>Report: {id}</title><link rel=\"stylesheet\" href=\"/admin/assets/dashboard.css\">\
+         </head><body class=\"report\"><header><h1>Report: {id}</h1><p>{title} · {state} · \
+         <a href=\"/admin/dashboard\">back to the dashboard</a> · \
+         <a href=\"/api/admin/products/{id}/report/csv\">timeline as CSV</a></p></header><main>",
+        id = esc(&r.product_id),
+        title = esc(&r.title),
+        state = if r.kept {
+            "kept at its retirement"
+        } else {
+            "live: as it stands now"
+        },
+    );
+    let f = &s.funnel;
+    let p = &s.payments;
+    let mut rows: Vec<(&str, String)> = vec![
+        ("Sold out after", secs(s.sold_out_after_ms)),
+        (
+            "Units sold",
+            format!("{} of {}", s.units_sold, r.initial_qty),
+        ),
+        (
+            "Peak accepted",
+            format!("{} orders/s", s.peak_accepted_per_sec),
+        ),
+        ("Orders accepted", s.accepted.to_string()),
+        (
+            "Wait in line (p50 / p90 / max)",
+            s.wait.as_ref().map_or("no room".into(), |w| {
+                format!(
+                    "{} / {} / {}",
+                    secs(Some(w.p50_ms)),
+                    secs(Some(w.p90_ms)),
+                    secs(Some(w.max_ms))
+                )
+            }),
+        ),
+        (
+            "Payments",
+            format!(
+                "{} paid, {} late, {} refund due, {} failed; {} timed out",
+                p.paid, p.paid_late, p.refund_due, p.failed, p.timed_out
+            ),
+        ),
+        (
+            "Order latency (p50 / p99)",
+            format!(
+                "{} / {}",
+                millis(s.latency_p50_us),
+                millis(s.latency_p99_us)
+            ),
+        ),
+        (
+            "Persisted",
+            format!(
+                "{} (mean wait {}, max {})",
+                s.persisted,
+                secs(s.persist_wait_mean_ms.map(|v| v as i64)),
+                secs(s.persist_wait_max_ms)
+            ),
+        ),
+        (
+            "The books",
+            format!(
+                "{}: {} orders, {} confirmed, {} paid, {} cancelled",
+                if s.books_ok { "balanced" } else { "MISMATCH" },
+                s.orders,
+                s.confirmed,
+                s.paid,
+                s.cancelled
+            ),
+        ),
+    ];
+    rows.push((
+        "Events to the shop",
+        format!(
+            "{} delivered, {} given up",
+            s.events_delivered, s.events_dead
+        ),
+    ));
+    if let Some(unused) = f.admitted_unused {
+        rows.push(("Admitted, did not order", unused.to_string()));
+    }
+    out.push_str("<section class=\"figures\"><h2>How it went</h2><dl id=\"figures\">");
+    for (k, v) in rows {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
+    }
+    out.push_str("</dl></section>");
+
+    // The funnel.
+    let steps: Vec<(&str, Option<u64>)> = vec![
+        ("order requests", Some(f.requests)),
+        ("joined the room", f.joined),
+        ("admitted", f.admitted),
+        ("ordered", Some(f.ordered)),
+        ("paid", Some(f.paid)),
+    ];
+    out.push_str(&funnel(&steps));
+
+    // Refusals by reason.
+    out.push_str(
+        "<section><h2>Refusals</h2><table id=\"refusals\"><tr><th>why</th><th>answers</th></tr>",
+    );
+    for (code, n) in &s.refused {
+        let _ = write!(out, "<tr><td>{}</td><td>{n}</td></tr>", esc(code));
+    }
+    out.push_str("</table></section>");
+
+    // The timeline.
+    let start_s = r.start_ms.div_euclid(1000);
+    let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
+    let f64s = |f: &dyn Fn(&crate::books::report::SecondView) -> Option<f64>| -> Vec<Option<f64>> {
+        r.seconds.iter().map(f).collect()
+    };
+    let mut sold = 0u64;
+    let cumulative: Vec<Option<f64>> = r
+        .seconds
+        .iter()
+        .map(|x| {
+            sold += x.units;
+            Some(sold as f64)
+        })
+        .collect();
+    let mut joined = 0u64;
+    let joins: Vec<Option<f64>> = r
+        .seconds
+        .iter()
+        .map(|x| {
+            joined += x.joins;
+            Some(joined as f64)
+        })
+        .collect();
+    out.push_str("<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start; only seconds with something counted.</p>");
+    out.push_str(&chart(
+        "orders",
+        "Orders per second",
+        &t,
+        &[
+            ("accepted", "#2e7d32", f64s(&|x| Some(x.accepted as f64))),
+            ("refused", "#9e9e9e", f64s(&|x| Some(x.refused as f64))),
+        ],
+    ));
+    out.push_str(&chart(
+        "units",
+        "Units sold (accepted, in all)",
+        &t,
+        &[
+            ("sold", "#1565c0", cumulative),
+            (
+                "on sale",
+                "#c62828",
+                t.iter().map(|_| Some(r.initial_qty as f64)).collect(),
+            ),
+        ],
+    ));
+    out.push_str(&chart(
+        "latency",
+        "Order latency (ms)",
+        &t,
+        &[
+            (
+                "p50",
+                "#1565c0",
+                f64s(&|x| x.latency_p50_us.map(|v| v as f64 / 1000.0)),
+            ),
+            (
+                "p99",
+                "#ef6c00",
+                f64s(&|x| x.latency_p99_us.map(|v| v as f64 / 1000.0)),
+            ),
+        ],
+    ));
+    if f.joined.is_some() {
+        out.push_str(&chart(
+            "room",
+            "Waiting room: joined and admitted (in all)",
+            &t,
+            &[
+                ("joined", "#6a1b9a", joins),
+                (
+                    "admitted (the line)",
+                    "#2e7d32",
+                    f64s(&|x| x.line.map(|v| v as f64)),
+                ),
+            ],
+        ));
+        out.push_str(&chart(
+            "pace",
+            "Waiting room: pace and ceiling (buyers/s)",
+            &t,
+            &[
+                ("ceiling", "#9e9e9e", f64s(&|x| x.ceiling.map(|v| v as f64))),
+                ("pace", "#2e7d32", f64s(&|x| x.pace.map(|v| v as f64))),
+            ],
+        ));
+    }
+    out.push_str(&chart(
+        "persisted",
+        "Persisted per second, and the longest wait (s)",
+        &t,
+        &[
+            ("persisted", "#1565c0", f64s(&|x| Some(x.persisted as f64))),
+            (
+                "longest wait (s)",
+                "#ef6c00",
+                f64s(&|x| x.persist_wait_max_ms.map(|v| v as f64 / 1000.0)),
+            ),
+        ],
+    ));
+    out.push_str(&chart(
+        "payments",
+        "Payments and timeouts per second",
+        &t,
+        &[
+            ("paid", "#2e7d32", f64s(&|x| Some(x.paid as f64))),
+            ("timed out", "#c62828", f64s(&|x| Some(x.timed_out as f64))),
+        ],
+    ));
+    out.push_str("</section></main></body></html>");
+    out
+}
+
+const W: f64 = 640.0;
+const H: f64 = 180.0;
+const PAD_L: f64 = 48.0;
+const PAD_B: f64 = 24.0;
+
+/// A line chart of `series` over `t` (seconds), as SVG.
+fn chart(id: &str, title: &str, t: &[i64], series: &[(&str, &str, Vec<Option<f64>>)]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<figure><figcaption>{}</figcaption><svg id=\"chart-{id}\" role=\"img\" aria-label=\"{}\" \
+         viewBox=\"0 0 {W} {}\" width=\"{W}\" height=\"{}\" xmlns=\"http://www.w3.org/2000/svg\">",
+        esc(title),
+        esc(title),
+        H + 20.0,
+        H + 20.0
+    );
+    let (Some(&t0), Some(&t1)) = (t.first(), t.last()) else {
+        out.push_str(
+            "<text x=\"60\" y=\"90\" fill=\"#666\">nothing counted yet</text></svg></figure>",
+        );
+        return out;
+    };
+    let span = ((t1 - t0) as f64).max(1.0);
+    let top = series
+        .iter()
+        .flat_map(|(_, _, v)| v.iter().flatten())
+        .fold(0.0f64, |a, b| a.max(*b))
+        .max(1.0);
+    let x = |s: i64| PAD_L + (s - t0) as f64 / span * (W - PAD_L - 8.0);
+    let y = |v: f64| 8.0 + (1.0 - v / top) * (H - PAD_B - 8.0);
+    // Axes, and their ends.
+    let _ = write!(
+        out,
+        "<line x1=\"{PAD_L}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#bbb\"/>\
+         <line x1=\"{PAD_L}\" y1=\"8\" x2=\"{PAD_L}\" y2=\"{b}\" stroke=\"#bbb\"/>\
+         <text x=\"{l}\" y=\"14\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{top}</text>\
+         <text x=\"{l}\" y=\"{b}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">0</text>\
+         <text x=\"{PAD_L}\" y=\"{tb}\" font-size=\"11\" fill=\"#444\">{t0} s</text>\
+         <text x=\"{r}\" y=\"{tb}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{t1} s</text>",
+        b = H - PAD_B,
+        r = W - 8.0,
+        l = PAD_L - 4.0,
+        tb = H - 6.0,
+        top = fmt_top(top),
+    );
+    for (i, (label, color, values)) in series.iter().enumerate() {
+        let points: Vec<String> = t
+            .iter()
+            .zip(values)
+            .filter_map(|(s, v)| v.map(|v| format!("{:.1},{:.1}", x(*s), y(v))))
+            .collect();
+        if !points.is_empty() {
+            let _ = write!(
+                out,
+                "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+                esc(label),
+                points.join(" ")
+            );
+        }
+        let lx = PAD_L + 10.0 + 160.0 * i as f64;
+        let _ = write!(
+            out,
+            "<rect x=\"{lx}\" y=\"{ly}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
+             <text x=\"{tx}\" y=\"{ty}\" font-size=\"12\" fill=\"#222\">{}</text>",
+            esc(label),
+            ly = H + 8.0,
+            tx = lx + 14.0,
+            ty = H + 17.0,
+        );
+    }
+    out.push_str("</svg></figure>");
+    out
+}
+
+fn fmt_top(v: f64) -> String {
+    if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The funnel: a bar a step, as wide as its share of the first.
+fn funnel(steps: &[(&str, Option<u64>)]) -> String {
+    let first = steps
+        .iter()
+        .filter_map(|(_, n)| *n)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let shown: Vec<(&str, u64)> = steps
+        .iter()
+        .filter_map(|(k, n)| n.map(|n| (*k, n)))
+        .collect();
+    let h = 28.0 * shown.len() as f64 + 8.0;
+    let mut out = format!(
+        "<section><h2>The funnel</h2><svg id=\"funnel\" role=\"img\" aria-label=\"the funnel\" \
+         viewBox=\"0 0 {W} {h}\" width=\"{W}\" height=\"{h}\" xmlns=\"http://www.w3.org/2000/svg\">"
+    );
+    for (i, (label, n)) in shown.iter().enumerate() {
+        let y = 4.0 + 28.0 * i as f64;
+        let w = (*n as f64 / first * (W - 260.0)).max(1.0);
+        let _ = write!(
+            out,
+            "<text x=\"150\" y=\"{ty}\" font-size=\"13\" text-anchor=\"end\" fill=\"#222\">{}</text>\
+             <rect data-step=\"{}\" x=\"160\" y=\"{y}\" width=\"{w:.1}\" height=\"20\" fill=\"#1565c0\"/>\
+             <text x=\"{nx:.1}\" y=\"{ty}\" font-size=\"13\" fill=\"#222\">{n}</text>",
+            esc(label),
+            esc(label),
+            ty = y + 15.0,
+            nx = 166.0 + w,
+        );
+    }
+    out.push_str("</svg></section>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_title_is_text_not_markup() {
+        let r = Report {
+            product_id: "sku-1".into(),
+            title: "<script>alert(1)</script>".into(),
+            made_ms: 0,
+            kept: false,
+            start_ms: 0,
+            end_ms: 1,
+            initial_qty: 1,
+            summary: Default::default(),
+            seconds: Vec::new(),
+        };
+        let page = render(&r);
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}
