@@ -11,8 +11,11 @@ use crate::store::{self, OrderRow, Transition};
 /// What a cancel did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cancelled {
-    /// The order is cancelled (by this call or an earlier one).
+    /// The order is cancelled, by this call.
     Done(OrderRow),
+    /// The order was cancelled by an earlier call (a retry answers as the
+    /// first did).
+    Again(OrderRow),
     /// The order is still pending in its stream: the cancel is recorded and
     /// applied as soon as a worker has persisted it.
     Requested(PendingOrder),
@@ -135,7 +138,7 @@ impl Books {
                 if !row.released {
                     self.release_logged(&row).await;
                 }
-                Ok(Cancelled::Done(row))
+                Ok(Cancelled::Again(row))
             }
             Transition::Already(row) | Transition::Refused(row) => Err(refusal(&row, user)),
             Transition::NotFound => {
@@ -221,16 +224,25 @@ impl Books {
     }
 
     /// Applies the cancels asked while `product`'s orders were pending, for
-    /// the orders persisted since; returns how many were applied.
-    pub async fn apply_cancel_requests(&self, product: &ProductId) -> Result<usize, BooksError> {
-        let mut applied = 0;
+    /// the orders persisted since; returns how many were applied, and how
+    /// many of those cancelled their order (the others found it done).
+    pub async fn apply_cancel_requests(
+        &self,
+        product: &ProductId,
+    ) -> Result<(usize, u64), BooksError> {
+        let (mut applied, mut cancelled) = (0, 0);
         for (id, user) in self.accepted.cancel_requests(product).await? {
             let (Some((order_id, _)), Ok(user)) = (OrderId::parse(&id), UserId::new(user)) else {
                 self.accepted.drop_cancel_request(product, &id).await?;
                 continue;
             };
             match self.cancel(&order_id, product, Some(user)).await {
-                Ok(Cancelled::Done(_))
+                Ok(Cancelled::Done(_)) => {
+                    self.accepted.drop_cancel_request(product, &id).await?;
+                    applied += 1;
+                    cancelled += 1;
+                }
+                Ok(Cancelled::Again(_))
                 | Err(BooksError::InvalidTransition(_) | BooksError::NotFound) => {
                     self.accepted.drop_cancel_request(product, &id).await?;
                     applied += 1;
@@ -239,7 +251,7 @@ impl Books {
                 Err(e) => return Err(e),
             }
         }
-        Ok(applied)
+        Ok((applied, cancelled))
     }
 
     /// Why an order that is not in MySQL cannot be paid: unknown, or pending.

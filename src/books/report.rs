@@ -124,6 +124,9 @@ pub struct PaymentFigures {
     pub failed: i64,
     pub amount_mismatch: i64,
     pub timed_out: u64,
+    /// Orders their buyers cancelled (the workers' and instances' count,
+    /// once each: a repeated cancel is not counted again).
+    pub cancelled_by_buyers: u64,
 }
 
 /// One second of the timeline, every process's counts added up.
@@ -321,6 +324,7 @@ impl Reports {
             s.events_delivered += m.count("events_delivered");
             s.events_dead += m.count("events_dead");
             s.payments.timed_out += m.count("timed_out");
+            s.payments.cancelled_by_buyers += m.count("cancelled");
             let lag = m.gauges.get("persist_lag_max_ms").copied();
             s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
             line = m.gauges.get("line").copied().or(line).max(line);
@@ -554,8 +558,8 @@ impl Report {
         ));
         let p = &s.payments;
         out.push_str(&format!(
-            "  payments: {} paid, {} paid late, {} refund due, {} failed, {} amount mismatch; {} timed out\n",
-            p.paid, p.paid_late, p.refund_due, p.failed, p.amount_mismatch, p.timed_out
+            "  payments: {} paid, {} paid late, {} refund due, {} failed, {} amount mismatch; {} timed out, {} cancelled by buyers\n",
+            p.paid, p.paid_late, p.refund_due, p.failed, p.amount_mismatch, p.timed_out, p.cancelled_by_buyers
         ));
         out.push_str(&format!(
             "  order latency: p50 {}, p99 {}; persisted {} (mean wait {}, max {})\n",

@@ -16,6 +16,9 @@ pub struct Swept {
     pub expired: usize,
     /// The orders cancelled by their payment timeout, by sale.
     pub expired_by_sale: Vec<(String, u64)>,
+    /// The orders cancelled by their buyers' requests made while they were
+    /// pending, by sale.
+    pub cancelled_by_sale: Vec<(String, u64)>,
     pub repaired: usize,
     pub requests_applied: usize,
 }
@@ -84,13 +87,18 @@ impl Sweeper {
             .books
             .repair_releases(self.release_grace, BATCH)
             .await?;
-        let mut requests_applied = 0;
+        let (mut requests_applied, mut cancelled_by_sale) = (0, Vec::new());
         for product in pick(self.lifecycle.open_sales().await?) {
-            requests_applied += self.books.apply_cancel_requests(&product).await?;
+            let (applied, cancelled) = self.books.apply_cancel_requests(&product).await?;
+            requests_applied += applied;
+            if cancelled > 0 {
+                cancelled_by_sale.push((product.as_str().to_owned(), cancelled));
+            }
         }
         Ok(Swept {
             expired,
             expired_by_sale: by_sale.into_iter().collect(),
+            cancelled_by_sale,
             repaired,
             requests_applied,
         })

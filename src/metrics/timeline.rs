@@ -39,8 +39,11 @@ pub enum Merge {
 pub struct Second {
     /// Epoch seconds.
     pub second: i64,
-    /// Counted figures, by name (`accepted`, `refused.sold_out`, ...).
+    /// Counted figures, by name (`units`, `joins`, ...).
     pub counts: Vec<(&'static str, u64)>,
+    /// The order route's answers, by outcome (`accepted`, `replayed` or
+    /// the error code: see [`answer_name`]).
+    pub answers: Vec<(&'static str, u64)>,
     /// Readings, by name (`line`, `pace`, ...): the highest this second.
     pub gauges: Vec<(&'static str, i64)>,
     /// The order route's answers by latency bucket ([`bucket`]).
@@ -52,17 +55,14 @@ impl Second {
         Self {
             second,
             counts: Vec::new(),
+            answers: Vec::new(),
             gauges: Vec::new(),
             latency: Vec::new(),
         }
     }
 
     fn count(&mut self, name: &'static str, n: u64) {
-        // A few names a second: a scan beats hashing.
-        match self.counts.iter_mut().find(|(k, _)| *k == name) {
-            Some((_, v)) => *v += n,
-            None => self.counts.push((name, n)),
-        }
+        add(&mut self.counts, name, n);
     }
 
     fn gauge(&mut self, name: &'static str, value: i64) {
@@ -77,6 +77,19 @@ impl Second {
             self.latency = vec![0; LATENCY_BUCKETS];
         }
         self.latency[bucket(micros)] += 1;
+    }
+}
+
+/// Adds `n` to `name` in `to`. A few names a second: a scan beats
+/// hashing (the same literal is most often the same pointer: compared
+/// first).
+fn add(to: &mut Vec<(&'static str, u64)>, name: &'static str, n: u64) {
+    match to
+        .iter_mut()
+        .find(|(k, _)| std::ptr::eq(*k, name) || *k == name)
+    {
+        Some((_, v)) => *v += n,
+        None => to.push((name, n)),
     }
 }
 
@@ -100,14 +113,18 @@ pub fn bucket_upper(b: usize) -> u64 {
     ((4 + quarter as u64 + 1) << (octave - 2)) - 1
 }
 
-/// This process's timelines, by sale.
+/// This process's timelines, by sale (foldhash: std's SipHash was half of
+/// what counting an order cost, BENCHMARKS.md "What does the report cost?").
 #[derive(Default)]
 pub struct Timeline {
-    sales: RwLock<HashMap<String, Arc<Mutex<VecDeque<Second>>>>>,
+    sales: RwLock<HashMap<String, SaleSeconds, foldhash::fast::RandomState>>,
 }
 
+/// A sale's seconds not yet written, oldest first.
+type SaleSeconds = Arc<Mutex<VecDeque<Second>>>;
+
 impl Timeline {
-    fn sale(&self, product: &str) -> Arc<Mutex<VecDeque<Second>>> {
+    fn sale(&self, product: &str) -> SaleSeconds {
         if let Some(s) = self
             .sales
             .read()
@@ -125,17 +142,27 @@ impl Timeline {
     }
 
     /// The sale's second now (taken under the sale's lock, so that a second
-    /// the flush took gets nothing more).
+    /// the flush took gets nothing more). A sale seen before is counted
+    /// under the table's read lock, with no reference taken.
     fn with_now(&self, product: &str, f: impl FnOnce(&mut Second)) {
+        let add = |seconds: &mut VecDeque<Second>| {
+            let now = now_s();
+            if seconds.back().is_none_or(|s| s.second < now) {
+                seconds.push_back(Second::new(now));
+            }
+            if let Some(s) = seconds.back_mut() {
+                f(s);
+            }
+        };
+        {
+            let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(sale) = sales.get(product) {
+                add(&mut sale.lock().unwrap_or_else(|e| e.into_inner()));
+                return;
+            }
+        }
         let sale = self.sale(product);
-        let mut seconds = sale.lock().unwrap_or_else(|e| e.into_inner());
-        let now = now_s();
-        if seconds.back().is_none_or(|s| s.second < now) {
-            seconds.push_back(Second::new(now));
-        }
-        if let Some(s) = seconds.back_mut() {
-            f(s);
-        }
+        add(&mut sale.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Counts `n` of `name` for the sale this second.
@@ -154,7 +181,7 @@ impl Timeline {
     /// `replayed` or the error code), the units it took, how long it took.
     pub fn order(&self, product: &str, outcome: &'static str, units: u64, micros: u64) {
         self.with_now(product, |s| {
-            s.count(outcome_name(outcome), 1);
+            add(&mut s.answers, outcome, 1);
             if units > 0 {
                 s.count("units", units);
             }
@@ -194,9 +221,10 @@ impl Timeline {
     }
 }
 
-/// The timeline's name of an order answer: `accepted`, `replayed`, or
+/// The written name of an order answer's outcome (counted as it comes,
+/// no mapping on the order path): `accepted`, `replayed`, or
 /// `refused.<code>`.
-fn outcome_name(outcome: &'static str) -> &'static str {
+pub fn answer_name(outcome: &str) -> &'static str {
     match outcome {
         "accepted" => "accepted",
         "replayed" => "replayed",

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::db::Db;
 use super::error::StoreError;
 use crate::domain::ProductId;
-use crate::metrics::timeline::Second;
+use crate::metrics::timeline::{self, Second};
 
 /// Rows written at once.
 const CHUNK: usize = 200;
@@ -47,7 +47,10 @@ impl Seconds {
             let rows: Vec<(&str, i64, String, String, String)> = chunk
                 .iter()
                 .map(|(product, s)| {
-                    let counts: BTreeMap<&str, u64> = s.counts.iter().copied().collect();
+                    let mut counts: BTreeMap<&str, u64> = s.counts.iter().copied().collect();
+                    for (outcome, n) in &s.answers {
+                        *counts.entry(timeline::answer_name(outcome)).or_default() += n;
+                    }
                     let gauges: BTreeMap<&str, i64> = s.gauges.iter().copied().collect();
                     let latency: BTreeMap<String, u32> = s
                         .latency

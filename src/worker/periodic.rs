@@ -54,6 +54,9 @@ async fn sweeping(workers: Workers, stop: CancellationToken) {
                 for (sale, n) in &swept.expired_by_sale {
                     workers.metrics.timeline.count(sale, "timed_out", *n);
                 }
+                for (sale, n) in &swept.cancelled_by_sale {
+                    workers.metrics.timeline.count(sale, "cancelled", *n);
+                }
             })
     })
     .await;

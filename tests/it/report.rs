@@ -407,6 +407,31 @@ async fn two_instances_and_two_workers_count_into_one_timeline() {
         s["refused"]["limit_exceeded"],
         seen.answers["limit_exceeded"]
     );
+
+    // Three buyers cancel (one twice, through each instance): three.
+    for (i, (user, order)) in seen.orders[..3].iter().enumerate() {
+        for base in &bases[..1 + usize::from(i == 0)] {
+            let resp = app
+                .client
+                .post(format!("{base}/api/orders/{order}/cancel"))
+                .json(&json!({"user_id": user}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+    }
+    eventually("the cancels counted", Duration::from_secs(10), || async {
+        report(&app, &sku).await["summary"]["payments"]["cancelled_by_buyers"] == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let r = report(&app, &sku).await;
+    assert_eq!(
+        r["summary"]["payments"]["cancelled_by_buyers"], 3,
+        "not twice"
+    );
+    assert_eq!(r["summary"]["cancelled"], 3);
 }
 
 /// The report page in a browser, reached from the dashboard's link: the

@@ -103,8 +103,8 @@ pub fn render(r: &Report) -> String {
         (
             "Payments",
             format!(
-                "{} paid, {} late, {} refund due, {} failed; {} timed out",
-                p.paid, p.paid_late, p.refund_due, p.failed, p.timed_out
+                "{} paid, {} late, {} refund due, {} failed; {} timed out, {} cancelled by buyers",
+                p.paid, p.paid_late, p.refund_due, p.failed, p.timed_out, p.cancelled_by_buyers
             ),
         ),
         (

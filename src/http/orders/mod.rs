@@ -322,7 +322,15 @@ pub async fn cancel(
         .await
         .map_err(|e| hide_strangers(caller, e))?;
     Ok(match cancelled {
-        Cancelled::Done(row) => Json(OrderView::from(row)).into_response(),
+        Cancelled::Done(row) => {
+            // The sale's timeline: a buyer's cancel, once (a retry is Again).
+            state
+                .metrics
+                .timeline
+                .count(product.as_str(), "cancelled", 1);
+            Json(OrderView::from(row)).into_response()
+        }
+        Cancelled::Again(row) => Json(OrderView::from(row)).into_response(),
         Cancelled::Requested(order) => {
             let mut view = OrderView::from(order);
             view.status = OrderStatus::Cancelling;
