@@ -399,6 +399,8 @@ async fn the_openapi_document_covers_every_route_and_error_code() {
         ("post", "/api/admin/products/{product_id}/resume"),
         ("get", "/api/admin/log"),
         ("post", "/api/admin/products/{product_id}/restock"),
+        ("get", "/api/admin/products/{product_id}/report"),
+        ("get", "/api/admin/products/{product_id}/report/csv"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
