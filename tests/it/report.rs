@@ -209,8 +209,17 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
         .await;
     assert_eq!(answer["result"], "paid_again", "{answer}");
 
-    // The timeline is written a second after each second.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // The timeline is written a second after each second (later on a
+    // busy machine): waited for until every process's count is in.
+    eventually("the timeline written", Duration::from_secs(20), || async {
+        let s = report(&app, &sku).await["summary"].clone();
+        s["accepted"] == 20
+            && s["persisted"] == 20
+            && s["payments"]["timed_out"] == 5
+            && s["funnel"]["requests"] == seen.answers.values().sum::<u64>()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let r = report(&app, &sku).await;
     let s = &r["summary"];
     assert_eq!(r["kept"], false);
@@ -466,7 +475,10 @@ async fn in_a_browser_the_report_draws_the_sale() {
         ))
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    eventually("the timeline written", Duration::from_secs(20), || async {
+        report(&app, &sku).await["summary"]["persisted"] == 40
+    })
+    .await;
     let r = report(&app, &sku).await;
 
     browser.goto(&app.url("/admin/dashboard")).await;

@@ -931,7 +931,7 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
     let id = unique("room-");
     let mut body = product_body(&id, 1_000, 2);
     body["start_time"] = json!(now_ms() + 500);
-    body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 6});
+    body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 9});
     let sku = app.sale_from(body).await;
     let mut tickets = Vec::new();
     for user in 1..=60 {
@@ -956,10 +956,10 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
         || async { room_metric(&app, &sku, "room_admitted").await >= 10 },
     )
     .await;
-    // Nobody orders: the ten run out (6 s) and the next ten come in.
+    // Nobody orders: the ten run out (9 s) and the next ten come in.
     eventually(
         "the next ten after the first ran out",
-        Duration::from_secs(15),
+        Duration::from_secs(20),
         || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
     )
     .await;
@@ -1011,7 +1011,7 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
         &app,
         1_000,
         500,
-        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 4}),
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 6}),
     )
     .await;
     for user in 1..=40 {
@@ -1036,16 +1036,16 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
         }
     };
     admin("pause").await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
     admin("resume").await;
-    // Past the admissions' own 4 s, within the 4 + 2.5 s the pause gave
+    // Past the admissions' own 6 s, within the 6 + 3 s the pause gave
     // them: still ten held, the line stands.
-    while reached.elapsed() < Duration::from_millis(5_500) {
+    while reached.elapsed() < Duration::from_millis(7_000) {
         assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Then they run out: the next ten.
-    eventually("the next ten", Duration::from_secs(6), || async {
+    eventually("the next ten", Duration::from_secs(10), || async {
         room_metric(&app, &sku, "room_admitted").await >= 20
     })
     .await;
