@@ -85,7 +85,7 @@ def main():
         time.sleep(3)
         rows = int(mysql(f"SELECT COUNT(*) FROM tb_sale_second WHERE product_id = '{sku}'"))
         json_bytes = int(mysql(
-            f"SELECT SUM(LENGTH(counts) + LENGTH(gauges) + LENGTH(latency)) FROM tb_sale_second WHERE product_id = '{sku}'"))
+            f"SELECT SUM(LENGTH(counts) + LENGTH(gauges) + LENGTH(latency) + LENGTH(buyers)) FROM tb_sale_second WHERE product_id = '{sku}'"))
         mysql("ANALYZE TABLE tb_sale_second")
         data, avg = map(int, mysql(
             f"SELECT DATA_LENGTH, AVG_ROW_LENGTH FROM information_schema.TABLES "

@@ -112,6 +112,7 @@ impl App {
                 sales.ledger().clone(),
                 (db.products(), db.orders(), db.audits()),
             ),
+            sales.room().clone(),
             (db.seconds(), db.products(), db.orders(), db.payments()),
         );
         let dashboard = dashboard(

@@ -117,6 +117,7 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<()> {
     let id = ProductId::parse(&args.product).context("the product id")?;
     let reports = Reports::new(
         audit_of(&sales, &db),
+        sales.room().clone(),
         (db.seconds(), db.products(), db.orders(), db.payments()),
     );
     let report = reports.report(&id).await?;

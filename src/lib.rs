@@ -29,7 +29,8 @@
 //!   `Audits`, `Seconds`: the sales' timelines) over one bounded core (`Db`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers
 //!   update, and each sale's timeline as the process counts it
-//!   (`metrics::timeline`, written to the books each second).
+//!   (`metrics::timeline`, written to the books each second, with the
+//!   buyers who tried counted in a sketch: `metrics::distinct`).
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
 //!   a waiting room's bounds, and signed messages (`webhook`: Standard
 //!   Webhooks).

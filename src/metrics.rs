@@ -4,7 +4,8 @@
 //! codes, and the product id of open sales only (never user ids).
 //!
 //! Beside the registry, each sale's [`timeline`]: what this process
-//! counted for it, second by second, for the sale's report.
+//! counted for it, second by second, for the sale's report, the buyers
+//! among it in a [`distinct`] sketch.
 //!
 //! Counters and histograms are updated where things happen; the per-sale
 //! gauges (stock, stream length, lag, pending, dead letters) are read from
@@ -12,6 +13,7 @@
 
 use std::sync::OnceLock;
 
+pub mod distinct;
 pub mod timeline;
 
 use prometheus::{

@@ -23,6 +23,7 @@ use super::audit::Audit;
 use super::error::BooksError;
 use crate::domain::{Chain, OrderStatus, ProductId, now_ms};
 use crate::metrics::Metrics;
+use crate::metrics::distinct;
 use crate::metrics::timeline::{self, LATENCY_BUCKETS, Merge};
 use crate::sale::Room;
 use crate::store::{self, SecondRow};
@@ -90,6 +91,10 @@ pub struct Funnel {
     /// Order requests answered for the sale (any answer; a buyer may send
     /// many).
     pub requests: u64,
+    /// Distinct buyers (verified) who sent them: estimated (HyperLogLog,
+    /// all but exact below a few thousand, ~1.6% above).
+    #[serde(default)]
+    pub tried: u64,
     /// Buyers who joined the room (with a room).
     pub joined: Option<u64>,
     /// Places the line reached: buyers admitted (with a room).
@@ -97,6 +102,10 @@ pub struct Funnel {
     /// Of them, buyers who did not order: their admission ran out unused
     /// (or has not yet).
     pub admitted_unused: Option<u64>,
+    /// Of those, the admissions that have run out (the timeline's
+    /// `expired`, second by second).
+    #[serde(default)]
+    pub expired: Option<u64>,
     /// Buyers with an order in the books.
     pub ordered: u64,
     /// Buyers with a paid order.
@@ -149,6 +158,9 @@ pub struct SecondView {
     pub paid: u64,
     pub timed_out: u64,
     pub events_delivered: u64,
+    /// Admissions that ran out unused this second (with a room).
+    #[serde(default)]
+    pub expired: u64,
 }
 
 /// One second merged across processes.
@@ -207,6 +219,19 @@ impl Merged {
     }
 }
 
+/// Raises `registers` to a row's distinct-buyers registers (each its
+/// highest: every process's and second's, merged).
+fn raise(registers: &mut [u8; distinct::REGISTERS], row: &SecondRow) -> Result<(), BooksError> {
+    let raised: HashMap<u16, u8> = serde_json::from_str(&row.buyers)
+        .map_err(|_| BooksError::Corrupt(format!("tb_sale_second buyers {:?}", row.buyers)))?;
+    for (register, rank) in raised {
+        if let Some(slot) = registers.get_mut(usize::from(register)) {
+            *slot = (*slot).max(rank);
+        }
+    }
+    Ok(())
+}
+
 /// The `q`-quantile (0..1) of a latency histogram, as its bucket's top (µs).
 fn quantile(buckets: &[u64], q: f64) -> Option<u64> {
     let total: u64 = buckets.iter().sum();
@@ -233,6 +258,8 @@ fn pick(sorted: &[i64], q: f64) -> i64 {
 /// The report's handle: what it reads.
 #[derive(Clone)]
 pub struct Reports {
+    /// The rooms' places (which admitted buyers ordered).
+    room: Room,
     seconds: store::Seconds,
     products: store::Products,
     orders: store::Orders,
@@ -243,6 +270,7 @@ pub struct Reports {
 impl Reports {
     pub fn new(
         audit: Audit,
+        room: Room,
         (seconds, products, orders, payments): (
             store::Seconds,
             store::Products,
@@ -251,6 +279,7 @@ impl Reports {
         ),
     ) -> Self {
         Self {
+            room,
             seconds,
             products,
             orders,
@@ -292,8 +321,10 @@ impl Reports {
             .ok_or(BooksError::NoProduct)?;
         let rows = self.seconds.of(id).await?;
         let mut by_second: BTreeMap<i64, Merged> = BTreeMap::new();
+        let mut buyers = [0u8; distinct::REGISTERS];
         for row in &rows {
             by_second.entry(row.second).or_default().add(row)?;
+            raise(&mut buyers, row)?;
         }
         let orders = self.orders.orders_of_product(id).await?;
         let payments: HashMap<String, i64> =
@@ -346,6 +377,7 @@ impl Reports {
                 paid: m.count("payment.paid") + m.count("payment.paid_again"),
                 timed_out: m.count("timed_out"),
                 events_delivered: m.count("events_delivered"),
+                expired: 0,
             });
         }
         let waited: u64 = by_second.values().map(|m| m.count("persist_waited")).sum();
@@ -364,6 +396,9 @@ impl Reports {
             .map(|o| o.user_id)
             .collect::<HashSet<_>>()
             .len() as u64;
+        // Every buyer who ordered tried: an estimate a little short is
+        // raised to them.
+        s.funnel.tried = distinct::estimate(&buyers).max(s.funnel.ordered);
         s.funnel.paid = orders
             .iter()
             .filter(|o| o.status == OrderStatus::Paid)
@@ -390,6 +425,19 @@ impl Reports {
                 .admitted
                 .map(|a| a.saturating_sub(s.funnel.ordered));
             s.wait = wait_in_line(&seconds, product.start_time.div_euclid(1000), joined);
+            // Which admitted buyers ordered: the room's places (while its
+            // keys are there: the report kept at retirement has them).
+            if let (Some(places), Some(window)) =
+                (self.room.places(id).await?, product.room_admission_secs)
+            {
+                let ordered: HashSet<u64> = orders.iter().map(|o| o.user_id as u64).collect();
+                let ran_out = RanOut::of(&places, &reached(&seconds, joined), &ordered, {
+                    (i64::from(window), now_ms().div_euclid(1000))
+                });
+                s.funnel.admitted_unused = Some(ran_out.unused);
+                s.funnel.expired = Some(ran_out.by_second.values().sum());
+                add_expired(&mut seconds, &ran_out.by_second);
+            }
         }
         Ok(Report {
             product_id: product.product_id.clone(),
@@ -432,21 +480,13 @@ fn wait_in_line(seconds: &[SecondView], start_s: i64, joined: u64) -> Option<Wai
         .filter(|s| s.t < start_s)
         .map(|s| s.joins)
         .sum();
-    let mut reached = Vec::new(); // place k (from 1) -> second
     let mut joins = Vec::new(); // late joiner n (from 1) -> second
-    let mut line = 0u64;
     for s in seconds {
         if s.t >= start_s {
             joins.extend(std::iter::repeat_n(s.t, s.joins as usize));
         }
-        if let Some(l) = s.line {
-            let l = (l.max(0) as u64).min(joined);
-            while line < l {
-                line += 1;
-                reached.push(s.t);
-            }
-        }
     }
+    let reached = reached(seconds, joined);
     let mut waits: Vec<i64> = reached
         .iter()
         .enumerate()
@@ -472,17 +512,97 @@ fn wait_in_line(seconds: &[SecondView], start_s: i64, joined: u64) -> Option<Wai
     })
 }
 
+/// The second the line reached each place (from 1: index 0 is place 1),
+/// by the timeline's readings of the line.
+fn reached(seconds: &[SecondView], joined: u64) -> Vec<i64> {
+    let mut reached = Vec::new();
+    let mut line = 0u64;
+    for s in seconds {
+        if let Some(l) = s.line {
+            let l = (l.max(0) as u64).min(joined);
+            while line < l {
+                line += 1;
+                reached.push(s.t);
+            }
+        }
+    }
+    reached
+}
+
+/// Admissions that ran out unused: of the places the line reached, those
+/// whose buyer has no order, each in the second its admission ran out
+/// (the second the line reached it, plus the admission's window; a
+/// pause's lengthening not counted).
+#[derive(Debug, Default, PartialEq)]
+struct RanOut {
+    /// Admitted buyers without an order (their admission ran out, or has
+    /// not yet).
+    unused: u64,
+    /// Of them, those whose admission ran out, by the second it did.
+    by_second: BTreeMap<i64, u64>,
+}
+
+impl RanOut {
+    /// `places`: `(user, place)` of every buyer with a place; `reached`:
+    /// the second each place was reached; `(window, now)`: the
+    /// admission's window and the second now.
+    fn of(
+        places: &[(u64, u64)],
+        reached: &[i64],
+        ordered: &HashSet<u64>,
+        (window, now): (i64, i64),
+    ) -> Self {
+        let mut out = Self::default();
+        for (user, place) in places {
+            let Some(at) = place.checked_sub(1).and_then(|i| reached.get(i as usize)) else {
+                continue;
+            };
+            if ordered.contains(user) {
+                continue;
+            }
+            out.unused += 1;
+            let ends = at + window;
+            if ends < now {
+                *out.by_second.entry(ends).or_default() += 1;
+            }
+        }
+        out
+    }
+}
+
+/// Counts `expired` into the timeline's seconds: a second with nothing
+/// else counted is added, the room's readings carried on into it.
+fn add_expired(seconds: &mut Vec<SecondView>, expired: &BTreeMap<i64, u64>) {
+    for (t, n) in expired {
+        match seconds.binary_search_by_key(t, |s| s.t) {
+            Ok(i) => seconds[i].expired += n,
+            Err(i) => {
+                let before = i.checked_sub(1).map(|b| &seconds[b]);
+                let view = SecondView {
+                    t: *t,
+                    expired: *n,
+                    line: before.and_then(|b| b.line),
+                    pace: before.and_then(|b| b.pace),
+                    ceiling: before.and_then(|b| b.ceiling),
+                    ..SecondView::default()
+                };
+                seconds.insert(i, view);
+            }
+        }
+    }
+}
+
 impl Report {
     /// The timeline as CSV, a row per second.
     pub fn csv(&self) -> String {
         let mut out = String::from(
-            "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered\n",
+            "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired\n",
         );
         let opt = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
         let optu = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         for s in &self.seconds {
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                 s.t,
                 s.accepted,
                 s.refused,
@@ -497,7 +617,8 @@ impl Report {
                 opt(s.persist_wait_max_ms),
                 s.paid,
                 s.timed_out,
-                s.events_delivered
+                s.events_delivered,
+                s.expired
             ));
         }
         out
@@ -530,11 +651,14 @@ impl Report {
         ));
         let f = &s.funnel;
         out.push_str(&format!(
-            "  funnel: {} requests{}{}, {} buyers ordered, {} paid\n",
+            "  funnel: {} requests from {} buyers{}{}{}, {} buyers ordered, {} paid\n",
             f.requests,
+            f.tried,
             f.joined.map_or(String::new(), |j| format!(", {j} joined")),
             f.admitted
                 .map_or(String::new(), |a| format!(", {a} admitted")),
+            f.expired
+                .map_or(String::new(), |e| format!(" ({e} ran out unused)")),
             f.ordered,
             f.paid
         ));
@@ -621,7 +745,7 @@ impl Recorder {
                 }
             }
             self.sample_rooms();
-            self.flush(now_ms().div_euclid(1000)).await;
+            self.flush(self.metrics.timeline.now_s()).await;
         }
     }
 
@@ -656,5 +780,60 @@ impl Recorder {
             }
             timeline.put_back(taken);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(t: i64, line: Option<i64>) -> SecondView {
+        SecondView {
+            t,
+            line,
+            ..SecondView::default()
+        }
+    }
+
+    #[test]
+    fn an_admission_runs_out_unused_in_the_second_its_window_ends() {
+        // The line reached places 1-2 at 100, 3-4 at 102 (and no further).
+        let seconds = [
+            second(100, Some(2)),
+            second(101, None),
+            second(102, Some(4)),
+        ];
+        let reached = reached(&seconds, 10);
+        assert_eq!(reached, [100, 100, 102, 102]);
+        // Buyers 7 (place 1) and 9 (place 3) ordered; 8 (2) and 5 (4) did
+        // not; 6 (place 5) was never admitted.
+        let places = [(7, 1), (8, 2), (9, 3), (5, 4), (6, 5)];
+        let ordered: HashSet<u64> = [7, 9].into();
+        let at = |now| RanOut::of(&places, &reached, &ordered, (3, now));
+        assert_eq!(
+            at(104),
+            RanOut {
+                unused: 2,
+                by_second: [(103, 1)].into()
+            },
+            "place 4's runs out at 105"
+        );
+        assert_eq!(at(200).by_second, [(103, 1), (105, 1)].into());
+
+        // Counted into the timeline: a second without a row gets one.
+        let mut timeline = seconds.to_vec();
+        add_expired(&mut timeline, &at(200).by_second);
+        let got: Vec<(i64, u64, Option<i64>)> =
+            timeline.iter().map(|s| (s.t, s.expired, s.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (100, 0, Some(2)),
+                (101, 0, None),
+                (102, 0, Some(4)),
+                (103, 1, Some(4)),
+                (105, 1, Some(4))
+            ]
+        );
     }
 }

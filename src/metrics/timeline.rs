@@ -14,12 +14,53 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
-/// Epoch seconds by this process's clock.
-fn now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+use super::distinct;
+
+/// This process's clock for its timelines: epoch milliseconds read once,
+/// at start, and the monotonic clock since (the order path times its
+/// answers with an `Instant` already: turning that into a second is a
+/// subtraction, where reading the wall clock again was a call).
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    start: Instant,
+    start_ms: i64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let start_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Self {
+            start: Instant::now(),
+            start_ms,
+        }
+    }
+
+    /// Epoch seconds at `at`.
+    fn second_of(&self, at: Instant) -> i64 {
+        let since = at.saturating_duration_since(self.start).as_millis() as i64;
+        (self.start_ms + since).div_euclid(1000)
+    }
+
+    /// When second `s` (epoch s) is over, by the monotonic clock.
+    fn end_of(&self, s: i64) -> Instant {
+        let ms = ((s + 1) * 1000 - self.start_ms).max(0) as u64;
+        self.start + std::time::Duration::from_millis(ms)
+    }
+}
+
+/// An answer of the order route: its outcome (`accepted`, `replayed` or
+/// the error code), the units it took, when it was answered and how long
+/// it took (the route's own timing: no clock read here).
+#[derive(Debug, Clone, Copy)]
+pub struct Answered {
+    pub outcome: &'static str,
+    pub units: u64,
+    pub at: Instant,
+    pub micros: u64,
 }
 
 /// Buckets of the latency histogram: four an octave from 1 µs, to ~68 s.
@@ -48,6 +89,10 @@ pub struct Second {
     pub gauges: Vec<(&'static str, i64)>,
     /// The order route's answers by latency bucket ([`bucket`]).
     pub latency: Vec<u32>,
+    /// The distinct-buyers registers this second raised, with their new
+    /// rank ([`distinct`]): merged, every second's and process's, they
+    /// count the buyers who tried.
+    pub buyers: Vec<(u16, u8)>,
 }
 
 impl Second {
@@ -58,6 +103,7 @@ impl Second {
             answers: Vec::new(),
             gauges: Vec::new(),
             latency: Vec::new(),
+            buyers: Vec::new(),
         }
     }
 
@@ -115,15 +161,66 @@ pub fn bucket_upper(b: usize) -> u64 {
 
 /// This process's timelines, by sale (foldhash: std's SipHash was half of
 /// what counting an order cost, BENCHMARKS.md "What does the report cost?").
-#[derive(Default)]
 pub struct Timeline {
     sales: RwLock<HashMap<String, SaleSeconds, foldhash::fast::RandomState>>,
+    clock: Clock,
 }
 
-/// A sale's seconds not yet written, oldest first.
-type SaleSeconds = Arc<Mutex<VecDeque<Second>>>;
+impl Default for Timeline {
+    fn default() -> Self {
+        Self {
+            sales: RwLock::default(),
+            clock: Clock::new(),
+        }
+    }
+}
+
+/// What this process holds of a sale.
+type SaleSeconds = Arc<Mutex<SaleCounts>>;
+
+/// A sale's seconds not yet written, and the buyers seen.
+struct SaleCounts {
+    /// Oldest first.
+    seconds: VecDeque<Second>,
+    /// The distinct-buyers registers (each its highest rank) since this
+    /// entry was made: only a raise is written.
+    buyers: Box<[u8; distinct::REGISTERS]>,
+    /// When the newest second an order was counted in is over: an order
+    /// answered before then is counted there without reckoning its second
+    /// (a comparison, where the reckoning was a subtraction and a division).
+    until: Option<Instant>,
+}
+
+impl Default for SaleCounts {
+    fn default() -> Self {
+        Self {
+            seconds: VecDeque::new(),
+            buyers: Box::new([0; distinct::REGISTERS]),
+            until: None,
+        }
+    }
+}
+
+impl SaleCounts {
+    /// The second `now`, begun if it is new.
+    fn second(&mut self, now: i64) -> &mut Second {
+        if self.seconds.back().is_none_or(|s| s.second < now) {
+            self.seconds.push_back(Second::new(now));
+        }
+        // A second the flush already took gets nothing more: the newest
+        // one is as late as `now`, or later.
+        self.seconds
+            .back_mut()
+            .unwrap_or_else(|| unreachable!("a second was just pushed"))
+    }
+}
 
 impl Timeline {
+    /// Epoch seconds now, by the timelines' clock (the flush's `before`).
+    pub fn now_s(&self) -> i64 {
+        self.clock.second_of(Instant::now())
+    }
+
     fn sale(&self, product: &str) -> SaleSeconds {
         if let Some(s) = self
             .sales
@@ -145,15 +242,16 @@ impl Timeline {
     /// the flush took gets nothing more). A sale seen before is counted
     /// under the table's read lock, with no reference taken.
     fn with_now(&self, product: &str, f: impl FnOnce(&mut Second)) {
-        let add = |seconds: &mut VecDeque<Second>| {
-            let now = now_s();
-            if seconds.back().is_none_or(|s| s.second < now) {
-                seconds.push_back(Second::new(now));
-            }
-            if let Some(s) = seconds.back_mut() {
-                f(s);
-            }
-        };
+        self.at(product, self.clock.second_of(Instant::now()), f);
+    }
+
+    /// The sale's second `now` (epoch s), as `with_now`.
+    fn at(&self, product: &str, now: i64, f: impl FnOnce(&mut Second)) {
+        self.sale_at(product, |sale| f(sale.second(now)));
+    }
+
+    /// The sale's counts, under its lock.
+    fn sale_at(&self, product: &str, add: impl FnOnce(&mut SaleCounts)) {
         {
             let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
             if let Some(sale) = sales.get(product) {
@@ -177,15 +275,34 @@ impl Timeline {
         self.with_now(product, |s| s.gauge(name, value));
     }
 
-    /// An answer of the order route for the sale: its outcome (`accepted`,
-    /// `replayed` or the error code), the units it took, how long it took.
-    pub fn order(&self, product: &str, outcome: &'static str, units: u64, micros: u64) {
-        self.with_now(product, |s| {
-            add(&mut s.answers, outcome, 1);
-            if units > 0 {
-                s.count("units", units);
+    /// An answer of the order route to `buyer` (verified) for the sale.
+    pub fn order(&self, product: &str, buyer: u64, answer: Answered) {
+        self.sale_at(product, |sale| {
+            let (register, rank) = distinct::place(buyer);
+            let seen = &mut sale.buyers[usize::from(register)];
+            let raised = *seen < rank;
+            if raised {
+                *seen = rank;
             }
-            s.latency(micros);
+            let s = match sale.until {
+                Some(until) if answer.at < until && !sale.seconds.is_empty() => sale
+                    .seconds
+                    .back_mut()
+                    .unwrap_or_else(|| unreachable!("not empty")),
+                _ => {
+                    let now = self.clock.second_of(answer.at);
+                    sale.until = Some(self.clock.end_of(now));
+                    sale.second(now)
+                }
+            };
+            if raised {
+                s.buyers.push((register, rank));
+            }
+            add(&mut s.answers, answer.outcome, 1);
+            if answer.units > 0 {
+                s.count("units", answer.units);
+            }
+            s.latency(answer.micros);
         });
     }
 
@@ -194,7 +311,7 @@ impl Timeline {
         let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for (product, sale) in sales.iter() {
-            let mut seconds = sale.lock().unwrap_or_else(|e| e.into_inner());
+            let seconds = &mut sale.lock().unwrap_or_else(|e| e.into_inner()).seconds;
             while seconds.front().is_some_and(|s| s.second < before) {
                 if let Some(s) = seconds.pop_front() {
                     out.push((product.clone(), s));
@@ -206,7 +323,12 @@ impl Timeline {
         self.sales
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| !s.lock().unwrap_or_else(|e| e.into_inner()).is_empty());
+            .retain(|_, s| {
+                !s.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .seconds
+                    .is_empty()
+            });
         out
     }
 
@@ -216,6 +338,7 @@ impl Timeline {
             let sale = self.sale(&product);
             sale.lock()
                 .unwrap_or_else(|e| e.into_inner())
+                .seconds
                 .push_front(second);
         }
     }
@@ -278,13 +401,20 @@ mod tests {
     fn a_second_once_over_is_taken_once_and_counts_add() {
         let t = Timeline::default();
         let p = "sku-1";
-        t.order(p, "accepted", 2, 800);
-        t.order(p, "sold_out", 0, 50);
+        let answer = |outcome, units, micros| Answered {
+            outcome,
+            units,
+            at: Instant::now(),
+            micros,
+        };
+        t.order(p, 7, answer("accepted", 2, 800));
+        t.order(p, 7, answer("sold_out", 0, 50));
+        t.order(p, 8, answer("sold_out", 0, 50));
         t.count(p, "joins", 3);
         t.gauge(p, "line", 5);
         t.gauge(p, "line", 4);
         assert!(t.take_settled(0).is_empty(), "not over yet");
-        let now = now_s();
+        let now = t.now_s();
         let taken = t.take_settled(now + 2);
         assert!(!taken.is_empty());
         let counts: u64 = taken
@@ -300,6 +430,10 @@ mod tests {
             .find(|(k, _)| *k == "line")
             .map(|(_, v)| *v);
         assert_eq!(line, Some(5));
+        // Each buyer raised its register once: two buyers, two raises.
+        let raised: Vec<_> = taken.iter().flat_map(|(_, s)| s.buyers.clone()).collect();
+        assert_eq!(raised.len(), 2, "{raised:?}");
+        assert!(raised.contains(&distinct::place(7)) && raised.contains(&distinct::place(8)));
         assert!(t.take_settled(now + 2).is_empty(), "taken once");
         t.put_back(taken);
         assert!(!t.take_settled(now + 2).is_empty(), "put back");

@@ -87,11 +87,11 @@ impl Core {
     /// registry (no Redis call; the read is renewed in the background when
     /// due). False when memory cannot say: then Redis is asked.
     pub(super) fn is_no_sale(self: &Arc<Self>, product: &ProductId) -> bool {
-        let known = self.memory.known();
-        if known.claim_refresh() {
+        let (known, refresh) = self.memory.known().look(product, Instant::now());
+        if refresh {
             self.refresh_known_sales();
         }
-        known.lookup(product) == memory::Known::Unknown
+        known == memory::Known::Unknown
     }
 
     /// Runs `read`, a read that keeps the memory fresh, in the background

@@ -23,6 +23,13 @@ pub struct SecondRow {
     pub gauges: String,
     /// JSON: latency bucket -> answers.
     pub latency: String,
+    /// JSON: distinct-buyers register -> the rank it was raised to.
+    pub buyers: String,
+}
+
+/// A row's figures as JSON (maps of names and numbers: they always are).
+fn json(figures: &impl serde::Serialize) -> String {
+    serde_json::to_string(figures).unwrap_or_default()
 }
 
 /// The timelines' handle.
@@ -44,7 +51,7 @@ impl Seconds {
         seconds: &[(String, Second)],
     ) -> Result<(), StoreError> {
         for chunk in seconds.chunks(CHUNK) {
-            let rows: Vec<(&str, i64, String, String, String)> = chunk
+            let rows: Vec<(&str, i64, [String; 4])> = chunk
                 .iter()
                 .map(|(product, s)| {
                     let mut counts: BTreeMap<&str, u64> = s.counts.iter().copied().collect();
@@ -59,12 +66,15 @@ impl Seconds {
                         .filter(|(_, n)| **n > 0)
                         .map(|(b, n)| (b.to_string(), *n))
                         .collect();
+                    let mut buyers: BTreeMap<String, u8> = BTreeMap::new();
+                    for (register, rank) in &s.buyers {
+                        let slot = buyers.entry(register.to_string()).or_default();
+                        *slot = (*slot).max(*rank);
+                    }
                     (
                         product.as_str(),
                         s.second,
-                        serde_json::to_string(&counts).unwrap_or_default(),
-                        serde_json::to_string(&gauges).unwrap_or_default(),
-                        serde_json::to_string(&latency).unwrap_or_default(),
+                        [json(&counts), json(&gauges), json(&latency), json(&buyers)],
                     )
                 })
                 .collect();
@@ -74,19 +84,18 @@ impl Seconds {
                     async move {
                         let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
                             "INSERT INTO tb_sale_second \
-                             (product_id, second, source, counts, gauges, latency) ",
+                             (product_id, second, source, counts, gauges, latency, buyers) ",
                         );
-                        insert.push_values(rows, |mut row, r| {
-                            row.push_bind(r.0)
-                                .push_bind(r.1)
-                                .push_bind(source)
-                                .push_bind(&r.2)
-                                .push_bind(&r.3)
-                                .push_bind(&r.4);
+                        insert.push_values(rows, |mut row, (product, second, figures)| {
+                            row.push_bind(*product).push_bind(*second).push_bind(source);
+                            for f in figures {
+                                row.push_bind(f);
+                            }
                         });
                         insert.push(
                             " ON DUPLICATE KEY UPDATE counts = VALUES(counts), \
-                             gauges = VALUES(gauges), latency = VALUES(latency)",
+                             gauges = VALUES(gauges), latency = VALUES(latency), \
+                             buyers = VALUES(buyers)",
                         );
                         insert.build().execute(pool).await.map(|_| ())
                     }
@@ -101,7 +110,7 @@ impl Seconds {
         self.db
             .call(|pool| async move {
                 sqlx::query_as(
-                    "SELECT second, source, counts, gauges, latency FROM tb_sale_second \
+                    "SELECT second, source, counts, gauges, latency, buyers FROM tb_sale_second \
                      WHERE product_id = ? ORDER BY second, source",
                 )
                 .bind(product.as_str())

@@ -90,6 +90,7 @@ impl Parts {
         let redis = (sales.lifecycle().clone(), sales.queue().clone());
         let reports = Reports::new(
             audit.clone(),
+            sales.room().clone(),
             (db.seconds(), db.products(), db.orders(), db.payments()),
         );
         let settlement = Settlement::new(redis.clone(), (db.products(), db.orders()), audit);

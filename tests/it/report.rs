@@ -4,7 +4,7 @@
 //! after the sale retired and its Redis keys are gone; two instances and
 //! two workers count into one timeline, nothing twice.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use flashsale::config::{Limits, RetireSettings};
@@ -70,6 +70,19 @@ async fn standing(app: &TestApp, base: &str, sku: &str, ticket: &str) -> Value {
 struct Seen {
     answers: BTreeMap<String, u64>,
     orders: Vec<(u64, String)>,
+    /// The buyers who sent an order.
+    buyers: BTreeSet<u64>,
+}
+
+/// The report's buyers who tried are the distinct buyers the clients sent
+/// orders as (an estimate: all but exact at these counts).
+fn assert_tried(funnel: &Value, seen: &Seen) {
+    let tried = funnel["tried"].as_u64().unwrap();
+    let sent = seen.buyers.len() as u64;
+    assert!(
+        tried.abs_diff(sent) <= 1,
+        "{tried} tried, {sent} sent: {funnel}"
+    );
 }
 
 impl Seen {
@@ -88,6 +101,7 @@ impl Seen {
         if let Some(a) = admission {
             req = req.header("Admission-Token", a);
         }
+        self.buyers.insert(user);
         let resp = req.send().await.unwrap();
         let status = resp.status();
         let body: Value = resp.json().await.unwrap();
@@ -238,6 +252,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     assert_eq!(f["joined"], 30, "{f}");
     assert_eq!(f["ordered"], 20);
     assert_eq!(f["paid"], 16);
+    assert_tried(f, &seen);
     assert_eq!(
         f["requests"],
         seen.answers.values().sum::<u64>(),
@@ -371,6 +386,103 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
 
 /// Two instances and a worker beside them: orders and joins through
 /// both, the report counts each once.
+/// Admitted buyers who walk away: their admissions run out unused, and the
+/// report counts each in the second it ran out (the second the line
+/// reached its place, plus the window), from the room's places and the
+/// books: exactly the clients who walked away, about when they were told.
+#[tokio::test]
+async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out() {
+    let app = spawn_sale_service(Duration::from_secs(30)).await;
+    let sku = unique("rexp-");
+    let mut body = product_body(&sku, 20, 1);
+    body["start_time"] = json!(now_ms() - 1_000);
+    body["end_time"] = json!(now_ms() + 60_000);
+    body["waiting_room"] = json!({"ceiling_per_sec": 100, "admission_secs": 2});
+    app.sale_from(body).await;
+    let base = app.url("");
+    let mut seen = Seen::default();
+    // Eight buyers join; once admitted the even ones order, the odd ones
+    // walk away (their admission's expiry noted).
+    let mut walked = Vec::new();
+    for user in 1..=8u64 {
+        let ticket = join(&app, &base, &sku, user).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let admitted = loop {
+            let s = standing(&app, &base, &sku, &ticket).await;
+            if s["status"] == "admitted" {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "never admitted: {s}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if user % 2 == 0 {
+            let a = admitted["admission"].as_str().unwrap();
+            seen.order(&app, &base, &sku, user, Some(a)).await;
+        } else {
+            walked.push(admitted["expires_at"].as_i64().unwrap().div_euclid(1000));
+        }
+    }
+    assert_eq!(seen.answers["accepted"], 4, "{:?}", seen.answers);
+    eventually(
+        "the admissions run out",
+        Duration::from_secs(20),
+        || async { report(&app, &sku).await["summary"]["funnel"]["expired"] == 4 },
+    )
+    .await;
+    let r = report(&app, &sku).await;
+    let f = &r["summary"]["funnel"];
+    assert_eq!(
+        (&f["admitted_unused"], &f["ordered"]),
+        (&json!(4), &json!(4)),
+        "{f}"
+    );
+    let ran_out: Vec<(i64, u64)> = r["seconds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["expired"].as_u64().unwrap() > 0)
+        .map(|s| (s["t"].as_i64().unwrap(), s["expired"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        ran_out.iter().map(|(_, n)| n).sum::<u64>(),
+        4,
+        "{ran_out:?}"
+    );
+    // Each in a second the clients were told, give or take the second of
+    // the line's reading.
+    let (first, last) = (walked[0], walked[walked.len() - 1]);
+    for (t, _) in &ran_out {
+        assert!(
+            (first - 1..=last + 1).contains(t),
+            "{t} not in {first}..={last}: {ran_out:?}"
+        );
+    }
+    // The CSV has them too.
+    let csv = app
+        .client
+        .get(app.url(&format!("/api/admin/products/{sku}/report/csv")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let column = csv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "expired")
+        .unwrap();
+    let from_csv: u64 = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(column).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(from_csv, 4);
+}
+
 #[tokio::test]
 async fn two_instances_and_two_workers_count_into_one_timeline() {
     let app = spawn_sale_service(Duration::from_secs(600)).await;
@@ -412,6 +524,7 @@ async fn two_instances_and_two_workers_count_into_one_timeline() {
     let s = &r["summary"];
     assert_eq!(s["funnel"]["joined"], 40);
     assert_eq!(s["funnel"]["requests"], seen.answers.values().sum::<u64>());
+    assert_tried(&s["funnel"], &seen);
     assert_eq!(
         s["refused"]["limit_exceeded"],
         seen.answers["limit_exceeded"]
@@ -511,7 +624,7 @@ async fn in_a_browser_the_report_draws_the_sale() {
              document.querySelectorAll('#chart-' + id + ' polyline').length);",
         )
         .await;
-    assert_eq!(drawn, json!([2, 2, 2, 2, 2, 2, 2]), "{drawn}");
+    assert_eq!(drawn, json!([2, 2, 2, 3, 2, 2, 2]), "{drawn}");
     let points = browser
         .eval(
             "return document.querySelector('#chart-orders polyline[data-series=\"accepted\"]') \
@@ -535,9 +648,9 @@ async fn in_a_browser_the_report_draws_the_sale() {
     assert_eq!(
         steps,
         json!([
-            "order requests",
             "joined the room",
             "admitted",
+            "tried to order",
             "ordered",
             "paid"
         ])

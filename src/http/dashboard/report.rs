@@ -90,6 +90,10 @@ pub fn render(r: &Report) -> String {
         ),
         ("Orders accepted", s.accepted.to_string()),
         (
+            "Order requests",
+            format!("{} from {} buyers", f.requests, f.tried),
+        ),
+        (
             "Wait in line (p50 / p90 / max)",
             s.wait.as_ref().map_or("no room".into(), |w| {
                 format!(
@@ -144,7 +148,10 @@ pub fn render(r: &Report) -> String {
         ),
     ));
     if let Some(unused) = f.admitted_unused {
-        rows.push(("Admitted, did not order", unused.to_string()));
+        let ran_out = f
+            .expired
+            .map_or(String::new(), |e| format!(" ({e} ran out)"));
+        rows.push(("Admitted, did not order", format!("{unused}{ran_out}")));
     }
     out.push_str("<section class=\"figures\"><h2>How it went</h2><dl id=\"figures\">");
     for (k, v) in rows {
@@ -153,10 +160,12 @@ pub fn render(r: &Report) -> String {
     out.push_str("</dl></section>");
 
     // The funnel.
+    // Buyers, step by step (with a room they join and are admitted
+    // before they order; the order requests are among the figures).
     let steps: Vec<(&str, Option<u64>)> = vec![
-        ("order requests", Some(f.requests)),
         ("joined the room", f.joined),
         ("admitted", f.admitted),
+        ("tried to order", Some(f.tried)),
         ("ordered", Some(f.ordered)),
         ("paid", Some(f.paid)),
     ];
@@ -184,6 +193,15 @@ pub fn render(r: &Report) -> String {
         .map(|x| {
             sold += x.units;
             Some(sold as f64)
+        })
+        .collect();
+    let mut expired = 0u64;
+    let ran_out: Vec<Option<f64>> = r
+        .seconds
+        .iter()
+        .map(|x| {
+            expired += x.expired;
+            Some(expired as f64)
         })
         .collect();
     let mut joined = 0u64;
@@ -247,6 +265,7 @@ pub fn render(r: &Report) -> String {
                     "#2e7d32",
                     f64s(&|x| x.line.map(|v| v as f64)),
                 ),
+                ("ran out unused", "#c62828", ran_out),
             ],
         ));
         out.push_str(&chart(

@@ -23,6 +23,7 @@ use crate::http::extract::{self, IdempotencyKey};
 use crate::http::limits;
 use crate::http::state::AppState;
 use crate::metrics::AnsweredBy;
+use crate::metrics::timeline::Answered;
 use crate::sale::room::{Admission, Refused};
 use crate::sale::{self, Decision, Keyed, NewOrder, Placed, Rejection, Vouched};
 
@@ -70,13 +71,14 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
-/// `sale`: the sale the order names, once read from its body.
+/// `sale`: the sale the order names and its verified buyer, once read
+/// from its body.
 pub async fn place(
     state: &AppState,
     mut parts: Parts,
     peer: Option<SocketAddr>,
     body: Bytes,
-    sale: &mut Option<ProductId>,
+    sale: &mut Option<Named>,
 ) -> Answer {
     match decide(state, &mut parts, peer, &body, sale).await {
         Ok(answer) => answer,
@@ -114,23 +116,32 @@ async fn answer_order(
         // The slot is held while the order is decided.
         Ok(_slot) => place(state, parts, peer, body, &mut sale).await,
     };
-    let took = started.elapsed();
+    let answered = Instant::now();
+    let took = answered.saturating_duration_since(started);
     state
         .metrics
         .count_order(answer.outcome, answer.answered_by, took.as_secs_f64());
     // The sale's timeline: an answer for a sale it named (not for an id no
     // sale has: those would fill the table).
-    if let Some(product) = sale
+    if let Some(Named { product, buyer }) = sale
         && answer.outcome != "product_not_found"
     {
-        state.metrics.timeline.order(
-            product.as_str(),
-            answer.outcome,
-            answer.units,
-            took.as_micros() as u64,
-        );
+        let answered = Answered {
+            outcome: answer.outcome,
+            units: answer.units,
+            at: answered,
+            micros: took.as_micros() as u64,
+        };
+        (state.metrics.timeline).order(product.as_str(), buyer.get(), answered);
     }
     answer.response
+}
+
+/// The sale an order names, and its verified buyer (what the sale's
+/// timeline counts the answer under).
+pub struct Named {
+    product: ProductId,
+    buyer: UserId,
 }
 
 /// The router's `POST /api/orders`: `serve` answers it before the router,
@@ -146,13 +157,18 @@ async fn decide(
     parts: &mut Parts,
     peer: Option<SocketAddr>,
     body: &[u8],
-    sale: &mut Option<ProductId>,
+    sale: &mut Option<Named>,
 ) -> Result<Answer, ApiError> {
     let caller = Caller::of(state.auth.as_ref(), parts, peer)?;
     let IdempotencyKey(idempotency_key) = IdempotencyKey::from_request_parts(parts, state).await?;
     let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;
-    let product = &*sale.insert(ProductId::parse_owned(body.product_id)?);
+    let product = &sale
+        .insert(Named {
+            product: ProductId::parse_owned(body.product_id)?,
+            buyer: user_id,
+        })
+        .product;
     let quantity = Quantity::new(body.quantity)?;
     state.guards.check_user(user_id)?;
     let vouched = match parts.headers.get(&ADMISSION_TOKEN) {

@@ -54,6 +54,11 @@ impl BuyerMarks {
 
     /// The units `user` may still buy, if a fresh mark says so.
     pub fn allowance(&self, user: u64) -> Option<u64> {
+        self.allowance_at(user, Instant::now())
+    }
+
+    /// [`Self::allowance`] at `now`.
+    pub fn allowance_at(&self, user: u64, now: Instant) -> Option<u64> {
         if !self.enabled() {
             return None;
         }
@@ -61,7 +66,7 @@ impl BuyerMarks {
         table
             .marks
             .get(&user)
-            .filter(|m| Instant::now() < m.until)
+            .filter(|m| now < m.until)
             .map(|m| m.allowance)
     }
 

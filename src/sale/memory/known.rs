@@ -27,13 +27,31 @@ pub struct KnownSales {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The registry, and when its read was sent.
-    snapshot: Option<(super::Set<ProductId>, Instant)>,
+    snapshot: Option<Snapshot>,
     /// Sales opened through this process, and when: kept over a snapshot
     /// whose read was sent before them.
     opened_here: super::Map<ProductId, Instant>,
     /// The registry was over the cap at the last read (logged once).
     over_cap: bool,
+}
+
+/// The registry as read, and its deadlines from when the read was sent
+/// (reckoned once, at the read:
+/// an order compares instants, where subtracting them cost more).
+#[derive(Debug)]
+struct Snapshot {
+    ids: super::Set<ProductId>,
+    /// Trusted until then (`sent + ttl`).
+    stale_at: Instant,
+    /// Read again from then on (`sent + ttl / 2`).
+    refresh_at: Instant,
+}
+
+/// `at + d`, or a moment decades away when that is past the clock's end
+/// (a ttl that large never runs out).
+pub(super) fn after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .unwrap_or_else(|| at + Duration::from_secs(30 * 365 * 86_400))
 }
 
 /// What the snapshot says about a product id.
@@ -58,39 +76,48 @@ impl KnownSales {
     }
 
     pub fn lookup(&self, product: &ProductId) -> Known {
-        if self.ttl.is_zero() {
-            return Known::CannotSay;
-        }
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        match &state.snapshot {
-            Some((ids, sent)) if sent.elapsed() < self.ttl => {
-                if ids.contains(product) || state.opened_here.contains_key(product) {
-                    Known::Open
-                } else {
-                    Known::Unknown
-                }
-            }
-            _ => Known::CannotSay,
-        }
+        self.look_at(Some(product), Instant::now()).0
     }
 
     /// True when the snapshot is due for a read and no read is under way;
     /// the caller then reads the registry and calls [`Self::replace`] or
     /// [`Self::refresh_failed`].
     pub fn claim_refresh(&self) -> bool {
+        let (_, due) = self.look_at(None, Instant::now());
+        due && !self.refresh_claimed()
+    }
+
+    /// [`Self::lookup`] and [`Self::claim_refresh`] at `now`, under one
+    /// read of the state: what the id is, and whether this caller is to
+    /// read the registry.
+    pub fn look(&self, product: &ProductId, now: Instant) -> (Known, bool) {
+        let (known, due) = self.look_at(Some(product), now);
+        (known, due && !self.refresh_claimed())
+    }
+
+    fn look_at(&self, product: Option<&ProductId>, now: Instant) -> (Known, bool) {
         if self.ttl.is_zero() {
-            return false;
+            return (Known::CannotSay, false);
         }
-        let due = {
-            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-            // Refreshed a little before it goes stale, so that steady traffic
-            // always finds a fresh one.
-            state
-                .snapshot
-                .as_ref()
-                .is_none_or(|(_, sent)| sent.elapsed() >= self.ttl / 2)
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        // Refreshed a little before it goes stale, so that steady traffic
+        // always finds a fresh one.
+        let due = state.snapshot.as_ref().is_none_or(|s| now >= s.refresh_at);
+        let known = match (&state.snapshot, product) {
+            (Some(s), Some(product)) if now < s.stale_at => {
+                if s.ids.contains(product) || state.opened_here.contains_key(product) {
+                    Known::Open
+                } else {
+                    Known::Unknown
+                }
+            }
+            _ => Known::CannotSay,
         };
-        due && !self.refreshing.swap(true, Ordering::AcqRel)
+        (known, due)
+    }
+
+    fn refresh_claimed(&self) -> bool {
+        self.refreshing.swap(true, Ordering::AcqRel)
     }
 
     /// The registry's members, as read by a call sent at `sent`.
@@ -108,7 +135,11 @@ impl KnownSales {
             state.snapshot = None;
         } else {
             state.over_cap = false;
-            state.snapshot = Some((ids.into_iter().collect(), sent));
+            state.snapshot = Some(Snapshot {
+                ids: ids.into_iter().collect(),
+                stale_at: after(sent, self.ttl),
+                refresh_at: after(sent, self.ttl / 2),
+            });
         }
         state.opened_here.retain(|_, at| *at >= sent);
         drop(state);
@@ -129,8 +160,8 @@ impl KnownSales {
     pub fn removed(&self, product: &ProductId) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         state.opened_here.remove(product);
-        if let Some((ids, _)) = &mut state.snapshot {
-            ids.remove(product);
+        if let Some(s) = &mut state.snapshot {
+            s.ids.remove(product);
         }
     }
 }
@@ -155,6 +186,28 @@ mod tests {
         tokio::time::advance(Duration::from_millis(60)).await;
         assert_eq!(known.lookup(&sku(2)), Known::CannotSay);
         assert!(known.claim_refresh());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_look_answers_and_claims_the_read_once_and_a_lookup_claims_none() {
+        let known = KnownSales::new(Duration::from_millis(50), 100);
+        assert_eq!(known.lookup(&sku(1)), Known::CannotSay);
+        assert_eq!(
+            known.look(&sku(1), Instant::now()),
+            (Known::CannotSay, true)
+        );
+        assert_eq!(
+            known.look(&sku(1), Instant::now()),
+            (Known::CannotSay, false),
+            "one read at a time"
+        );
+        known.replace(vec![sku(1)], Instant::now());
+        assert_eq!(known.look(&sku(1), Instant::now()), (Known::Open, false));
+        // Past half its life: it still answers, and asks for one read.
+        tokio::time::advance(Duration::from_millis(30)).await;
+        assert_eq!(known.lookup(&sku(2)), Known::Unknown);
+        assert_eq!(known.look(&sku(2), Instant::now()), (Known::Unknown, true));
+        assert!(!known.claim_refresh(), "claimed by the look");
     }
 
     #[test]

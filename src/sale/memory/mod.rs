@@ -182,11 +182,16 @@ impl Memory {
 
     /// Answers an order from memory if it can; says which reads are due.
     pub fn recall(&self, product: &ProductId, user: u64, quantity: u64, keyed: Keyed) -> Recall {
+        // One reading of the clock for every check (each read its own: a
+        // quarter of what recalling cost, BENCHMARKS.md "What does the
+        // report cost?").
+        let now = self.clock.now();
+        let (known, refresh_known) = self.known.look(product, now.at);
         let mut recall = Recall {
-            refresh_known: self.known.claim_refresh(),
+            refresh_known,
             ..Recall::default()
         };
-        match self.known.lookup(product) {
+        match known {
             Known::Unknown => {
                 recall.answer = Some(Rejection::NoSale);
                 return recall;
@@ -196,7 +201,6 @@ impl Memory {
         let Some(sale) = self.sale(product) else {
             return recall;
         };
-        let now = self.clock.now();
         let window = *sale.window.read().unwrap_or_else(|e| e.into_inner());
         let redis_time = window.redis_time(now);
         recall.refresh_sale = self.settings.window_margin.is_some()
@@ -206,10 +210,10 @@ impl Memory {
             recall.answer = Some(r);
         } else if keyed == Keyed::Yes {
             // Only Redis knows the key's order.
-        } else if let Marked::Yes { renew } = self.sold_out.check(product) {
+        } else if let Marked::Yes { renew } = self.sold_out.check_at(product, now.at) {
             recall.answer = Some(Rejection::SoldOut);
             recall.renew_sold_out = renew;
-        } else if let Some(allowance) = sale.buyers.allowance(user)
+        } else if let Some(allowance) = sale.buyers.allowance_at(user, now.at)
             && quantity > allowance
         {
             recall.answer = Some(Rejection::LimitExceeded { allowance });

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::known::after;
+
 use crate::domain::ProductId;
 
 const PRUNE_AT: usize = 1024;
@@ -35,8 +37,11 @@ pub struct SoldOutMarks {
 
 #[derive(Debug)]
 struct Mark {
-    /// When the answer it stands on was asked for.
-    since: Instant,
+    /// Believed until then: `ttl` after the answer it stands on was asked
+    /// for (reckoned once, when marked: an order compares instants).
+    stale_at: Instant,
+    /// Renewed from then on (half its life).
+    renew_at: Instant,
     /// A background read of the stock is under way.
     renewing: AtomicBool,
 }
@@ -70,6 +75,11 @@ impl SoldOutMarks {
     /// Whether a fresh mark says the sale is sold out, and whether it is due
     /// for renewal (claimed by this caller: one read at a time).
     pub fn check(&self, product: &ProductId) -> Marked {
+        self.check_at(product, Instant::now())
+    }
+
+    /// [`Self::check`] at `now`.
+    pub fn check_at(&self, product: &ProductId, now: Instant) -> Marked {
         if self.ttl.is_zero() {
             return Marked::No;
         }
@@ -77,11 +87,10 @@ impl SoldOutMarks {
         let Some(mark) = marks.get(product) else {
             return Marked::No;
         };
-        let age = mark.since.elapsed();
-        if age >= self.ttl {
+        if now >= mark.stale_at {
             return Marked::No;
         }
-        let renew = age >= self.ttl / 2 && !mark.renewing.swap(true, Ordering::AcqRel);
+        let renew = now >= mark.renew_at && !mark.renewing.swap(true, Ordering::AcqRel);
         Marked::Yes { renew }
     }
 
@@ -92,12 +101,14 @@ impl SoldOutMarks {
         }
         let mut marks = self.marks.write().unwrap_or_else(|e| e.into_inner());
         if marks.len() >= PRUNE_AT {
-            marks.retain(|_, m| m.since.elapsed() < self.ttl);
+            let now = Instant::now();
+            marks.retain(|_, m| now < m.stale_at);
         }
         marks.insert(
             product.clone(),
             Mark {
-                since,
+                stale_at: after(since, self.ttl),
+                renew_at: after(since, self.ttl / 2),
                 renewing: AtomicBool::new(false),
             },
         );

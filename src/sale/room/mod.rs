@@ -212,6 +212,55 @@ impl Room {
         })
     }
 
+    /// Every joined buyer's place in the line, `(user_id, place)`, from
+    /// the room's `joined` hash (read by `HSCAN`, a thousand fields a
+    /// call) and its draw: for the sale's report (which admitted buyers
+    /// ordered). `None`: the sale has no room, or is not open. Before the
+    /// draw only late joiners have a place.
+    pub async fn places(&self, product: &ProductId) -> Result<Option<Vec<(u64, u64)>>, SaleError> {
+        let Some(room) = self.room(product).await? else {
+            return Ok(None);
+        };
+        let early = match room.drawn() {
+            true => places::Early::Final(room.early),
+            false => places::Early::Counting(room.early),
+        };
+        let key = self.core.keys(product).joined;
+        let mut out = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let key = &key;
+            let (next, fields): (u64, Vec<String>) = self
+                .core
+                .call(|mut c| async move {
+                    redis::cmd("HSCAN")
+                        .arg(key)
+                        .arg(cursor)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            for pair in fields.chunks_exact(2) {
+                let (Ok(user), Some(number)) = (pair[0].parse::<u64>(), Number::parse(&pair[1]))
+                else {
+                    return Err(SaleError::Corrupt(format!(
+                        "room joined field {:?} -> {:?}",
+                        pair[0], pair[1]
+                    )));
+                };
+                if let Some(place) = places::place(number, early, &room.seed) {
+                    out.push((user, place));
+                }
+            }
+            if next == 0 {
+                return Ok(Some(out));
+            }
+            cursor = next;
+        }
+    }
+
     /// The rooms this process has read in the last few seconds, as read
     /// (for the sales' timelines: `books::report`).
     pub fn readings(&self) -> Vec<(ProductId, Arc<RoomState>)> {
