@@ -503,13 +503,22 @@ async fn two_instances_and_two_workers_count_into_one_timeline() {
     let mut seen = Seen::default();
     crowd(&app, &bases, &sku, &tickets, &mut seen).await;
     assert_eq!(seen.answers["accepted"], 30);
+    // Ten of them order again through the other instance (the crowd sent
+    // buyer n through `bases[(n - 1) % 2]`): more requests, no new buyers.
+    for user in 1..=10u64 {
+        seen.order(&app, &bases[user as usize % 2], &sku, user, None)
+            .await;
+    }
     app.drained(&sku, 30).await;
+    let requests = seen.answers.values().sum::<u64>();
     eventually(
         "both timelines written",
         Duration::from_secs(10),
         || async {
             let r = report(&app, &sku).await;
-            r["summary"]["accepted"] == 30 && r["summary"]["persisted"] == 30
+            r["summary"]["accepted"] == 30
+                && r["summary"]["persisted"] == 30
+                && r["summary"]["funnel"]["requests"] == requests
         },
     )
     .await;
