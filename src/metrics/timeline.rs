@@ -13,7 +13,7 @@
 //! report sums the processes' rows (`books::report`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 use std::time::Instant;
 
 use super::distinct;
@@ -175,8 +175,11 @@ impl Default for Timeline {
     }
 }
 
+/// Seconds a sale with nothing counted is kept after its last second taken.
+const IDLE_SECS: i64 = 10;
+
 /// What this process holds of a sale.
-type SaleSeconds = Arc<Mutex<SaleCounts>>;
+type SaleSeconds = Mutex<SaleCounts>;
 
 /// A sale's seconds not yet written, and the buyers seen.
 struct SaleCounts {
@@ -189,6 +192,11 @@ struct SaleCounts {
     /// answered before then is counted there without reckoning its second
     /// (a comparison, where the reckoning was a subtraction and a division).
     until: Option<Instant>,
+    /// The first second the flush has not taken: a count for an earlier
+    /// one (answered before the flush, counted after it) goes here, since
+    /// a second is written with its values and written again would lose
+    /// what it had.
+    untaken: i64,
 }
 
 impl Default for SaleCounts {
@@ -197,13 +205,15 @@ impl Default for SaleCounts {
             seconds: VecDeque::new(),
             buyers: Box::new([0; distinct::REGISTERS]),
             until: None,
+            untaken: i64::MIN,
         }
     }
 }
 
 impl SaleCounts {
-    /// The second `now`, begun if it is new.
+    /// The second `now` (or the first one not taken), begun if it is new.
     fn second(&mut self, now: i64) -> &mut Second {
+        let now = now.max(self.untaken);
         if self.seconds.back().is_none_or(|s| s.second < now) {
             self.seconds.push_back(Second::new(now));
         }
@@ -221,23 +231,6 @@ impl Timeline {
         self.clock.second_of(Instant::now())
     }
 
-    fn sale(&self, product: &str) -> SaleSeconds {
-        if let Some(s) = self
-            .sales
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(product)
-        {
-            return s.clone();
-        }
-        self.sales
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(product.to_owned())
-            .or_default()
-            .clone()
-    }
-
     /// The sale's second now (taken under the sale's lock, so that a second
     /// the flush took gets nothing more). A sale seen before is counted
     /// under the table's read lock, with no reference taken.
@@ -250,7 +243,10 @@ impl Timeline {
         self.sale_at(product, |sale| f(sale.second(now)));
     }
 
-    /// The sale's counts, under its lock.
+    /// The sale's counts, under its lock, with the table locked the while:
+    /// a sale new to the table is counted under its write lock, so the
+    /// flush (which drops the sales it emptied under that lock) never
+    /// drops an entry between its making and its first count.
     fn sale_at(&self, product: &str, add: impl FnOnce(&mut SaleCounts)) {
         {
             let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
@@ -259,8 +255,9 @@ impl Timeline {
                 return;
             }
         }
-        let sale = self.sale(product);
-        add(&mut sale.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut sales = self.sales.write().unwrap_or_else(|e| e.into_inner());
+        let sale = sales.entry(product.to_owned()).or_default();
+        add(sale.get_mut().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Counts `n` of `name` for the sale this second.
@@ -311,23 +308,25 @@ impl Timeline {
         let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for (product, sale) in sales.iter() {
-            let seconds = &mut sale.lock().unwrap_or_else(|e| e.into_inner()).seconds;
-            while seconds.front().is_some_and(|s| s.second < before) {
-                if let Some(s) = seconds.pop_front() {
+            let sale = &mut *sale.lock().unwrap_or_else(|e| e.into_inner());
+            while sale.seconds.front().is_some_and(|s| s.second < before) {
+                if let Some(s) = sale.seconds.pop_front() {
+                    sale.untaken = sale.untaken.max(s.second + 1);
                     out.push((product.clone(), s));
                 }
             }
         }
         drop(sales);
-        // Sales with nothing left and nothing new go (a retired sale's).
+        // Sales with nothing left and nothing new for a while go (a
+        // retired sale's): by then no count answered before a taken
+        // second was over is still on its way.
+        let idle = before.saturating_sub(IDLE_SECS);
         self.sales
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|_, s| {
-                !s.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .seconds
-                    .is_empty()
+                let s = s.get_mut().unwrap_or_else(|e| e.into_inner());
+                !s.seconds.is_empty() || s.untaken > idle
             });
         out
     }
@@ -335,11 +334,7 @@ impl Timeline {
     /// Seconds a write did not take, back for the next flush.
     pub fn put_back(&self, seconds: Vec<(String, Second)>) {
         for (product, second) in seconds.into_iter().rev() {
-            let sale = self.sale(&product);
-            sale.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .seconds
-                .push_front(second);
+            self.sale_at(&product, |sale| sale.seconds.push_front(second));
         }
     }
 }
@@ -379,6 +374,61 @@ pub fn merge_of(name: &str) -> Merge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_for_a_second_taken_goes_to_the_next_one() {
+        let t = Timeline::default();
+        let units = |taken: Vec<(String, Second)>| -> Vec<(i64, u64)> {
+            taken
+                .iter()
+                .map(|(_, s)| (s.second, s.counts.iter().map(|(_, n)| n).sum()))
+                .collect()
+        };
+        t.at("sku-1", 100, |s| s.count("units", 5));
+        assert_eq!(units(t.take_settled(101)), [(100, 5)]);
+        // Answered in second 100, counted once the flush took it: written
+        // again, 100's row would say 1 where it said 5.
+        t.at("sku-1", 100, |s| s.count("units", 1));
+        t.at("sku-1", 102, |s| s.count("units", 2));
+        assert_eq!(units(t.take_settled(103)), [(101, 1), (102, 2)]);
+        // Idle a while, the sale's entry goes; a new count begins anew.
+        assert!(t.take_settled(103 + IDLE_SECS).is_empty());
+        assert!(t.sales.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_count_racing_the_flush_is_never_lost() {
+        // Each count makes its sale's entry anew (a new name, or one the
+        // flush just emptied and dropped) while a flush takes every second
+        // and drops the sales it emptied.
+        let t = Timeline::default();
+        let (writers, each) = (3, 20_000u64);
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let taken = std::thread::scope(|scope| {
+            for w in 0..writers {
+                let (t, done) = (&t, &done);
+                scope.spawn(move || {
+                    for i in 0..each {
+                        t.count(&format!("sku-{w}-{}", i % 7), "units", 1);
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+            let mut taken = 0u64;
+            let units = |seconds: Vec<(String, Second)>| -> u64 {
+                seconds
+                    .iter()
+                    .flat_map(|(_, s)| s.counts.iter())
+                    .map(|(_, n)| n)
+                    .sum()
+            };
+            while done.load(std::sync::atomic::Ordering::SeqCst) < writers {
+                taken += units(t.take_settled(i64::MAX));
+            }
+            taken + units(t.take_settled(i64::MAX))
+        });
+        assert_eq!(taken, writers as u64 * each);
+    }
 
     #[test]
     fn latency_buckets_are_a_quarter_octave_and_ordered() {
