@@ -5,7 +5,8 @@ the local Redis (a key prefix of its own) and MariaDB (a database of its
 own); a room sale with a steady crowd for `secs` seconds (joins, polls,
 orders at `rate` a second, some refused); then the sale's `tb_sale_second`
 rows: how many, their JSON bytes, and InnoDB's bytes for the table (after
-ANALYZE), per sale-hour (x 3600 / secs). Redis holds none of it.
+ANALYZE), per sale-hour (x 3600 / secs); and the report's bytes, which is
+what the books keep once the sale is purged. Redis holds none of it.
 
     scripts/report-cost.py [secs] [orders a second] [--bin path]
 """
@@ -97,6 +98,13 @@ def main():
               f"InnoDB ~{avg} bytes a row ({data} data bytes)")
         print(f"  per sale-hour: {rows * hour:.0f} rows, {json_bytes * hour / 1e6:.2f} MB of JSON, "
               f"~{rows * hour * avg / 1e6:.2f} MB in InnoDB; Redis: 0")
+        # What stays once the sale is purged: its report (these rows go).
+        status, report = call("GET", f"/api/admin/products/{sku}/report", admin=True)
+        assert status == 200, status
+        kept = len(json.dumps(report, separators=(",", ":")))
+        seconds = len(report["seconds"])
+        print(f"  the report (kept at retirement; the rows go at the purge): {kept} bytes, "
+              f"{seconds} seconds: {kept * 3600 / max(seconds, 1) / 1e6:.2f} MB per sale-hour")
     finally:
         p.terminate()
         p.wait(30)

@@ -39,7 +39,7 @@
 //!   `AuthSettings`, `RedisSettings`, ...), which know nothing above them;
 //!   [`app`]: startup, the one place that holds the stores whole and gives
 //!   each part its handles; [`cli`]: the operator commands (`audit`,
-//!   `recover`, `streams`, `sales`); `main.rs` only calls them.
+//!   `recover`, `streams`, `sales`, `report`); `main.rs` only calls them.
 //! - [`bench_support`] (feature `bench`): what the benchmarks call below the
 //!   public API.
 //!

@@ -50,7 +50,7 @@ pub async fn json(
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     security(("admin" = [])),
     responses(
-        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered`", content_type = "text/csv", body = String),
+        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired`", content_type = "text/csv", body = String),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
     )
 )]
@@ -72,4 +72,17 @@ pub async fn csv(
         report.csv(),
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::books::report::CSV_COLUMNS;
+
+    #[test]
+    fn the_api_document_names_the_csv_columns_as_written() {
+        let doc = serde_json::to_value(crate::http::openapi::document()).unwrap();
+        let csv = &doc["paths"]["/api/admin/products/{product_id}/report/csv"]["get"];
+        let said = csv["responses"]["200"]["description"].as_str().unwrap();
+        assert_eq!(said, format!("`{CSV_COLUMNS}`"));
+    }
 }

@@ -120,6 +120,28 @@ impl Seconds {
             .await
     }
 
+    /// Deletes a sale's rows (its report kept holds them), a chunk at a
+    /// time so that no statement holds many locks; the rows deleted.
+    pub async fn forget(&self, product: &ProductId) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        loop {
+            let n = self
+                .db
+                .call(|pool| async move {
+                    sqlx::query("DELETE FROM tb_sale_second WHERE product_id = ? LIMIT 5000")
+                        .bind(product.as_str())
+                        .execute(pool)
+                        .await
+                        .map(|r| r.rows_affected())
+                })
+                .await?;
+            deleted += n;
+            if n < 5000 {
+                return Ok(deleted);
+            }
+        }
+    }
+
     /// The report made when the sale retired (JSON), if it is.
     pub async fn report(&self, product: &ProductId) -> Result<Option<String>, StoreError> {
         self.db

@@ -258,9 +258,11 @@ impl Retirer {
         Ok(None)
     }
 
-    /// Step 3 of a retired sale.
+    /// Step 3 of a retired sale: its keys, and its timeline's rows (its
+    /// report, kept at step 2, holds them).
     async fn purge(&self, id: &ProductId) -> Result<(), BooksError> {
         self.lifecycle.unlink(id).await?;
+        self.reports.forget_timeline(id).await?;
         self.products.mark_purged(id, now_ms()).await?;
         tracing::debug!(product_id = %id, "retired sale's Redis keys deleted");
         Ok(())

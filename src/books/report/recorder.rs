@@ -1,0 +1,86 @@
+//! Each process's flush of its timelines (`metrics::timeline`) into the
+//! books, once a second, with the room's readings it holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::Chain;
+use crate::metrics::Metrics;
+use crate::sale::Room;
+use crate::store;
+
+/// How often a process writes its timeline.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Seconds a process keeps while the books do not take them (then the
+/// oldest go, said in the log): ten minutes of a sale's.
+const KEPT_WHILE_UNWRITTEN: usize = 600;
+
+/// A process's flush of its timelines into the books, with the room's
+/// readings it holds (each second).
+pub struct Recorder {
+    pub metrics: Arc<Metrics>,
+    pub seconds: store::Seconds,
+    pub room: Option<Room>,
+    /// This process's name in the rows (drawn at start).
+    pub source: String,
+}
+
+impl Recorder {
+    pub fn source_name() -> String {
+        let mut bytes = [0u8; 4];
+        let _ = getrandom::fill(&mut bytes);
+        format!("{}-{}", std::process::id(), crate::domain::hex(&bytes))
+    }
+
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(FLUSH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => {
+                    // What is counted so far, this second included.
+                    self.flush(i64::MAX).await;
+                    return;
+                }
+            }
+            self.sample_rooms();
+            self.flush(self.metrics.timeline.now_s()).await;
+        }
+    }
+
+    /// The room's line, pace and ceiling as this process last read them.
+    fn sample_rooms(&self) {
+        let Some(room) = &self.room else { return };
+        let timeline = &self.metrics.timeline;
+        for (product, r) in room.readings() {
+            let p = product.as_str();
+            timeline.gauge(p, "line", r.admitted_places() as i64);
+            timeline.gauge(p, "pace", r.pace.round() as i64);
+            timeline.gauge(p, "ceiling", i64::from(r.ceiling));
+            timeline.gauge(p, "joined", r.joined() as i64);
+        }
+    }
+
+    async fn flush(&self, before: i64) {
+        let timeline = &self.metrics.timeline;
+        let mut taken = timeline.take_settled(before);
+        if taken.is_empty() {
+            return;
+        }
+        if let Err(e) = self.seconds.write(&self.source, &taken).await {
+            tracing::warn!(error = %Chain(&e), seconds = taken.len(), "the sales' timelines not written yet; kept for the next try");
+            if taken.len() > KEPT_WHILE_UNWRITTEN {
+                let dropped = taken.len() - KEPT_WHILE_UNWRITTEN;
+                taken.drain(..dropped);
+                tracing::warn!(
+                    dropped,
+                    "the sales' oldest timeline seconds dropped while the books are away"
+                );
+            }
+            timeline.put_back(taken);
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The waiting room's figures, from the timeline's readings of the line
+//! and its joins: when each place was reached, the wait in line, and the
+//! admissions that ran out unused (by buyer: the room's places against the
+//! books' buyers).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::{SecondView, Wait};
+
+/// The wait in line, from the room's numbers a second at a time: the
+/// `k`-th place was reached in the first second the line stood at `k` or
+/// more; the buyers who joined before the start (drawn at it) waited from
+/// the start, the later ones from the second their join was counted (the
+/// `n`-th late joiner holds place `early + n`).
+pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, joined: u64) -> Option<Wait> {
+    let early: u64 = seconds
+        .iter()
+        .filter(|s| s.t < start_s)
+        .map(|s| s.joins)
+        .sum();
+    let mut joins = Vec::new(); // late joiner n (from 1) -> second
+    for s in seconds {
+        if s.t >= start_s {
+            joins.extend(std::iter::repeat_n(s.t, s.joins as usize));
+        }
+    }
+    let reached = reached(seconds, joined);
+    let mut waits: Vec<i64> = reached
+        .iter()
+        .enumerate()
+        .filter_map(|(i, at)| {
+            let place = i as u64 + 1;
+            let from = if place <= early {
+                start_s
+            } else {
+                *joins.get((place - early - 1) as usize)?
+            };
+            Some((at - from).max(0) * 1000)
+        })
+        .collect();
+    if waits.is_empty() {
+        return None;
+    }
+    waits.sort_unstable();
+    Some(Wait {
+        buyers: waits.len() as u64,
+        p50_ms: pick(&waits, 0.5),
+        p90_ms: pick(&waits, 0.9),
+        max_ms: *waits.last().unwrap_or(&0),
+    })
+}
+
+/// The second the line reached each place (from 1: index 0 is place 1),
+/// by the timeline's readings of the line.
+pub(super) fn reached(seconds: &[SecondView], joined: u64) -> Vec<i64> {
+    let mut reached = Vec::new();
+    let mut line = 0u64;
+    for s in seconds {
+        if let Some(l) = s.line {
+            let l = (l.max(0) as u64).min(joined);
+            while line < l {
+                line += 1;
+                reached.push(s.t);
+            }
+        }
+    }
+    reached
+}
+
+/// Admissions that ran out unused: of the places the line reached, those
+/// whose buyer has no order, each in the second its admission ran out
+/// (the second the line reached it, plus the admission's window; a
+/// pause's lengthening not counted).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct RanOut {
+    /// Admitted buyers without an order (their admission ran out, or has
+    /// not yet).
+    pub unused: u64,
+    /// Of them, those whose admission ran out, by the second it did.
+    pub by_second: BTreeMap<i64, u64>,
+}
+
+impl RanOut {
+    /// `places`: `(user, place)` of every buyer with a place; `reached`:
+    /// the second each place was reached; `(window, now)`: the
+    /// admission's window and the second now.
+    pub fn of(
+        places: &[(u64, u64)],
+        reached: &[i64],
+        ordered: &HashSet<u64>,
+        (window, now): (i64, i64),
+    ) -> Self {
+        let mut out = Self::default();
+        for (user, place) in places {
+            let Some(at) = place.checked_sub(1).and_then(|i| reached.get(i as usize)) else {
+                continue;
+            };
+            if ordered.contains(user) {
+                continue;
+            }
+            out.unused += 1;
+            let ends = at + window;
+            if ends < now {
+                *out.by_second.entry(ends).or_default() += 1;
+            }
+        }
+        out
+    }
+}
+
+/// Counts `expired` into the timeline's seconds: a second with nothing
+/// else counted is added, the room's readings carried on into it.
+pub(super) fn add_expired(seconds: &mut Vec<SecondView>, expired: &BTreeMap<i64, u64>) {
+    for (t, n) in expired {
+        match seconds.binary_search_by_key(t, |s| s.t) {
+            Ok(i) => seconds[i].expired += n,
+            Err(i) => {
+                let before = i.checked_sub(1).map(|b| &seconds[b]);
+                let view = SecondView {
+                    t: *t,
+                    expired: *n,
+                    line: before.and_then(|b| b.line),
+                    pace: before.and_then(|b| b.pace),
+                    ceiling: before.and_then(|b| b.ceiling),
+                    ..SecondView::default()
+                };
+                seconds.insert(i, view);
+            }
+        }
+    }
+}
+
+/// The `q`-quantile of sorted values.
+fn pick(sorted: &[i64], q: f64) -> i64 {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(t: i64, line: Option<i64>) -> SecondView {
+        SecondView {
+            t,
+            line,
+            ..SecondView::default()
+        }
+    }
+
+    #[test]
+    fn an_admission_runs_out_unused_in_the_second_its_window_ends() {
+        // The line reached places 1-2 at 100, 3-4 at 102 (and no further).
+        let seconds = [
+            second(100, Some(2)),
+            second(101, None),
+            second(102, Some(4)),
+        ];
+        let reached = reached(&seconds, 10);
+        assert_eq!(reached, [100, 100, 102, 102]);
+        // Buyers 7 (place 1) and 9 (place 3) ordered; 8 (2) and 5 (4) did
+        // not; 6 (place 5) was never admitted.
+        let places = [(7, 1), (8, 2), (9, 3), (5, 4), (6, 5)];
+        let ordered: HashSet<u64> = [7, 9].into();
+        let at = |now| RanOut::of(&places, &reached, &ordered, (3, now));
+        assert_eq!(
+            at(104),
+            RanOut {
+                unused: 2,
+                by_second: [(103, 1)].into()
+            },
+            "place 4's runs out at 105"
+        );
+        assert_eq!(at(200).by_second, [(103, 1), (105, 1)].into());
+
+        // Counted into the timeline: a second without a row gets one.
+        let mut timeline = seconds.to_vec();
+        add_expired(&mut timeline, &at(200).by_second);
+        let got: Vec<(i64, u64, Option<i64>)> =
+            timeline.iter().map(|s| (s.t, s.expired, s.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (100, 0, Some(2)),
+                (101, 0, None),
+                (102, 0, Some(4)),
+                (103, 1, Some(4)),
+                (105, 1, Some(4))
+            ]
+        );
+    }
+}
