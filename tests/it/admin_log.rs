@@ -48,14 +48,7 @@ async fn every_admin_action_is_logged_with_who_from_where_and_the_values_before_
         .await
         .expect("answered");
     assert_eq!(bounds.status(), StatusCode::OK);
-    let close = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(close.status(), StatusCode::OK);
+    app.close_sale(&sku).await;
     // A wrong token, twice; a read (not an action: not logged).
     for _ in 0..2 {
         let refused = app

@@ -441,14 +441,7 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     eprintln!("screenshot: {}", dir.join("dashboard.png").display());
 
     // Closed with its orders unpaid: ended, and why it is not retired.
-    let closed = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(closed.status(), reqwest::StatusCode::OK);
+    app.close_sale(&sku).await;
     eventually(
         "the page says why the sale is not retired",
         Duration::from_secs(10),

@@ -244,7 +244,6 @@ async fn the_event_feed_is_for_admins_and_refuses_bad_cursors() {
 /// each, among its orders' events in order.
 #[tokio::test]
 async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
-    use flashsale::config::RetireSettings;
     let app = spawn().await;
     let sku = app.new_sale(2, 2).await;
     let order = |resp: reqwest::Response| async move {
@@ -262,22 +261,8 @@ async fn a_sale_tells_when_it_sells_out_ends_and_retires() {
     let b = order(app.place_order(2, &sku, 2).await).await;
     app.drained(&sku, 4).await;
     assert_eq!(app.pay(&b, "pay-b", "9998.00").await["result"], "paid");
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let mut cfg = fast_workers("w");
-    cfg.retire = RetireSettings {
-        after: Duration::ZERO,
-        grace: Duration::from_secs(3600),
-        batch: 500,
-        pace: Duration::ZERO,
-    };
-    let workers = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
+    app.close_sale(&sku).await;
+    let workers = app.retiring_workers("w", Duration::from_secs(3600));
     let pass = workers.retirer().pass().await.expect("a pass");
     assert_eq!(pass.retired.len(), 1, "{pass:?}");
     // A second pass records nothing more.

@@ -542,6 +542,31 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// Closes the sale now, as an operator does (the admin API).
+    pub async fn close_sale(&self, product_id: &str) {
+        let resp = self
+            .client
+            .post(self.url(&format!("/api/admin/products/{product_id}/close")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(resp.status(), StatusCode::OK, "closing {product_id}");
+    }
+
+    /// Workers (named `consumer`) that retire an ended sale as soon as it
+    /// settled, and delete its keys `grace` after.
+    pub fn retiring_workers(&self, consumer: &str, grace: Duration) -> flashsale::worker::Workers {
+        let mut cfg = fast_workers(consumer);
+        cfg.retire = flashsale::config::RetireSettings {
+            after: Duration::ZERO,
+            grace,
+            batch: 500,
+            pace: Duration::ZERO,
+        };
+        flashsale::worker::Workers::new(&self.sales, &self.db, cfg)
+    }
+
     /// Creates and opens a sale with a window around now; returns its id.
     pub async fn new_sale(&self, stock: u64, limit: u64) -> String {
         let id = unique("sku-");

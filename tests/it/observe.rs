@@ -714,14 +714,7 @@ async fn the_alert_rules_and_the_dashboard_use_only_metrics_the_service_exports(
         app.persisted(&sku).await.0 == 2
     })
     .await;
-    let closed = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(closed.status(), StatusCode::OK);
+    app.close_sale(&sku).await;
     eventually("the sale found unpaid", Duration::from_secs(10), || async {
         app.metrics_text()
             .await

@@ -805,7 +805,6 @@ async fn a_release_of_the_cancel_a_late_payment_followed_gives_nothing_back() {
 /// the end is owed back (the sale has no units to take again).
 #[tokio::test]
 async fn payments_after_a_sale_is_retired_touch_only_the_books() {
-    use flashsale::config::RetireSettings;
     let app = spawn_paying().await;
     let sku = app.new_sale(5, 1).await;
     let paid = app.confirmed_order(&sku, 1, 1).await;
@@ -821,22 +820,8 @@ async fn payments_after_a_sale_is_retired_touch_only_the_books() {
         .await;
     assert_eq!(answer["result"], "paid");
     assert_eq!(app.cancel(&cancelled, 2).await.status(), StatusCode::OK);
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let mut cfg = fast_workers("w");
-    cfg.retire = RetireSettings {
-        after: Duration::ZERO,
-        grace: Duration::ZERO,
-        batch: 500,
-        pace: Duration::ZERO,
-    };
-    let workers = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
+    app.close_sale(&sku).await;
+    let workers = app.retiring_workers("w", Duration::ZERO);
     let pass = workers.retirer().pass().await.expect("a pass");
     assert_eq!(pass.retired.len(), 1, "{pass:?}");
     assert_eq!(pass.purged.len(), 1, "{pass:?}");

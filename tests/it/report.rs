@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use flashsale::config::{Limits, RetireSettings};
+use flashsale::config::Limits;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -317,22 +317,8 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     assert_eq!(from_csv, 20);
 
     // Retired: its keys gone, the report kept with the same figures.
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/admin/products/{sku}/close")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let mut cfg = fast_workers("retirer");
-    cfg.retire = RetireSettings {
-        after: Duration::ZERO,
-        grace: Duration::ZERO,
-        batch: 500,
-        pace: Duration::ZERO,
-    };
-    let retirer = flashsale::worker::Workers::new(&app.sales, &app.db, cfg);
+    app.close_sale(&sku).await;
+    let retirer = app.retiring_workers("retirer", Duration::ZERO);
     eventually("retired and purged", Duration::from_secs(20), || async {
         let pass = retirer.retirer().pass().await.expect("a pass");
         let _ = pass;
