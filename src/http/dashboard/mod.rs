@@ -17,6 +17,7 @@
 //!   under a Content-Security-Policy that allows nothing else (`pages`).
 
 pub mod board;
+mod chart;
 mod controls;
 mod report;
 pub mod session;

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::chart::{Gaps, Series, chart, esc, funnel};
 use super::{Dashboard, login_form, signed_in};
 use crate::books::Report;
 use crate::domain::ProductId;
@@ -31,22 +32,6 @@ pub(super) async fn page(
         Ok(report) => html(StatusCode::OK, render(&report)),
         Err(e) => ApiError::from(e).into_response(),
     }
-}
-
-/// Text for HTML (and SVG) content and attributes.
-fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 fn secs(ms: Option<i64>) -> String {
@@ -180,7 +165,14 @@ pub fn render(r: &Report) -> String {
     }
     out.push_str("</table></section>");
 
-    // The timeline.
+    out.push_str(&charts(r));
+    out.push_str("</main></body></html>");
+    out
+}
+
+/// The timeline's charts.
+fn charts(r: &Report) -> String {
+    let mut out = String::new();
     let start_s = r.start_ms.div_euclid(1000);
     let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
     let f64s = |f: &dyn Fn(&crate::books::report::SecondView) -> Option<f64>| -> Vec<Option<f64>> {
@@ -213,14 +205,24 @@ pub fn render(r: &Report) -> String {
             Some(joined as f64)
         })
         .collect();
-    out.push_str("<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start; only seconds with something counted.</p>");
+    out.push_str("<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start.</p>");
     out.push_str(&chart(
         "orders",
         "Orders per second",
         &t,
         &[
-            ("accepted", "#2e7d32", f64s(&|x| Some(x.accepted as f64))),
-            ("refused", "#9e9e9e", f64s(&|x| Some(x.refused as f64))),
+            Series::new(
+                "accepted",
+                "#2e7d32",
+                Gaps::Zero,
+                f64s(&|x| Some(x.accepted as f64)),
+            ),
+            Series::new(
+                "refused",
+                "#9e9e9e",
+                Gaps::Zero,
+                f64s(&|x| Some(x.refused as f64)),
+            ),
         ],
     ));
     out.push_str(&chart(
@@ -228,10 +230,11 @@ pub fn render(r: &Report) -> String {
         "Units sold (accepted, in all)",
         &t,
         &[
-            ("sold", "#1565c0", cumulative),
-            (
+            Series::new("sold", "#1565c0", Gaps::Hold, cumulative),
+            Series::new(
                 "on sale",
                 "#c62828",
+                Gaps::Hold,
                 t.iter().map(|_| Some(r.initial_qty as f64)).collect(),
             ),
         ],
@@ -241,31 +244,34 @@ pub fn render(r: &Report) -> String {
         "Order latency (ms)",
         &t,
         &[
-            (
+            Series::new(
                 "p50",
                 "#1565c0",
+                Gaps::Skip,
                 f64s(&|x| x.latency_p50_us.map(|v| v as f64 / 1000.0)),
             ),
-            (
+            Series::new(
                 "p99",
                 "#ef6c00",
+                Gaps::Skip,
                 f64s(&|x| x.latency_p99_us.map(|v| v as f64 / 1000.0)),
             ),
         ],
     ));
-    if f.joined.is_some() {
+    if r.summary.funnel.joined.is_some() {
         out.push_str(&chart(
             "room",
             "Waiting room: joined and admitted (in all)",
             &t,
             &[
-                ("joined", "#6a1b9a", joins),
-                (
+                Series::new("joined", "#6a1b9a", Gaps::Hold, joins),
+                Series::new(
                     "admitted (the line)",
                     "#2e7d32",
+                    Gaps::Hold,
                     f64s(&|x| x.line.map(|v| v as f64)),
                 ),
-                ("ran out unused", "#c62828", ran_out),
+                Series::new("ran out unused", "#c62828", Gaps::Hold, ran_out),
             ],
         ));
         out.push_str(&chart(
@@ -273,8 +279,18 @@ pub fn render(r: &Report) -> String {
             "Waiting room: pace and ceiling (buyers/s)",
             &t,
             &[
-                ("ceiling", "#9e9e9e", f64s(&|x| x.ceiling.map(|v| v as f64))),
-                ("pace", "#2e7d32", f64s(&|x| x.pace.map(|v| v as f64))),
+                Series::new(
+                    "ceiling",
+                    "#9e9e9e",
+                    Gaps::Hold,
+                    f64s(&|x| x.ceiling.map(|v| v as f64)),
+                ),
+                Series::new(
+                    "pace",
+                    "#2e7d32",
+                    Gaps::Hold,
+                    f64s(&|x| x.pace.map(|v| v as f64)),
+                ),
             ],
         ));
     }
@@ -283,10 +299,16 @@ pub fn render(r: &Report) -> String {
         "Persisted per second, and the longest wait (s)",
         &t,
         &[
-            ("persisted", "#1565c0", f64s(&|x| Some(x.persisted as f64))),
-            (
+            Series::new(
+                "persisted",
+                "#1565c0",
+                Gaps::Zero,
+                f64s(&|x| Some(x.persisted as f64)),
+            ),
+            Series::new(
                 "longest wait (s)",
                 "#ef6c00",
+                Gaps::Skip,
                 f64s(&|x| x.persist_wait_max_ms.map(|v| v as f64 / 1000.0)),
             ),
         ],
@@ -296,129 +318,21 @@ pub fn render(r: &Report) -> String {
         "Payments and timeouts per second",
         &t,
         &[
-            ("paid", "#2e7d32", f64s(&|x| Some(x.paid as f64))),
-            ("timed out", "#c62828", f64s(&|x| Some(x.timed_out as f64))),
+            Series::new(
+                "paid",
+                "#2e7d32",
+                Gaps::Zero,
+                f64s(&|x| Some(x.paid as f64)),
+            ),
+            Series::new(
+                "timed out",
+                "#c62828",
+                Gaps::Zero,
+                f64s(&|x| Some(x.timed_out as f64)),
+            ),
         ],
     ));
-    out.push_str("</section></main></body></html>");
-    out
-}
-
-const W: f64 = 640.0;
-const H: f64 = 180.0;
-const PAD_L: f64 = 48.0;
-const PAD_B: f64 = 24.0;
-
-/// A line chart of `series` over `t` (seconds), as SVG.
-fn chart(id: &str, title: &str, t: &[i64], series: &[(&str, &str, Vec<Option<f64>>)]) -> String {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<figure><figcaption>{}</figcaption><svg id=\"chart-{id}\" role=\"img\" aria-label=\"{}\" \
-         viewBox=\"0 0 {W} {}\" width=\"{W}\" height=\"{}\" xmlns=\"http://www.w3.org/2000/svg\">",
-        esc(title),
-        esc(title),
-        H + 20.0,
-        H + 20.0
-    );
-    let (Some(&t0), Some(&t1)) = (t.first(), t.last()) else {
-        out.push_str(
-            "<text x=\"60\" y=\"90\" fill=\"#666\">nothing counted yet</text></svg></figure>",
-        );
-        return out;
-    };
-    let span = ((t1 - t0) as f64).max(1.0);
-    let top = series
-        .iter()
-        .flat_map(|(_, _, v)| v.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b))
-        .max(1.0);
-    let x = |s: i64| PAD_L + (s - t0) as f64 / span * (W - PAD_L - 8.0);
-    let y = |v: f64| 8.0 + (1.0 - v / top) * (H - PAD_B - 8.0);
-    // Axes, and their ends.
-    let _ = write!(
-        out,
-        "<line x1=\"{PAD_L}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#bbb\"/>\
-         <line x1=\"{PAD_L}\" y1=\"8\" x2=\"{PAD_L}\" y2=\"{b}\" stroke=\"#bbb\"/>\
-         <text x=\"{l}\" y=\"14\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{top}</text>\
-         <text x=\"{l}\" y=\"{b}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">0</text>\
-         <text x=\"{PAD_L}\" y=\"{tb}\" font-size=\"11\" fill=\"#444\">{t0} s</text>\
-         <text x=\"{r}\" y=\"{tb}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{t1} s</text>",
-        b = H - PAD_B,
-        r = W - 8.0,
-        l = PAD_L - 4.0,
-        tb = H - 6.0,
-        top = fmt_top(top),
-    );
-    for (i, (label, color, values)) in series.iter().enumerate() {
-        let points: Vec<String> = t
-            .iter()
-            .zip(values)
-            .filter_map(|(s, v)| v.map(|v| format!("{:.1},{:.1}", x(*s), y(v))))
-            .collect();
-        if !points.is_empty() {
-            let _ = write!(
-                out,
-                "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-                esc(label),
-                points.join(" ")
-            );
-        }
-        let lx = PAD_L + 10.0 + 160.0 * i as f64;
-        let _ = write!(
-            out,
-            "<rect x=\"{lx}\" y=\"{ly}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
-             <text x=\"{tx}\" y=\"{ty}\" font-size=\"12\" fill=\"#222\">{}</text>",
-            esc(label),
-            ly = H + 8.0,
-            tx = lx + 14.0,
-            ty = H + 17.0,
-        );
-    }
-    out.push_str("</svg></figure>");
-    out
-}
-
-fn fmt_top(v: f64) -> String {
-    if v >= 100.0 || v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
-}
-
-/// The funnel: a bar a step, as wide as its share of the first.
-fn funnel(steps: &[(&str, Option<u64>)]) -> String {
-    let first = steps
-        .iter()
-        .filter_map(|(_, n)| *n)
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64;
-    let shown: Vec<(&str, u64)> = steps
-        .iter()
-        .filter_map(|(k, n)| n.map(|n| (*k, n)))
-        .collect();
-    let h = 28.0 * shown.len() as f64 + 8.0;
-    let mut out = format!(
-        "<section><h2>The funnel</h2><svg id=\"funnel\" role=\"img\" aria-label=\"the funnel\" \
-         viewBox=\"0 0 {W} {h}\" width=\"{W}\" height=\"{h}\" xmlns=\"http://www.w3.org/2000/svg\">"
-    );
-    for (i, (label, n)) in shown.iter().enumerate() {
-        let y = 4.0 + 28.0 * i as f64;
-        let w = (*n as f64 / first * (W - 260.0)).max(1.0);
-        let _ = write!(
-            out,
-            "<text x=\"150\" y=\"{ty}\" font-size=\"13\" text-anchor=\"end\" fill=\"#222\">{}</text>\
-             <rect data-step=\"{}\" x=\"160\" y=\"{y}\" width=\"{w:.1}\" height=\"20\" fill=\"#1565c0\"/>\
-             <text x=\"{nx:.1}\" y=\"{ty}\" font-size=\"13\" fill=\"#222\">{n}</text>",
-            esc(label),
-            esc(label),
-            ty = y + 15.0,
-            nx = 166.0 + w,
-        );
-    }
-    out.push_str("</svg></section>");
+    out.push_str("</section>");
     out
 }
 
