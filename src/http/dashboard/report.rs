@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use super::chart::{Gaps, Series, chart, esc, funnel};
 use super::{Dashboard, login_form, signed_in};
 use crate::books::Report;
+use crate::books::report::SecondView;
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::http::extract::PathParam;
@@ -172,71 +173,29 @@ pub fn render(r: &Report) -> String {
 
 /// The timeline's charts.
 fn charts(r: &Report) -> String {
-    let mut out = String::new();
     let start_s = r.start_ms.div_euclid(1000);
     let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
-    let f64s = |f: &dyn Fn(&crate::books::report::SecondView) -> Option<f64>| -> Vec<Option<f64>> {
-        r.seconds.iter().map(f).collect()
-    };
-    let mut sold = 0u64;
-    let cumulative: Vec<Option<f64>> = r
-        .seconds
-        .iter()
-        .map(|x| {
-            sold += x.units;
-            Some(sold as f64)
-        })
-        .collect();
-    let mut expired = 0u64;
-    let ran_out: Vec<Option<f64>> = r
-        .seconds
-        .iter()
-        .map(|x| {
-            expired += x.expired;
-            Some(expired as f64)
-        })
-        .collect();
-    let mut joined = 0u64;
-    let joins: Vec<Option<f64>> = r
-        .seconds
-        .iter()
-        .map(|x| {
-            joined += x.joins;
-            Some(joined as f64)
-        })
-        .collect();
-    out.push_str("<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start.</p>");
+    let s = Lines(&r.seconds);
+    let mut out = String::from(
+        "<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start.</p>",
+    );
     out.push_str(&chart(
         "orders",
         "Orders per second",
         &t,
         &[
-            Series::new(
-                "accepted",
-                "#2e7d32",
-                Gaps::Zero,
-                f64s(&|x| Some(x.accepted as f64)),
-            ),
-            Series::new(
-                "refused",
-                "#9e9e9e",
-                Gaps::Zero,
-                f64s(&|x| Some(x.refused as f64)),
-            ),
+            s.count("accepted", "#2e7d32", |x| x.accepted),
+            s.count("refused", "#9e9e9e", |x| x.refused),
         ],
     ));
+    let on_sale = r.initial_qty as f64;
     out.push_str(&chart(
         "units",
         "Units sold (accepted, in all)",
         &t,
         &[
-            Series::new("sold", "#1565c0", Gaps::Hold, cumulative),
-            Series::new(
-                "on sale",
-                "#c62828",
-                Gaps::Hold,
-                t.iter().map(|_| Some(r.initial_qty as f64)).collect(),
-            ),
+            s.total("sold", "#1565c0", |x| x.units),
+            Series::new("on sale", "#c62828", Gaps::Hold, s.each(|_| on_sale)),
         ],
     ));
     out.push_str(&chart(
@@ -244,18 +203,8 @@ fn charts(r: &Report) -> String {
         "Order latency (ms)",
         &t,
         &[
-            Series::new(
-                "p50",
-                "#1565c0",
-                Gaps::Skip,
-                f64s(&|x| x.latency_p50_us.map(|v| v as f64 / 1000.0)),
-            ),
-            Series::new(
-                "p99",
-                "#ef6c00",
-                Gaps::Skip,
-                f64s(&|x| x.latency_p99_us.map(|v| v as f64 / 1000.0)),
-            ),
+            s.millis("p50", "#1565c0", |x| x.latency_p50_us),
+            s.millis("p99", "#ef6c00", |x| x.latency_p99_us),
         ],
     ));
     if r.summary.funnel.joined.is_some() {
@@ -264,14 +213,9 @@ fn charts(r: &Report) -> String {
             "Waiting room: joined and admitted (in all)",
             &t,
             &[
-                Series::new("joined", "#6a1b9a", Gaps::Hold, joins),
-                Series::new(
-                    "admitted (the line)",
-                    "#2e7d32",
-                    Gaps::Hold,
-                    f64s(&|x| x.line.map(|v| v as f64)),
-                ),
-                Series::new("ran out unused", "#c62828", Gaps::Hold, ran_out),
+                s.total("joined", "#6a1b9a", |x| x.joins),
+                s.level("admitted (the line)", "#2e7d32", |x| x.line),
+                s.total("ran out unused", "#c62828", |x| x.expired),
             ],
         ));
         out.push_str(&chart(
@@ -279,18 +223,8 @@ fn charts(r: &Report) -> String {
             "Waiting room: pace and ceiling (buyers/s)",
             &t,
             &[
-                Series::new(
-                    "ceiling",
-                    "#9e9e9e",
-                    Gaps::Hold,
-                    f64s(&|x| x.ceiling.map(|v| v as f64)),
-                ),
-                Series::new(
-                    "pace",
-                    "#2e7d32",
-                    Gaps::Hold,
-                    f64s(&|x| x.pace.map(|v| v as f64)),
-                ),
+                s.level("ceiling", "#9e9e9e", |x| x.ceiling),
+                s.level("pace", "#2e7d32", |x| x.pace),
             ],
         ));
     }
@@ -299,17 +233,12 @@ fn charts(r: &Report) -> String {
         "Persisted per second, and the longest wait (s)",
         &t,
         &[
-            Series::new(
-                "persisted",
-                "#1565c0",
-                Gaps::Zero,
-                f64s(&|x| Some(x.persisted as f64)),
-            ),
+            s.count("persisted", "#1565c0", |x| x.persisted),
             Series::new(
                 "longest wait (s)",
                 "#ef6c00",
                 Gaps::Skip,
-                f64s(&|x| x.persist_wait_max_ms.map(|v| v as f64 / 1000.0)),
+                s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0)),
             ),
         ],
     ));
@@ -318,22 +247,71 @@ fn charts(r: &Report) -> String {
         "Payments and timeouts per second",
         &t,
         &[
-            Series::new(
-                "paid",
-                "#2e7d32",
-                Gaps::Zero,
-                f64s(&|x| Some(x.paid as f64)),
-            ),
-            Series::new(
-                "timed out",
-                "#c62828",
-                Gaps::Zero,
-                f64s(&|x| Some(x.timed_out as f64)),
-            ),
+            s.count("paid", "#2e7d32", |x| x.paid),
+            s.count("timed out", "#c62828", |x| x.timed_out),
         ],
     ));
     out.push_str("</section>");
     out
+}
+
+/// The timeline's seconds, made into the charts' lines.
+struct Lines<'r>(&'r [SecondView]);
+
+impl Lines<'_> {
+    /// A value a second.
+    fn each<T: Into<Option<f64>>>(&self, f: impl Fn(&SecondView) -> T) -> Vec<Option<f64>> {
+        self.0.iter().map(|x| f(x).into()).collect()
+    }
+
+    /// A count per second (a second not in the timeline counted 0).
+    fn count<'a>(&self, label: &'a str, color: &'a str, f: fn(&SecondView) -> u64) -> Series<'a> {
+        Series::new(label, color, Gaps::Zero, self.each(|x| f(x) as f64))
+    }
+
+    /// A count's running total.
+    fn total<'a>(&self, label: &'a str, color: &'a str, f: fn(&SecondView) -> u64) -> Series<'a> {
+        let mut sum = 0;
+        let values = self
+            .0
+            .iter()
+            .map(|x| {
+                sum += f(x);
+                Some(sum as f64)
+            })
+            .collect();
+        Series::new(label, color, Gaps::Hold, values)
+    }
+
+    /// A reading (carried on between readings).
+    fn level<'a>(
+        &self,
+        label: &'a str,
+        color: &'a str,
+        f: fn(&SecondView) -> Option<i64>,
+    ) -> Series<'a> {
+        Series::new(
+            label,
+            color,
+            Gaps::Hold,
+            self.each(|x| f(x).map(|v| v as f64)),
+        )
+    }
+
+    /// A latency in µs, drawn in ms (none in a second without answers).
+    fn millis<'a>(
+        &self,
+        label: &'a str,
+        color: &'a str,
+        f: fn(&SecondView) -> Option<u64>,
+    ) -> Series<'a> {
+        Series::new(
+            label,
+            color,
+            Gaps::Skip,
+            self.each(|x| f(x).map(|us| us as f64 / 1000.0)),
+        )
+    }
 }
 
 #[cfg(test)]
