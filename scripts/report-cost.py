@@ -10,7 +10,9 @@ what the books keep once the sale is purged. Redis holds none of it.
 
     scripts/report-cost.py [secs] [orders a second] [--bin path]
 """
-import argparse, http.client, json, os, random, secrets, subprocess, time
+import argparse, json, random, time
+
+from localserve import LocalServe
 
 ap = argparse.ArgumentParser()
 ap.add_argument("secs", type=int, nargs="?", default=60)
@@ -18,47 +20,10 @@ ap.add_argument("rate", type=int, nargs="?", default=20)
 ap.add_argument("--bin", default=None)
 args = ap.parse_args()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-PORT = 19000 + random.randrange(1000)
-TOKEN = secrets.token_hex(16)
-PREFIX = f"repcost{random.randrange(10**6)}"
-DB = f"repcost{os.getpid()}"
-
-
-def call(method, path, body=None, admin=False, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-    h = dict(headers or {})
-    if body is not None:
-        h["Content-Type"] = "application/json"
-    if admin:
-        h["Authorization"] = f"Bearer {TOKEN}"
-    conn.request(method, path, json.dumps(body) if body is not None else None, h)
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, (json.loads(data) if data and data[:1] in b"{[" else data)
-
-
-def mysql(sql):
-    return subprocess.run(["mariadb", "-uroot", "-N", "-e", sql, DB],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
 
 def main():
-    binary = args.bin or os.path.join(TARGET, "release/flashsale")
-    env = dict(os.environ, ADMIN_TOKEN=TOKEN, AUTH="none", LISTEN_ADDR=f"127.0.0.1:{PORT}",
-               REDIS_KEY_PREFIX=PREFIX, DATABASE_URL=f"mysql://root@127.0.0.1:3306/{DB}",
-               RUST_LOG="warn", RATE_LIMITS="false")
-    p = subprocess.Popen([binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                if call("GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+    with LocalServe("repcost", args.bin) as serve:
+        call, mysql, DB = serve.call, serve.mysql, serve.db
         sku = f"cost-{random.randrange(10**6)}"
         now = int(time.time() * 1000)
         stock = args.secs * args.rate
@@ -93,7 +58,7 @@ def main():
             f"WHERE TABLE_SCHEMA = '{DB}' AND TABLE_NAME = 'tb_sale_second'").split())
         hour = 3600 / args.secs
         orders = int(mysql(f"SELECT COUNT(*) FROM tb_order WHERE product_id = '{sku}'"))
-        print(f"{binary}: {args.secs} s of a room sale, {args.rate} joins/s, {orders} orders, one process")
+        print(f"{serve.binary}: {args.secs} s of a room sale, {args.rate} joins/s, {orders} orders, one process")
         print(f"  tb_sale_second: {rows} rows, {json_bytes / max(rows, 1):.0f} JSON bytes a row, "
               f"InnoDB ~{avg} bytes a row ({data} data bytes)")
         print(f"  per sale-hour: {rows * hour:.0f} rows, {json_bytes * hour / 1e6:.2f} MB of JSON, "
@@ -105,13 +70,6 @@ def main():
         seconds = len(report["seconds"])
         print(f"  the report (kept at retirement; the rows go at the purge): {kept} bytes, "
               f"{seconds} seconds: {kept * 3600 / max(seconds, 1) / 1e6:.2f} MB per sale-hour")
-    finally:
-        p.terminate()
-        p.wait(30)
-        keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{PREFIX}:*"], capture_output=True, text=True).stdout.split()
-        for k in range(0, len(keys), 500):
-            subprocess.run(["redis-cli", "del", *keys[k:k + 500]], capture_output=True)
-        subprocess.run(["mariadb", "-uroot", "-e", f"DROP DATABASE IF EXISTS {DB}"], check=True)
 
 
 if __name__ == "__main__":

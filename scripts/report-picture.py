@@ -10,7 +10,7 @@ first), the rest timing out, three paying late. Then headless Chromium
 (chromedriver, WebDriver over plain HTTP) signs in to the dashboard,
 opens the report and saves a screenshot.
 
-    scripts/report-picture.py [--stock 300] [--out target/tmp/report.png] [--bin path]
+    scripts/report-picture.py [--stock 300] [--out target/tmp/report-picture.png] [--bin path]
 
 Takes about two minutes; traffic goes to 127.0.0.1 only, bounded by the
 stock and the crowd below.
@@ -19,39 +19,24 @@ import argparse, base64, hashlib, hmac, http.client, json, os, random, secrets, 
 import subprocess, threading, time
 from concurrent.futures import ThreadPoolExecutor
 
+from localserve import TARGET, LocalServe
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--stock", type=int, default=300)
 ap.add_argument("--out", default=None)
 ap.add_argument("--bin", default=None)
 args = ap.parse_args()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-PORT = 19000 + random.randrange(1000)
-TOKEN = secrets.token_hex(24)
 KEY = secrets.token_bytes(32)
-SECRET = "whsec_" + base64.b64encode(KEY).decode()
-PREFIX = f"reppic{random.randrange(10**6)}"
-DB = f"reppic{os.getpid()}"
 PRICE = "9.90"
 TIMEOUT_SECS = 25
+SKU = f"phone-{random.randrange(10**4)}"
 rng = random.Random(7)
-
-
-def call(method, path, body=None, headers=None, admin=False):
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-    h = dict(headers or {})
-    data = None
-    if body is not None:
-        data = body if isinstance(body, str) else json.dumps(body)
-        h["Content-Type"] = "application/json"
-    if admin:
-        h["Authorization"] = f"Bearer {TOKEN}"
-    conn.request(method, path, data, h)
-    r = conn.getresponse()
-    raw = r.read()
-    conn.close()
-    return r.status, (json.loads(raw) if raw[:1] in b"{[" else raw)
+serve = LocalServe("reppic", args.bin, env={
+    "PAYMENT_WEBHOOK_SECRETS": "whsec_" + base64.b64encode(KEY).decode(),
+    "PAYMENT_TIMEOUT_SECS": str(TIMEOUT_SECS),
+})
+call = serve.call
 
 
 def pay(order_id, kind="payment.succeeded"):
@@ -107,7 +92,7 @@ class Crowd:
             self.done.add(user)
 
 
-def webdriver_screenshot(url_base, out):
+def webdriver_screenshot(out):
     port = 19900 + random.randrange(99)
     driver = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -132,11 +117,11 @@ def webdriver_screenshot(url_base, out):
                      "--disable-background-networking", "--lang=en-US", "--window-size=900,1200"]}}}}
         s = "/session/" + wd("POST", "/session", caps)["sessionId"]
         el = lambda css: list(wd("POST", f"{s}/element", {"using": "css selector", "value": css}).values())[0]
-        wd("POST", f"{s}/url", {"url": f"{url_base}/admin/dashboard"})
-        wd("POST", f"{s}/element/{el('#token')}/value", {"text": TOKEN})
+        wd("POST", f"{s}/url", {"url": serve.url("/admin/dashboard")})
+        wd("POST", f"{s}/element/{el('#token')}/value", {"text": serve.token})
         wd("POST", f"{s}/element/{el('#sign-in')}/click", {})
         time.sleep(2)
-        wd("POST", f"{s}/url", {"url": f"{url_base}/admin/dashboard/report/{SKU}"})
+        wd("POST", f"{s}/url", {"url": serve.url(f"/admin/dashboard/report/{SKU}")})
         height = wd("POST", f"{s}/execute/sync", {"script": "return document.body.scrollHeight;", "args": []})
         wd("POST", f"{s}/window/rect", {"width": 900, "height": min(int(height) + 140, 4000)})
         time.sleep(1)
@@ -149,30 +134,14 @@ def webdriver_screenshot(url_base, out):
         driver.wait(10)
 
 
-SKU = f"phone-{random.randrange(10**4)}"
-
 
 def main():
-    binary = args.bin or os.path.join(TARGET, "release/flashsale")
-    out = args.out or os.path.join(TARGET, "tmp/report.png")
+    out = args.out or os.path.join(TARGET, "tmp/report-picture.png")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     for tool in ("chromium", "chromedriver"):
         if not shutil.which(tool):
             raise SystemExit(f"needs {tool}: apt-get install chromium chromium-driver")
-    env = dict(os.environ, ADMIN_TOKEN=TOKEN, AUTH="none", LISTEN_ADDR=f"127.0.0.1:{PORT}",
-               REDIS_KEY_PREFIX=PREFIX, DATABASE_URL=f"mysql://root@127.0.0.1:3306/{DB}",
-               RUST_LOG="warn", RATE_LIMITS="false", PAYMENT_WEBHOOK_SECRETS=SECRET,
-               PAYMENT_TIMEOUT_SECS=str(TIMEOUT_SECS))
-    p = subprocess.Popen([binary, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pool = ThreadPoolExecutor(8)
-    try:
-        for _ in range(300):
-            try:
-                if call("GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+    with ThreadPoolExecutor(8) as pool, serve:
         now = int(time.time() * 1000)
         body = {"product_id": SKU, "title": "Phone X, 256 GB", "price": PRICE, "available_qty": args.stock,
                 "limit_per_user": 1, "start_time": now + 10_000, "end_time": now + 600_000,
@@ -227,16 +196,8 @@ def main():
         for order_id in unpaid[:3]:
             print("late:", pay(order_id))
         time.sleep(4)
-        webdriver_screenshot(f"http://127.0.0.1:{PORT}", out)
+        webdriver_screenshot(out)
         print(f"saved {out}")
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        p.terminate()
-        p.wait(30)
-        keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{PREFIX}:*"], capture_output=True, text=True).stdout.split()
-        for k in range(0, len(keys), 500):
-            subprocess.run(["redis-cli", "del", *keys[k:k + 500]], capture_output=True)
-        subprocess.run(["mariadb", "-uroot", "-e", f"DROP DATABASE IF EXISTS {DB}"], check=True)
 
 
 if __name__ == "__main__":

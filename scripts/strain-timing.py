@@ -12,32 +12,17 @@ and to the floor.
 
     scripts/strain-timing.py [rounds] [--every secs] [--bin path]
 """
-import argparse, http.client, json, os, random, re, secrets, subprocess, time
+import argparse, random, re, time
+
+from localserve import LocalServe
 
 ap = argparse.ArgumentParser()
 ap.add_argument("rounds", type=int, nargs="?", default=5)
 ap.add_argument("--every", type=float, default=0.1, help="seconds between scrapes (the readers' pace)")
 ap.add_argument("--bin", default=None, help="a flashsale binary (default: this tree's release build, else debug)")
 args = ap.parse_args()
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-PORT = 18000 + random.randrange(1000)
-TOKEN = secrets.token_hex(16)
-PREFIX = f"strain{random.randrange(10**6)}"
-DB = f"strain{os.getpid()}"
-
-
-def call(method, path, body=None, admin=False):
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    if admin:
-        headers["Authorization"] = f"Bearer {TOKEN}"
-    conn.request(method, path, json.dumps(body) if body is not None else None, headers)
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, data
+serve = LocalServe("strain", args.bin, args=["--workers", "false"])
+call = serve.call
 
 
 def pace(sku):
@@ -56,19 +41,15 @@ def round_once(i):
     assert call("POST", f"/api/admin/products/{sku}/open", admin=True)[0] == 200
     status, t = call("POST", f"/api/sales/{sku}/queue", {"user_id": 1})
     assert status == 200, t
-    ticket = json.loads(t)["ticket"]
+    ticket = t["ticket"]
     while True:
         _, s = call("GET", f"/api/sales/{sku}/queue/{ticket}")
-        s = json.loads(s)
         if s["status"] == "admitted":
             break
         time.sleep(0.05)
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-    conn.request("POST", "/api/orders", json.dumps({"user_id": 1, "product_id": sku, "quantity": 1}),
-                 {"Content-Type": "application/json", "Admission-Token": s["admission"]})
-    r = conn.getresponse()
-    r.read()
-    assert r.status == 202, r.status
+    status, _ = call("POST", "/api/orders", {"user_id": 1, "product_id": sku, "quantity": 1},
+                     {"Admission-Token": s["admission"]})
+    assert status == 202, status
     t0 = time.monotonic()
     seen = []
     while time.monotonic() - t0 < 20:
@@ -82,23 +63,8 @@ def round_once(i):
 
 
 def main():
-    binary = args.bin
-    if binary is None:
-        release = os.path.join(TARGET, "release/flashsale")
-        binary = release if os.path.exists(release) else os.path.join(TARGET, "debug/flashsale")
-    env = dict(os.environ, ADMIN_TOKEN=TOKEN, AUTH="none", LISTEN_ADDR=f"127.0.0.1:{PORT}",
-               REDIS_KEY_PREFIX=PREFIX, DATABASE_URL=f"mysql://root@127.0.0.1:3306/{DB}", RUST_LOG="warn",
-               RATE_LIMITS="false")
-    p = subprocess.Popen([binary, "serve", "--workers", "false"], env=env)
-    try:
-        for _ in range(300):
-            try:
-                if call("GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        print(f"{binary}, a scrape every {args.every:g} s: pace (buyers/s) after the first unpersisted order, by seconds since it")
+    with serve:
+        print(f"{serve.binary}, a scrape every {args.every:g} s: pace (buyers/s) after the first unpersisted order, by seconds since it")
         firsts, floors = [], []
         for i in range(args.rounds):
             seen = round_once(i)
@@ -110,13 +76,6 @@ def main():
                 floors.append(floor[0])
         print(f"first halving {min(firsts):.1f}-{max(firsts):.1f} s, the floor {min(floors):.1f}-{max(floors):.1f} s "
               f"({len(firsts)} rounds)")
-    finally:
-        p.terminate()
-        p.wait(30)
-        keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{PREFIX}:*"], capture_output=True, text=True).stdout.split()
-        for k in range(0, len(keys), 500):
-            subprocess.run(["redis-cli", "del", *keys[k:k + 500]], capture_output=True)
-        subprocess.run(["mariadb", "-uroot", "-e", f"DROP DATABASE IF EXISTS {DB}"], check=True)
 
 
 if __name__ == "__main__":
