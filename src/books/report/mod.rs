@@ -266,14 +266,14 @@ impl Reports {
                 .funnel
                 .admitted
                 .map(|a| a.saturating_sub(s.funnel.ordered));
-            s.wait = room::wait_in_line(&seconds, product.start_time.div_euclid(1000), joined);
+            let reached = room::reached(&seconds, joined);
+            s.wait = room::wait_in_line(&seconds, product.start_time.div_euclid(1000), &reached);
             // Which admitted buyers ordered: the room's places (while its
             // keys are there: the report kept at retirement has them).
             if let (Some(places), Some(window)) =
                 (self.room.places(id).await?, product.room_admission_secs)
             {
                 let ordered: HashSet<u64> = orders.iter().map(|o| o.user_id as u64).collect();
-                let reached = room::reached(&seconds, joined);
                 let now = now_ms().div_euclid(1000);
                 let ran_out = RanOut::of(&places, &reached, &ordered, (i64::from(window), now));
                 s.funnel.admitted_unused = Some(ran_out.unused);

@@ -11,8 +11,8 @@ use super::{SecondView, Wait};
 /// `k`-th place was reached in the first second the line stood at `k` or
 /// more; the buyers who joined before the start (drawn at it) waited from
 /// the start, the later ones from the second their join was counted (the
-/// `n`-th late joiner holds place `early + n`).
-pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, joined: u64) -> Option<Wait> {
+/// `n`-th late joiner holds place `early + n`); `reached`: [`reached`]'s.
+pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, reached: &[i64]) -> Option<Wait> {
     let early: u64 = seconds
         .iter()
         .filter(|s| s.t < start_s)
@@ -24,7 +24,6 @@ pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, joined: u64) ->
             joins.extend(std::iter::repeat_n(s.t, s.joins as usize));
         }
     }
-    let reached = reached(seconds, joined);
     let mut waits: Vec<i64> = reached
         .iter()
         .enumerate()
