@@ -95,8 +95,7 @@ fn fingerprint(secret: &str) -> String {
 pub async fn audit(args: AuditArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
     let only = args
-        .product
-        .as_deref()
+        .product()
         .map(ProductId::parse)
         .transpose()
         .context("--product")?;
@@ -134,7 +133,7 @@ pub async fn report(args: ReportArgs) -> anyhow::Result<()> {
 /// `flashsale recover`
 pub async fn recover(args: RecoverArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
-    let product = ProductId::parse(&args.product).context("--product")?;
+    let product = ProductId::parse(args.product()).context("the product id")?;
     let overwrite = match args.force {
         true => recover::Overwrite::Force,
         false => recover::Overwrite::Refuse,
@@ -237,8 +236,8 @@ pub fn render_sales(listed: &[retire::Listed]) -> String {
 /// entries and dead letters (Redis only).
 pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
     let sales = redis_of(&args.redis)?;
-    let products = match args.product.as_deref() {
-        Some(p) => vec![ProductId::parse(p).context("--product")?],
+    let products = match args.product() {
+        Some(p) => vec![ProductId::parse(p).context("the product id")?],
         None => {
             let mut all = sales.lifecycle().open_sales().await?;
             all.sort_by(|a, b| a.as_str().cmp(b.as_str()));

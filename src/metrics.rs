@@ -50,6 +50,10 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
+    /// MySQL calls refused because the books were out, by why (`read_only`,
+    /// `not_primary`, `connection`, `timeout`, `resources`,
+    /// `not_migrated`, `setup`: `store::Outage`).
+    pub db_unavailable: IntCounterVec,
     /// Admin requests refused for a missing or wrong credential (the
     /// admin log keeps them too, at most a few a second).
     pub admin_auth_failures: IntCounter,
@@ -321,6 +325,11 @@ impl Metrics {
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
             ),
+            db_unavailable: counter_vec(
+                "db_unavailable_total",
+                "MySQL calls refused because the books were out (read-only, not the primary, connections, time, resources, not migrated, setup), by why",
+                &["why"],
+            ),
             admin_auth_failures: counter(
                 "admin_auth_failures_total",
                 "Admin requests refused for a missing or wrong credential",
@@ -335,7 +344,7 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "books_topology",
-                        "What the books' MySQL runs on, as it said at start (1 for that topology)",
+                        "What the books' MySQL runs on, as it last said (read at start and every 10 s; 1 for that topology)",
                     ),
                     &["topology"],
                 ),

@@ -311,15 +311,16 @@ pub fn render(audits: &[SaleAudit]) -> String {
         if !a.put_back.is_empty() {
             let count = |what: &str| a.put_back.iter().filter(|p| p.what == what).count();
             out.push_str(&format!(
-                "    put back after a failover of the books: {} orders, {} cancels, {} payments\n",
+                "    put back after a failover of the books: {} orders, {} cancels, {} payments; dead letters taken home: {}\n",
                 count("order"),
                 count("cancel"),
-                count("payment")
+                count("payment"),
+                count("dead_letter")
             ));
             for p in &a.put_back {
                 let result = p.result.as_deref().unwrap_or("");
                 out.push_str(&format!(
-                    "      {:<8} {} {} {}\n",
+                    "      {:<11} {} {} {}\n",
                     p.what, p.order_id, p.item, result
                 ));
             }

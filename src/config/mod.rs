@@ -164,12 +164,39 @@ impl WorkerArgs {
     }
 }
 
+/// The sale a command names: as its argument, or with `--product`.
+fn named<'a>(sale: &'a Option<String>, product: &'a Option<String>) -> Option<&'a str> {
+    sale.as_deref().or(product.as_deref())
+}
+
+impl AuditArgs {
+    pub fn product(&self) -> Option<&str> {
+        named(&self.sale, &self.product)
+    }
+}
+
+impl RecoverArgs {
+    /// The sale (clap requires one of the two).
+    pub fn product(&self) -> &str {
+        named(&self.sale, &self.product).unwrap_or_default()
+    }
+}
+
+impl StreamsArgs {
+    pub fn product(&self) -> Option<&str> {
+        named(&self.sale, &self.product)
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
     #[command(flatten)]
     pub db: DbArgs,
+    /// Only this sale (`flashsale audit <product_id>`, or `--product`).
+    #[arg(value_name = "PRODUCT_ID", conflicts_with = "product")]
+    pub sale: Option<String>,
     /// Only this sale.
     #[arg(long)]
     pub product: Option<String>,
@@ -200,8 +227,15 @@ pub struct RecoverArgs {
     pub redis: RedisArgs,
     #[command(flatten)]
     pub db: DbArgs,
+    /// The sale (`flashsale recover <product_id>`, or `--product`).
+    #[arg(
+        value_name = "PRODUCT_ID",
+        conflicts_with = "product",
+        required_unless_present = "product"
+    )]
+    pub sale: Option<String>,
     #[arg(long)]
-    pub product: String,
+    pub product: Option<String>,
     /// Rebuild even if Redis still has the sale or its stream holds orders
     /// not yet in MySQL (those would be forgotten).
     #[arg(long)]
@@ -226,6 +260,9 @@ pub struct SalesArgs {
 pub struct StreamsArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
+    /// Only this sale (`flashsale streams <product_id>`, or `--product`).
+    #[arg(value_name = "PRODUCT_ID", conflicts_with = "product")]
+    pub sale: Option<String>,
     /// Only this sale (default: every open sale).
     #[arg(long)]
     pub product: Option<String>,

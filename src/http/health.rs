@@ -13,8 +13,10 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Redis and MySQL both answer; 503 `unavailable` otherwise.
-#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "health", responses((status = 200, description = "Redis and MySQL answer", body = Object)))]
+/// Redis and MySQL both answer, and MySQL takes writes (a read-only
+/// server, a replica not promoted yet, is not ready); 503 `unavailable`
+/// otherwise.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "health", responses((status = 200, description = "Redis and MySQL answer, and MySQL takes writes", body = Object)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let (redis, mysql) = state.books.ping().await;
     redis?;

@@ -23,7 +23,7 @@ use crate::domain::Chain;
 use crate::metrics::Metrics;
 use crate::sale::room::RoomState;
 use crate::sale::{Counter, Counts, QueueView};
-use crate::store::Topology;
+use crate::store::{Outage, Topology};
 
 /// Most sales whose gauges one scrape reads from Redis.
 const MAX_SALES_SCRAPED: usize = 500;
@@ -78,6 +78,10 @@ async fn scrape(m: &Metrics, sales: &Watched, shown: Shown) -> Response {
     count_calls(m, sales.counts());
     m.db_retries
         .inc_by(sales.db_retries().saturating_sub(m.db_retries.get()));
+    for why in Outage::ALL {
+        let c = m.db_unavailable.with_label_values(&[why.label()]);
+        c.inc_by(sales.db_outages().get(why).saturating_sub(c.get()));
+    }
     let topology = sales.topology();
     for t in Topology::ALL {
         m.books_topology

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sale::{Counts, Lifecycle, Queue, Room, Sales};
-use crate::store::{Db, SeenTopology, Topology};
+use crate::store::{Db, OutageCounts, SeenTopology, Topology};
 
 /// The handles the operator's views read.
 #[derive(Clone)]
@@ -17,6 +17,8 @@ pub struct Watched {
     room: Room,
     /// The books' database's retries after contention.
     db_retries: Arc<AtomicU64>,
+    /// The books' database's calls refused for an outage.
+    db_outages: Arc<OutageCounts>,
     /// What the books run on.
     topology: SeenTopology,
 }
@@ -25,6 +27,7 @@ impl Watched {
     pub fn of(sales: &Sales, db: &Db) -> Self {
         Self {
             db_retries: db.retries(),
+            db_outages: db.outages(),
             topology: db.topology(),
             counts: sales.counts(),
             lifecycle: sales.lifecycle().clone(),
@@ -57,7 +60,12 @@ impl Watched {
         self.db_retries.load(Ordering::Relaxed)
     }
 
-    /// What the books run on, as the server said at start.
+    /// MySQL calls this process saw refused for an outage, by why.
+    pub fn db_outages(&self) -> &OutageCounts {
+        &self.db_outages
+    }
+
+    /// What the books run on, as the server last said.
     pub fn topology(&self) -> Topology {
         self.topology.get()
     }

@@ -13,6 +13,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::StoreError;
+use super::fault::OutageCounts;
+use super::topology::Topology;
 use crate::config::DbSettings;
 use crate::domain::{Chain, backoff};
 
@@ -29,6 +31,8 @@ pub struct Db {
     ready: Arc<watch::Sender<bool>>,
     /// Calls and transactions tried again after contention.
     retries: Arc<AtomicU64>,
+    /// Calls the books refused for an outage, by why.
+    outages: Arc<OutageCounts>,
     /// What the server said of itself at start.
     pub(super) topology: super::topology::SeenTopology,
 }
@@ -39,6 +43,22 @@ pub struct Db {
 /// again, after a short jittered wait, at most this many times in all.
 const CONTENTION_ATTEMPTS: usize = 4;
 const CONTENTION_WAIT: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(80));
+
+/// How often the books' topology is read again: a failover changes it
+/// (a promoted replica has no replica of its own yet).
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs the books' topology `now`, read first or changed from `before`.
+fn say_topology(before: Option<Topology>, now: Topology) {
+    let from = before.map(Topology::label);
+    match (before, now.risk()) {
+        (_, Some(risk)) => tracing::warn!(topology = now.label(), from, "{risk}"),
+        (None, None) => tracing::info!(topology = now.label(), "the books' database"),
+        (Some(_), None) => {
+            tracing::info!(topology = now.label(), from, "the books' topology changed")
+        }
+    }
+}
 
 /// Waits between attempts to create and migrate the database: doubling from
 /// the first to the last, so a long outage costs a log line every 10 s.
@@ -68,6 +88,7 @@ impl Db {
             timeout,
             ready: Arc::new(watch::Sender::new(false)),
             retries: Arc::default(),
+            outages: Arc::default(),
             topology: Default::default(),
         })
     }
@@ -100,7 +121,16 @@ impl Db {
             match tried {
                 Ok(()) => {
                     tracing::info!(attempt, "database ready (created and migrated)");
-                    self.say_topology().await;
+                    match self.writes_past_read_only().await {
+                        Ok(true) => tracing::warn!(
+                            "the service's MySQL account holds SUPER or READ_ONLY ADMIN: it writes to a read-only server (a replica not promoted yet, an old primary) as if it were the primary; give it only what deploy/mysql-grants.sql grants"
+                        ),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::info!(error = %Chain(&e), "cannot read the service's MySQL privileges")
+                        }
+                    }
+                    self.follow_topology(stop).await;
                     return;
                 }
                 Err(e) => tracing::warn!(
@@ -117,15 +147,46 @@ impl Db {
         }
     }
 
-    /// Logs what the books run on (a WARN where a failover can lose
-    /// commits), as the Redis side says of its append-only file.
-    async fn say_topology(&self) {
-        match self.read_topology().await {
-            Ok(t) => match t.risk() {
-                Some(risk) => tracing::warn!(topology = t.label(), "{risk}"),
-                None => tracing::info!(topology = t.label(), "the books' database"),
-            },
-            Err(e) => tracing::warn!(error = %Chain(&e), "cannot tell what the books run on"),
+    /// True when the service's account may write to a server whose
+    /// `read_only` is on (`SUPER`, MariaDB's `READ_ONLY ADMIN`): such a
+    /// server then takes the books' writes as if it were the primary.
+    pub async fn writes_past_read_only(&self) -> Result<bool, StoreError> {
+        let held: i64 = self
+            .call(|pool| {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES \
+                     WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), \
+                     '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') \
+                     AND PRIVILEGE_TYPE IN ('SUPER', 'READ_ONLY ADMIN')",
+                )
+                .fetch_one(pool)
+            })
+            .await?;
+        Ok(held > 0)
+    }
+
+    /// Reads what the books run on now and every [`TOPOLOGY_EVERY`] until
+    /// `stop`, and logs it when it is new: a WARN where a failover can lose
+    /// commits (as the Redis side says of its append-only file), and what
+    /// the change means (a semi-sync primary promoted without its replica:
+    /// semi-sync to set up again). `/metrics` shows the last reading.
+    async fn follow_topology(&self, stop: CancellationToken) {
+        let mut said: Option<Topology> = None;
+        loop {
+            match self.read_topology().await {
+                Ok(now) if said != Some(now) => {
+                    say_topology(said, now);
+                    said = Some(now);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %Chain(&e), "cannot tell what the books run on now")
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(TOPOLOGY_EVERY) => {}
+            }
         }
     }
 
@@ -159,12 +220,44 @@ impl Db {
             if locked != Some(1) {
                 return Err(StoreError::Timeout(wait));
             }
+            // A user lock is one server's: on Galera the other nodes' migrators
+            // do not see it, and one of them would find a migration under way
+            // and call it "partially applied". The lease, a row, is the
+            // cluster's (see [`LEASE_TABLE`]).
+            let lease = uuid::Uuid::now_v7().to_string();
+            // `query`, not `raw_sql`: the latter's future is not general enough
+            // for the spawned task that migrates.
+            sqlx::query(LEASE_TABLE).execute(&mut conn).await?;
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                sqlx::query(LEASE_EXPIRED).execute(&mut conn).await?;
+                let taken = sqlx::query(LEASE_TAKE)
+                    .bind(&lease)
+                    .bind(bound.as_millis() as i64)
+                    .execute(&mut conn)
+                    .await;
+                match taken.map_err(StoreError::from) {
+                    Ok(_) => break,
+                    // Another migrator holds it (here, or on another node).
+                    Err(e) if e.is_conflict() => {}
+                    Err(e) => return Err(e),
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(StoreError::Timeout(wait));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             let mut migrator = sqlx::migrate!();
             migrator.set_locking(false);
             // run_direct: `run` trips "Acquire is not general enough" in spawned tasks.
             let migrated = migrator.run_direct(&mut conn).await;
+            let released = sqlx::query(LEASE_GIVE)
+                .bind(&lease)
+                .execute(&mut conn)
+                .await;
             conn.close().await?;
             migrated?;
+            released?;
             Ok(())
         };
         tokio::time::timeout(bound, work)
@@ -266,21 +359,47 @@ impl Db {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         if !self.is_ready() {
-            return Err(StoreError::NotReady);
+            return Err(self.counted(StoreError::NotReady));
         }
         tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+            .map_err(|e| self.counted(e))
     }
 
-    /// The server behind `DATABASE_URL` now: `@@server_id` (unique among a
-    /// primary and its replicas, as replication requires), its host name
-    /// and port. Another answer than before is a failover (or a move).
+    /// Counts `e` when it says the books are out.
+    fn counted(&self, e: StoreError) -> StoreError {
+        if let Some(why) = e.outage() {
+            self.outages.count(why);
+        }
+        e
+    }
+
+    /// Calls the books refused for an outage, by why
+    /// (`flashsale_db_unavailable_total`).
+    pub fn outages(&self) -> Arc<OutageCounts> {
+        self.outages.clone()
+    }
+
+    /// The books behind `DATABASE_URL` now: on Galera the cluster
+    /// (`galera:<wsrep_cluster_state_uuid>`: every node of it holds the same
+    /// books, so a writer on each node agrees, and a node's death is no
+    /// failover); elsewhere the server, `@@server_id` (unique among a primary
+    /// and its replicas, as replication requires), its host name and port.
+    /// Another answer than before is a failover (or a move).
     pub async fn server_identity(&self) -> Result<String, StoreError> {
-        let (id, host, port): (u32, String, u32) = self
-            .call(|pool| sqlx::query_as("SELECT @@server_id, @@hostname, @@port").fetch_one(pool))
+        let (id, host, port, cluster): (u32, String, u32, Option<String>) = self
+            .call(|pool| {
+                sqlx::query_as(
+                    "SELECT @@server_id, @@hostname, @@port, \
+                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
+                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
+                      WHERE s.VARIABLE_NAME = 'WSREP_CLUSTER_STATE_UUID' AND v.VARIABLE_VALUE = 'ON')",
+                )
+                .fetch_one(pool)
+            })
             .await?;
-        Ok(format!("{id}@{host}:{port}"))
+        Ok(identity(id, &host, port, cluster.as_deref()))
     }
 
     /// The bound on every call and transaction (`DB_TIMEOUT_MS`).
@@ -288,11 +407,41 @@ impl Db {
         self.timeout
     }
 
-    /// `SELECT 1`: is MySQL answering?
+    /// Is MySQL answering, and would it take a write? A read-only server
+    /// (a replica, a primary not promoted yet) answers
+    /// [`StoreError::ReadOnly`]; a Galera node not ready (outside the
+    /// primary component) [`StoreError::NotPrimary`].
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.call(|pool| sqlx::query("SELECT 1").execute(pool))
-            .await
-            .map(drop)
+        let (writable, wsrep_ready): (i64, Option<String>) = self
+            .call(|pool| {
+                sqlx::query_as(
+                    "SELECT CAST(CAST(@@global.read_only AS CHAR) IN ('0', 'OFF') AS SIGNED), \
+                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
+                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
+                      WHERE s.VARIABLE_NAME = 'WSREP_READY' AND v.VARIABLE_VALUE = 'ON')",
+                )
+                .fetch_one(pool)
+            })
+            .await?;
+        if writable == 0 {
+            return Err(self.counted(StoreError::ReadOnly));
+        }
+        if wsrep_ready.as_deref() == Some("OFF") {
+            return Err(self.counted(StoreError::NotPrimary));
+        }
+        Ok(())
+    }
+}
+
+/// The books' identity from what the server says of itself: its cluster's
+/// state UUID when it is a Galera node (a node that has none yet, all
+/// zeros, is named as a server), else the server.
+fn identity(id: u32, host: &str, port: u32, cluster: Option<&str>) -> String {
+    match cluster {
+        Some(uuid) if uuid.bytes().any(|b| b.is_ascii_hexdigit() && b != b'0') => {
+            format!("galera:{uuid}")
+        }
+        _ => format!("{id}@{host}:{port}"),
     }
 }
 
@@ -318,10 +467,44 @@ async fn create_database(url: &str) -> Result<String, StoreError> {
     Ok(name)
 }
 
+/// The migrations' lease: a row that every node of a Galera cluster agrees
+/// on (two nodes inserting it at once: one commit fails certification, and
+/// then sees the row), held for at most the migration's bound (a migrator
+/// that died holding it frees it then).
+const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS flashsale_migration_lease ( \
+    id TINYINT NOT NULL PRIMARY KEY, \
+    holder VARCHAR(64) NOT NULL, \
+    until_ms BIGINT NOT NULL \
+) ENGINE = InnoDB";
+const LEASE_EXPIRED: &str = "DELETE FROM flashsale_migration_lease \
+    WHERE id = 1 AND until_ms < CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
+const LEASE_TAKE: &str = "INSERT INTO flashsale_migration_lease (id, holder, until_ms) \
+    VALUES (1, ?, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED) + ?)";
+const LEASE_GIVE: &str = "DELETE FROM flashsale_migration_lease WHERE id = 1 AND holder = ?";
+
 /// The name of the lock that serializes the migrations of one database
 /// (MariaDB's user locks are server-wide; names are at most 64 characters).
 pub fn migration_lock(database: &str) -> String {
     let mut name = format!("flashsale.migrate.{database}");
     name.truncate(64);
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::identity;
+
+    #[test]
+    fn a_galera_node_is_named_by_its_cluster_and_a_server_by_itself() {
+        let uuid = Some("6f4b8a3e-1c2d-11ef-9a1b-5e2f0c3d4b5a");
+        assert_eq!(
+            identity(1, "a", 3306, uuid),
+            identity(2, "b", 3307, uuid),
+            "two nodes, one books"
+        );
+        assert!(identity(1, "a", 3306, uuid).starts_with("galera:"));
+        assert_eq!(identity(7, "db1", 3306, None), "7@db1:3306");
+        let none_yet = Some("00000000-0000-0000-0000-000000000000");
+        assert_eq!(identity(7, "db1", 3306, none_yet), "7@db1:3306");
+    }
 }

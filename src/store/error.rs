@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::fault::{self, Fault, Outage};
+
 /// A failure of the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -19,48 +21,68 @@ pub enum StoreError {
     /// answered since start); see [`Db::migrate_until_ready`].
     #[error("the database is not ready yet (waiting for MySQL to create and migrate it)")]
     NotReady,
+    /// The server behind `DATABASE_URL` is read-only (`@@read_only`): a
+    /// replica, a primary not promoted yet, or one fenced after a failover.
+    #[error("the books' server is read-only (a replica, or a primary not promoted yet)")]
+    ReadOnly,
+    /// The books' Galera node is not ready (`wsrep_ready` is OFF: outside
+    /// the primary component, or joining).
+    #[error("the books' Galera node is not ready (outside the primary component)")]
+    NotPrimary,
     /// MySQL holds what the service never writes (a bug, or a hand edit).
     #[error("unexpected data in mysql: {0}")]
     Corrupt(String),
 }
 
 impl StoreError {
-    /// True when MySQL is down, slow, out of connections or contended (a
-    /// 503, not a bug).
-    pub fn is_unavailable(&self) -> bool {
-        if self.is_contention() {
-            return true;
-        }
-        match self {
-            Self::Timeout(_) | Self::NotReady => true,
-            Self::Db(e) => matches!(
-                e,
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::Tls(_)
-                    | sqlx::Error::Protocol(_)
-                    | sqlx::Error::WorkerCrashed
-            ),
-            _ => false,
+    /// How this failure is met ([`Fault`]): `None` for what is no failure
+    /// of the books' server (a product id taken, bad data already stored, a
+    /// bad `DATABASE_URL`).
+    pub fn fault(&self) -> Option<Fault> {
+        use sqlx::Error as E;
+        Some(match self {
+            Self::ProductExists | Self::Corrupt(_) | Self::Config(_) => return None,
+            Self::Timeout(_) => Fault::Outage(Outage::Timeout),
+            Self::NotReady => Fault::Outage(Outage::NotMigrated),
+            Self::ReadOnly => Fault::Outage(Outage::ReadOnly),
+            Self::NotPrimary => Fault::Outage(Outage::NotPrimary),
+            Self::Db(E::Database(e)) => {
+                match e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                    Some(e) => fault::classify(e.number()),
+                    None => Fault::Row,
+                }
+            }
+            Self::Db(E::PoolTimedOut) => Fault::Outage(Outage::Timeout),
+            Self::Db(E::Io(_) | E::PoolClosed | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed) => {
+                Fault::Outage(Outage::Connection)
+            }
+            Self::Db(_) | Self::Migrate(_) => Fault::Row,
+        })
+    }
+
+    /// Why the books are out, when they are ([`Fault::Outage`], and the
+    /// setup's faults, met as one).
+    pub fn outage(&self) -> Option<Outage> {
+        match self.fault()? {
+            Fault::Outage(why) => Some(why),
+            Fault::Setup => Some(Outage::Setup),
+            Fault::Contention | Fault::Row => None,
         }
     }
-}
 
-impl StoreError {
+    /// True when MySQL is down, slow, out of connections, refusing writes
+    /// (read-only, not the primary), missing a grant or a table, or
+    /// contended: a 503, and the workers keep their entries.
+    pub fn is_unavailable(&self) -> bool {
+        self.outage().is_some() || self.is_contention()
+    }
+
     /// True when MySQL rolled the statement back as a deadlock's victim, or
     /// it waited too long for a lock: nothing changed, trying again is safe.
     /// (A guarded update of an order a worker is inserting can meet the
     /// worker's batch this way.)
     pub fn is_contention(&self) -> bool {
-        const LOCK_WAIT_TIMEOUT: u16 = 1205;
-        const DEADLOCK: u16 = 1213;
-        match self {
-            Self::Db(sqlx::Error::Database(e)) => e
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|e| matches!(e.number(), LOCK_WAIT_TIMEOUT | DEADLOCK)),
-            _ => false,
-        }
+        self.fault() == Some(Fault::Contention)
     }
 
     /// True when trying again is safe and may succeed: contention (see

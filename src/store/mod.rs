@@ -25,6 +25,7 @@ mod audits;
 mod db;
 mod error;
 mod events;
+mod fault;
 mod orders;
 mod payments;
 mod products;
@@ -35,7 +36,10 @@ pub use admin_log::{AdminEntry, AdminLog};
 pub use audits::{Audits, FinalAudit, PutBack};
 pub use db::{Db, migration_lock};
 pub use error::StoreError;
-pub use events::{DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events};
+pub use events::{
+    DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events, SKIP_AHEAD_ROWS, SLOTS,
+};
+pub use fault::{Fault, Outage, OutageCounts};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
 pub use payments::{Locked, NewPayment, Payments, Recorded};
 pub use products::{NewProduct, Product, Products};

@@ -1,6 +1,6 @@
 //! What the books run on, and so what a failover of it can lose: read from
-//! the server at start (after the migrations), logged once, and shown in
-//! `/metrics` (`flashsale_books_topology`).
+//! the server at start (after the migrations) and every 10 s after, logged
+//! when it changes, and shown in `/metrics` (`flashsale_books_topology`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -50,14 +50,15 @@ impl Topology {
         }
     }
 
-    /// What a failover (or the loss of the server) can lose.
+    /// What a failover (or the loss of the server) can lose, and what to
+    /// do about it.
     pub fn risk(self) -> Option<&'static str> {
         match self {
             Self::Single => Some(
-                "the books run on one MySQL server with no replica connected: losing it loses what it holds until it is back",
+                "the books run on one MySQL server with no replica connected: losing it loses what it holds until it is back; after a failover, set replication up again on the new primary (semi-sync, AFTER_SYNC) and fence or rebuild the old primary before it returns",
             ),
             Self::AsyncReplicas => Some(
-                "the books' replicas are asynchronous: a failover to one loses the commits it had not received; acked orders are put back from the streams within STREAM_RETENTION_SECS, payments only when the payment side resends them; use semi-synchronous replication (rpl_semi_sync_master_wait_point=AFTER_SYNC) to lose nothing",
+                "the books' replicas are asynchronous: a failover to one loses the commits it had not received; the repair puts back what Redis still holds (acked orders from the streams within STREAM_RETENTION_SECS, cancels and payments from the sales' keys), but events the old primary alone held are not sent again; use semi-synchronous replication (rpl_semi_sync_master_wait_point=AFTER_SYNC) to lose nothing",
             ),
             Self::Unknown | Self::SemiSync | Self::Galera => None,
         }

@@ -118,6 +118,7 @@ async fn repairing(workers: Workers, stop: CancellationToken) {
             parts.events.clone(),
             parts.audits.clone(),
         ),
+        (workers.activity.clone(), workers.cfg.reconcile_every),
     ));
     every("repairer", workers.cfg.reconcile_every, stop, || async {
         if let Some(r) = repairer.lock().await.check().await? {
@@ -125,6 +126,9 @@ async fn repairing(workers: Workers, stop: CancellationToken) {
             put_back.with_label_values(&["order"]).inc_by(r.orders);
             put_back.with_label_values(&["cancel"]).inc_by(r.cancels);
             put_back.with_label_values(&["payment"]).inc_by(r.payments);
+            put_back
+                .with_label_values(&["dead_letter"])
+                .inc_by(r.dead_letters);
         }
         Ok::<(), WorkerError>(())
     })

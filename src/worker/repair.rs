@@ -20,13 +20,22 @@
 //! cancels whose units it has back, the payments it keeps
 //! (`books::put_back`). Everything put back is listed for the operator
 //! (`tb_put_back`, shown with the sale's audit).
+//!
+//! And the orders that reached the dead letters (MySQL refused their rows
+//! `MAX_DELIVERIES` times): tried again at every repair, and every 30
+//! checks for the sales with orders since the last try (a quiet sale's
+//! every 30 minutes: the cost follows orders, not the number of open
+//! sales), taken home once the books take them (listed as `dead_letter`).
 
 use crate::books::Books;
 use crate::domain::{Chain, ProductId, now_ms};
 use crate::sale::{Lifecycle, Streams};
 use crate::store::{self, PutBack};
 
+use std::time::Duration;
+
 use super::WorkerError;
+use super::activity::{Activity, Looks};
 
 /// Entries read per call of a repair.
 const PAGE: usize = 500;
@@ -40,6 +49,8 @@ pub struct Repaired {
     pub orders: u64,
     /// Cancels (a buyer's, a payment timeout's, a refund's) made again.
     pub cancels: u64,
+    /// Dead-lettered orders the books took once their cause was gone.
+    pub dead_letters: u64,
     /// Payments recorded again.
     pub payments: u64,
 }
@@ -55,15 +66,33 @@ pub struct Repairer {
     audits: store::Audits,
     /// The server this process last found (asked of MySQL each check).
     seen: Option<String>,
+    /// When the dead letters were last tried, and how often they are.
+    dead_tried: Option<tokio::time::Instant>,
+    dead_every: Duration,
+    /// Which sales' dead letters are due a try: an active sale's at every
+    /// pass, a quiet one's every `QUIET_PASSES` (the cost follows orders,
+    /// not the number of open sales).
+    dead_looks: Looks,
+    activity: Activity,
 }
 
+/// The dead letters are tried again every this many checks (every 30 s for
+/// a check every second).
+const DEAD_LETTER_CHECKS: u32 = 30;
+
 impl Repairer {
+    /// A repairer whose [`Self::check`] runs every `every`.
     pub fn new(
         (lifecycle, streams): (Lifecycle, Streams),
         books: Books,
         (orders, events, audits): (store::Orders, store::Events, store::Audits),
+        (activity, every): (Activity, Duration),
     ) -> Self {
+        let dead_every = every * DEAD_LETTER_CHECKS;
         Self {
+            dead_every,
+            dead_looks: Looks::new(dead_every),
+            activity,
             lifecycle,
             streams,
             books,
@@ -71,16 +100,40 @@ impl Repairer {
             events,
             audits,
             seen: None,
+            dead_tried: None,
         }
     }
 
     /// One check: a repair when the books' server is not the one Redis
-    /// remembers; `None` when there was nothing to repair.
+    /// remembers; and every [`DEAD_LETTER_CHECKS`] checks, the dead letters
+    /// of the sales due a look tried again; `None` when there was nothing
+    /// to repair.
     pub async fn check(&mut self) -> Result<Option<Repaired>, WorkerError> {
         let now = self.orders.server_identity().await?;
-        if self.seen.as_deref() == Some(now.as_str()) {
-            return Ok(None);
+        let repaired = match self.seen.as_deref() == Some(now.as_str()) {
+            true => None,
+            false => self.after_a_change(now).await?,
+        };
+        let due = self
+            .dead_tried
+            .is_none_or(|t| t.elapsed() >= self.dead_every);
+        if repaired.is_some() || !due {
+            return Ok(repaired);
         }
+        self.dead_tried = Some(tokio::time::Instant::now());
+        let open = self.lifecycle.open_sales().await?;
+        let mut taken = 0;
+        for product in self.dead_looks.due(&self.activity, &open) {
+            taken += self.put_back_dead_letters(&product).await?;
+        }
+        Ok((taken > 0).then_some(Repaired {
+            dead_letters: taken,
+            ..Repaired::default()
+        }))
+    }
+
+    /// The books' server found `now`: a repair when Redis remembers another.
+    async fn after_a_change(&mut self, now: String) -> Result<Option<Repaired>, WorkerError> {
         let before = self.streams.books_server().await?;
         let repaired = match &before {
             Some(before) if *before != now => {
@@ -100,6 +153,56 @@ impl Repairer {
         Ok(repaired)
     }
 
+    /// A sale's dead-lettered orders persisted, where MySQL takes them now
+    /// (the cause fixed: a schema, a grant, a server that refused them), each
+    /// listed as put back (`dead_letter`) and removed from the dead letters.
+    /// What still does not parse, or that MySQL still refuses, stays.
+    async fn put_back_dead_letters(&self, product: &ProductId) -> Result<u64, WorkerError> {
+        let stream = self.streams.stream(product, "repair");
+        let (mut after, mut taken) = ("0-0".to_owned(), 0);
+        loop {
+            let dead = stream.dead_letters(&after, PAGE).await?;
+            let Some(last) = dead.last() else {
+                return Ok(taken);
+            };
+            after = last.id.clone();
+            for entry in &dead {
+                // One at a time: one that MySQL refuses keeps its place.
+                let Ok(order) = entry.order(product) else {
+                    continue;
+                };
+                let held = self.orders.statuses(&[order.order_id.as_str()]).await?;
+                match self
+                    .orders
+                    .persist_orders(product, std::slice::from_ref(&order))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_unavailable() => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(product_id = %product, entry = %entry.id, error = %Chain(&e),
+                            "a dead letter the books still refuse");
+                        continue;
+                    }
+                }
+                if !held.contains_key(order.order_id.as_str()) {
+                    let put_back = PutBack {
+                        what: "dead_letter".into(),
+                        order_id: order.order_id.to_string(),
+                        item: String::new(),
+                        result: None,
+                        put_back: now_ms(),
+                    };
+                    self.audits.note_put_back(product, &[put_back]).await?;
+                    taken += 1;
+                    tracing::warn!(product_id = %product, order_id = %order.order_id,
+                        "a dead-lettered order put back into the books");
+                }
+                stream.forget_dead_letters(&[entry.id.as_str()]).await?;
+            }
+        }
+    }
+
     /// Every open sale's retained entries persisted again (what is in the
     /// books already is left as it is).
     async fn repair(&self) -> Result<Repaired, WorkerError> {
@@ -115,11 +218,13 @@ impl Repairer {
             let payments = self.books.put_back_payments(&product).await?;
             self.audits.note_put_back(&product, &payments).await?;
             r.cancels = cancels.len() as u64;
+            r.dead_letters = self.put_back_dead_letters(&product).await?;
             r.payments = payments.len() as u64;
             total.read += r.read;
             total.orders += r.orders;
             total.cancels += r.cancels;
             total.payments += r.payments;
+            total.dead_letters += r.dead_letters;
         }
         tracing::info!(
             read = total.read,

@@ -551,6 +551,22 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
         assert!(expected.contains(&id), "{id} is an event of the books");
     }
     app.books_balance(&sku).await;
+    // The topology followed: the promoted replica has no replica of its
+    // own, so the books no longer promise semi-sync (read every 10 s).
+    eventually(
+        "the topology read again",
+        Duration::from_secs(15),
+        || async { shown_topology(&app).await == "single" },
+    )
+    .await;
+    // The runbook's step 5 on the new primary, as written (a replica to
+    // acknowledge is step 4's).
+    pair.replica
+        .exec(
+            "SET GLOBAL rpl_semi_sync_master_enabled = 1; \
+             SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC",
+        )
+        .await;
     eprintln!(
         "failover: {} orders, {paid_n} paid ({late_n} late), {cancelled_n} cancelled; \
          the first order persisted on the new primary {first:?} after the kill, \

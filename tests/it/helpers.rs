@@ -519,6 +519,11 @@ impl TestApp {
         flashsale::sale::Redis::from_settings(&self.settings.redis).expect("redis handle")
     }
 
+    /// The test's database (on the shared server, unless re-pointed).
+    pub fn db_name(&self) -> &str {
+        &self.db_name
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -23,6 +23,7 @@ pub(crate) use on_both_backends;
 mod admin_log;
 mod bells;
 mod books_failover;
+mod books_outage;
 mod browser;
 mod buyer_page;
 mod cluster;

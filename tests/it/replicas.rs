@@ -302,6 +302,32 @@ fn chmod_open(dir: &Path) {
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777));
 }
 
+/// One server of the test's own, with nobody replicating: for what the
+/// shared one must never do (`read_only`, a kill).
+pub struct Single {
+    pub server: OwnMariadb,
+    dir: PathBuf,
+}
+
+impl Single {
+    pub async fn start() -> Single {
+        let dir = std::env::temp_dir().join(crate::helpers::unique("fs-single-"));
+        std::fs::create_dir_all(&dir).expect("a directory of its own");
+        let template = install(&dir);
+        let server = launch(&dir, Some(&template), 1, free_port(), &[]).await;
+        Single { server, dir }
+    }
+}
+
+impl Drop for Single {
+    fn drop(&mut self) {
+        self.server.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// A primary and its replica.
 pub struct ReplicaPair {
     pub primary: OwnMariadb,

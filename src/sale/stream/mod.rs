@@ -137,6 +137,43 @@ impl SaleStream {
             .await
     }
 
+    /// Up to `count` of the sale's dead letters, oldest first, after
+    /// `after` (`XRANGE` of `fs:{sku}:dead`): what the repair tries to take
+    /// home.
+    pub async fn dead_letters(&self, after: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
+        let (key, from) = (&self.keys.dead, format!("({after}"));
+        self.core
+            .call(|mut c| async move {
+                let reply: redis::Value = redis::cmd("XRANGE")
+                    .arg(key)
+                    .arg(&from)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut c)
+                    .await?;
+                Ok(Entry::decode_list(reply)?)
+            })
+            .await
+    }
+
+    /// Removes dead letters whose orders are in the books now (`XDEL`).
+    pub async fn forget_dead_letters(&self, ids: &[&str]) -> Result<u64, SaleError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let key = &self.keys.dead;
+        self.core
+            .call(|mut c| async move {
+                redis::cmd("XDEL")
+                    .arg(key)
+                    .arg(ids)
+                    .query_async::<u64>(&mut c)
+                    .await
+            })
+            .await
+    }
+
     /// `XACK`s `ids`.
     pub async fn ack(&self, ids: &[&str]) -> Result<u64, SaleError> {
         let mut conn = self.core.redis.shared().await?;

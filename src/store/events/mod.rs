@@ -128,6 +128,15 @@ pub(super) struct Stored {
     created: i64,
 }
 
+/// A stored row, and whether it is old enough to be listed.
+#[derive(sqlx::FromRow)]
+struct Settled {
+    #[sqlx(flatten)]
+    row: Stored,
+    /// 1 when recorded [`Events::event_settle`] or more ago.
+    settled: i64,
+}
+
 pub(super) const STORED: &str =
     "SELECT id, type, order_id, orders, product_id, created FROM tb_event";
 
@@ -301,29 +310,43 @@ impl Events {
         self.db.timeout() + std::time::Duration::from_secs(1)
     }
 
-    /// Events after the cursor `after`, oldest first, at most `limit`, and
-    /// only those recorded [`Db::event_settle`] or more ago by MySQL's
-    /// clock: a transaction still open holds an `id` below those committed
-    /// after it, and the wait lets it commit (or roll back: every
+    /// Events after the cursor `after`, oldest first, at most `limit`, up
+    /// to the first one recorded less than [`Self::event_settle`] ago by
+    /// MySQL's clock: a page never goes past an event it does not list.
+    ///
+    /// Why the wait: a transaction still open holds an `id` below those
+    /// committed after it, and the wait lets it commit (or roll back: every
     /// transaction is bounded by `DB_TIMEOUT_MS`) before a reader moves its
-    /// cursor past that id.
+    /// cursor past that id. Why stop at the first young row rather than
+    /// leave it out: ids are not in time order across Galera's nodes (each
+    /// node hands out its own, `auto_increment_increment`), so a row with a
+    /// lower id can be younger than the next; leaving it out and listing
+    /// the next would move the cursor past it for good.
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
         let settle_ms = self.event_settle().as_millis() as i64;
         // The cursor's own row may hold events after it; every later row
         // holds at least one: `limit` + 1 rows always make a full page.
-        let sql =
-            format!("{STORED} WHERE id >= ? AND created <= {DB_NOW_MS} - ? ORDER BY id LIMIT ?");
+        let sql = format!(
+            "SELECT id, type, order_id, orders, product_id, created, \
+             CAST(created <= {DB_NOW_MS} - ? AS SIGNED) AS settled \
+             FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?"
+        );
         let sql = sql.as_str();
-        let rows: Vec<Stored> = self
+        let read: Vec<Settled> = self
             .db
             .call(|pool| {
                 sqlx::query_as(sql)
-                    .bind(after.div_euclid(SLOTS))
                     .bind(settle_ms)
+                    .bind(after.div_euclid(SLOTS))
                     .bind(i64::from(limit) + 1)
                     .fetch_all(pool)
             })
             .await?;
+        let rows: Vec<Stored> = read
+            .into_iter()
+            .take_while(|r| r.settled != 0)
+            .map(|r| r.row)
+            .collect();
         let page: Vec<Bare> = expand(rows)
             .into_iter()
             .filter(|e| e.id > after)
