@@ -72,7 +72,10 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// answers, and checking Redis's persistence as soon as Redis answers.
 fn start_dependencies(sales: &Sales, db: &Db, token: &CancellationToken) {
     let (db, stop) = (db.clone(), token.clone());
-    tokio::spawn(async move { db.migrate_until_ready(stop).await });
+    tokio::spawn(async move {
+        db.migrate_until_ready(stop.clone()).await;
+        db.follow_server(stop).await;
+    });
     let (redis, stop) = (sales.redis().clone(), token.clone());
     tokio::spawn(async move {
         tokio::select! {

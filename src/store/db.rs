@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::StoreError;
 use super::fault::OutageCounts;
-use super::topology::Topology;
 use crate::config::DbSettings;
 use crate::domain::{Chain, backoff};
 
@@ -43,22 +42,6 @@ pub struct Db {
 /// again, after a short jittered wait, at most this many times in all.
 const CONTENTION_ATTEMPTS: usize = 4;
 const CONTENTION_WAIT: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(80));
-
-/// How often the books' topology is read again: a failover changes it
-/// (a promoted replica has no replica of its own yet).
-const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
-
-/// Logs the books' topology `now`, read first or changed from `before`.
-fn say_topology(before: Option<Topology>, now: Topology) {
-    let from = before.map(Topology::label);
-    match (before, now.risk()) {
-        (_, Some(risk)) => tracing::warn!(topology = now.label(), from, "{risk}"),
-        (None, None) => tracing::info!(topology = now.label(), "the books' database"),
-        (Some(_), None) => {
-            tracing::info!(topology = now.label(), from, "the books' topology changed")
-        }
-    }
-}
 
 /// Waits between attempts to create and migrate the database: doubling from
 /// the first to the last, so a long outage costs a log line every 10 s.
@@ -121,16 +104,6 @@ impl Db {
             match tried {
                 Ok(()) => {
                     tracing::info!(attempt, "database ready (created and migrated)");
-                    match self.writes_past_read_only().await {
-                        Ok(true) => tracing::warn!(
-                            "the service's MySQL account holds SUPER or READ_ONLY ADMIN: it writes to a read-only server (a replica not promoted yet, an old primary) as if it were the primary; give it only what deploy/mysql-grants.sql grants"
-                        ),
-                        Ok(false) => {}
-                        Err(e) => {
-                            tracing::info!(error = %Chain(&e), "cannot read the service's MySQL privileges")
-                        }
-                    }
-                    self.follow_topology(stop).await;
                     return;
                 }
                 Err(e) => tracing::warn!(
@@ -143,49 +116,6 @@ impl Db {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    /// True when the service's account may write to a server whose
-    /// `read_only` is on (`SUPER`, MariaDB's `READ_ONLY ADMIN`): such a
-    /// server then takes the books' writes as if it were the primary.
-    pub async fn writes_past_read_only(&self) -> Result<bool, StoreError> {
-        let held: i64 = self
-            .call(|pool| {
-                sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES \
-                     WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), \
-                     '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') \
-                     AND PRIVILEGE_TYPE IN ('SUPER', 'READ_ONLY ADMIN')",
-                )
-                .fetch_one(pool)
-            })
-            .await?;
-        Ok(held > 0)
-    }
-
-    /// Reads what the books run on now and every [`TOPOLOGY_EVERY`] until
-    /// `stop`, and logs it when it is new: a WARN where a failover can lose
-    /// commits (as the Redis side says of its append-only file), and what
-    /// the change means (a semi-sync primary promoted without its replica:
-    /// semi-sync to set up again). `/metrics` shows the last reading.
-    async fn follow_topology(&self, stop: CancellationToken) {
-        let mut said: Option<Topology> = None;
-        loop {
-            match self.read_topology().await {
-                Ok(now) if said != Some(now) => {
-                    say_topology(said, now);
-                    said = Some(now);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %Chain(&e), "cannot tell what the books run on now")
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(TOPOLOGY_EVERY) => {}
             }
         }
     }
@@ -368,7 +298,7 @@ impl Db {
     }
 
     /// Counts `e` when it says the books are out.
-    fn counted(&self, e: StoreError) -> StoreError {
+    pub(super) fn counted(&self, e: StoreError) -> StoreError {
         if let Some(why) = e.outage() {
             self.outages.count(why);
         }
@@ -381,67 +311,9 @@ impl Db {
         self.outages.clone()
     }
 
-    /// The books behind `DATABASE_URL` now: on Galera the cluster
-    /// (`galera:<wsrep_cluster_state_uuid>`: every node of it holds the same
-    /// books, so a writer on each node agrees, and a node's death is no
-    /// failover); elsewhere the server, `@@server_id` (unique among a primary
-    /// and its replicas, as replication requires), its host name and port.
-    /// Another answer than before is a failover (or a move).
-    pub async fn server_identity(&self) -> Result<String, StoreError> {
-        let (id, host, port, cluster): (u32, String, u32, Option<String>) = self
-            .call(|pool| {
-                sqlx::query_as(
-                    "SELECT @@server_id, @@hostname, @@port, \
-                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
-                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
-                      WHERE s.VARIABLE_NAME = 'WSREP_CLUSTER_STATE_UUID' AND v.VARIABLE_VALUE = 'ON')",
-                )
-                .fetch_one(pool)
-            })
-            .await?;
-        Ok(identity(id, &host, port, cluster.as_deref()))
-    }
-
     /// The bound on every call and transaction (`DB_TIMEOUT_MS`).
     pub fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// Is MySQL answering, and would it take a write? A read-only server
-    /// (a replica, a primary not promoted yet) answers
-    /// [`StoreError::ReadOnly`]; a Galera node not ready (outside the
-    /// primary component) [`StoreError::NotPrimary`].
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let (writable, wsrep_ready): (i64, Option<String>) = self
-            .call(|pool| {
-                sqlx::query_as(
-                    "SELECT CAST(CAST(@@global.read_only AS CHAR) IN ('0', 'OFF') AS SIGNED), \
-                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
-                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
-                      WHERE s.VARIABLE_NAME = 'WSREP_READY' AND v.VARIABLE_VALUE = 'ON')",
-                )
-                .fetch_one(pool)
-            })
-            .await?;
-        if writable == 0 {
-            return Err(self.counted(StoreError::ReadOnly));
-        }
-        if wsrep_ready.as_deref() == Some("OFF") {
-            return Err(self.counted(StoreError::NotPrimary));
-        }
-        Ok(())
-    }
-}
-
-/// The books' identity from what the server says of itself: its cluster's
-/// state UUID when it is a Galera node (a node that has none yet, all
-/// zeros, is named as a server), else the server.
-fn identity(id: u32, host: &str, port: u32, cluster: Option<&str>) -> String {
-    match cluster {
-        Some(uuid) if uuid.bytes().any(|b| b.is_ascii_hexdigit() && b != b'0') => {
-            format!("galera:{uuid}")
-        }
-        _ => format!("{id}@{host}:{port}"),
     }
 }
 
@@ -488,23 +360,4 @@ pub fn migration_lock(database: &str) -> String {
     let mut name = format!("flashsale.migrate.{database}");
     name.truncate(64);
     name
-}
-
-#[cfg(test)]
-mod tests {
-    use super::identity;
-
-    #[test]
-    fn a_galera_node_is_named_by_its_cluster_and_a_server_by_itself() {
-        let uuid = Some("6f4b8a3e-1c2d-11ef-9a1b-5e2f0c3d4b5a");
-        assert_eq!(
-            identity(1, "a", 3306, uuid),
-            identity(2, "b", 3307, uuid),
-            "two nodes, one books"
-        );
-        assert!(identity(1, "a", 3306, uuid).starts_with("galera:"));
-        assert_eq!(identity(7, "db1", 3306, None), "7@db1:3306");
-        let none_yet = Some("00000000-0000-0000-0000-000000000000");
-        assert_eq!(identity(7, "db1", 3306, none_yet), "7@db1:3306");
-    }
 }

@@ -16,6 +16,11 @@
 //! | [`AdminLog`] | `tb_admin_log`, `tb_dashboard_session_ended` | every admin action and failed admin authentication; the dashboard sessions a logout ended |
 //! | [`Seconds`] | `tb_sale_second`, `tb_sale_report` | each sale's timeline, a row per second and process; the report kept when it retired |
 //!
+//! Beside them: `fault.rs` sorts MySQL's errors (an outage, contention, the
+//! setup, the row itself); `server.rs` asks the server what it is (which
+//! books it holds, whether it takes writes, its topology); `topology.rs`
+//! names what it can run on.
+//!
 //! The store reads and writes; what a change means is decided by the books
 //! (`books`), before or after the store's reads, never called back from
 //! inside a transaction.
@@ -30,6 +35,7 @@ mod orders;
 mod payments;
 mod products;
 mod seconds;
+mod server;
 mod topology;
 
 pub use admin_log::{AdminEntry, AdminLog};

@@ -1,14 +1,9 @@
-//! What the books run on, and so what a failover of it can lose: read from
-//! the server at start (after the migrations) and every 10 s after, logged
-//! when it changes, and shown in `/metrics` (`flashsale_books_topology`).
+//! What the books run on, and so what a failover of it can lose (read from
+//! the server by `server.rs`, shown in `/metrics`:
+//! `flashsale_books_topology`). Types only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-
-use sqlx::Row;
-
-use super::db::Db;
-use super::error::StoreError;
 
 /// The database behind `DATABASE_URL`, as it describes itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,59 +78,5 @@ impl SeenTopology {
 
     pub(super) fn set(&self, t: Topology) {
         self.0.store(t as u8, Ordering::Relaxed);
-    }
-}
-
-impl Db {
-    /// Reads what the server says of itself: Galera (`wsrep_on`), a
-    /// semi-sync primary with a replica acknowledging, replicas connected
-    /// (`SHOW SLAVE HOSTS`), or one server. Needs no privilege beyond
-    /// reading status, but `SHOW SLAVE HOSTS`: without it, replicas are
-    /// not seen (logged).
-    pub async fn read_topology(&self) -> Result<Topology, StoreError> {
-        let t = self
-            .bounded(async {
-                let pool = self.pool();
-                let galera: Option<String> =
-                    sqlx::query_scalar("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'WSREP_ON'")
-                        .fetch_optional(pool)
-                        .await?;
-                if galera.as_deref() == Some("ON") {
-                    return Ok(Topology::Galera);
-                }
-                let semi: Option<String> = sqlx::query_scalar(
-                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_STATUS'",
-                )
-                .fetch_optional(pool)
-                .await?;
-                let clients: Option<String> = sqlx::query_scalar(
-                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'",
-                )
-                .fetch_optional(pool)
-                .await?;
-                let acked = clients.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
-                if semi.as_deref() == Some("ON") && acked > 0 {
-                    return Ok(Topology::SemiSync);
-                }
-                let replicas = match sqlx::query("SHOW SLAVE HOSTS").fetch_all(pool).await {
-                    Ok(rows) => rows.iter().filter(|r| r.try_get::<u32, _>(0).is_ok()).count(),
-                    Err(e) => {
-                        tracing::info!(error = %crate::domain::Chain(&e), "cannot list the books' replicas (SHOW SLAVE HOSTS); taken as none");
-                        0
-                    }
-                };
-                Ok(match replicas {
-                    0 => Topology::Single,
-                    _ => Topology::AsyncReplicas,
-                })
-            })
-            .await?;
-        self.topology.set(t);
-        Ok(t)
-    }
-
-    /// The topology last read ([`Self::read_topology`]).
-    pub fn topology(&self) -> SeenTopology {
-        self.topology.clone()
     }
 }
