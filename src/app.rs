@@ -17,9 +17,9 @@ use crate::http::limits::{Guards, sweep_buckets};
 use crate::http::watched::Watched;
 use crate::http::{self, AppState, Shared};
 use crate::metrics::Metrics;
-use crate::sale::{SaleError, Sales, durability};
+use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
-use crate::worker::Workers;
+use crate::worker::{Workers, every};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -76,11 +76,11 @@ fn start_dependencies(sales: &Sales, db: &Db, token: &CancellationToken) {
         db.migrate_until_ready(stop.clone()).await;
         db.follow_server(stop).await;
     });
-    let (redis, stop) = (sales.redis().clone(), token.clone());
+    let (sales, stop) = (sales.clone(), token.clone());
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = durability::check_persistence_when_up(&redis) => {}
+            _ = sales.check_persistence_when_up() => {}
         }
     });
 }
@@ -220,8 +220,9 @@ impl App {
         let token = CancellationToken::new();
         start_dependencies(&self.sales, &self.db, &token);
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
+        let metrics = self.state.metrics.clone();
         let recorder = Recorder {
-            metrics: self.state.metrics.clone(),
+            metrics: metrics.clone(),
             seconds: self.db.seconds(),
             room: Some(self.sales.room().clone()),
             source: Recorder::source_name(),
@@ -242,11 +243,12 @@ impl App {
         })
         .await;
         token.cancel();
+        let panics = &metrics.task_panics;
         if let Some(w) = workers {
-            crate::worker::every::report_exit("stream workers", w).await;
+            every::report_exit("stream workers", w, panics).await;
         }
         // The timeline's last seconds written (bounded by the books' timeout).
-        let _ = recorded.await;
+        every::report_exit("timeline recorder", recorded, panics).await;
         served
     }
 }
@@ -324,9 +326,9 @@ pub async fn run_workers(
     };
     let recorded = tokio::spawn(recorder.run(token.clone()));
     Workers::new(&sales, &db, cfg)
-        .with_metrics(metrics)
+        .with_metrics(metrics.clone())
         .run(token)
         .await;
-    let _ = recorded.await;
+    every::report_exit("timeline recorder", recorded, &metrics.task_panics).await;
     Ok(())
 }

@@ -50,6 +50,10 @@ pub struct Metrics {
     /// MySQL calls and transactions tried again after a deadlock or a lock
     /// wait timeout (InnoDB's, or Galera's certification conflicts).
     pub db_retries: IntCounter,
+    /// Tasks that ended in a panic, by task (`drain`, `bells`, a pass's
+    /// name, ...): counted wherever a task is awaited or supervised
+    /// (`worker::every`).
+    pub task_panics: IntCounterVec,
     /// MySQL calls refused because the books were out, by why (`read_only`,
     /// `not_primary`, `connection`, `timeout`, `resources`,
     /// `not_migrated`, `setup`: `store::Outage`).
@@ -324,6 +328,11 @@ impl Metrics {
             db_retries: counter(
                 "db_retries_total",
                 "MySQL calls and transactions tried again after a deadlock or a lock wait timeout",
+            ),
+            task_panics: counter_vec(
+                "task_panics_total",
+                "Tasks of the service that ended in a panic (logged where they are awaited; a supervised one is started again), by task",
+                &["task"],
             ),
             db_unavailable: counter_vec(
                 "db_unavailable_total",

@@ -162,10 +162,10 @@ impl Sales {
         self.core.counts.clone()
     }
 
-    /// The Redis connection under the handles (readiness, the startup
-    /// checks, operators' tools).
-    pub fn redis(&self) -> &Redis {
-        &self.core.redis
+    /// Once Redis answers, logs what its persistence risks (see
+    /// [`durability`]); Redis asked again with bounded back-off until then.
+    pub async fn check_persistence_when_up(&self) {
+        durability::check_persistence_when_up(&self.core.redis).await
     }
 
     /// The keys' prefix (`REDIS_KEY_PREFIX`).

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use prometheus::IntCounterVec;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +45,7 @@ pub async fn every<F, Fut, E>(
 /// later, unless `shutdown` came meanwhile.
 pub fn supervised<F, Fut>(
     what: &'static str,
-    shutdown: CancellationToken,
+    (shutdown, panics): (CancellationToken, IntCounterVec),
     start: F,
 ) -> JoinHandle<()>
 where
@@ -56,6 +57,7 @@ where
             match tokio::spawn(start()).await {
                 Ok(()) => return,
                 Err(e) if e.is_panic() => {
+                    panics.with_label_values(&[what]).inc();
                     tracing::error!(task = what, "panicked; started again in a second");
                 }
                 Err(_) => return,
@@ -77,11 +79,16 @@ pub fn unit_random() -> f64 {
     }
 }
 
-/// Waits for a spawned task and says how it ended, when it ended badly.
-pub async fn report_exit(what: &'static str, task: JoinHandle<()>) {
+/// Waits for a spawned task and says how it ended, when it ended badly: a
+/// panic is logged and counted in `panics` (`flashsale_task_panics_total`),
+/// never dropped unseen.
+pub async fn report_exit(what: &'static str, task: JoinHandle<()>, panics: &IntCounterVec) {
     if let Err(e) = task.await {
         match e.is_panic() {
-            true => tracing::error!(task = what, "panicked"),
+            true => {
+                panics.with_label_values(&[what]).inc();
+                tracing::error!(task = what, "panicked");
+            }
             false => tracing::warn!(task = what, "cancelled"),
         }
     }
@@ -99,7 +106,8 @@ mod tests {
         let starts = Arc::new(AtomicU32::new(0));
         let stop = CancellationToken::new();
         let counted = starts.clone();
-        let task = supervised("test", stop.clone(), move || {
+        let panics = crate::metrics::Metrics::new().task_panics;
+        let task = supervised("test", (stop.clone(), panics.clone()), move || {
             let n = counted.fetch_add(1, Ordering::SeqCst);
             async move {
                 assert!(n >= 2, "the first two runs panic");
@@ -107,6 +115,20 @@ mod tests {
         });
         task.await.unwrap();
         assert_eq!(starts.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            panics.with_label_values(&["test"]).get(),
+            2,
+            "each panic counted"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_awaited_after_a_panic_is_logged_and_counted() {
+        let panics = crate::metrics::Metrics::new().task_panics;
+        let task = tokio::spawn(async { panic!("stopping went wrong") });
+        report_exit("drain", task, &panics).await;
+        report_exit("drain", tokio::spawn(async {}), &panics).await;
+        assert_eq!(panics.with_label_values(&["drain"]).get(), 1);
     }
 
     #[tokio::test(start_paused = true)]

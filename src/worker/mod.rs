@@ -23,6 +23,7 @@ pub mod repair;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use prometheus::IntCounterVec;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -182,7 +183,8 @@ impl Workers {
         tracing::info!(consumer = %self.cfg.consumer, "stream workers started");
         let passes = periodic::start(&self, &shutdown);
         let bells = self.parts.bells.clone();
-        let bells = every::supervised("bells", shutdown.clone(), {
+        let panics = self.metrics.task_panics.clone();
+        let bells = every::supervised("bells", (shutdown.clone(), panics.clone()), {
             let stop = shutdown.clone();
             move || {
                 let (bells, stop) = (bells.clone(), stop.clone());
@@ -199,10 +201,10 @@ impl Workers {
                 _ = tokio::time::sleep(self.cfg.registry_refresh) => {}
             }
         }
-        drains.stop_all().await;
-        let _ = bells.await;
+        drains.stop_all(&panics).await;
+        every::report_exit("bells", bells, &panics).await;
         for pass in passes {
-            let _ = pass.await;
+            every::report_exit("pass", pass, &panics).await;
         }
         tracing::info!("stream workers stopped");
     }
@@ -229,7 +231,8 @@ impl Workers {
                 // Cloned only for a drain that starts: every look at the
                 // registry goes over every open sale.
                 let workers = self.clone();
-                every::supervised("drain", stop.clone(), move || {
+                let panics = self.metrics.task_panics.clone();
+                every::supervised("drain", (stop.clone(), panics), move || {
                     drain::run_sale(workers.sale_worker(product.clone()), stop.clone())
                 })
             });
@@ -285,14 +288,16 @@ impl Drains {
     }
 
     /// Waits for every drain to finish its batch and stop.
-    async fn stop_all(self) {
+    /// Waits for every drain to stop; one that ended in a panic is logged
+    /// and counted.
+    async fn stop_all(self, panics: &IntCounterVec) {
         for task in self
             .running
             .into_values()
             .map(|(t, _)| t)
             .chain(self.stopping)
         {
-            let _ = task.await;
+            every::report_exit("drain", task, panics).await;
         }
     }
 }

@@ -21,7 +21,8 @@ use crate::sale::queue::BooksVerdict;
 pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
     let pass = |what: &'static str, run: fn(Workers, CancellationToken) -> Pass| {
         let (workers, stop) = (workers.clone(), shutdown.clone());
-        supervised(what, shutdown.clone(), move || {
+        let panics = workers.metrics.task_panics.clone();
+        supervised(what, (shutdown.clone(), panics), move || {
             run(workers.clone(), stop.clone())
         })
     };
