@@ -100,7 +100,11 @@ impl App {
             .clone()
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
         let guards = Arc::new(Guards::new(http.limits.clone()));
-        let admin = Arc::new(http::admin_log::AdminDoor::new(db.admin_log()));
+        let admin = Arc::new(http::admin_log::AdminDoor::new(
+            db.admin_log(),
+            guards.clone(),
+            metrics.admin_auth_failures.clone(),
+        ));
         let outbox = Outbox::new(db.events(), db.deliveries());
         let catalog = Catalog::new(
             (
@@ -143,7 +147,7 @@ impl App {
             dashboard,
             admin_token: http.admin_token.clone(),
             admin_routes: http.admin_routes,
-            auth,
+            auth: auth.map(Arc::new),
             payments: http.payments.clone(),
             guards,
             admin,

@@ -11,6 +11,7 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::{Body, to_bytes};
@@ -19,6 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use prometheus::IntCounter;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
@@ -26,7 +28,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::body::MAX_BODY_BYTES;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Admin, QueryParams};
-use super::state::AppState;
+use super::limits::Guards;
 use crate::domain::{Chain, hex};
 use crate::store::{AdminEntry, AdminLog};
 
@@ -43,19 +45,26 @@ const FAILURES_BURST: u32 = 20;
 /// The most an answer's body kept as "after" may be.
 const MAX_AFTER_BYTES: usize = 64 * 1024;
 
-/// The admin log as the HTTP layer writes it.
+/// The admin log as the HTTP layer writes it: the log, who the client is
+/// (the guards' reading of its address), and the failed authentications'
+/// count and pace.
 pub struct AdminDoor {
     log: AdminLog,
+    guards: Arc<Guards>,
     failures: DefaultDirectRateLimiter,
+    /// `flashsale_admin_auth_failures_total`.
+    failed: IntCounter,
 }
 
 impl AdminDoor {
-    pub fn new(log: AdminLog) -> Self {
+    pub fn new(log: AdminLog, guards: Arc<Guards>, failed: IntCounter) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(FAILURES_PER_SEC).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(FAILURES_BURST).unwrap_or(NonZeroU32::MIN));
         Self {
             log,
+            guards,
             failures: RateLimiter::direct(quota),
+            failed,
         }
     }
 
@@ -74,8 +83,10 @@ impl AdminDoor {
         }
     }
 
-    /// Writes a failed admin authentication, unless too many came lately.
+    /// Counts a failed admin authentication, and writes it unless too
+    /// many came lately.
     pub async fn failed(&self, entry: AdminEntry) {
+        self.failed.inc();
         if self.failures.check().is_ok() {
             self.write(entry).await;
         }
@@ -166,7 +177,7 @@ fn sale_of(path: &str, asked: Option<&str>) -> Option<String> {
 /// Around every admin route: the action and its answer, written to the
 /// admin log (reads are not actions: only their failed authentications
 /// are written).
-pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn record(State(door): State<Arc<AdminDoor>>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let route = req
         .extensions()
@@ -174,7 +185,7 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
         .map(|p| p.as_str().to_owned());
     let path = req.uri().path().to_owned();
     let actor = bearer_actor(req.headers());
-    let address = state
+    let address = door
         .guards
         .client_ip(req.headers(), super::conn::peer(req.extensions()))
         .as_ref()
@@ -200,8 +211,7 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
     };
     if status == StatusCode::UNAUTHORIZED {
         entry.action = "auth.failed".into();
-        state.metrics.admin_auth_failures.inc();
-        state.admin.failed(entry).await;
+        door.failed(entry).await;
         return response;
     }
     if method == Method::GET || method == Method::HEAD {
@@ -217,7 +227,7 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
     if status.is_success() && bytes.len() <= MAX_AFTER_BYTES {
         entry.after = Some(String::from_utf8_lossy(&bytes).into_owned());
     }
-    state.admin.write(entry).await;
+    door.write(entry).await;
     Response::from_parts(parts, Body::from(bytes))
 }
 
@@ -307,7 +317,7 @@ const MAX_ENTRIES: u32 = 500;
 )]
 pub async fn list(
     _: Admin,
-    State(state): State<AppState>,
+    State(door): State<Arc<AdminDoor>>,
     QueryParams(params): QueryParams<LogParams>,
 ) -> Result<Json<LogPage>, ApiError> {
     let limit = params.limit.unwrap_or(50);
@@ -316,7 +326,7 @@ pub async fn list(
             "before must be at least 1, limit between 1 and {MAX_ENTRIES}"
         )));
     }
-    let entries = state.admin.log().page(params.before, limit).await?;
+    let entries = door.log().page(params.before, limit).await?;
     let next = (entries.len() == limit as usize)
         .then(|| entries.last().map(|e| e.id))
         .flatten();

@@ -1,15 +1,16 @@
 //! Extractors that answer bad input in the API's own error format.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
-use super::auth::Caller;
+use super::auth::{Auth, Caller};
 use super::error::ApiError;
-use super::state::AppState;
 
 /// A JSON body. Unlike `axum::Json`, a rejection names the offending field
 /// (`quantity: invalid type: string "x", expected u64`) and uses the API's
@@ -138,6 +139,16 @@ pub struct QueryParams<T>(pub T);
 /// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.
 pub struct Admin;
 
+/// What [`Admin`] checks the credential against: `ADMIN_TOKEN` (`None`:
+/// the admin routes answer 401). Taken from any state by `FromRef`.
+#[derive(Clone)]
+pub struct AdminToken(pub Option<Arc<str>>);
+
+/// How [`Caller`] tells the buyer (`None`: `AUTH=none`, the body's
+/// `user_id` is believed). Taken from any state by `FromRef`.
+#[derive(Clone)]
+pub struct Identity(pub Option<Arc<Auth>>);
+
 /// The credential of `Authorization: Bearer <credential>`, if sent.
 pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
     headers
@@ -146,11 +157,16 @@ pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
         .strip_prefix(b"Bearer ")
 }
 
-impl FromRequestParts<AppState> for Admin {
+impl<S> FromRequestParts<S> for Admin
+where
+    S: Send + Sync,
+    AdminToken: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(expected) = state.admin_token.as_deref() else {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let AdminToken(token) = AdminToken::from_ref(state);
+        let Some(expected) = token.as_deref() else {
             return Err(ApiError::Unauthorized(
                 "admin routes are disabled: the server has no ADMIN_TOKEN",
             ));
@@ -168,10 +184,15 @@ impl FromRequestParts<AppState> for Admin {
 }
 
 /// The buyer behind a request (see [`super::auth`]).
-impl FromRequestParts<AppState> for Caller {
+impl<S> FromRequestParts<S> for Caller
+where
+    S: Send + Sync,
+    Identity: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        Caller::of(state.auth.as_ref(), parts, peer(&parts.extensions))
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Identity(auth) = Identity::from_ref(state);
+        Caller::of(auth.as_deref(), parts, peer(&parts.extensions))
     }
 }

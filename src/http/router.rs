@@ -99,7 +99,7 @@ pub fn router(state: AppState) -> Router {
                 "/api/admin/products/{product_id}/room",
                 post(room::set_pace),
             )
-            .route_layer(from_fn_with_state(state.clone(), admin_log::record));
+            .route_layer(from_fn_with_state(state.admin.clone(), admin_log::record));
         api = api.merge(admin).merge(match &state.dashboard {
             Some(d) => dashboard::routes(d.clone(), guards.clone()),
             None => Router::new(),

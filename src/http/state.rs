@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
+
+use super::admin_log::AdminDoor;
 use super::dashboard::board::Dashboard;
+use super::extract::{AdminToken, Identity};
 use super::{auth, conn, limits};
 use crate::books::{Audit, Books, Catalog, Outbox, Reports};
 use crate::sale::{Orders, Room};
@@ -39,13 +43,13 @@ pub struct Shared {
     /// The operator's page (`None`: no admin routes or no ADMIN_TOKEN).
     pub dashboard: Option<Arc<Dashboard>>,
     /// `None`: `AUTH=none`, the body's `user_id` is believed.
-    pub auth: Option<auth::Auth>,
+    pub auth: Option<Arc<auth::Auth>>,
     /// Where payment notifications are heard (`None`: the route is not
     /// served).
     pub payments: Option<crate::config::PaymentSettings>,
     pub guards: Arc<limits::Guards>,
     /// The admin log, as the admin routes and the dashboard write it.
-    pub admin: Arc<super::admin_log::AdminDoor>,
+    pub admin: Arc<AdminDoor>,
     /// The open connections and their bounds.
     pub connections: Arc<conn::Connections>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -62,5 +66,26 @@ impl std::ops::Deref for AppState {
 
     fn deref(&self) -> &Shared {
         &self.0
+    }
+}
+
+/// What the admin extractor checks against.
+impl FromRef<AppState> for AdminToken {
+    fn from_ref(state: &AppState) -> Self {
+        AdminToken(state.admin_token.clone())
+    }
+}
+
+/// How the buyer is told.
+impl FromRef<AppState> for Identity {
+    fn from_ref(state: &AppState) -> Self {
+        Identity(state.auth.clone())
+    }
+}
+
+/// The admin log's door, for its routes.
+impl FromRef<AppState> for Arc<AdminDoor> {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin.clone()
     }
 }

@@ -159,7 +159,7 @@ async fn decide(
     body: &[u8],
     sale: &mut Option<Named>,
 ) -> Result<Answer, ApiError> {
-    let caller = Caller::of(state.auth.as_ref(), parts, peer)?;
+    let caller = Caller::of(state.auth.as_deref(), parts, peer)?;
     let IdempotencyKey(idempotency_key) = IdempotencyKey::from_request_parts(parts, state).await?;
     let body: PlaceOrder = extract::json(&parts.headers, body)?;
     let user_id = caller.acting_as(body.user_id)?;
