@@ -2,39 +2,73 @@
 //! summary for a terminal (`flashsale report`). The dashboard draws it
 //! (`http::dashboard::report`).
 
-use super::Report;
+use super::{Report, SecondView};
 
 /// The CSV's columns, a row per second of the timeline.
 pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired";
 
-impl Report {
-    /// The timeline as CSV, a row per second.
-    pub fn csv(&self) -> String {
-        let mut out = format!("{CSV_COLUMNS}\n");
-        let opt = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
-        let optu = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-        for s in &self.seconds {
-            out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                s.t,
-                s.accepted,
-                s.refused,
-                s.units,
-                optu(s.latency_p50_us),
-                optu(s.latency_p99_us),
-                s.joins,
-                opt(s.line),
-                opt(s.pace),
-                opt(s.ceiling),
-                s.persisted,
-                opt(s.persist_wait_max_ms),
-                s.paid,
-                s.timed_out,
-                s.events_delivered,
-                s.expired
-            ));
+/// A second of the timeline as a CSV row: its fields are the columns, in
+/// order (a test holds them to [`CSV_COLUMNS`]); `None` is an empty cell.
+#[derive(serde::Serialize)]
+struct CsvRow {
+    second: i64,
+    accepted: u64,
+    refused: u64,
+    units: u64,
+    latency_p50_us: Option<u64>,
+    latency_p99_us: Option<u64>,
+    joins: u64,
+    line: Option<i64>,
+    pace: Option<i64>,
+    ceiling: Option<i64>,
+    persisted: u64,
+    persist_wait_max_ms: Option<i64>,
+    paid: u64,
+    timed_out: u64,
+    events_delivered: u64,
+    expired: u64,
+}
+
+impl From<&SecondView> for CsvRow {
+    fn from(s: &SecondView) -> Self {
+        Self {
+            second: s.t,
+            accepted: s.accepted,
+            refused: s.refused,
+            units: s.units,
+            latency_p50_us: s.latency_p50_us,
+            latency_p99_us: s.latency_p99_us,
+            joins: s.joins,
+            line: s.line,
+            pace: s.pace,
+            ceiling: s.ceiling,
+            persisted: s.persisted,
+            persist_wait_max_ms: s.persist_wait_max_ms,
+            paid: s.paid,
+            timed_out: s.timed_out,
+            events_delivered: s.events_delivered,
+            expired: s.expired,
         }
-        out
+    }
+}
+
+impl Report {
+    /// The timeline as CSV (RFC 4180, by the `csv` crate), a row per
+    /// second, the header first even with no second.
+    pub fn csv(&self) -> String {
+        let write = || -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+            let mut out = csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(Vec::new());
+            out.write_record(CSV_COLUMNS.split(','))?;
+            for s in &self.seconds {
+                out.serialize(CsvRow::from(s))?;
+            }
+            Ok(out.into_inner()?)
+        };
+        // Numbers into memory: nothing but a bug can fail here.
+        let bytes = write().expect("the report's CSV, written into memory");
+        String::from_utf8(bytes).unwrap_or_default()
     }
 
     /// The summary for a terminal (`flashsale report`).
@@ -119,5 +153,38 @@ impl Report {
             s.cancelled
         ));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rows_columns_are_the_header() {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let second = SecondView {
+            t: 1,
+            accepted: 2,
+            refused: 3,
+            units: 4,
+            latency_p50_us: None,
+            latency_p99_us: Some(9),
+            joins: 0,
+            line: None,
+            pace: None,
+            ceiling: None,
+            persisted: 0,
+            persist_wait_max_ms: None,
+            paid: 0,
+            timed_out: 0,
+            events_delivered: 0,
+            expired: 0,
+        };
+        w.serialize(CsvRow::from(&second)).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(CSV_COLUMNS));
+        assert_eq!(lines.next(), Some("1,2,3,4,,9,0,,,,0,,0,0,0,0"));
     }
 }
