@@ -257,10 +257,10 @@ fn checks(a: &SaleAudit, dead_letter_count: usize) -> Vec<Check> {
     ]
 }
 
-/// The audit as a table.
+/// The audit as a table: a row per sale, then what it should be told of
+/// (repairs, restocks, what was put back, the checks that failed).
 pub fn render(audits: &[SaleAudit]) -> String {
-    let mut out = format!(
-        "{:<40} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>6} {:>9}  {}\n",
+    let mut out = columns([
         "product",
         "initial",
         "redis",
@@ -271,63 +271,83 @@ pub fn render(audits: &[SaleAudit]) -> String {
         "unreturned",
         "dead",
         "available",
-        "books"
-    );
+        "books",
+    ]);
     for a in audits {
-        let redis = a.redis_stock.map_or("-".to_owned(), |s| s.to_string());
+        out.push_str(&row(a));
+        out.push_str(&notes(a));
+    }
+    out
+}
+
+/// One line of the table, each cell in its column.
+fn columns(c: [&str; 11]) -> String {
+    format!(
+        "{:<40} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>6} {:>9}  {}\n",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+    )
+}
+
+fn row(a: &SaleAudit) -> String {
+    let verdict = match (a.ok(), a.retired) {
+        (true, None) => "ok",
+        (true, Some(_)) => "ok (retired)",
+        (false, _) => "MISMATCH",
+    };
+    let n = |v: i64| v.to_string();
+    let cells = [
+        a.product_id.clone(),
+        n(a.initial),
+        a.redis_stock.map_or("-".to_owned(), n),
+        n(a.pending),
+        n(a.confirmed),
+        n(a.paid),
+        n(a.cancelled),
+        n(a.cancelled_unreturned),
+        n(a.dead_letters),
+        n(a.available_qty),
+        verdict.to_owned(),
+    ];
+    columns(cells.each_ref().map(String::as_str))
+}
+
+/// What a sale's row should be told with, a line each.
+fn notes(a: &SaleAudit) -> String {
+    let mut out = String::new();
+    let r = &a.repaired;
+    if r.orders + r.releases + r.idempotency_records + r.restocks > 0 {
         out.push_str(&format!(
-            "{:<40} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>6} {:>9}  {}\n",
-            a.product_id,
-            a.initial,
-            redis,
-            a.pending,
-            a.confirmed,
-            a.paid,
-            a.cancelled,
-            a.cancelled_unreturned,
-            a.dead_letters,
-            a.available_qty,
-            match (a.ok(), a.retired) {
-                (true, None) => "ok",
-                (true, Some(_)) => "ok (retired)",
-                (false, _) => "MISMATCH",
-            }
+            "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records, {} restocks ({:+} units) restored\n",
+            r.orders, r.units, r.releases, r.idempotency_records, r.restocks, r.restock_units
         ));
-        let r = &a.repaired;
-        if r.orders + r.releases + r.idempotency_records + r.restocks > 0 {
+    }
+    if a.restocked != 0 {
+        out.push_str(&format!(
+            "    restocked: {:+} units (in initial: {} created with {})\n",
+            a.restocked,
+            a.initial,
+            a.initial - a.restocked
+        ));
+    }
+    if !a.put_back.is_empty() {
+        let count = |what: &str| a.put_back.iter().filter(|p| p.what == what).count();
+        out.push_str(&format!(
+            "    put back after a failover of the books: {} orders, {} cancels, {} payments; dead letters taken home: {}\n",
+            count("order"),
+            count("cancel"),
+            count("payment"),
+            count("dead_letter")
+        ));
+        for p in &a.put_back {
+            let result = p.result.as_deref().unwrap_or("");
             out.push_str(&format!(
-                "    repaired after lost writes: {} orders ({} units), {} releases, {} idempotency records, {} restocks ({:+} units) restored\n",
-                r.orders, r.units, r.releases, r.idempotency_records, r.restocks, r.restock_units
+                "      {:<11} {} {} {}\n",
+                p.what, p.order_id, p.item, result
             ));
         }
-        if a.restocked != 0 {
-            out.push_str(&format!(
-                "    restocked: {:+} units (in initial: {} created with {})\n",
-                a.restocked,
-                a.initial,
-                a.initial - a.restocked
-            ));
-        }
-        if !a.put_back.is_empty() {
-            let count = |what: &str| a.put_back.iter().filter(|p| p.what == what).count();
-            out.push_str(&format!(
-                "    put back after a failover of the books: {} orders, {} cancels, {} payments; dead letters taken home: {}\n",
-                count("order"),
-                count("cancel"),
-                count("payment"),
-                count("dead_letter")
-            ));
-            for p in &a.put_back {
-                let result = p.result.as_deref().unwrap_or("");
-                out.push_str(&format!(
-                    "      {:<11} {} {} {}\n",
-                    p.what, p.order_id, p.item, result
-                ));
-            }
-        }
-        for c in a.checks.iter().filter(|c| !c.ok) {
-            out.push_str(&format!("    FAIL {}: {}\n", c.name, c.detail));
-        }
+    }
+    for c in a.checks.iter().filter(|c| !c.ok) {
+        out.push_str(&format!("    FAIL {}: {}\n", c.name, c.detail));
     }
     out
 }
@@ -336,6 +356,31 @@ pub fn render(audits: &[SaleAudit]) -> String {
 mod tests {
     use super::*;
     use crate::sale::DeadLetter;
+
+    #[test]
+    fn the_table_has_a_row_per_sale_and_says_what_went_wrong() {
+        let (product, rows, redis) = mid_sale();
+        let mut a = figures(&product, &rows, &redis);
+        a.restocked = 2;
+        a.put_back = vec![PutBack {
+            what: "dead_letter".into(),
+            order_id: "o7".into(),
+            item: String::new(),
+            result: None,
+            put_back: 0,
+        }];
+        let table = render(&[a]);
+        assert_eq!(table, TABLE, "{table}");
+    }
+
+    const TABLE: &str = "\
+product                                   initial    redis  pending confirmed     paid cancelled unreturned   dead available  books
+sku-1                                          10        4        1         2        1         2          1      1         7  MISMATCH
+    restocked: +2 units (in initial: 10 created with 8)
+    put back after a failover of the books: 0 orders, 0 cancels, 0 payments; dead letters taken home: 1
+      dead_letter o7  
+    FAIL no dead letters (orders answered 202 that are not in the books): 1 dead letters, 1 units
+";
 
     fn product_of(initial: i64, available: i64) -> Product {
         Product {

@@ -154,29 +154,7 @@ impl Db {
             // do not see it, and one of them would find a migration under way
             // and call it "partially applied". The lease, a row, is the
             // cluster's (see [`LEASE_TABLE`]).
-            let lease = uuid::Uuid::now_v7().to_string();
-            // `query`, not `raw_sql`: the latter's future is not general enough
-            // for the spawned task that migrates.
-            sqlx::query(LEASE_TABLE).execute(&mut conn).await?;
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                sqlx::query(LEASE_EXPIRED).execute(&mut conn).await?;
-                let taken = sqlx::query(LEASE_TAKE)
-                    .bind(&lease)
-                    .bind(bound.as_millis() as i64)
-                    .execute(&mut conn)
-                    .await;
-                match taken.map_err(StoreError::from) {
-                    Ok(_) => break,
-                    // Another migrator holds it (here, or on another node).
-                    Err(e) if e.is_conflict() => {}
-                    Err(e) => return Err(e),
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(StoreError::Timeout(wait));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            let lease = take_lease(&mut conn, bound, wait).await?;
             let mut migrator = sqlx::migrate!();
             migrator.set_locking(false);
             // run_direct: `run` trips "Acquire is not general enough" in spawned tasks.
@@ -353,6 +331,38 @@ const LEASE_EXPIRED: &str = "DELETE FROM flashsale_migration_lease \
 const LEASE_TAKE: &str = "INSERT INTO flashsale_migration_lease (id, holder, until_ms) \
     VALUES (1, ?, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED) + ?)";
 const LEASE_GIVE: &str = "DELETE FROM flashsale_migration_lease WHERE id = 1 AND holder = ?";
+
+/// Takes the migrations' lease ([`LEASE_TABLE`]) on `conn` for `bound`,
+/// waiting up to `wait` for another migrator's; returns the holder's name.
+async fn take_lease(
+    conn: &mut sqlx::mysql::MySqlConnection,
+    bound: Duration,
+    wait: Duration,
+) -> Result<String, StoreError> {
+    let lease = uuid::Uuid::now_v7().to_string();
+    // `query`, not `raw_sql`: the latter's future is not general enough for
+    // the spawned task that migrates.
+    sqlx::query(LEASE_TABLE).execute(&mut *conn).await?;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        sqlx::query(LEASE_EXPIRED).execute(&mut *conn).await?;
+        let taken = sqlx::query(LEASE_TAKE)
+            .bind(&lease)
+            .bind(bound.as_millis() as i64)
+            .execute(&mut *conn)
+            .await;
+        match taken.map_err(StoreError::from) {
+            Ok(_) => return Ok(lease),
+            // Another migrator holds it (here, or on another node).
+            Err(e) if e.is_conflict() => {}
+            Err(e) => return Err(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StoreError::Timeout(wait));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 /// The name of the lock that serializes the migrations of one database
 /// (MariaDB's user locks are server-wide; names are at most 64 characters).
