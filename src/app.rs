@@ -106,22 +106,7 @@ impl App {
             metrics.admin_auth_failures.clone(),
         ));
         let outbox = Outbox::new(db.events(), db.deliveries());
-        let catalog = Catalog::new(
-            (
-                sales.lifecycle().clone(),
-                sales.ledger().clone(),
-                sales.room().clone(),
-            ),
-            (db.products(), db.audits()),
-        );
-        let reports = Reports::new(
-            Audit::new(
-                sales.ledger().clone(),
-                (db.products(), db.orders(), db.audits()),
-            ),
-            sales.room().clone(),
-            (db.seconds(), db.products(), db.orders(), db.payments()),
-        );
+        let (catalog, audit, reports) = operators_books(&sales, &db);
         let dashboard = dashboard(
             settings,
             Watched::of(&sales, &db),
@@ -137,10 +122,7 @@ impl App {
                 (db.orders(), db.payments()),
             ),
             catalog,
-            audit: Audit::new(
-                sales.ledger().clone(),
-                (db.products(), db.orders(), db.audits()),
-            ),
+            audit,
             reports,
             outbox,
             watched: Watched::of(&sales, &db),
@@ -255,6 +237,31 @@ impl App {
         every::report_exit("timeline recorder", recorded, panics).await;
         served
     }
+}
+
+/// What the operators' side runs on, across both stores: a sale's admin,
+/// its audit, its report.
+fn operators_books(sales: &Sales, db: &Db) -> (Catalog, Audit, Reports) {
+    let catalog = Catalog::new(
+        (
+            sales.lifecycle().clone(),
+            sales.ledger().clone(),
+            sales.room().clone(),
+        ),
+        (db.products(), db.audits()),
+    );
+    let audit = || {
+        Audit::new(
+            sales.ledger().clone(),
+            (db.products(), db.orders(), db.audits()),
+        )
+    };
+    let reports = Reports::new(
+        audit(),
+        sales.room().clone(),
+        (db.seconds(), db.products(), db.orders(), db.payments()),
+    );
+    (catalog, audit(), reports)
 }
 
 /// The operator's page, when the admin routes are on with a token.

@@ -26,7 +26,9 @@
 //!   `Accepted`, `Room`, `Lifecycle`, `Queue`, `Ledger`, `Streams`, `Bells`.
 //! - [`store`]: MySQL, one handle per table family (`Products`, `Orders`:
 //!   where an order is persisted, `Payments`, `Events`, `Deliveries`,
-//!   `Audits`, `Seconds`: the sales' timelines) over one bounded core (`Db`).
+//!   `Audits`, `AdminLog`, `Seconds`: the sales' timelines) over one bounded
+//!   core (`Db`); which of MySQL's errors are an outage (`fault`), what the
+//!   server says of itself (`server`).
 //! - [`metrics`]: the Prometheus registry the HTTP layer and the workers
 //!   update, and each sale's timeline as the process counts it
 //!   (`metrics::timeline`, written to the books each second, with the

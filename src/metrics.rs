@@ -31,7 +31,7 @@ pub struct Metrics {
     /// `memory_read` (background reads that keep the memory fresh).
     pub order_path_calls: IntCounterVec,
     /// Orders the order script's calls carried (over its calls: the orders
-    /// a call shares, `sale::line`).
+    /// a call shares, `sale::orders::sharing`).
     pub order_script_orders: IntCounter,
     /// Time to answer `POST /api/orders`, by outcome class (`accepted`, `refused`, `shed`).
     pub order_latency: HistogramVec,

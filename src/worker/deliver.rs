@@ -242,46 +242,14 @@ impl Deliverer {
                 Ok(()) => {
                     acked = Some(e.id);
                     attempts = 0;
-                    self.count("delivered");
-                    // The sale's timeline (a crash re-delivers: counted
-                    // per delivery, as the receiver sees them).
-                    self.metrics
-                        .timeline
-                        .count(&e.product_id, "events_delivered", 1);
-                    self.lags.update(&self.endpoint, &self.metrics, |l| *l -= 1);
+                    self.delivered(&e);
                 }
                 Err(why) => {
                     attempts += 1;
-                    self.count("failed");
-                    tracing::warn!(event_id = e.id, attempts, error = %why, "event delivery failed");
-                    if attempts < self.settings.max_attempts {
-                        let next = now_ms() + self.backoff(attempts).as_millis() as i64;
-                        self.deliveries
-                            .delivery_failed(
-                                &self.endpoint,
-                                &self.owner,
-                                acked,
-                                attempts,
-                                next,
-                                &why,
-                            )
-                            .await?;
-                        return Ok(Next::At(next));
+                    if let Some(at) = self.failed(&e, (acked, attempts), &why).await? {
+                        return Ok(Next::At(at));
                     }
-                    tracing::error!(event_id = e.id, attempts, "event dead-lettered");
-                    self.deliveries
-                        .dead_letter_event(
-                            &self.endpoint,
-                            &self.owner,
-                            e.id,
-                            attempts,
-                            &why,
-                            now_ms(),
-                        )
-                        .await?;
-                    self.count("dead_lettered");
-                    self.metrics.timeline.count(&e.product_id, "events_dead", 1);
-                    self.metrics.event_dead_letters.inc();
+                    // Given up: a dead letter, and delivery moves on.
                     (acked, attempts) = (None, 0);
                 }
             }
@@ -292,6 +260,44 @@ impl Deliverer {
                 .await?;
         }
         Ok(next)
+    }
+
+    /// Counts a delivered event (a crash re-delivers: counted per delivery,
+    /// as the receiver sees them, in the sale's timeline too).
+    fn delivered(&self, e: &EventRow) {
+        self.count("delivered");
+        self.metrics
+            .timeline
+            .count(&e.product_id, "events_delivered", 1);
+        self.lags.update(&self.endpoint, &self.metrics, |l| *l -= 1);
+    }
+
+    /// Event `e` failed its `attempts`th try: tried again at the time
+    /// returned (the cursor moved up to `acked` meanwhile), or, out of
+    /// attempts, moved to the dead letters (`None`: go on with the next).
+    async fn failed(
+        &self,
+        e: &EventRow,
+        (acked, attempts): (Option<i64>, u32),
+        why: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.count("failed");
+        tracing::warn!(event_id = e.id, attempts, error = %why, "event delivery failed");
+        if attempts < self.settings.max_attempts {
+            let next = now_ms() + self.backoff(attempts).as_millis() as i64;
+            self.deliveries
+                .delivery_failed(&self.endpoint, &self.owner, acked, attempts, next, why)
+                .await?;
+            return Ok(Some(next));
+        }
+        tracing::error!(event_id = e.id, attempts, "event dead-lettered");
+        self.deliveries
+            .dead_letter_event(&self.endpoint, &self.owner, e.id, attempts, why, now_ms())
+            .await?;
+        self.count("dead_lettered");
+        self.metrics.timeline.count(&e.product_id, "events_dead", 1);
+        self.metrics.event_dead_letters.inc();
+        Ok(None)
     }
 
     fn count(&self, result: &str) {

@@ -72,43 +72,49 @@ impl Reconciler {
             if self.seen.get(&product) == Some(&epoch) {
                 continue;
             }
-            // Restocks the new master lost: made again, once each (the
-            // script knows the ones it has), counted as repaired; before
-            // the orders, so that units restocked and sold are not seen as
-            // oversold. (A sale Redis does not have answers `NoSale`.)
-            {
-                for (id, units) in self.products.restocks_of(&product).await? {
-                    if let Restocked::Done {
-                        applied: true,
-                        stock,
-                        ..
-                    } = self
-                        .lifecycle
-                        .restock(&product, units, &id, RestockBy::PutBack)
-                        .await?
-                    {
-                        tracing::warn!(product_id = %product, restock_id = %id, units, stock, "redis had lost a restock the books hold; made again");
-                        if stock < 0 {
-                            tracing::error!(product_id = %product, oversold = -stock, "the sale oversold while redis had lost a restock that took units away");
-                        }
-                    }
-                }
-            }
-            let reconciled = reconcile(&self.ledger, &self.orders, &product).await?;
-            // A pause the new master lost (written after its last
-            // replication): paused again, as the books have it.
-            if reconciled.in_redis
-                && let Some(p) = self.products.product(&product).await?
-                && p.paused.is_some()
-                && let Some(paused) = self.lifecycle.pause(&product, true).await?
-                && paused.changed
-            {
-                tracing::warn!(product_id = %product, "redis had lost the sale's pause; paused again, as the books have it");
-            }
+            self.reconcile(&product).await?;
             self.seen.insert(product, epoch);
             done += 1;
         }
         self.last = Some(last);
         Ok(done)
+    }
+
+    /// One sale under a new master: the restocks it lost made again, then
+    /// its orders and releases, then its pause.
+    async fn reconcile(&self, product: &ProductId) -> Result<(), BooksError> {
+        // Restocks the new master lost: made again, once each (the script
+        // knows the ones it has), counted as repaired; before the orders, so
+        // that units restocked and sold are not seen as oversold. (A sale
+        // Redis does not have answers `NoSale`.)
+        for (id, units) in self.products.restocks_of(product).await? {
+            let made = self
+                .lifecycle
+                .restock(product, units, &id, RestockBy::PutBack)
+                .await?;
+            if let Restocked::Done {
+                applied: true,
+                stock,
+                ..
+            } = made
+            {
+                tracing::warn!(product_id = %product, restock_id = %id, units, stock, "redis had lost a restock the books hold; made again");
+                if stock < 0 {
+                    tracing::error!(product_id = %product, oversold = -stock, "the sale oversold while redis had lost a restock that took units away");
+                }
+            }
+        }
+        let reconciled = reconcile(&self.ledger, &self.orders, product).await?;
+        // A pause the new master lost (written after its last replication):
+        // paused again, as the books have it.
+        if reconciled.in_redis
+            && let Some(p) = self.products.product(product).await?
+            && p.paused.is_some()
+            && let Some(paused) = self.lifecycle.pause(product, true).await?
+            && paused.changed
+        {
+            tracing::warn!(product_id = %product, "redis had lost the sale's pause; paused again, as the books have it");
+        }
+        Ok(())
     }
 }

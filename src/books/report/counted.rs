@@ -34,69 +34,94 @@ impl Counted {
             by_second.entry(row.second).or_default().add(row)?;
             raise(&mut buyers, row)?;
         }
-        let mut s = Summary::default();
-        let mut latency = vec![0u64; LATENCY_BUCKETS];
+        let mut totals = Totals::default();
+        let mut room = Room::default();
         let mut seconds = Vec::with_capacity(by_second.len());
-        let (mut line, mut pace, mut ceiling) = (None, None, None);
-        let (mut waited, mut wait_ms, mut joined) = (0, 0, 0);
         for (t, m) in &by_second {
-            let accepted = m.count("accepted");
-            if accepted > s.peak_accepted_per_sec {
-                (s.peak_accepted_per_sec, s.peak_at) = (accepted, Some(*t));
-            }
-            s.accepted += accepted;
-            s.funnel.requests += accepted + m.count("replayed") + m.refused();
-            for (k, v) in &m.counts {
-                if let Some(code) = k.strip_prefix("refused.") {
-                    *s.refused.entry(code.to_owned()).or_default() += v;
-                }
-            }
-            for (l, n) in latency.iter_mut().zip(&m.latency) {
-                *l += n;
-            }
-            s.persisted += m.count("persisted");
-            waited += m.count("persist_waited");
-            wait_ms += m.count("persist_wait_ms");
-            joined += m.count("joins");
-            s.events_delivered += m.count("events_delivered");
-            s.events_dead += m.count("events_dead");
-            s.payments.timed_out += m.count("timed_out");
-            s.payments.cancelled_by_buyers += m.count("cancelled");
-            let lag = m.gauges.get("persist_lag_max_ms").copied();
-            s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
-            line = m.gauges.get("line").copied().or(line).max(line);
-            pace = m.gauges.get("pace").copied().or(pace);
-            ceiling = m.gauges.get("ceiling").copied().or(ceiling);
-            seconds.push(SecondView {
-                t: *t,
-                accepted,
-                refused: m.refused(),
-                units: m.count("units"),
-                latency_p50_us: quantile(&m.latency, 0.5),
-                latency_p99_us: quantile(&m.latency, 0.99),
-                joins: m.count("joins"),
-                line,
-                pace,
-                ceiling,
-                persisted: m.count("persisted"),
-                persist_wait_max_ms: lag,
-                paid: m.count("payment.paid") + m.count("payment.paid_again"),
-                timed_out: m.count("timed_out"),
-                events_delivered: m.count("events_delivered"),
-                expired: 0,
-            });
+            totals.add(*t, m);
+            room.read(m);
+            seconds.push(m.view(*t, &room));
         }
-        s.persist_wait_mean_ms = (waited > 0).then(|| wait_ms / waited);
-        s.latency_p50_us = quantile(&latency, 0.5);
-        s.latency_p99_us = quantile(&latency, 0.99);
-        s.latency_max_us = quantile(&latency, 1.0);
+        let joined = totals.joined;
         Ok(Self {
-            summary: s,
+            summary: totals.summary(),
             seconds,
             joined,
-            line,
+            line: room.line,
             buyers,
         })
+    }
+}
+
+/// The seconds summed, as they come.
+#[derive(Default)]
+struct Totals {
+    s: Summary,
+    latency: Vec<u64>,
+    /// Orders whose wait to be persisted was counted, and the waits.
+    waited: u64,
+    wait_ms: u64,
+    joined: u64,
+}
+
+impl Totals {
+    fn add(&mut self, t: i64, m: &Merged) {
+        let s = &mut self.s;
+        let accepted = m.count("accepted");
+        if accepted > s.peak_accepted_per_sec {
+            (s.peak_accepted_per_sec, s.peak_at) = (accepted, Some(t));
+        }
+        s.accepted += accepted;
+        s.funnel.requests += accepted + m.count("replayed") + m.refused();
+        for (k, v) in &m.counts {
+            if let Some(code) = k.strip_prefix("refused.") {
+                *s.refused.entry(code.to_owned()).or_default() += v;
+            }
+        }
+        if self.latency.is_empty() {
+            self.latency = vec![0u64; LATENCY_BUCKETS];
+        }
+        for (l, n) in self.latency.iter_mut().zip(&m.latency) {
+            *l += n;
+        }
+        s.persisted += m.count("persisted");
+        self.waited += m.count("persist_waited");
+        self.wait_ms += m.count("persist_wait_ms");
+        self.joined += m.count("joins");
+        s.events_delivered += m.count("events_delivered");
+        s.events_dead += m.count("events_dead");
+        s.payments.timed_out += m.count("timed_out");
+        s.payments.cancelled_by_buyers += m.count("cancelled");
+        let lag = m.gauges.get("persist_lag_max_ms").copied();
+        s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
+    }
+
+    /// The counted figures, the means and quantiles reckoned.
+    fn summary(self) -> Summary {
+        let mut s = self.s;
+        s.persist_wait_mean_ms = (self.waited > 0).then(|| self.wait_ms / self.waited);
+        s.latency_p50_us = quantile(&self.latency, 0.5);
+        s.latency_p99_us = quantile(&self.latency, 0.99);
+        s.latency_max_us = quantile(&self.latency, 1.0);
+        s
+    }
+}
+
+/// The room's readings, carried on across the seconds that have none (the
+/// line never goes back).
+#[derive(Default)]
+struct Room {
+    line: Option<i64>,
+    pace: Option<i64>,
+    ceiling: Option<i64>,
+}
+
+impl Room {
+    fn read(&mut self, m: &Merged) {
+        let reading = |name: &str| m.gauges.get(name).copied();
+        self.line = reading("line").or(self.line).max(self.line);
+        self.pace = reading("pace").or(self.pace);
+        self.ceiling = reading("ceiling").or(self.ceiling);
     }
 }
 
@@ -140,6 +165,28 @@ impl Merged {
 
     fn count(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// This second as the report shows it, the room as read until then.
+    fn view(&self, t: i64, room: &Room) -> SecondView {
+        SecondView {
+            t,
+            accepted: self.count("accepted"),
+            refused: self.refused(),
+            units: self.count("units"),
+            latency_p50_us: quantile(&self.latency, 0.5),
+            latency_p99_us: quantile(&self.latency, 0.99),
+            joins: self.count("joins"),
+            line: room.line,
+            pace: room.pace,
+            ceiling: room.ceiling,
+            persisted: self.count("persisted"),
+            persist_wait_max_ms: self.gauges.get("persist_lag_max_ms").copied(),
+            paid: self.count("payment.paid") + self.count("payment.paid_again"),
+            timed_out: self.count("timed_out"),
+            events_delivered: self.count("events_delivered"),
+            expired: 0,
+        }
     }
 
     fn refused(&self) -> u64 {

@@ -121,7 +121,7 @@ pub(super) async fn act(
     }
 }
 
-async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, ApiError> {
+async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Value, ApiError> {
     if asked.action == AdminAction::Replay {
         let replaying = dashboard.outbox.replay(None).await?;
         return Ok(serde_json::json!({ "replaying": replaying }));
@@ -130,34 +130,10 @@ async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, 
         .map_err(|_| ApiError::ProductNotFound("no product with this id"))?;
     let catalog = &dashboard.catalog;
     if asked.action == AdminAction::Room {
-        let change = crate::domain::BoundsChange::new(
-            asked.ceiling_per_sec,
-            asked.floor_per_sec,
-            asked.active_cap,
-            None,
-        )?;
-        let Some(room) = catalog.set_room_bounds(&id, change).await? else {
-            return Err(ApiError::NoWaitingRoom);
-        };
-        return Ok(serde_json::json!({
-            "product_id": id.as_str(),
-            "ceiling_per_sec": room.ceiling,
-            "floor_per_sec": room.floor,
-            "active_cap": room.cap,
-        }));
+        return room_bounds(dashboard, &id, &asked).await;
     }
     if asked.action == AdminAction::Create {
-        let Some(product) = asked.product else {
-            return Err(ApiError::InvalidRequest(
-                "create: the product is missing".into(),
-            ));
-        };
-        let new = product.validate()?;
-        if new.product_id != id {
-            return Err(ApiError::InvalidRequest("create: two product ids".into()));
-        }
-        catalog.create(&new).await?;
-        catalog.open(&id).await?;
+        create(dashboard, &id, asked.product.take()).await?;
     }
     let status = match (asked.action, asked.units) {
         (AdminAction::Create, None) => catalog.status(&id).await?,
@@ -190,4 +166,47 @@ async fn run(dashboard: &Dashboard, asked: Action) -> Result<serde_json::Value, 
         "closed": p.closed,
         "paused": p.paused,
     }))
+}
+
+/// The room's bounds, as the form set them.
+async fn room_bounds(
+    dashboard: &Dashboard,
+    id: &ProductId,
+    asked: &Action,
+) -> Result<serde_json::Value, ApiError> {
+    let change = crate::domain::BoundsChange::new(
+        asked.ceiling_per_sec,
+        asked.floor_per_sec,
+        asked.active_cap,
+        None,
+    )?;
+    let Some(room) = dashboard.catalog.set_room_bounds(id, change).await? else {
+        return Err(ApiError::NoWaitingRoom);
+    };
+    Ok(serde_json::json!({
+        "product_id": id.as_str(),
+        "ceiling_per_sec": room.ceiling,
+        "floor_per_sec": room.floor,
+        "active_cap": room.cap,
+    }))
+}
+
+/// A new sale from the form, created and opened at once.
+async fn create(
+    dashboard: &Dashboard,
+    id: &ProductId,
+    product: Option<crate::http::products::CreateProduct>,
+) -> Result<(), ApiError> {
+    let Some(product) = product else {
+        return Err(ApiError::InvalidRequest(
+            "create: the product is missing".into(),
+        ));
+    };
+    let new = product.validate()?;
+    if new.product_id != *id {
+        return Err(ApiError::InvalidRequest("create: two product ids".into()));
+    }
+    dashboard.catalog.create(&new).await?;
+    dashboard.catalog.open(id).await?;
+    Ok(())
 }

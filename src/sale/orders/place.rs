@@ -39,8 +39,9 @@ pub enum PlaceReply {
     Rejected(Rejection),
 }
 
-/// One order of a `place_order.lua` call, owned: it waits in its sale's
-/// line (`sale::line`) for the call that carries it.
+/// One order of a `place_order.lua` call, owned: it waits with the other
+/// orders of its sale for the shared call that carries it
+/// (`sale::orders::sharing`).
 #[derive(Debug, Clone)]
 pub struct OrderCall {
     pub order_id: OrderId,

@@ -181,14 +181,7 @@ impl Room {
             .await?;
         Ok(match join::decode(reply)? {
             join::Reply::Joined { number, new } => {
-                // Joined a room this process had not read as one: read it.
-                let room = match known {
-                    Some(room) => room,
-                    None => self
-                        .room(product)
-                        .await?
-                        .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into()))?,
-                };
+                let room = self.joined_room(product, known).await?;
                 let ticket = Ticket {
                     user_id: user_id.get(),
                     number,
@@ -200,6 +193,22 @@ impl Room {
             }
             join::Reply::Other(joined) => joined,
         })
+    }
+
+    /// The room a buyer joined, whose key signs the ticket: as this process
+    /// knew it, or, joined a room it had not read as one, read now.
+    async fn joined_room(
+        &self,
+        product: &ProductId,
+        known: Option<Arc<RoomState>>,
+    ) -> Result<Arc<RoomState>, SaleError> {
+        match known {
+            Some(room) => Ok(room),
+            None => self
+                .room(product)
+                .await?
+                .ok_or_else(|| SaleError::Corrupt("a joined room without a key".into())),
+        }
     }
 
     /// The sale's room as this process knows it: read now if never read,

@@ -1,4 +1,4 @@
-//! Orders that share a call (`sale::line`): the orders of one sale that
+//! Orders that share a call (`sale::orders::sharing`): the orders of one sale that
 //! reach an API process while its call for the sale is in flight go in the
 //! next call together, and the script decides each of them by the sale's
 //! rules, in their order of arrival, as if it had been called once per order.
