@@ -7,7 +7,7 @@
 //! the room) stood where it was, and a sampled figure (a latency) has no
 //! value.
 
-use std::fmt::Write;
+use maud::{Markup, html};
 
 /// What a second missing from the timeline means for a series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,46 +66,33 @@ impl<'a> Series<'a> {
     }
 }
 
-/// Text for HTML (and SVG) content and attributes.
-pub(super) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 const W: f64 = 640.0;
 const H: f64 = 180.0;
 const PAD_L: f64 = 48.0;
 const PAD_B: f64 = 24.0;
 
 /// A line chart of `series` over `t` (seconds, ascending: the timeline's
-/// seconds with something counted), as SVG.
-pub(super) fn chart(id: &str, title: &str, t: &[i64], series: &[Series]) -> String {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<figure><figcaption>{}</figcaption><svg id=\"chart-{id}\" role=\"img\" aria-label=\"{}\" \
-         viewBox=\"0 0 {W} {}\" width=\"{W}\" height=\"{}\" xmlns=\"http://www.w3.org/2000/svg\">",
-        esc(title),
-        esc(title),
-        H + 20.0,
-        H + 20.0
-    );
-    let (Some(&t0), Some(&t1)) = (t.first(), t.last()) else {
-        out.push_str(
-            "<text x=\"60\" y=\"90\" fill=\"#666\">nothing counted yet</text></svg></figure>",
-        );
-        return out;
-    };
+/// seconds with something counted), as SVG (maud escapes every text and
+/// attribute).
+pub(super) fn chart(id: &str, title: &str, t: &[i64], series: &[Series]) -> Markup {
+    let height = H + 20.0;
+    html! {
+        figure {
+            figcaption { (title) }
+            svg id={ "chart-" (id) } role="img" aria-label=(title)
+                viewBox={ "0 0 " (W) " " (height) } width=(W) height=(height)
+                xmlns="http://www.w3.org/2000/svg" {
+                @match (t.first(), t.last()) {
+                    (Some(&t0), Some(&t1)) => (plot((t0, t1), t, series)),
+                    _ => text x="60" y="90" fill="#666" { "nothing counted yet" },
+                }
+            }
+        }
+    }
+}
+
+/// The axes, their ends, each series' line and its legend.
+fn plot((t0, t1): (i64, i64), t: &[i64], series: &[Series]) -> Markup {
     let span = ((t1 - t0) as f64).max(1.0);
     let top = series
         .iter()
@@ -114,48 +101,29 @@ pub(super) fn chart(id: &str, title: &str, t: &[i64], series: &[Series]) -> Stri
         .max(1.0);
     let x = |s: i64| PAD_L + (s - t0) as f64 / span * (W - PAD_L - 8.0);
     let y = |v: f64| 8.0 + (1.0 - v / top) * (H - PAD_B - 8.0);
-    // Axes, and their ends.
-    let _ = write!(
-        out,
-        "<line x1=\"{PAD_L}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#bbb\"/>\
-         <line x1=\"{PAD_L}\" y1=\"8\" x2=\"{PAD_L}\" y2=\"{b}\" stroke=\"#bbb\"/>\
-         <text x=\"{l}\" y=\"14\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{top}</text>\
-         <text x=\"{l}\" y=\"{b}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">0</text>\
-         <text x=\"{PAD_L}\" y=\"{tb}\" font-size=\"11\" fill=\"#444\">{t0} s</text>\
-         <text x=\"{r}\" y=\"{tb}\" font-size=\"11\" text-anchor=\"end\" fill=\"#444\">{t1} s</text>",
-        b = H - PAD_B,
-        r = W - 8.0,
-        l = PAD_L - 4.0,
-        tb = H - 6.0,
-        top = fmt_top(top),
-    );
-    for (i, Series { label, color, .. }) in series.iter().enumerate() {
-        let points: Vec<String> = series[i]
-            .points(t)
-            .into_iter()
-            .map(|(s, v)| format!("{:.1},{:.1}", x(s), y(v)))
-            .collect();
-        if !points.is_empty() {
-            let _ = write!(
-                out,
-                "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-                esc(label),
-                points.join(" ")
-            );
+    let (b, r, l, tb) = (H - PAD_B, W - 8.0, PAD_L - 4.0, H - 6.0);
+    html! {
+        line x1=(PAD_L) y1=(b) x2=(r) y2=(b) stroke="#bbb" {}
+        line x1=(PAD_L) y1="8" x2=(PAD_L) y2=(b) stroke="#bbb" {}
+        text x=(l) y="14" font-size="11" text-anchor="end" fill="#444" { (fmt_top(top)) }
+        text x=(l) y=(b) font-size="11" text-anchor="end" fill="#444" { "0" }
+        text x=(PAD_L) y=(tb) font-size="11" fill="#444" { (t0) " s" }
+        text x=(r) y=(tb) font-size="11" text-anchor="end" fill="#444" { (t1) " s" }
+        @for (i, s) in series.iter().enumerate() {
+            @let points: Vec<String> = s
+                .points(t)
+                .into_iter()
+                .map(|(s, v)| format!("{:.1},{:.1}", x(s), y(v)))
+                .collect();
+            @if !points.is_empty() {
+                polyline data-series=(s.label) fill="none" stroke=(s.color) stroke-width="2"
+                    points=(points.join(" ")) {}
+            }
+            @let lx = PAD_L + 10.0 + 160.0 * i as f64;
+            rect x=(lx) y=(H + 8.0) width="10" height="10" fill=(s.color) {}
+            text x=(lx + 14.0) y=(H + 17.0) font-size="12" fill="#222" { (s.label) }
         }
-        let lx = PAD_L + 10.0 + 160.0 * i as f64;
-        let _ = write!(
-            out,
-            "<rect x=\"{lx}\" y=\"{ly}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
-             <text x=\"{tx}\" y=\"{ty}\" font-size=\"12\" fill=\"#222\">{}</text>",
-            esc(label),
-            ly = H + 8.0,
-            tx = lx + 14.0,
-            ty = H + 17.0,
-        );
     }
-    out.push_str("</svg></figure>");
-    out
 }
 
 fn fmt_top(v: f64) -> String {
@@ -167,7 +135,7 @@ fn fmt_top(v: f64) -> String {
 }
 
 /// The funnel: a bar a step, as wide as its share of the first.
-pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> String {
+pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> Markup {
     let first = steps
         .iter()
         .filter_map(|(_, n)| *n)
@@ -179,26 +147,21 @@ pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> String {
         .filter_map(|(k, n)| n.map(|n| (*k, n)))
         .collect();
     let h = 28.0 * shown.len() as f64 + 8.0;
-    let mut out = format!(
-        "<section><h2>The funnel</h2><svg id=\"funnel\" role=\"img\" aria-label=\"the funnel\" \
-         viewBox=\"0 0 {W} {h}\" width=\"{W}\" height=\"{h}\" xmlns=\"http://www.w3.org/2000/svg\">"
-    );
-    for (i, (label, n)) in shown.iter().enumerate() {
-        let y = 4.0 + 28.0 * i as f64;
-        let w = (*n as f64 / first * (W - 260.0)).max(1.0);
-        let _ = write!(
-            out,
-            "<text x=\"150\" y=\"{ty}\" font-size=\"13\" text-anchor=\"end\" fill=\"#222\">{}</text>\
-             <rect data-step=\"{}\" x=\"160\" y=\"{y}\" width=\"{w:.1}\" height=\"20\" fill=\"#1565c0\"/>\
-             <text x=\"{nx:.1}\" y=\"{ty}\" font-size=\"13\" fill=\"#222\">{n}</text>",
-            esc(label),
-            esc(label),
-            ty = y + 15.0,
-            nx = 166.0 + w,
-        );
+    html! {
+        section {
+            h2 { "The funnel" }
+            svg id="funnel" role="img" aria-label="the funnel" viewBox={ "0 0 " (W) " " (h) }
+                width=(W) height=(h) xmlns="http://www.w3.org/2000/svg" {
+                @for (i, (label, n)) in shown.iter().enumerate() {
+                    @let y = 4.0 + 28.0 * i as f64;
+                    @let w = (*n as f64 / first * (W - 260.0)).max(1.0);
+                    text x="150" y=(y + 15.0) font-size="13" text-anchor="end" fill="#222" { (label) }
+                    rect data-step=(label) x="160" y=(y) width=(format!("{w:.1}")) height="20" fill="#1565c0" {}
+                    text x=(format!("{:.1}", 166.0 + w)) y=(y + 15.0) font-size="13" fill="#222" { (n) }
+                }
+            }
+        }
     }
-    out.push_str("</svg></section>");
-    out
 }
 
 #[cfg(test)]

@@ -2,14 +2,14 @@
 //! its figures, then its timeline drawn as SVG here (no script, no third
 //! party: the pages' CSP holds), and the funnel.
 
-use std::fmt::Write;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
 
-use super::chart::{Gaps, Series, chart, esc, funnel};
+use super::chart::{Gaps, Series, chart, funnel};
 use super::{Dashboard, login_form, signed_in};
 use crate::books::Report;
 use crate::books::report::SecondView;
@@ -43,28 +43,79 @@ fn millis(us: Option<u64>) -> String {
     us.map_or("–".into(), |us| format!("{:.1} ms", us as f64 / 1000.0))
 }
 
-/// The page.
+/// The page: its figures, the funnel, the refusals, the charts (maud
+/// escapes every text and attribute: a title is text, never markup).
 pub fn render(r: &Report) -> String {
+    let f = &r.summary.funnel;
+    // Buyers, step by step (with a room they join and are admitted before
+    // they order; the order requests are among the figures).
+    let steps: [(&str, Option<u64>); 5] = [
+        ("joined the room", f.joined),
+        ("admitted", f.admitted),
+        ("tried to order", Some(f.tried)),
+        ("ordered", Some(f.ordered)),
+        ("paid", Some(f.paid)),
+    ];
+    let state = match r.kept {
+        true => "kept at its retirement",
+        false => "live: as it stands now",
+    };
+    let id = &r.product_id;
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "Report: " (id) }
+                link rel="stylesheet" href="/admin/assets/dashboard.css";
+            }
+            body.report {
+                header {
+                    h1 { "Report: " (id) }
+                    p {
+                        (r.title) " · " (state) " · "
+                        a href="/admin/dashboard" { "back to the dashboard" }
+                        " · "
+                        a href={ "/api/admin/products/" (id) "/report/csv" } { "timeline as CSV" }
+                    }
+                }
+                main {
+                    section.figures {
+                        h2 { "How it went" }
+                        dl #figures {
+                            @for (k, v) in figures(r) { dt { (k) } dd { (v) } }
+                        }
+                    }
+                    (funnel(&steps))
+                    section {
+                        h2 { "Refusals" }
+                        table #refusals {
+                            tr { th { "why" } th { "answers" } }
+                            @for (code, n) in &r.summary.refused { tr { td { (code) } td { (n) } } }
+                        }
+                    }
+                    (charts(r))
+                }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// The figures, named.
+fn figures(r: &Report) -> Vec<(&'static str, String)> {
     let s = &r.summary;
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>Report: {id}</title><link rel=\"stylesheet\" href=\"/admin/assets/dashboard.css\">\
-         </head><body class=\"report\"><header><h1>Report: {id}</h1><p>{title} · {state} · \
-         <a href=\"/admin/dashboard\">back to the dashboard</a> · \
-         <a href=\"/api/admin/products/{id}/report/csv\">timeline as CSV</a></p></header><main>",
-        id = esc(&r.product_id),
-        title = esc(&r.title),
-        state = if r.kept {
-            "kept at its retirement"
-        } else {
-            "live: as it stands now"
-        },
-    );
-    let f = &s.funnel;
-    let p = &s.payments;
-    let mut rows: Vec<(&str, String)> = vec![
+    let (f, p) = (&s.funnel, &s.payments);
+    let wait = s.wait.as_ref().map_or("no room".into(), |w| {
+        format!(
+            "{} / {} / {}",
+            secs(Some(w.p50_ms)),
+            secs(Some(w.p90_ms)),
+            secs(Some(w.max_ms))
+        )
+    });
+    let verdict = if s.books_ok { "balanced" } else { "MISMATCH" };
+    let mut rows = vec![
         ("Sold out after", secs(s.sold_out_after_ms)),
         (
             "Units sold",
@@ -79,17 +130,7 @@ pub fn render(r: &Report) -> String {
             "Order requests",
             format!("{} from {} buyers", f.requests, f.tried),
         ),
-        (
-            "Wait in line (p50 / p90 / max)",
-            s.wait.as_ref().map_or("no room".into(), |w| {
-                format!(
-                    "{} / {} / {}",
-                    secs(Some(w.p50_ms)),
-                    secs(Some(w.p90_ms)),
-                    secs(Some(w.max_ms))
-                )
-            }),
-        ),
+        ("Wait in line (p50 / p90 / max)", wait),
         (
             "Payments",
             format!(
@@ -117,142 +158,72 @@ pub fn render(r: &Report) -> String {
         (
             "The books",
             format!(
-                "{}: {} orders, {} confirmed, {} paid, {} cancelled",
-                if s.books_ok { "balanced" } else { "MISMATCH" },
-                s.orders,
-                s.confirmed,
-                s.paid,
-                s.cancelled
+                "{verdict}: {} orders, {} confirmed, {} paid, {} cancelled",
+                s.orders, s.confirmed, s.paid, s.cancelled
+            ),
+        ),
+        (
+            "Events to the shop",
+            format!(
+                "{} delivered, {} given up",
+                s.events_delivered, s.events_dead
             ),
         ),
     ];
-    rows.push((
-        "Events to the shop",
-        format!(
-            "{} delivered, {} given up",
-            s.events_delivered, s.events_dead
-        ),
-    ));
     if let Some(unused) = f.admitted_unused {
         let ran_out = f
             .expired
             .map_or(String::new(), |e| format!(" ({e} ran out)"));
         rows.push(("Admitted, did not order", format!("{unused}{ran_out}")));
     }
-    out.push_str("<section class=\"figures\"><h2>How it went</h2><dl id=\"figures\">");
-    for (k, v) in rows {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
-    }
-    out.push_str("</dl></section>");
-
-    // The funnel.
-    // Buyers, step by step (with a room they join and are admitted
-    // before they order; the order requests are among the figures).
-    let steps: Vec<(&str, Option<u64>)> = vec![
-        ("joined the room", f.joined),
-        ("admitted", f.admitted),
-        ("tried to order", Some(f.tried)),
-        ("ordered", Some(f.ordered)),
-        ("paid", Some(f.paid)),
-    ];
-    out.push_str(&funnel(&steps));
-
-    // Refusals by reason.
-    out.push_str(
-        "<section><h2>Refusals</h2><table id=\"refusals\"><tr><th>why</th><th>answers</th></tr>",
-    );
-    for (code, n) in &s.refused {
-        let _ = write!(out, "<tr><td>{}</td><td>{n}</td></tr>", esc(code));
-    }
-    out.push_str("</table></section>");
-
-    out.push_str(&charts(r));
-    out.push_str("</main></body></html>");
-    out
+    rows
 }
 
 /// The timeline's charts.
-fn charts(r: &Report) -> String {
+fn charts(r: &Report) -> Markup {
     let start_s = r.start_ms.div_euclid(1000);
     let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
     let s = Lines(&r.seconds);
-    let mut out = String::from(
-        "<section class=\"charts\"><h2>Second by second</h2><p class=\"note\">Seconds from the start.</p>",
-    );
-    out.push_str(&chart(
-        "orders",
-        "Orders per second",
-        &t,
-        &[
-            s.count("accepted", "#2e7d32", |x| x.accepted),
-            s.count("refused", "#9e9e9e", |x| x.refused),
-        ],
-    ));
     let on_sale = r.initial_qty as f64;
-    out.push_str(&chart(
-        "units",
-        "Units sold (accepted, in all)",
-        &t,
-        &[
-            s.total("sold", "#1565c0", |x| x.units),
-            Series::new("on sale", "#c62828", Gaps::Hold, s.each(|_| on_sale)),
-        ],
-    ));
-    out.push_str(&chart(
-        "latency",
-        "Order latency (ms)",
-        &t,
-        &[
-            s.millis("p50", "#1565c0", |x| x.latency_p50_us),
-            s.millis("p99", "#ef6c00", |x| x.latency_p99_us),
-        ],
-    ));
-    if r.summary.funnel.joined.is_some() {
-        out.push_str(&chart(
-            "room",
-            "Waiting room: joined and admitted (in all)",
-            &t,
-            &[
-                s.total("joined", "#6a1b9a", |x| x.joins),
-                s.level("admitted (the line)", "#2e7d32", |x| x.line),
-                s.total("ran out unused", "#c62828", |x| x.expired),
-            ],
-        ));
-        out.push_str(&chart(
-            "pace",
-            "Waiting room: pace and ceiling (buyers/s)",
-            &t,
-            &[
-                s.level("ceiling", "#9e9e9e", |x| x.ceiling),
-                s.level("pace", "#2e7d32", |x| x.pace),
-            ],
-        ));
+    let room = r.summary.funnel.joined.is_some();
+    html! {
+        section.charts {
+            h2 { "Second by second" }
+            p.note { "Seconds from the start." }
+            (chart("orders", "Orders per second", &t, &[
+                s.count("accepted", "#2e7d32", |x| x.accepted),
+                s.count("refused", "#9e9e9e", |x| x.refused),
+            ]))
+            (chart("units", "Units sold (accepted, in all)", &t, &[
+                s.total("sold", "#1565c0", |x| x.units),
+                Series::new("on sale", "#c62828", Gaps::Hold, s.each(|_| on_sale)),
+            ]))
+            (chart("latency", "Order latency (ms)", &t, &[
+                s.millis("p50", "#1565c0", |x| x.latency_p50_us),
+                s.millis("p99", "#ef6c00", |x| x.latency_p99_us),
+            ]))
+            @if room {
+                (chart("room", "Waiting room: joined and admitted (in all)", &t, &[
+                    s.total("joined", "#6a1b9a", |x| x.joins),
+                    s.level("admitted (the line)", "#2e7d32", |x| x.line),
+                    s.total("ran out unused", "#c62828", |x| x.expired),
+                ]))
+                (chart("pace", "Waiting room: pace and ceiling (buyers/s)", &t, &[
+                    s.level("ceiling", "#9e9e9e", |x| x.ceiling),
+                    s.level("pace", "#2e7d32", |x| x.pace),
+                ]))
+            }
+            (chart("persisted", "Persisted per second, and the longest wait (s)", &t, &[
+                s.count("persisted", "#1565c0", |x| x.persisted),
+                Series::new("longest wait (s)", "#ef6c00", Gaps::Skip,
+                    s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0))),
+            ]))
+            (chart("payments", "Payments and timeouts per second", &t, &[
+                s.count("paid", "#2e7d32", |x| x.paid),
+                s.count("timed out", "#c62828", |x| x.timed_out),
+            ]))
+        }
     }
-    out.push_str(&chart(
-        "persisted",
-        "Persisted per second, and the longest wait (s)",
-        &t,
-        &[
-            s.count("persisted", "#1565c0", |x| x.persisted),
-            Series::new(
-                "longest wait (s)",
-                "#ef6c00",
-                Gaps::Skip,
-                s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0)),
-            ),
-        ],
-    ));
-    out.push_str(&chart(
-        "payments",
-        "Payments and timeouts per second",
-        &t,
-        &[
-            s.count("paid", "#2e7d32", |x| x.paid),
-            s.count("timed out", "#c62828", |x| x.timed_out),
-        ],
-    ));
-    out.push_str("</section>");
-    out
 }
 
 /// The timeline's seconds, made into the charts' lines.
