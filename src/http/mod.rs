@@ -10,7 +10,8 @@
 //!   for its buyers, over the public API); `pages` what both pages share;
 //! - what every request goes through: [`auth`] (who is buying), [`limits`]
 //!   (the guards in front of Redis), `extract` (input into validated
-//!   values), `body`, `logs`;
+//!   values), `body`, `logs`, `new_product` (the body that creates a
+//!   product: the admin API's and the dashboard form's);
 //! - [`error`]: the one mapping from failures to answers; [`state`]: what
 //!   every handler can reach; [`watched`]: what the operator's views read
 //!   of the sales.
@@ -28,6 +29,7 @@ mod health;
 pub mod limits;
 mod logs;
 pub mod metrics;
+mod new_product;
 pub mod openapi;
 mod orders;
 mod pages;

@@ -37,7 +37,7 @@ struct Action {
     /// whatever the sale).
     action: AdminAction,
     units: Option<i64>,
-    product: Option<crate::http::products::CreateProduct>,
+    product: Option<crate::http::new_product::CreateProduct>,
     ceiling_per_sec: Option<u32>,
     floor_per_sec: Option<u32>,
     /// 0: no cap.
@@ -195,7 +195,7 @@ async fn room_bounds(
 async fn create(
     dashboard: &Dashboard,
     id: &ProductId,
-    product: Option<crate::http::products::CreateProduct>,
+    product: Option<crate::http::new_product::CreateProduct>,
 ) -> Result<(), ApiError> {
     let Some(product) = product else {
         return Err(ApiError::InvalidRequest(
