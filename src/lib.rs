@@ -46,7 +46,8 @@
 //!   public API.
 //!
 //! Imports go one way, down this graph (nothing imports a module above it;
-//! `tests/layout.rs` checks it):
+//! inside each folder, no module uses a sibling that uses it back, however
+//! far round; `tests/layout.rs` checks both):
 //!
 //! ```text
 //! bench_support

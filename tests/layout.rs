@@ -73,14 +73,24 @@ fn code(text: &str) -> String {
 /// path (`crate::sale::Sales`) or in a group (`use crate::{sale, store::Db}`,
 /// over several lines too).
 fn crate_uses(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::")
+}
+
+/// Every name a piece of code reaches through `prefix` (`crate::`,
+/// `super::`, `crate::store::`): as a path or in a group.
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect()
     };
-    for (i, _) in code.match_indices("crate::") {
-        let rest = code[i + "crate::".len()..].trim_start();
+    for (i, _) in code.match_indices(prefix) {
+        // `super::x` inside `super::super::x` is not this prefix's.
+        if i >= 2 && prefix.starts_with("super") && &code[i - 2..i] == "::" {
+            continue;
+        }
+        let rest = code[i + prefix.len()..].trim_start();
         if let Some(group) = rest.strip_prefix('{') {
             // The names at the group's top level.
             let mut depth = 0;
@@ -103,7 +113,10 @@ fn crate_uses(code: &str) -> BTreeSet<String> {
             used.insert(ident(rest));
         }
     }
-    used.remove("");
+    // `super::super::` is a longer path, `self` the module itself.
+    for not_a_name in ["", "super", "self"] {
+        used.remove(not_a_name);
+    }
     used
 }
 
@@ -172,4 +185,141 @@ fn grouped_and_spread_imports_are_read() {
     let used = crate_uses(&code(text));
     let expected: BTreeSet<String> = ["books", "sale", "store"].map(String::from).into();
     assert_eq!(used, expected);
+}
+
+/// The modules a folder of `src` declares, a file or a folder each.
+fn children(folder: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(folder)
+        .expect("a folder of src")
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_stem()?.to_str()?.to_owned();
+            let source = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
+            (source && name != "mod").then_some(name)
+        })
+        .collect()
+}
+
+/// Which of its siblings each module of `folder` uses (through `super::`
+/// as deep as it stands, or through `crate::<folder>::`); its `mod.rs`, the
+/// folder's face that declares them all, is no sibling.
+fn sibling_uses(folder: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let name = folder.file_name().and_then(|n| n.to_str()).expect("a name");
+    let siblings = children(folder);
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for child in &siblings {
+        let path = folder.join(child);
+        let mut files = Vec::new();
+        if path.is_dir() {
+            sources(&path, &mut files);
+        } else {
+            files.push(path.with_extension("rs"));
+        }
+        let used = uses.entry(child.clone()).or_default();
+        for file in files {
+            let inside = file
+                .strip_prefix(folder)
+                .expect("inside")
+                .components()
+                .count();
+            // A folder's mod.rs stands where its folder does.
+            let depth = match file.file_name().and_then(|n| n.to_str()) {
+                Some("mod.rs") => inside - 1,
+                _ => inside,
+            };
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            // A file's unit tests (at its end) may reach anything.
+            let text = code(text.split("#[cfg(test)]").next().unwrap_or_default());
+            let up = "super::".repeat(depth);
+            let named = names_after(&text, &up)
+                .into_iter()
+                .chain(names_after(&text, &format!("crate::{name}::")));
+            used.extend(named.filter(|n| n != child && siblings.contains(n)));
+        }
+    }
+    uses
+}
+
+/// A circle among `uses`, if there is one (its modules in order).
+fn circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        at: &str,
+        uses: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in uses.get(at).into_iter().flatten() {
+            if let Some(c) = visit(next, uses, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(at.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    uses.keys()
+        .find_map(|m| visit(m, uses, &mut Vec::new(), &mut done))
+}
+
+/// Inside each folder of `src`, its modules stand on levels too: none uses
+/// a sibling that uses it back, however far round (the folder's `mod.rs`
+/// declares them, and is no sibling).
+#[test]
+fn no_folder_holds_a_circle() {
+    let mut folders = Vec::new();
+    let mut stack = vec![src()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "assets") {
+                folders.push(path.clone());
+                stack.push(path);
+            }
+        }
+    }
+    let mut checked = 0;
+    for folder in &folders {
+        let uses = sibling_uses(folder);
+        checked += uses.values().map(BTreeSet::len).sum::<usize>();
+        if let Some(c) = circle(&uses) {
+            panic!(
+                "{}: a circle: {}",
+                folder.strip_prefix(src()).expect("under src").display(),
+                c.join(" -> ")
+            );
+        }
+    }
+    assert!(
+        checked > 40,
+        "only {checked} uses between siblings: it reads nothing"
+    );
+}
+
+#[test]
+fn a_circle_between_siblings_is_found() {
+    let uses: BTreeMap<String, BTreeSet<String>> = [
+        ("db", vec!["error", "topology"]),
+        ("topology", vec!["db"]),
+        ("error", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(
+        circle(&uses),
+        Some(vec!["db".to_owned(), "topology".to_owned()])
+    );
+    let text = "use super::{db::Db, error};\nuse super::super::books;\nlet t = crate::store::topology::X;\n";
+    let one_up: BTreeSet<String> = ["db", "error"].map(String::from).into();
+    assert_eq!(names_after(&code(text), "super::"), one_up);
+    assert!(names_after(&code(text), "super::super::").contains("books"));
+    assert!(names_after(&code(text), "crate::store::").contains("topology"));
 }
