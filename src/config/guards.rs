@@ -11,7 +11,7 @@ use axum::http::HeaderName;
 use clap::{Args, Parser};
 use ipnet::IpNet;
 
-use super::DAY_MS;
+use super::bounds::DAY_MS;
 use super::http::TrustedProxies;
 
 // ---- connections

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod bounds;
 mod guards;
 mod http;
 mod stores;
 mod worker;
 
+pub(crate) use self::bounds::DAY_MS;
 pub use self::guards::{
     ConnectionArgs, ConnectionSettings, DEFAULT_MAX_IN_FLIGHT, HEADER_READ_TIMEOUT_MS,
     IDLE_TIMEOUT_MS, LimitArgs, Limits, MemoryArgs, MemorySettings, Rate, limit_defaults,
@@ -128,9 +130,6 @@ fn url_password(url: &str) -> Vec<String> {
         .map(|(_, p)| p.into_owned());
     std::iter::once(password).chain(decoded).collect()
 }
-
-/// The longest a timeout may be set to (a day).
-pub(crate) const DAY_MS: u64 = 86_400_000;
 
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {

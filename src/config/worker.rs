@@ -10,7 +10,7 @@ use axum::http::Uri;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use super::DAY_MS;
+use super::bounds::DAY_MS;
 use crate::domain::webhook::Secret;
 
 /// The largest `BATCH_SIZE`: a batch is one multi-row INSERT of 9 values

@@ -9,10 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::activity::Looks;
 use super::deliver::{Deliverer, Lags};
+use super::error::WorkerError;
 use super::every::{every, supervised};
+use super::parts::Workers;
 use super::reconciler::Reconciler;
 use super::repair::Repairer;
-use super::{WorkerError, Workers};
 use crate::books::{self, BooksError};
 use crate::domain::{Chain, now_ms};
 use crate::sale::queue::BooksVerdict;

@@ -34,8 +34,8 @@ use crate::store::{self, PutBack};
 
 use std::time::Duration;
 
-use super::WorkerError;
 use super::activity::{Activity, Looks};
+use super::error::WorkerError;
 
 /// Entries read per call of a repair.
 const PAGE: usize = 500;

@@ -18,7 +18,8 @@ mod settle;
 pub use run::run_sale;
 
 use super::activity::Activity;
-use super::{WorkerConfig, WorkerError};
+use super::error::WorkerError;
+use crate::config::WorkerConfig;
 use crate::domain::{PendingOrder, ProductId};
 use crate::metrics::Metrics;
 use crate::sale::{Bells, Entry, SaleStream};

@@ -6,7 +6,7 @@ use super::{Batch, Outcome, SaleWorker, Source};
 use crate::domain::{Chain, PendingOrder};
 use crate::sale::Entry;
 use crate::store::Persisted;
-use crate::worker::WorkerError;
+use crate::worker::error::WorkerError;
 
 impl SaleWorker {
     /// Persists what parses in one transaction, acks it, and deals with the
