@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::Summary;
+use super::figures::Summary;
 use crate::books::audit::SaleAudit;
 use crate::domain::OrderStatus;
 use crate::store::{OrderRow, Product};

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{SecondView, Summary};
+use super::figures::{SecondView, Summary};
 use crate::books::error::BooksError;
 use crate::metrics::distinct;
 use crate::metrics::timeline::{self, LATENCY_BUCKETS, Merge};

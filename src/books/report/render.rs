@@ -2,7 +2,7 @@
 //! summary for a terminal (`flashsale report`). The dashboard draws it
 //! (`http::dashboard::report`).
 
-use super::{Report, SecondView};
+use super::figures::{Report, SecondView};
 
 /// The CSV's columns, a row per second of the timeline.
 pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired";
@@ -174,7 +174,7 @@ fn secs(v: Option<i64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Funnel, PaymentFigures, Summary, Wait};
+    use super::super::figures::{Funnel, PaymentFigures, Summary, Wait};
     use super::*;
 
     /// A sale with a room, refusals, payments and a wait: every line.

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{SecondView, Wait};
+use super::figures::{SecondView, Wait};
 
 /// The wait in line, from the room's numbers a second at a time: the
 /// `k`-th place was reached in the first second the line stood at `k` or

@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
-use super::{Dashboard, signed_in};
+use super::board::Dashboard;
+use super::door::signed_in;
 use crate::domain::ProductId;
 use crate::http::admin_log::AdminAction;
 use crate::http::error::ApiError;

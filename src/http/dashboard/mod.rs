@@ -19,6 +19,7 @@
 pub mod board;
 mod chart;
 mod controls;
+mod door;
 mod report;
 pub mod session;
 
@@ -39,11 +40,10 @@ use super::limits::{self, Guards};
 use super::pages::{asset, html};
 use crate::store::AdminEntry;
 pub use board::{Board, Dashboard};
-use session::Session;
+use door::{login_form, signed_in};
 use session::{COOKIE, COOKIE_PATH};
 
 const PAGE: &str = include_str!("assets/dashboard.html");
-const LOGIN: &str = include_str!("assets/login.html");
 const SCRIPT: &str = include_str!("assets/dashboard.js");
 const STYLE: &str = include_str!("assets/dashboard.css");
 
@@ -233,54 +233,11 @@ fn entry(action: &str, actor: String, address: Option<String>, status: StatusCod
     }
 }
 
-/// The request's session, if its cookie is valid and no logout ended it
-/// (here, or on any instance: asked of the books; when they cannot be
-/// asked, only this instance's logouts are known).
-async fn signed_in(dashboard: &Dashboard, headers: &HeaderMap) -> Result<Session, ApiError> {
-    let refused = ApiError::Unauthorized("no dashboard session: log in at /admin/dashboard");
-    let session = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .filter(|(name, _)| *name == COOKIE)
-        .find_map(|(_, value)| dashboard.sessions.read(value));
-    let Some(session) = session else {
-        return Err(refused);
-    };
-    let ended_here = dashboard
-        .ended
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains_key(&session.nonce);
-    if ended_here {
-        return Err(refused);
-    }
-    match dashboard.admin.log().session_ended(&session.nonce).await {
-        Ok(true) => Err(refused),
-        Ok(false) => Ok(session),
-        Err(e) => {
-            tracing::warn!(error = %crate::domain::Chain(&e),
-                "cannot ask the books whether a dashboard session was ended: accepted");
-            Ok(session)
-        }
-    }
-}
-
 fn forwarded_https(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("https"))
-}
-
-fn login_form(status: StatusCode, message: Option<&'static str>) -> Response {
-    // The messages are this module's own constants: nothing to escape.
-    let message = message.map_or(String::new(), |m| {
-        format!("<p class=\"error\" role=\"alert\">{m}</p>")
-    });
-    html(status, LOGIN.replace("{{message}}", &message))
 }
 
 fn see_other(to: &'static str) -> Response {

@@ -9,8 +9,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
+use super::board::Dashboard;
 use super::chart::{Gaps, Series, chart, funnel};
-use super::{Dashboard, login_form, signed_in};
+use super::door::{login_form, signed_in};
 use crate::books::Report;
 use crate::books::report::SecondView;
 use crate::domain::ProductId;

@@ -3,13 +3,37 @@
 
 use redis::{FromRedisValue, RedisResult, Value, aio::ConnectionLike};
 
-use super::Joined;
 use super::pass::Number;
+use super::pow;
 use super::tick::next;
 use crate::domain::UserId;
 use crate::sale::error::SaleError;
 use crate::sale::keys::SaleKeys;
 use crate::sale::lua::script;
+
+/// What joining did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joined {
+    /// In the line with this ticket (`new`: false when the buyer had joined before).
+    Ticket {
+        ticket: String,
+        new: bool,
+    },
+    NoSale,
+    NoRoom,
+    /// The room opens at `opens_ms` (epoch ms).
+    NotOpen {
+        opens_ms: i64,
+    },
+    Ended,
+    SoldOut,
+    /// The room asks a proof of work of `difficulty` bits, and this join's
+    /// is missing, stale or short.
+    ProofRefused {
+        refused: pow::Refused,
+        difficulty: u8,
+    },
+}
 
 script!(JOIN, "room_join");
 

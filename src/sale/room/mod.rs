@@ -36,9 +36,11 @@ use super::error::SaleError;
 use super::keys::SaleKeys;
 use super::rejection::Rejection;
 use crate::domain::{BoundsChange, Chain, ProductId, UserId};
+pub use join::Joined;
 pub use pass::{Number, Refused, RoomKey, Ticket};
 use state::Read;
 pub use state::{RoomFigures, RoomState, Rooms, Standing};
+pub use tick::STRAIN_MS;
 
 /// The waiting rooms' handle: joining, where a ticket stands, admissions
 /// and the pace, over the rooms as this process last read them.
@@ -63,11 +65,6 @@ pub enum RoomLookup {
     /// No sale has this id.
     NoSale,
 }
-
-/// How old the oldest order not yet persisted may be before the backend
-/// counts as strained and the room's pace halves (once a second, down to
-/// the floor).
-pub const STRAIN_MS: u64 = 2_000;
 
 /// What a `room_tick.lua` call found.
 enum Ticked {
@@ -100,30 +97,6 @@ pub enum Admission {
     /// The room's sale is certainly not taking orders now (not started, or
     /// over): that is the answer, whatever the admission.
     Outside(Rejection),
-}
-
-/// What joining did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Joined {
-    /// In the line with this ticket (`new`: false when the buyer had joined before).
-    Ticket {
-        ticket: String,
-        new: bool,
-    },
-    NoSale,
-    NoRoom,
-    /// The room opens at `opens_ms` (epoch ms).
-    NotOpen {
-        opens_ms: i64,
-    },
-    Ended,
-    SoldOut,
-    /// The room asks a proof of work of `difficulty` bits, and this join's
-    /// is missing, stale or short.
-    ProofRefused {
-        refused: pow::Refused,
-        difficulty: u8,
-    },
 }
 
 impl Room {

@@ -5,9 +5,14 @@
 
 use redis::{FromRedisValue, ParsingError, RedisResult, Value, aio::ConnectionLike};
 
+use super::pass::RoomKey;
 use super::state::RoomState;
-use super::{RoomKey, STRAIN_MS};
 use crate::domain::BoundsChange;
+
+/// How old the oldest order not yet persisted may be before the backend
+/// counts as strained and the room's pace halves (once a second, down to
+/// the floor).
+pub const STRAIN_MS: u64 = 2_000;
 use crate::sale::error::SaleError;
 use crate::sale::keys::{GROUP, SaleKeys};
 use crate::sale::lua::script;

@@ -1,0 +1,141 @@
+//! What a report holds: its figures, its funnel, its timeline a second at
+//! a time (JSON as the API answers it; the kept report as stored).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A sale's report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub product_id: String,
+    pub title: String,
+    /// When it was made (epoch ms).
+    pub made_ms: i64,
+    /// Made at the sale's retirement and kept (false: live, made now).
+    pub kept: bool,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    /// The units on sale, restocks counted.
+    pub initial_qty: i64,
+    pub summary: Summary,
+    /// The timeline, a second at a time (only seconds with something).
+    pub seconds: Vec<SecondView>,
+}
+
+/// The report's figures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// From the start to the order that took the last unit (the books'
+    /// orders by their acceptance time); `None`: never sold out.
+    pub sold_out_after_ms: Option<i64>,
+    /// The most orders accepted in one second, and when (epoch s).
+    pub peak_accepted_per_sec: u64,
+    pub peak_at: Option<i64>,
+    /// Orders answered 202 (new, not replays), as the processes counted.
+    pub accepted: u64,
+    /// Units the books hold sold (confirmed and paid).
+    pub units_sold: i64,
+    pub funnel: Funnel,
+    /// The wait in line, from the room's own numbers; `None` without a room.
+    pub wait: Option<Wait>,
+    /// Refused orders by code.
+    pub refused: BTreeMap<String, u64>,
+    pub payments: PaymentFigures,
+    /// The order route's answers for the sale: latency (µs, bucketed).
+    pub latency_p50_us: Option<u64>,
+    pub latency_p99_us: Option<u64>,
+    pub latency_max_us: Option<u64>,
+    /// Events delivered to the shop's endpoints (each delivery; a
+    /// redelivery after a crash counts again), and given up on.
+    pub events_delivered: u64,
+    pub events_dead: u64,
+    /// Orders the workers persisted, their mean and longest wait (ms).
+    pub persisted: u64,
+    pub persist_wait_mean_ms: Option<u64>,
+    pub persist_wait_max_ms: Option<i64>,
+    /// The books' verdict: the audit's checks all hold.
+    pub books_ok: bool,
+    pub orders: i64,
+    pub confirmed: i64,
+    pub paid: i64,
+    pub cancelled: i64,
+}
+
+/// Who went how far.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Funnel {
+    /// Order requests answered for the sale (any answer; a buyer may send
+    /// many).
+    pub requests: u64,
+    /// Distinct buyers (verified) who sent them: estimated (HyperLogLog,
+    /// all but exact below a few thousand, ~1.6% above).
+    #[serde(default)]
+    pub tried: u64,
+    /// Buyers who joined the room (with a room).
+    pub joined: Option<u64>,
+    /// Places the line reached: buyers admitted (with a room).
+    pub admitted: Option<u64>,
+    /// Of them, buyers who did not order: their admission ran out unused
+    /// (or has not yet).
+    pub admitted_unused: Option<u64>,
+    /// Of those, the admissions that have run out (the timeline's
+    /// `expired`, second by second).
+    #[serde(default)]
+    pub expired: Option<u64>,
+    /// Buyers with an order in the books.
+    pub ordered: u64,
+    /// Buyers with a paid order.
+    pub paid: u64,
+}
+
+/// The wait from joining (or the start, for those who joined before it) to
+/// the admission, in whole seconds of the timeline.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Wait {
+    pub buyers: u64,
+    pub p50_ms: i64,
+    pub p90_ms: i64,
+    pub max_ms: i64,
+}
+
+/// Payments by result (the books'), and orders their timeout cancelled
+/// (the workers' count).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PaymentFigures {
+    pub paid: i64,
+    /// Paid after the timeout had cancelled the order, units still there.
+    pub paid_late: i64,
+    pub refund_due: i64,
+    pub failed: i64,
+    pub amount_mismatch: i64,
+    pub timed_out: u64,
+    /// Orders their buyers cancelled (the workers' and instances' count,
+    /// once each: a repeated cancel is not counted again).
+    pub cancelled_by_buyers: u64,
+}
+
+/// One second of the timeline, every process's counts added up.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SecondView {
+    /// Epoch seconds.
+    pub t: i64,
+    pub accepted: u64,
+    pub refused: u64,
+    pub units: u64,
+    pub latency_p50_us: Option<u64>,
+    pub latency_p99_us: Option<u64>,
+    pub joins: u64,
+    /// The room's line, pace and ceiling as read that second (carried on).
+    pub line: Option<i64>,
+    pub pace: Option<i64>,
+    pub ceiling: Option<i64>,
+    pub persisted: u64,
+    pub persist_wait_max_ms: Option<i64>,
+    pub paid: u64,
+    pub timed_out: u64,
+    pub events_delivered: u64,
+    /// Admissions that ran out unused this second (with a room).
+    #[serde(default)]
+    pub expired: u64,
+}

@@ -1,0 +1,58 @@
+//! Who may look: the dashboard session a request carries (its cookie, not
+//! ended by a logout here or on any instance), and the form to sign in.
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+
+use super::board::Dashboard;
+use super::session::{COOKIE, Session};
+use crate::http::error::ApiError;
+use crate::http::pages::html;
+
+const LOGIN: &str = include_str!("assets/login.html");
+
+/// The request's session, if its cookie is valid and no logout ended it
+/// (here, or on any instance: asked of the books; when they cannot be
+/// asked, only this instance's logouts are known).
+pub(super) async fn signed_in(
+    dashboard: &Dashboard,
+    headers: &HeaderMap,
+) -> Result<Session, ApiError> {
+    let refused = ApiError::Unauthorized("no dashboard session: log in at /admin/dashboard");
+    let session = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(name, _)| *name == COOKIE)
+        .find_map(|(_, value)| dashboard.sessions.read(value));
+    let Some(session) = session else {
+        return Err(refused);
+    };
+    let ended_here = dashboard
+        .ended
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&session.nonce);
+    if ended_here {
+        return Err(refused);
+    }
+    match dashboard.admin.log().session_ended(&session.nonce).await {
+        Ok(true) => Err(refused),
+        Ok(false) => Ok(session),
+        Err(e) => {
+            tracing::warn!(error = %crate::domain::Chain(&e),
+                "cannot ask the books whether a dashboard session was ended: accepted");
+            Ok(session)
+        }
+    }
+}
+
+pub(super) fn login_form(status: StatusCode, message: Option<&'static str>) -> Response {
+    // The messages are this module's own constants: nothing to escape.
+    let message = message.map_or(String::new(), |m| {
+        format!("<p class=\"error\" role=\"alert\">{m}</p>")
+    });
+    html(status, LOGIN.replace("{{message}}", &message))
+}
