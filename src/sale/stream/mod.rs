@@ -121,27 +121,19 @@ impl SaleStream {
     /// Up to `count` retained entries after `after` (`XRANGE (after +`),
     /// acked or not: what a repair reads again.
     pub async fn range(&self, after: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
-        let (key, from) = (&self.keys.orders, format!("({after}"));
-        self.core
-            .call(|mut c| async move {
-                let reply: redis::Value = redis::cmd("XRANGE")
-                    .arg(key)
-                    .arg(&from)
-                    .arg("+")
-                    .arg("COUNT")
-                    .arg(count)
-                    .query_async(&mut c)
-                    .await?;
-                Ok(Entry::decode_list(reply)?)
-            })
-            .await
+        self.xrange(&self.keys.orders, after, count).await
     }
 
     /// Up to `count` of the sale's dead letters, oldest first, after
     /// `after` (`XRANGE` of `fs:{sku}:dead`): what the repair tries to take
     /// home.
     pub async fn dead_letters(&self, after: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
-        let (key, from) = (&self.keys.dead, format!("({after}"));
+        self.xrange(&self.keys.dead, after, count).await
+    }
+
+    /// `XRANGE key (after + COUNT count`, decoded.
+    async fn xrange(&self, key: &str, after: &str, count: usize) -> Result<Vec<Entry>, SaleError> {
+        let from = format!("({after}");
         self.core
             .call(|mut c| async move {
                 let reply: redis::Value = redis::cmd("XRANGE")
