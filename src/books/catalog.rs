@@ -27,7 +27,7 @@ pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
 
 /// What opening a sale did.
 #[derive(Debug, Clone, Copy)]
-pub struct Opened {
+pub struct SaleOpened {
     /// Units on sale in Redis.
     pub stock: u64,
     /// False when the sale was open already (nothing changed).
@@ -87,7 +87,7 @@ impl Catalog {
 
     /// Opens the product's sale in Redis with the units MySQL has, then
     /// records it. Idempotent; a closed or retired sale never opens again.
-    pub async fn open(&self, id: &ProductId) -> Result<Opened, BooksError> {
+    pub async fn open(&self, id: &ProductId) -> Result<SaleOpened, BooksError> {
         let product = self.product(id).await?;
         if product.closed.is_some() || product.retired.is_some() {
             return Err(BooksError::SaleClosed);
@@ -98,7 +98,7 @@ impl Catalog {
         if opened {
             tracing::info!(product_id = %id, stock, "sale opened");
         }
-        Ok(Opened { stock, opened })
+        Ok(SaleOpened { stock, opened })
     }
 
     /// Where the product stands: live stock from Redis, or for a retired

@@ -34,7 +34,7 @@ pub mod retire;
 mod sweeper;
 
 pub use audit::Audit;
-pub use catalog::{Catalog, Opened, ProductStatus, sale_spec};
+pub use catalog::{Catalog, ProductStatus, SaleOpened, sale_spec};
 pub use error::BooksError;
 pub use events::{EventMessage, Outbox};
 pub use live::LiveCheck;

@@ -23,7 +23,7 @@ pub use self::http::{
     AUTH_TOKEN_CACHE_SIZE, AuthArgs, AuthSettings, JWT_LEEWAY_SECS, JWT_USER_CLAIM, PaymentArgs,
     PaymentSettings, TrustedProxies, WebhookSecrets, parse_algorithm,
 };
-pub use self::stores::{DbArgs, DbSettings, RedisArgs, RedisSettings, RedisTarget, Wait};
+pub use self::stores::{DbArgs, DbSettings, RedisArgs, RedisSettings, RedisTarget, ReplicaWait};
 pub use self::worker::{
     CaCerts, CaError, DeliverySettings, DrainArgs, MAX_BATCH_SIZE, RETIRE_AFTER_SECS,
     RETIRE_GRACE_SECS, RetireSettings, WorkerConfig, default_consumer_name, worker_defaults,

@@ -35,8 +35,8 @@ impl RedisArgs {
         RedisTarget::new(&self.redis_url, self.redis_cluster_nodes.as_deref())
     }
 
-    pub fn wait(&self) -> Option<Wait> {
-        (self.redis_wait_replicas > 0).then(|| Wait {
+    pub fn wait(&self) -> Option<ReplicaWait> {
+        (self.redis_wait_replicas > 0).then(|| ReplicaWait {
             replicas: self.redis_wait_replicas,
             timeout: Duration::from_millis(self.redis_wait_timeout_ms),
         })
@@ -70,7 +70,7 @@ pub struct RedisSettings {
     /// Dedicated connections (blocking reads; orders with WAIT).
     pub pool_size: u32,
     /// Replicas that must confirm a write before it counts (`None`: no WAIT).
-    pub wait: Option<Wait>,
+    pub wait: Option<ReplicaWait>,
 }
 
 impl From<&RedisArgs> for RedisSettings {
@@ -140,7 +140,7 @@ impl RedisTarget {
 
 /// Durability of an accepted order: `WAIT replicas timeout` after the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
+pub struct ReplicaWait {
     pub replicas: u32,
     pub timeout: Duration,
 }

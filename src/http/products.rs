@@ -166,7 +166,7 @@ pub async fn open(
     PathParam(product_id): PathParam<String>,
 ) -> Result<Json<Opened>, ApiError> {
     let id = product_id_of(&product_id)?;
-    let books::Opened { stock, opened } = state.catalog.open(&id).await?;
+    let books::SaleOpened { stock, opened } = state.catalog.open(&id).await?;
     Ok(Json(Opened {
         product_id: id.as_str().to_owned(),
         stock,

@@ -197,11 +197,11 @@ pub async fn join(
             difficulty,
         } => {
             let why = match refused {
-                pow::Refused::Missing => "this sale's waiting room asks a proof of work",
-                pow::Refused::Stale => {
+                pow::ProofRefused::Missing => "this sale's waiting room asks a proof of work",
+                pow::ProofRefused::Stale => {
                     "the proof's challenge is not this sale's for this minute or the last"
                 }
-                pow::Refused::TooEasy => {
+                pow::ProofRefused::TooEasy => {
                     "the proof's hash has too few leading zero bits for this buyer"
                 }
             };

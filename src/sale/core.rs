@@ -15,7 +15,7 @@ use super::conn::{BlockingConnections, Conn, Redis};
 use super::error::SaleError;
 use super::keys::{self, SaleKeys};
 use super::memory::{self, Memory};
-use crate::config::Wait;
+use crate::config::ReplicaWait;
 use crate::domain::{Chain, ProductId};
 
 pub(super) struct Core {
@@ -23,7 +23,7 @@ pub(super) struct Core {
     pub(super) prefix: String,
     pub(super) memory: Memory,
     /// Replicas a write must reach before it counts (`None`: no WAIT).
-    pub(super) wait: Option<Wait>,
+    pub(super) wait: Option<ReplicaWait>,
     pub(super) counts: Arc<Counts>,
 }
 

@@ -61,7 +61,7 @@ pub use stream::bells::Bells;
 pub use stream::entry::Entry;
 pub use stream::{Claimed, SaleStream, Streams};
 
-use crate::config::{MemorySettings, RedisSettings, Wait};
+use crate::config::{MemorySettings, RedisSettings, ReplicaWait};
 use crate::domain::ProductId;
 
 /// The sales of this deployment, as seen in Redis: builds the handles,
@@ -102,7 +102,7 @@ impl Sales {
         redis: Redis,
         prefix: impl Into<String>,
         memory: MemorySettings,
-        wait: Option<Wait>,
+        wait: Option<ReplicaWait>,
     ) -> Self {
         let core = Arc::new(core::Core {
             redis,

@@ -8,10 +8,10 @@ use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::conn::Conn;
 use super::error::SaleError;
-use crate::config::Wait;
+use crate::config::ReplicaWait;
 
 /// `NotReplicated` when fewer than `wait.replicas` acknowledged the writes.
-pub fn confirmed(wait: Wait, acked: u32) -> Result<(), SaleError> {
+pub fn confirmed(wait: ReplicaWait, acked: u32) -> Result<(), SaleError> {
     if acked < wait.replicas {
         return Err(SaleError::NotReplicated {
             acked,
@@ -32,7 +32,7 @@ pub async fn then_wait(
     conn: &mut Conn,
     key: &str,
     mut pipe: Pipeline,
-    wait: Wait,
+    wait: ReplicaWait,
 ) -> redis::RedisResult<(Value, u32)> {
     use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
     pipe.cmd("WAIT")
@@ -59,7 +59,7 @@ pub(crate) async fn invoke_and_wait<T: FromRedisValue>(
     conn: &mut Conn,
     key: &str,
     call: &redis::ScriptInvocation<'_>,
-    wait: Wait,
+    wait: ReplicaWait,
 ) -> RedisResult<(T, u32)> {
     let pipe = || {
         let mut pipe = redis::pipe();
@@ -84,7 +84,7 @@ pub(crate) async fn pipe_and_wait<T: FromRedisValue>(
     key: &str,
     pipe: impl Fn() -> redis::Pipeline,
     load: impl AsyncFnOnce(&mut Conn) -> RedisResult<String>,
-    wait: Wait,
+    wait: ReplicaWait,
 ) -> RedisResult<(T, u32)> {
     let (reply, acked) = match then_wait(conn, key, pipe(), wait).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {

@@ -58,7 +58,7 @@ async fn many_sales_on_all_masters_sold_out_at_once_persist_every_order_once() {
 }
 
 fn wait_for_one_replica(s: &mut flashsale::config::Settings) {
-    s.redis.wait = Some(flashsale::config::Wait {
+    s.redis.wait = Some(flashsale::config::ReplicaWait {
         replicas: 1,
         timeout: std::time::Duration::from_millis(200),
     });
@@ -165,7 +165,7 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     // another instance) arrives within it on a loaded machine, and short
     // enough that three of them stay within the node timeout.
     let app = spawn_app_on(Backend::OwnCluster(base), |s| {
-        s.redis.wait = Some(flashsale::config::Wait {
+        s.redis.wait = Some(flashsale::config::ReplicaWait {
             replicas: 1,
             timeout: std::time::Duration::from_millis(500),
         });

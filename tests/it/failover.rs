@@ -178,7 +178,7 @@ async fn without_wait_reconciliation_keeps_the_books_after_a_master_lost_writes(
 async fn cut_and_kill(base: u16, replicas: u32) -> usize {
     let _cluster = OwnCluster::start(base);
     let app = spawn_app_on(Backend::OwnCluster(base), |s| {
-        s.redis.wait = Some(flashsale::config::Wait {
+        s.redis.wait = Some(flashsale::config::ReplicaWait {
             replicas,
             timeout: Duration::from_millis(200),
         });

@@ -167,7 +167,7 @@ async fn orders_arriving_during_a_call_share_the_next_one() {
 #[tokio::test]
 async fn orders_of_a_call_the_replicas_did_not_confirm_are_each_taken_back() {
     let app = spawn_app_with(|s| {
-        s.redis.wait = Some(flashsale::config::Wait {
+        s.redis.wait = Some(flashsale::config::ReplicaWait {
             replicas: 1,
             timeout: Duration::from_millis(300),
         });

@@ -38,7 +38,7 @@ pub struct Summary {
     pub units_sold: i64,
     pub funnel: Funnel,
     /// The wait in line, from the room's own numbers; `None` without a room.
-    pub wait: Option<Wait>,
+    pub wait: Option<LineWait>,
     /// Refused orders by code.
     pub refused: BTreeMap<String, u64>,
     pub payments: PaymentFigures,
@@ -92,7 +92,7 @@ pub struct Funnel {
 /// The wait from joining (or the start, for those who joined before it) to
 /// the admission, in whole seconds of the timeline.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Wait {
+pub struct LineWait {
     pub buyers: u64,
     pub p50_ms: i64,
     pub p90_ms: i64,

@@ -34,7 +34,7 @@ use crate::metrics::distinct;
 use crate::sale::Room;
 use crate::store;
 
-pub use self::figures::{Funnel, PaymentFigures, Report, SecondView, Summary, Wait};
+pub use self::figures::{Funnel, LineWait, PaymentFigures, Report, SecondView, Summary};
 pub use self::recorder::Recorder;
 pub use self::render::CSV_COLUMNS;
 

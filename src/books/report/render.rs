@@ -174,11 +174,11 @@ fn secs(v: Option<i64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::figures::{Funnel, PaymentFigures, Summary, Wait};
+    use super::super::figures::{Funnel, LineWait, PaymentFigures, Summary};
     use super::*;
 
     /// A sale with a room, refusals, payments and a wait: every line.
-    fn sample(kept: bool, wait: Option<Wait>) -> Report {
+    fn sample(kept: bool, wait: Option<LineWait>) -> Report {
         Report {
             product_id: "sku-1".into(),
             title: "Phone".into(),
@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_summary_for_a_terminal_says_each_part_on_its_line() {
-        let wait = Wait {
+        let wait = LineWait {
             buyers: 300,
             p50_ms: 1500,
             p90_ms: 4000,

@@ -5,14 +5,18 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::figures::{SecondView, Wait};
+use super::figures::{LineWait, SecondView};
 
 /// The wait in line, from the room's numbers a second at a time: the
 /// `k`-th place was reached in the first second the line stood at `k` or
 /// more; the buyers who joined before the start (drawn at it) waited from
 /// the start, the later ones from the second their join was counted (the
 /// `n`-th late joiner holds place `early + n`); `reached`: [`reached`]'s.
-pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, reached: &[i64]) -> Option<Wait> {
+pub(super) fn wait_in_line(
+    seconds: &[SecondView],
+    start_s: i64,
+    reached: &[i64],
+) -> Option<LineWait> {
     let early: u64 = seconds
         .iter()
         .filter(|s| s.t < start_s)
@@ -41,7 +45,7 @@ pub(super) fn wait_in_line(seconds: &[SecondView], start_s: i64, reached: &[i64]
         return None;
     }
     waits.sort_unstable();
-    Some(Wait {
+    Some(LineWait {
         buyers: waits.len() as u64,
         p50_ms: pick(&waits, 0.5),
         p90_ms: pick(&waits, 0.9),

@@ -166,12 +166,12 @@ pub struct SaleView {
     /// The sale could not be read this tick.
     pub error: Option<String>,
     /// Its waiting room, if it has one.
-    pub room: Option<RoomView>,
+    pub room: Option<BoardRoom>,
 }
 
 /// A sale's waiting room on the page.
 #[derive(Debug, Serialize)]
-pub struct RoomView {
+pub struct BoardRoom {
     /// The pace now, and the bounds it keeps to.
     pub admit_per_sec: f64,
     pub ceiling_per_sec: u32,
@@ -248,7 +248,7 @@ impl Board {
             };
             let mut sale = view(product, read, track, now, at_ms);
             if !unavailable && let Ok(Some(room)) = self.sales.room().room(product).await {
-                sale.room = Some(RoomView {
+                sale.room = Some(BoardRoom {
                     admit_per_sec: room.pace,
                     ceiling_per_sec: room.ceiling,
                     floor_per_sec: room.floor,

@@ -24,7 +24,7 @@ use crate::http::limits;
 use crate::http::state::AppState;
 use crate::metrics::AnsweredBy;
 use crate::metrics::timeline::Answered;
-use crate::sale::room::{Admission, Refused};
+use crate::sale::room::{Admission, AdmissionRefused};
 use crate::sale::{self, Decision, Keyed, NewOrder, Placed, Rejection, Vouched};
 
 #[derive(Deserialize, ToSchema)]
@@ -256,11 +256,11 @@ async fn admission(
         Admission::NoRoom => Ok(Vouched::No),
         Admission::Refused(_) | Admission::Outside(_) if keyed == Keyed::Yes => Ok(Vouched::No),
         Admission::Outside(r) => Err(r.into()),
-        Admission::Refused(Refused::Expired) => Err(ApiError::AdmissionExpired),
-        Admission::Refused(Refused::OtherUser) => Err(ApiError::AdmissionRequired(
+        Admission::Refused(AdmissionRefused::Expired) => Err(ApiError::AdmissionExpired),
+        Admission::Refused(AdmissionRefused::OtherUser) => Err(ApiError::AdmissionRequired(
             "this admission is another buyer's",
         )),
-        Admission::Refused(Refused::Invalid) => Err(ApiError::AdmissionRequired(
+        Admission::Refused(AdmissionRefused::Invalid) => Err(ApiError::AdmissionRequired(
             "this admission is not one this sale's waiting room gave",
         )),
     }

@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 
 use super::decision::Vouched;
 use super::record::idempotency_field;
-use crate::config::Wait;
+use crate::config::ReplicaWait;
 use crate::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 use crate::sale::conn::Conn;
 use crate::sale::keys::Key;
@@ -112,7 +112,7 @@ pub async fn place_orders_and_wait(
     prefix: &str,
     product: &ProductId,
     orders: &[OrderCall],
-    wait: Wait,
+    wait: ReplicaWait,
 ) -> RedisResult<(Vec<PlaceReply>, u32)> {
     let cmd = place_order_cmd(prefix, product, orders);
     let stream = order_key(prefix, product, "orders").to_string();

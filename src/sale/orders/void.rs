@@ -5,7 +5,7 @@
 use redis::{ParsingError, RedisResult, aio::ConnectionLike};
 
 use super::place::{OrderCall, PlaceReply, place_orders_and_wait};
-use crate::config::Wait;
+use crate::config::ReplicaWait;
 use crate::domain::{Chain, OrderId, ProductId};
 use crate::sale::conn::Conn;
 use crate::sale::core::Core;
@@ -22,7 +22,7 @@ pub(super) async fn place_and_wait(
     core: &Core,
     product: &ProductId,
     orders: &[OrderCall],
-    wait: Wait,
+    wait: ReplicaWait,
 ) -> Result<Vec<Result<PlaceReply, SaleError>>, SaleError> {
     let mut pooled = core.alone().await?;
     let (replies, acked) = core

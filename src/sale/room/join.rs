@@ -30,7 +30,7 @@ pub enum Joined {
     /// The room asks a proof of work of `difficulty` bits, and this join's
     /// is missing, stale or short.
     ProofRefused {
-        refused: pow::Refused,
+        refused: pow::ProofRefused,
         difficulty: u8,
     },
 }

@@ -37,7 +37,7 @@ use super::keys::SaleKeys;
 use super::rejection::Rejection;
 use crate::domain::{BoundsChange, Chain, ProductId, UserId};
 pub use join::Joined;
-pub use pass::{Number, Refused, RoomKey, Ticket};
+pub use pass::{AdmissionRefused, Number, RoomKey, Ticket};
 use state::Read;
 pub use state::{RoomFigures, RoomState, Rooms, Standing};
 pub use tick::STRAIN_MS;
@@ -93,7 +93,7 @@ pub enum Admission {
     Admitted {
         counted_in: Option<i64>,
     },
-    Refused(Refused),
+    Refused(AdmissionRefused),
     /// The room's sale is certainly not taking orders now (not started, or
     /// over): that is the answer, whatever the admission.
     Outside(Rejection),

@@ -72,7 +72,7 @@ pub struct Ticket {
 
 /// Why an admission is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub enum AdmissionRefused {
     /// Not one this sale's key signed (forged, changed, another sale's).
     Invalid,
     /// Another buyer's.
@@ -171,23 +171,23 @@ impl RoomKey {
         user_id: u64,
         text: &str,
         now_ms: i64,
-    ) -> Result<i64, Refused> {
+    ) -> Result<i64, AdmissionRefused> {
         let mut parts = text.splitn(3, '.');
         let (Some(user), Some(expires), Some(tag)) = (parts.next(), parts.next(), parts.next())
         else {
-            return Err(Refused::Invalid);
+            return Err(AdmissionRefused::Invalid);
         };
         let (Ok(holder), Ok(expires_ms)) = (user.parse::<u64>(), expires.parse::<i64>()) else {
-            return Err(Refused::Invalid);
+            return Err(AdmissionRefused::Invalid);
         };
         if !self.verify("admission", product, holder, expires, tag) {
-            return Err(Refused::Invalid);
+            return Err(AdmissionRefused::Invalid);
         }
         if holder != user_id {
-            return Err(Refused::OtherUser);
+            return Err(AdmissionRefused::OtherUser);
         }
         if now_ms >= expires_ms {
-            return Err(Refused::Expired);
+            return Err(AdmissionRefused::Expired);
         }
         Ok(expires_ms)
     }
@@ -253,15 +253,27 @@ mod tests {
         let (k, p) = (key(), sku("sku-1"));
         let a = k.admission(&p, 42, 10_000);
         assert_eq!(k.check_admission(&p, 42, &a, 9_999), Ok(10_000));
-        assert_eq!(k.check_admission(&p, 42, &a, 10_000), Err(Refused::Expired));
-        assert_eq!(k.check_admission(&p, 43, &a, 0), Err(Refused::OtherUser));
+        assert_eq!(
+            k.check_admission(&p, 42, &a, 10_000),
+            Err(AdmissionRefused::Expired)
+        );
+        assert_eq!(
+            k.check_admission(&p, 43, &a, 0),
+            Err(AdmissionRefused::OtherUser)
+        );
         assert_eq!(
             k.check_admission(&sku("sku-2"), 42, &a, 0),
-            Err(Refused::Invalid)
+            Err(AdmissionRefused::Invalid)
         );
         let later = a.replacen(".10000.", ".99999.", 1);
-        assert_eq!(k.check_admission(&p, 42, &later, 0), Err(Refused::Invalid));
-        assert_eq!(k.check_admission(&p, 42, "junk", 0), Err(Refused::Invalid));
+        assert_eq!(
+            k.check_admission(&p, 42, &later, 0),
+            Err(AdmissionRefused::Invalid)
+        );
+        assert_eq!(
+            k.check_admission(&p, 42, "junk", 0),
+            Err(AdmissionRefused::Invalid)
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ const MAX_NONCE: usize = 32;
 
 /// Why a join's proof is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub enum ProofRefused {
     /// No `Join-Proof` header.
     Missing,
     /// Not `<challenge>.<nonce>`, or the challenge is not this sale's for
@@ -59,26 +59,26 @@ pub fn check(
     difficulty: u8,
     proof: Option<&str>,
     now_ms: i64,
-) -> Result<(), Refused> {
+) -> Result<(), ProofRefused> {
     if difficulty == 0 {
         return Ok(());
     }
-    let proof = proof.ok_or(Refused::Missing)?;
-    let (challenge, nonce) = proof.split_once('.').ok_or(Refused::Stale)?;
+    let proof = proof.ok_or(ProofRefused::Missing)?;
+    let (challenge, nonce) = proof.split_once('.').ok_or(ProofRefused::Stale)?;
     if nonce.is_empty()
         || nonce.len() > MAX_NONCE
         || !nonce.bytes().all(|b| b.is_ascii_alphanumeric())
     {
-        return Err(Refused::Stale);
+        return Err(ProofRefused::Stale);
     }
     let window = window_of(now_ms);
     if !(key.is_challenge(product, window, challenge)
         || key.is_challenge(product, window - 1, challenge))
     {
-        return Err(Refused::Stale);
+        return Err(ProofRefused::Stale);
     }
     if !holds(challenge, user_id, nonce, difficulty) {
-        return Err(Refused::TooEasy);
+        return Err(ProofRefused::TooEasy);
     }
     Ok(())
 }
@@ -156,7 +156,7 @@ mod tests {
         );
         assert_eq!(
             check(&key, &p, 7, 12, Some(&proof), now + 2 * WINDOW_MS),
-            Err(Refused::Stale)
+            Err(ProofRefused::Stale)
         );
         // Another buyer, a harder difficulty (most likely), another sale.
         let other = (1..=50u64)
@@ -172,9 +172,12 @@ mod tests {
                 Some(&proof),
                 now
             ),
-            Err(Refused::Stale)
+            Err(ProofRefused::Stale)
         );
-        assert_eq!(check(&key, &p, 7, 12, None, now), Err(Refused::Missing));
+        assert_eq!(
+            check(&key, &p, 7, 12, None, now),
+            Err(ProofRefused::Missing)
+        );
         assert_eq!(check(&key, &p, 7, 0, None, now), Ok(()), "no difficulty");
         for bad in [
             "",
@@ -186,7 +189,7 @@ mod tests {
         ] {
             assert_eq!(
                 check(&key, &p, 7, 12, Some(bad), now),
-                Err(Refused::Stale),
+                Err(ProofRefused::Stale),
                 "{bad:?}"
             );
         }
@@ -204,7 +207,7 @@ mod tests {
             .expect("a weak nonce");
         assert_eq!(
             check(&key, &p, 7, 1, Some(&format!("{c}.{weak}")), now),
-            Err(Refused::TooEasy)
+            Err(ProofRefused::TooEasy)
         );
     }
 }
