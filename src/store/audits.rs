@@ -24,6 +24,20 @@ pub struct PutBack {
     pub put_back: i64,
 }
 
+impl PutBack {
+    /// `what` (an order, a dead letter) of order `order_id` put back now,
+    /// with no item and no result of its own.
+    pub fn order(what: &str, order_id: &str) -> Self {
+        Self {
+            what: what.into(),
+            order_id: order_id.into(),
+            item: String::new(),
+            result: None,
+            put_back: crate::domain::now_ms(),
+        }
+    }
+}
+
 /// A retired sale's final audit, as recorded (`tb_sale_audit`).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct FinalAudit {

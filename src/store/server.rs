@@ -30,6 +30,21 @@ fn say_topology(before: Option<Topology>, now: Topology) {
     }
 }
 
+/// A Galera status variable as an SQL subquery: its value on a Galera node
+/// (`wsrep_on`), NULL elsewhere (a server that is no node reports some of
+/// them too, `wsrep_ready` = OFF among them).
+macro_rules! wsrep_status {
+    ($name:literal) => {
+        concat!(
+            "(SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
+             JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
+             WHERE s.VARIABLE_NAME = '",
+            $name,
+            "' AND v.VARIABLE_VALUE = 'ON')"
+        )
+    };
+}
+
 impl Db {
     /// Once the database is ready, until `stop`: warns when the service's
     /// account could write past `read_only`, then follows the topology.
@@ -102,12 +117,10 @@ impl Db {
     pub async fn server_identity(&self) -> Result<String, StoreError> {
         let (id, host, port, cluster): (u32, String, u32, Option<String>) = self
             .call(|pool| {
-                sqlx::query_as(
-                    "SELECT @@server_id, @@hostname, @@port, \
-                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
-                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
-                      WHERE s.VARIABLE_NAME = 'WSREP_CLUSTER_STATE_UUID' AND v.VARIABLE_VALUE = 'ON')",
-                )
+                sqlx::query_as(concat!(
+                    "SELECT @@server_id, @@hostname, @@port, ",
+                    wsrep_status!("WSREP_CLUSTER_STATE_UUID")
+                ))
                 .fetch_one(pool)
             })
             .await?;
@@ -121,12 +134,10 @@ impl Db {
     pub async fn ping(&self) -> Result<(), StoreError> {
         let (writable, wsrep_ready): (i64, Option<String>) = self
             .call(|pool| {
-                sqlx::query_as(
-                    "SELECT CAST(CAST(@@global.read_only AS CHAR) IN ('0', 'OFF') AS SIGNED), \
-                     (SELECT s.VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS s \
-                      JOIN information_schema.GLOBAL_VARIABLES v ON v.VARIABLE_NAME = 'WSREP_ON' \
-                      WHERE s.VARIABLE_NAME = 'WSREP_READY' AND v.VARIABLE_VALUE = 'ON')",
-                )
+                sqlx::query_as(concat!(
+                    "SELECT CAST(CAST(@@global.read_only AS CHAR) IN ('0', 'OFF') AS SIGNED), ",
+                    wsrep_status!("WSREP_READY")
+                ))
                 .fetch_one(pool)
             })
             .await?;

@@ -28,7 +28,7 @@
 //! sales), taken home once the books take them (listed as `dead_letter`).
 
 use crate::books::Books;
-use crate::domain::{Chain, ProductId, now_ms};
+use crate::domain::{Chain, ProductId};
 use crate::sale::{Lifecycle, Streams};
 use crate::store::{self, PutBack};
 
@@ -186,13 +186,7 @@ impl Repairer {
                     }
                 }
                 if !held.contains_key(order.order_id.as_str()) {
-                    let put_back = PutBack {
-                        what: "dead_letter".into(),
-                        order_id: order.order_id.to_string(),
-                        item: String::new(),
-                        result: None,
-                        put_back: now_ms(),
-                    };
+                    let put_back = PutBack::order("dead_letter", order.order_id.as_str());
                     self.audits.note_put_back(product, &[put_back]).await?;
                     taken += 1;
                     tracing::warn!(product_id = %product, order_id = %order.order_id,
@@ -273,13 +267,7 @@ impl Repairer {
             let put_back: Vec<PutBack> = ids
                 .iter()
                 .filter(|id| !held.contains_key(**id))
-                .map(|id| PutBack {
-                    what: "order".into(),
-                    order_id: (*id).to_owned(),
-                    item: String::new(),
-                    result: None,
-                    put_back: now_ms(),
-                })
+                .map(|id| PutBack::order("order", id))
                 .collect();
             self.audits.note_put_back(product, &put_back).await?;
         }
