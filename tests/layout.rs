@@ -200,15 +200,21 @@ fn children(folder: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// Which of its siblings each module of `folder` uses (through `super::`
-/// as deep as it stands, or through `crate::<folder>::`); its `mod.rs`, the
-/// folder's face that declares them all, is no sibling.
-fn sibling_uses(folder: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let name = folder.file_name().and_then(|n| n.to_str()).expect("a name");
-    let siblings = children(folder);
+/// What each module of `folder` names through `super::` (as deep as it
+/// stands) or through `crate::<folder>::`: its siblings, and what the
+/// folder's `mod.rs` (the folder's face, which declares them all and is
+/// no sibling) holds or passes on.
+fn names_used(folder: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let inner = folder
+        .strip_prefix(src())
+        .expect("under src")
+        .components()
+        .map(|c| c.as_os_str().to_str().expect("utf-8"))
+        .collect::<Vec<_>>()
+        .join("::");
     let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for child in &siblings {
-        let path = folder.join(child);
+    for child in children(folder) {
+        let path = folder.join(&child);
         let mut files = Vec::new();
         if path.is_dir() {
             sources(&path, &mut files);
@@ -231,13 +237,26 @@ fn sibling_uses(folder: &Path) -> BTreeMap<String, BTreeSet<String>> {
             // A file's unit tests (at its end) may reach anything.
             let text = code(text.split("#[cfg(test)]").next().unwrap_or_default());
             let up = "super::".repeat(depth);
-            let named = names_after(&text, &up)
-                .into_iter()
-                .chain(names_after(&text, &format!("crate::{name}::")));
-            used.extend(named.filter(|n| n != child && siblings.contains(n)));
+            used.extend(names_after(&text, &up));
+            // `crate::<folder>::` names the folder from the crate's root:
+            // the whole path for a nested folder (`crate::store::orders::`).
+            used.extend(names_after(&text, &format!("crate::{inner}::")));
+            used.remove(&child);
         }
     }
     uses
+}
+
+/// Which of its siblings each module of `folder` uses.
+fn sibling_uses(folder: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let siblings = children(folder);
+    names_used(folder)
+        .into_iter()
+        .map(|(child, used)| {
+            let used = used.into_iter().filter(|n| siblings.contains(n)).collect();
+            (child, used)
+        })
+        .collect()
 }
 
 /// A circle among `uses`, if there is one (its modules in order).
@@ -274,19 +293,8 @@ fn circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 /// declares them, and is no sibling).
 #[test]
 fn no_folder_holds_a_circle() {
-    let mut folders = Vec::new();
-    let mut stack = vec![src()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("readable") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() && path.file_name().is_some_and(|n| n != "assets") {
-                folders.push(path.clone());
-                stack.push(path);
-            }
-        }
-    }
     let mut checked = 0;
-    for folder in &folders {
+    for folder in &folders() {
         let uses = sibling_uses(folder);
         checked += uses.values().map(BTreeSet::len).sum::<usize>();
         if let Some(c) = circle(&uses) {
@@ -322,4 +330,45 @@ fn a_circle_between_siblings_is_found() {
     assert_eq!(names_after(&code(text), "super::"), one_up);
     assert!(names_after(&code(text), "super::super::").contains("books"));
     assert!(names_after(&code(text), "crate::store::").contains("topology"));
+}
+
+/// The folders of `src` (their assets left out).
+fn folders() -> Vec<PathBuf> {
+    let mut folders = Vec::new();
+    let mut stack = vec![src()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "assets") {
+                folders.push(path.clone());
+                stack.push(path);
+            }
+        }
+    }
+    folders
+}
+
+/// Inside each folder, no arrow runs back up: a module takes what it uses
+/// from its siblings, never from the folder's `mod.rs`, which declares
+/// them (and may pass on what they hold to the rest of the crate): a type
+/// kept in `mod.rs` and used by a child would make the face and the child
+/// each other's dependency.
+#[test]
+fn no_module_uses_its_folders_face() {
+    let mut upward = Vec::new();
+    let mut checked = 0;
+    for folder in folders() {
+        let siblings = children(&folder);
+        for (child, used) in names_used(&folder) {
+            checked += used.len();
+            for name in used.iter().filter(|n| !siblings.contains(*n)) {
+                upward.push(format!(
+                    "{}/{child} uses {name} from its folder's mod.rs",
+                    folder.strip_prefix(src()).expect("under src").display()
+                ));
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} names read: it reads nothing");
+    assert!(upward.is_empty(), "arrows back up:\n{}", upward.join("\n"));
 }

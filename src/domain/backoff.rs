@@ -55,7 +55,7 @@ where
         attempt += 1;
         match op().await {
             Err(e) if attempt < attempts && retry(&e) => {
-                tracing::debug!(error = %super::Chain(&e), attempt, "trying again");
+                tracing::debug!(error = %super::chain::Chain(&e), attempt, "trying again");
             }
             done => return done,
         }

@@ -5,6 +5,8 @@
 //! sale (and so its cluster slot) from the id alone.
 
 pub mod backoff;
+mod chain;
+mod hex;
 mod ids;
 mod payment;
 mod room;
@@ -12,6 +14,8 @@ mod status;
 mod valid;
 pub mod webhook;
 
+pub use chain::Chain;
+pub use hex::{hex, unhex};
 pub use ids::{OrderId, ProductId, Quantity, UserId};
 pub use payment::{Currency, PaymentKind, PaymentResult};
 pub use room::{
@@ -37,45 +41,6 @@ pub struct PendingOrder {
     pub created_ms: i64,
     /// The Idempotency-Key it was placed with, if any.
     pub idempotency_key: Option<String>,
-}
-
-/// `bytes` as lowercase hex (the signed tokens' text).
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
-}
-
-/// The bytes of hex `text` (`None`: not hex).
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// An error and its causes, outermost first (`a: b: c`), for a log line.
-/// Each layer's error says only what failed at its level (`redis`,
-/// `mysql`), and its cause is its `source`: printed once, here.
-pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut next = self.0.source();
-        while let Some(cause) = next {
-            write!(f, ": {cause}")?;
-            next = cause.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub struct Secret {
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "<secret sha256:{}>", super::hex(&self.fingerprint))
+        write!(f, "<secret sha256:{}>", super::hex::hex(&self.fingerprint))
     }
 }
 

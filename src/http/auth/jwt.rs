@@ -9,7 +9,8 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use super::{AuthError, AuthSettings};
+use super::error::AuthError;
+use crate::config::AuthSettings;
 use crate::domain::UserId;
 use crate::http::error::ApiError;
 

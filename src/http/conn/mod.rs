@@ -25,8 +25,11 @@
 //! requests is the last to go; only when every connection is busy with a
 //! request is the newcomer answered 503.
 
+mod shared;
 mod timed;
 
+use shared::Tally;
+pub use shared::{Busy, Conn, Ended};
 pub use timed::Timed;
 
 use std::collections::{HashMap, VecDeque};
@@ -34,8 +37,6 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use atomic_waker::AtomicWaker;
 use tokio::net::TcpStream;
@@ -58,50 +59,11 @@ const MAX_EVICTING: usize = 64;
 /// is closed without an answer (each holds a descriptor while answered).
 const MAX_REFUSING: usize = 64;
 
-/// Why a connection ended before its client was done, or never started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    HeaderTimeout,
-    IdleTimeout,
-    WriteStall,
-    /// Gave its place to a newcomer at the cap.
-    Evicted,
-    /// Refused at accept: the process is at its cap with every connection busy.
-    RefusedFull,
-    /// Refused at accept: its address is at its cap.
-    RefusedAddress,
-}
-
-impl Ended {
-    pub const ALL: [Self; 6] = [
-        Self::HeaderTimeout,
-        Self::IdleTimeout,
-        Self::WriteStall,
-        Self::Evicted,
-        Self::RefusedFull,
-        Self::RefusedAddress,
-    ];
-
-    /// The metric's label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::HeaderTimeout => "header_timeout",
-            Self::IdleTimeout => "idle_timeout",
-            Self::WriteStall => "write_stall",
-            Self::Evicted => "evicted",
-            Self::RefusedFull => "refused_full",
-            Self::RefusedAddress => "refused_address",
-        }
-    }
-}
-
 /// Every open connection of a listener, and the bounds.
 pub struct Connections {
-    settings: ConnectionSettings,
-    /// The clock `Conn::waiting_since` counts from.
-    epoch: Instant,
+    /// The bounds, the clock and the counts each connection's stream shares.
+    tally: Arc<Tally>,
     open: Mutex<Open>,
-    ended: [AtomicU64; Ended::ALL.len()],
     /// Refusals being answered now.
     refusing: AtomicUsize,
     /// Told when a connection told to give way has closed.
@@ -124,24 +86,6 @@ struct Open {
     evicting: usize,
 }
 
-/// One connection as [`Connections`] and its [`Timed`] stream share it.
-pub struct Conn {
-    id: u64,
-    ip: IpAddr,
-    /// Requests being handled (the service counts them).
-    in_flight: AtomicUsize,
-    /// Answers given so far: a change tells the stream an answer went out.
-    answers: AtomicU64,
-    /// When it began waiting on its client (ms since the epoch), while not busy.
-    waiting_since: AtomicU64,
-    evict: CancellationToken,
-    /// Chosen to give way; closing.
-    evicting: AtomicBool,
-    /// The connection's task, woken when an answer is given: hyper reads
-    /// again only when woken, and the idle deadline starts on that read.
-    reader: AtomicWaker,
-}
-
 /// A connection's place among the open ones, given back when dropped.
 pub struct Admitted {
     connections: Arc<Connections>,
@@ -151,17 +95,15 @@ pub struct Admitted {
 impl Connections {
     pub fn new(settings: ConnectionSettings) -> Arc<Self> {
         Arc::new(Self {
-            settings,
-            epoch: Instant::now(),
+            tally: Arc::new(Tally::new(settings)),
             open: Mutex::default(),
-            ended: Default::default(),
             refusing: AtomicUsize::new(0),
             closed: tokio::sync::Notify::new(),
         })
     }
 
     pub fn settings(&self) -> &ConnectionSettings {
-        &self.settings
+        &self.tally.settings
     }
 
     /// Connections open now.
@@ -171,11 +113,7 @@ impl Connections {
 
     /// Connections ended for `why` so far.
     pub fn ended(&self, why: Ended) -> u64 {
-        self.ended[why as usize].load(Ordering::Relaxed)
-    }
-
-    fn count(&self, why: Ended) {
-        self.ended[why as usize].fetch_add(1, Ordering::Relaxed);
+        self.tally.ended(why)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
@@ -183,7 +121,7 @@ impl Connections {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.tally.now_ms()
     }
 
     /// Before the next accept: while [`MAX_EVICTING`] connections are
@@ -202,12 +140,12 @@ impl Connections {
         let ip = ip.to_canonical();
         let mut open = self.lock();
         let from_ip = open.per_address.get(&ip).copied().unwrap_or(0);
-        if self.settings.max_per_address > 0 && from_ip >= self.settings.max_per_address {
+        if self.settings().max_per_address > 0 && from_ip >= self.settings().max_per_address {
             drop(open);
-            self.count(Ended::RefusedAddress);
+            self.tally.count(Ended::RefusedAddress);
             return Err(Ended::RefusedAddress);
         }
-        if open.all.len() - open.evicting >= self.settings.max_open {
+        if open.all.len() - open.evicting >= self.settings().max_open {
             // The one that has waited longest on its client gives way: of
             // those that never sent a whole request first (a client between
             // two requests has proven itself), then of the idle ones. It
@@ -219,13 +157,13 @@ impl Connections {
             };
             let Some(victim) = victim else {
                 drop(open);
-                self.count(Ended::RefusedFull);
+                self.tally.count(Ended::RefusedFull);
                 return Err(Ended::RefusedFull);
             };
             victim.evicting.store(true, Ordering::Relaxed);
             open.evicting += 1;
             victim.evict.cancel();
-            self.count(Ended::Evicted);
+            self.tally.count(Ended::Evicted);
         }
         open.next_id += 1;
         let conn = Arc::new(Conn {
@@ -323,32 +261,12 @@ impl Drop for Admitted {
 impl Admitted {
     /// The stream, bounded in time.
     pub fn stream(&self, stream: TcpStream) -> Timed {
-        Timed::new(stream, self.connections.clone(), self.conn.clone())
+        Timed::new(stream, self.connections.tally.clone(), self.conn.clone())
     }
 
     /// What the service holds while it handles one request.
     pub fn conn(&self) -> &Arc<Conn> {
         &self.conn
-    }
-}
-
-impl Conn {
-    /// Marks a request as being handled until the guard is dropped (its
-    /// answer given).
-    pub fn busy(self: &Arc<Self>) -> Busy {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Busy(self.clone())
-    }
-}
-
-/// A request being handled on a connection.
-pub struct Busy(Arc<Conn>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.answers.fetch_add(1, Ordering::Relaxed);
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.reader.wake();
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::{Conn, Connections, Ended};
+use super::shared::{Conn, Ended, Tally};
 
 /// What a connection waits on its client for now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +29,7 @@ enum Phase {
 /// `TimedOut`, and hyper closes the connection.
 pub struct Timed {
     inner: TcpStream,
-    connections: Arc<Connections>,
+    tally: Arc<Tally>,
     conn: Arc<Conn>,
     phase: Phase,
     /// `conn.answers` when this stream last looked.
@@ -40,8 +40,8 @@ pub struct Timed {
 }
 
 impl Timed {
-    pub(super) fn new(inner: TcpStream, connections: Arc<Connections>, conn: Arc<Conn>) -> Self {
-        let deadline = tokio::time::Instant::now() + connections.settings.header_read_timeout;
+    pub(super) fn new(inner: TcpStream, tally: Arc<Tally>, conn: Arc<Conn>) -> Self {
+        let deadline = tokio::time::Instant::now() + tally.settings.header_read_timeout;
         Self {
             inner,
             phase: Phase::Head,
@@ -49,7 +49,7 @@ impl Timed {
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
             write_stall: None,
             evicted: Box::pin(conn.evict.clone().cancelled_owned()),
-            connections,
+            tally,
             conn,
         }
     }
@@ -62,7 +62,7 @@ impl Timed {
     }
 
     fn ended(&self, why: Ended) -> io::Error {
-        self.connections.count(why);
+        self.tally.count(why);
         io::Error::new(io::ErrorKind::TimedOut, why.label())
     }
 }
@@ -88,15 +88,15 @@ impl AsyncRead for Timed {
             this.seen_answers = answers;
             this.conn
                 .waiting_since
-                .store(this.connections.now_ms(), Ordering::Relaxed);
-            let idle = this.connections.settings.idle_timeout;
+                .store(this.tally.now_ms(), Ordering::Relaxed);
+            let idle = this.tally.settings.idle_timeout;
             this.wait(Phase::Idle, idle);
         }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if !busy && this.phase == Phase::Idle && buf.filled().len() > before {
-                    let header = this.connections.settings.header_read_timeout;
+                    let header = this.tally.settings.header_read_timeout;
                     this.wait(Phase::Head, header);
                 }
                 Poll::Ready(Ok(()))
@@ -122,7 +122,7 @@ impl Timed {
     ) -> Poll<io::Result<T>> {
         match polled {
             Poll::Pending => {
-                let idle = self.connections.settings.idle_timeout;
+                let idle = self.tally.settings.idle_timeout;
                 let stall = self
                     .write_stall
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));

@@ -28,7 +28,7 @@ pub struct BuyerMarks {
 
 #[derive(Debug, Default)]
 struct Table {
-    marks: super::Map<u64, Mark>,
+    marks: super::maps::Map<u64, Mark>,
     pruned: Option<Instant>,
 }
 

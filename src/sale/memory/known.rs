@@ -30,7 +30,7 @@ struct State {
     snapshot: Option<Snapshot>,
     /// Sales opened through this process, and when: kept over a snapshot
     /// whose read was sent before them.
-    opened_here: super::Map<ProductId, Instant>,
+    opened_here: super::maps::Map<ProductId, Instant>,
     /// The registry was over the cap at the last read (logged once).
     over_cap: bool,
 }
@@ -40,7 +40,7 @@ struct State {
 /// an order compares instants, where subtracting them cost more).
 #[derive(Debug)]
 struct Snapshot {
-    ids: super::Set<ProductId>,
+    ids: super::maps::Set<ProductId>,
     /// Trusted until then (`sent + ttl`).
     stale_at: Instant,
     /// Read again from then on (`sent + ttl / 2`).

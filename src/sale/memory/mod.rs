@@ -20,6 +20,7 @@
 mod buyers;
 pub mod clock;
 mod known;
+mod maps;
 mod soldout;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,13 +37,7 @@ pub use soldout::{Marked, SoldOutMarks};
 use super::rejection::Rejection;
 use crate::config::MemorySettings;
 use crate::domain::ProductId;
-
-/// The memory's tables, looked up several times per order answered: with
-/// foldhash rather than std's SipHash, a fraction of the lookups' cost.
-/// Seeded at random per table (its `quality` variant), as std's is, since
-/// a buyer's mark can follow a request's user id (a `limit` refusal).
-type Map<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
-type Set<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
+use maps::Map;
 
 /// Open sales remembered at most (more are asked about in Redis).
 const MAX_SALES: usize = 10_000;

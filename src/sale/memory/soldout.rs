@@ -32,7 +32,7 @@ const PRUNE_AT: usize = 1024;
 pub struct SoldOutMarks {
     ttl: Duration,
     // A std RwLock: held for a hash lookup only, never across an await.
-    marks: RwLock<super::Map<ProductId, Mark>>,
+    marks: RwLock<super::maps::Map<ProductId, Mark>>,
 }
 
 #[derive(Debug)]

@@ -7,7 +7,8 @@ use std::collections::HashSet;
 
 use sqlx::{MySql, QueryBuilder};
 
-use super::{EventRow, Events, SLOTS, STORED, Stored, expand};
+use super::feed::Events;
+use super::stored::{EventRow, SLOTS, STORED, Stored, expand};
 use crate::store::db::Db;
 use crate::store::error::StoreError;
 

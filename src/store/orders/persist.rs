@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use sqlx::{MySql, QueryBuilder};
 
-use super::Orders;
+use super::row::Orders;
 use crate::domain::{OrderStatus, PendingOrder, ProductId, backoff, now_ms};
 use crate::store::error::StoreError;
 use crate::store::events::{self, EventKind};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{MySql, QueryBuilder};
 
-use super::{OrderRow, Orders, ROW};
+use super::row::{OrderRow, Orders, ROW};
 use crate::domain::{OrderId, OrderStatus, UserId, backoff, now_ms};
 use crate::store::error::StoreError;
 use crate::store::events::{self, EventKind};

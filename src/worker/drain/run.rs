@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{IDLE_POLL, SaleWorker};
+use super::consumer::{IDLE_POLL, SaleWorker};
 use crate::domain::{Chain, backoff};
 
 /// Drains one sale until `shutdown`: steps, with a reclaim pass every half

@@ -2,17 +2,54 @@
 //! in one transaction, acked; entries that cannot be persisted are dead
 //! letters (or kept, while their deliveries are few).
 
-use super::{Batch, Outcome, SaleWorker, Source};
-use crate::domain::{Chain, PendingOrder};
-use crate::sale::Entry;
-use crate::store::Persisted;
+use crate::config::WorkerConfig;
+use crate::domain::{Chain, PendingOrder, ProductId};
+use crate::metrics::Metrics;
+use crate::sale::{Entry, SaleStream};
+use crate::store::{self, Persisted};
 use crate::worker::error::WorkerError;
 
-impl SaleWorker {
+/// Where a batch came from: read by this worker, or reclaimed from an
+/// idle one (its entries may have been delivered, and failed, before: their
+/// delivery counts decide which go to dead letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    Read,
+    Reclaimed,
+}
+
+/// What one step or reclaim pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Entries read or claimed.
+    pub read: usize,
+    /// Entries acked after their orders were committed (new or already there).
+    pub acked: usize,
+    /// What the commit inserted.
+    pub persisted: Persisted,
+    /// Entries moved to dead letters.
+    pub dead: usize,
+    /// Poison entries left pending for a later delivery.
+    pub kept: usize,
+}
+
+/// Entries of a batch with the orders they carry.
+type Batch<'a> = Vec<(&'a Entry, PendingOrder)>;
+
+/// What settling a batch needs of its drain.
+pub(super) struct Settle<'a> {
+    pub(super) product: &'a ProductId,
+    pub(super) stream: &'a SaleStream,
+    pub(super) orders: &'a store::Orders,
+    pub(super) cfg: &'a WorkerConfig,
+    pub(super) metrics: &'a Metrics,
+}
+
+impl Settle<'_> {
     /// Persists what parses in one transaction, acks it, and deals with the
     /// rest: parse, claim (after the replicas have the batch), persist, ack,
     /// then the poison entries.
-    pub(super) async fn settle(
+    pub(super) async fn batch(
         &self,
         entries: Vec<Entry>,
         source: Source,
@@ -183,4 +220,19 @@ impl SaleWorker {
 fn entry_order(id: &str) -> (u64, u64) {
     let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
     (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+impl Outcome {
+    pub(super) fn add(self, o: Outcome) -> Outcome {
+        Outcome {
+            read: self.read + o.read,
+            acked: self.acked + o.acked,
+            persisted: Persisted {
+                inserted: self.persisted.inserted + o.persisted.inserted,
+                units: self.persisted.units + o.persisted.units,
+            },
+            dead: self.dead + o.dead,
+            kept: self.kept + o.kept,
+        }
+    }
 }
