@@ -54,7 +54,7 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
   redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
-  redis.call('HSET', KEYS[4], 'ceiling', ARGV[7], 'rate', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
+  redis.call('HSET', KEYS[4], 'ceiling', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
     'pow', ARGV[13], 'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)
 end
 redis.call('SET', KEYS[2], ARGV[1])

@@ -28,8 +28,8 @@
 -- KEYS[2]  stock      fs:{pid}:stock
 -- KEYS[3]  room hash  fs:{pid}:room     ceiling, served, at_ms, early, late, floor, cap,
 --                                       pace, adj_ms, limit, pow; rate: the ceiling's
---                                       earlier name (read when ceiling is missing,
---                                       written beside it for earlier instances)
+--                                       earlier name (read when ceiling is missing:
+--                                       a room an earlier version opened)
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
 -- KEYS[6]  room used  fs:{pid}:room_used <admission expiry / gap> -> buyers who ordered
@@ -191,7 +191,7 @@ if ARGV[1] ~= '' then
   -- A new ceiling holds at once (the strain, if any, lowers it again).
   ceiling = tonumber(ARGV[1])
   pace = ceiling
-  redis.call('HSET', KEYS[3], 'ceiling', ARGV[1], 'rate', ARGV[1], 'pace', ARGV[1])
+  redis.call('HSET', KEYS[3], 'ceiling', ARGV[1], 'pace', ARGV[1])
 end
 if ARGV[2] ~= '' then
   floor = tonumber(ARGV[2])

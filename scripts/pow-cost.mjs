@@ -1,11 +1,11 @@
 // What the waiting room's proof of work costs a browser-class client: the
-// buyer page's own loop (src/http/buyer_page/assets/pow.js, WebCrypto
+// buyer page's own loop (src/http/buyers/buyer_page/assets/pow.js, WebCrypto
 // SHA-256 in batches of 256), run in Node (the same WebCrypto API).
 // Usage: node scripts/pow-cost.mjs [bits...]
 // Prints hashes per second and the mean time to solve per difficulty.
 import { readFileSync } from "node:fs";
 
-const page = new URL("../src/http/buyer_page/assets/pow.js", import.meta.url);
+const page = new URL("../src/http/buyers/buyer_page/assets/pow.js", import.meta.url);
 const { solveProof } = new Function(`${readFileSync(page, "utf8")}; return { solveProof };`)();
 
 const bits = process.argv.slice(2).map(Number);

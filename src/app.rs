@@ -8,14 +8,16 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::books::{Audit, Books, Catalog, Outbox, Recorder, Reports};
+use crate::bookkeeping::{Audit, Catalog, OrderLife, Outbox, Recorder, Reports};
 use crate::config::{MemorySettings, Settings, WorkerSettings, weak_admin_token};
 use crate::domain::Chain;
 use crate::http::auth::Auth;
-use crate::http::conn::Connections;
-use crate::http::limits::{Guards, sweep_buckets};
-use crate::http::watched::Watched;
-use crate::http::{self, AppState, Shared};
+use crate::http::buyers::{BuyerParts, Buyers};
+use crate::http::operators::watched::Watched;
+use crate::http::operators::{OperatorParts, Operators, SaleDesk};
+use crate::http::transport::conn::Connections;
+use crate::http::transport::limits::{Guards, sweep_buckets};
+use crate::http::{self, Wings};
 use crate::metrics::Metrics;
 use crate::sale::{SaleError, Sales};
 use crate::store::{Db, StoreError};
@@ -45,7 +47,7 @@ pub enum StartupError {
 /// that holds the stores whole and gives each part its handles.
 pub struct App {
     listener: TcpListener,
-    state: AppState,
+    wings: Wings,
     workers: Option<Workers>,
     sales: Sales,
     db: Db,
@@ -100,45 +102,45 @@ impl App {
             .clone()
             .map(|cfg| Workers::new(&sales, &db, cfg).with_metrics(metrics.clone()));
         let guards = Arc::new(Guards::new(http.limits.clone()));
-        let admin = Arc::new(http::admin_log::AdminDoor::new(
+        let admin = Arc::new(http::operators::admin_log::AdminDoor::new(
             db.admin_log(),
             guards.clone(),
             metrics.admin_auth_failures.clone(),
         ));
-        let outbox = Outbox::new(db.events(), db.deliveries());
-        let (catalog, audit, reports) = operators_books(&sales, &db);
-        let dashboard = dashboard(
-            settings,
-            Watched::of(&sales, &db),
-            &metrics,
-            (&guards, &admin),
-            (&catalog, &outbox, &reports),
-        );
-        let state = AppState::new(Shared {
+        let desk = operators_desk(&sales, &db);
+        let dashboard = dashboard(settings, Watched::of(&sales, &db), &metrics, &admin, &desk);
+        let connections = Connections::new(http.connections.clone());
+        let buyers = Buyers::new(BuyerParts {
             orders: sales.orders().clone(),
             room: sales.room().clone(),
-            books: Books::new(
+            order_life: OrderLife::new(
                 (sales.accepted().clone(), sales.ledger().clone()),
                 (db.orders(), db.payments()),
             ),
-            catalog,
-            audit,
-            reports,
-            outbox,
-            watched: Watched::of(&sales, &db),
-            dashboard,
-            admin_token: http.admin_token.clone(),
-            admin_routes: http.admin_routes,
+            catalog: desk.catalog.clone(),
             auth: auth.map(Arc::new),
             payments: http.payments.clone(),
             guards,
-            admin,
-            connections: Connections::new(http.connections.clone()),
-            metrics,
+            metrics: metrics.clone(),
         });
+        let operators = Operators::new(OperatorParts {
+            desk,
+            admin_token: http.admin_token.clone(),
+            door: admin,
+            watched: Watched::of(&sales, &db),
+            metrics,
+            connections: connections.clone(),
+            dashboard,
+        });
+        let wings = Wings {
+            buyers,
+            operators,
+            admin_routes: http.admin_routes,
+            connections,
+        };
         Ok(Self {
             listener,
-            state,
+            wings,
             workers,
             sales,
             db,
@@ -178,8 +180,8 @@ impl App {
         self.listener.local_addr()
     }
 
-    pub fn state(&self) -> &AppState {
-        &self.state
+    pub fn wings(&self) -> &Wings {
+        &self.wings
     }
 
     pub fn workers(&self) -> Option<&Workers> {
@@ -206,7 +208,7 @@ impl App {
         let token = CancellationToken::new();
         start_dependencies(&self.sales, &self.db, &token);
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
-        let metrics = self.state.metrics.clone();
+        let metrics = self.wings.operators.metrics.clone();
         let recorder = Recorder {
             metrics: metrics.clone(),
             seconds: self.db.seconds(),
@@ -215,13 +217,13 @@ impl App {
         };
         let recorded = tokio::spawn(recorder.run(token.clone()));
         tokio::spawn(sweep_buckets(
-            self.state.guards.clone(),
+            self.wings.buyers.guards.clone(),
             Duration::from_secs(10),
             token.clone(),
         ));
         tracing::info!(addr = %self.listener.local_addr()?, "serving");
         let stop = token.clone();
-        let served = http::serve(self.listener, self.state, async move {
+        let served = http::serve(self.listener, self.wings, async move {
             tokio::select! {
                 _ = shutdown => {}
                 _ = stop.cancelled() => {}
@@ -240,8 +242,8 @@ impl App {
 }
 
 /// What the operators' side runs on, across both stores: a sale's admin,
-/// its audit, its report.
-fn operators_books(sales: &Sales, db: &Db) -> (Catalog, Audit, Reports) {
+/// its audit, its report, its events.
+fn operators_desk(sales: &Sales, db: &Db) -> SaleDesk {
     let catalog = Catalog::new(
         (
             sales.lifecycle().clone(),
@@ -261,7 +263,12 @@ fn operators_books(sales: &Sales, db: &Db) -> (Catalog, Audit, Reports) {
         sales.room().clone(),
         (db.seconds(), db.products(), db.orders(), db.payments()),
     );
-    (catalog, audit(), reports)
+    SaleDesk {
+        catalog,
+        audit: audit(),
+        reports,
+        outbox: Outbox::new(db.events(), db.deliveries()),
+    }
 }
 
 /// The operator's page, when the admin routes are on with a token.
@@ -269,27 +276,27 @@ fn dashboard(
     settings: &Settings,
     watched: Watched,
     metrics: &Arc<Metrics>,
-    (guards, admin): (&Arc<Guards>, &Arc<http::admin_log::AdminDoor>),
-    (catalog, outbox, reports): (&Catalog, &Outbox, &Reports),
-) -> Option<Arc<http::dashboard::Dashboard>> {
+    admin: &Arc<http::operators::admin_log::AdminDoor>,
+    desk: &SaleDesk,
+) -> Option<Arc<http::operators::dashboard::Dashboard>> {
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
     let workers = match &settings.workers {
-        Some(w) => http::dashboard::board::Workers::Here {
+        Some(w) => http::operators::dashboard::board::Workers::Here {
             delivering: !w.events.is_empty(),
         },
-        None => http::dashboard::board::Workers::Elsewhere,
+        None => http::operators::dashboard::board::Workers::Elsewhere,
     };
-    Some(Arc::new(http::dashboard::Dashboard {
-        sessions: http::dashboard::session::Sessions::new(&token, http.dashboard_session),
-        board: http::dashboard::Board::new(watched, metrics.clone(), workers),
+    Some(Arc::new(http::operators::dashboard::Dashboard {
+        sessions: http::operators::dashboard::session::Sessions::new(
+            &token,
+            http.dashboard_session,
+        ),
+        board: http::operators::dashboard::Board::new(watched, metrics.clone(), workers),
         admin_token: token,
         admin: admin.clone(),
-        guards: guards.clone(),
         metrics: metrics.clone(),
-        catalog: catalog.clone(),
-        outbox: outbox.clone(),
-        reports: reports.clone(),
+        desk: desk.clone(),
         ended: Default::default(),
     }))
 }
@@ -316,7 +323,8 @@ pub async fn run_workers(
     if let Some(addr) = settings.metrics_addr {
         let listener = listen(addr)?;
         tracing::info!(addr = %listener.local_addr()?, "serving worker metrics");
-        let router = http::metrics::worker_router(metrics.clone(), Watched::of(&sales, &db));
+        let router =
+            http::operators::metrics::worker_router(metrics.clone(), Watched::of(&sales, &db));
         let connections = Connections::new(settings.connections.clone());
         let stop = token.clone();
         tokio::spawn(async move {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::books::{Audit, Recovery, Reports, Settlement, audit, recover, retire};
+use crate::bookkeeping::{Audit, Recovery, Reports, Settlement, audit, recover, retire};
 use crate::config::{
     AuditArgs, DbArgs, DbSettings, MemorySettings, RecoverArgs, RedisArgs, RedisSettings,
     ReportArgs, SalesArgs, StreamsArgs,
@@ -15,7 +15,7 @@ use crate::config::{
 use crate::domain::{ProductId, SaleState};
 use crate::sale::Sales;
 use crate::sale::keys::GROUP;
-use crate::sale::queue::{PendingEntry, QueueView};
+use crate::sale::watch::{PendingEntry, StreamView};
 use crate::store::{AdminEntry, Db};
 
 /// Redis for an operator command: one request at a time, patient.
@@ -178,7 +178,7 @@ pub async fn sales(args: SalesArgs) -> anyhow::Result<()> {
     let (sales, db) = connect(&args.redis, &args.db).await?;
     let after = Duration::from_secs(args.retire_after_secs);
     let settlement = Settlement::new(
-        (sales.lifecycle().clone(), sales.queue().clone()),
+        (sales.lifecycle().clone(), sales.watch().clone()),
         (db.products(), db.orders()),
         audit_of(&sales, &db),
     );
@@ -246,9 +246,9 @@ pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
     };
     let mut reports = Vec::with_capacity(products.len());
     for product in products {
-        let view = sales.queue().view(&product).await?;
+        let view = sales.watch().view(&product).await?;
         let pending_entries = match (view.has_group, args.pending) {
-            (true, limit) if limit > 0 => sales.queue().pending(&product, limit).await?,
+            (true, limit) if limit > 0 => sales.watch().pending(&product, limit).await?,
             _ => Vec::new(),
         };
         reports.push(StreamReport {
@@ -265,12 +265,12 @@ pub async fn streams(args: StreamsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One sale's queue as `flashsale streams` shows it.
+/// One sale's stream as `flashsale streams` shows it.
 #[derive(Debug, serde::Serialize)]
 pub struct StreamReport {
     pub product_id: String,
     #[serde(flatten)]
-    pub view: QueueView,
+    pub view: StreamView,
     /// The oldest pending entries (at most `--pending`).
     pub pending_entries: Vec<PendingEntry>,
 }

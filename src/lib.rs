@@ -2,28 +2,29 @@
 //!
 //! A flash-sale order service. The data flows top-down through the layout:
 //!
-//! - [`http`]: the JSON API. `server` answers `POST /api/orders` straight
-//!   from the connection (`orders::place`), `router` the rest: who is asking
-//!   ([`http::auth`]), one module per resource (`orders`, `products`,
-//!   `room`, `payments`: the payment side's signed notifications, `events`:
-//!   the outbox read in order), bounded connections (`conn`) and requests
-//!   (`limits`), one error mapping (`error`), the operator's live page
-//!   ([`http::dashboard`]) and a sale's page for its buyers (`buyer_page`,
-//!   over the public API).
+//! - [`http`]: the JSON API, a wing per audience over a state of its own:
+//!   [`http::transport`] (the server, which answers `POST /api/orders` and
+//!   the waiting room's polls straight from the connection; bounded
+//!   connections and requests), [`http::buyers`] (orders, the room, the
+//!   payment side's signed notifications, the public product read, a
+//!   sale's page for its buyers), [`http::operators`] (the admin API, the
+//!   admin log, the dashboard, the report's routes, the events feed,
+//!   `/metrics`); who is asking ([`http::auth`]) and one error mapping
+//!   (`error`) below them, the router above.
 //! - [`worker`]: the stream workers (`drain`: consumer-group reads, one
 //!   MySQL transaction per batch, then XACK; reclaim, dead letters, trim)
 //!   and the periodic passes (`periodic`: sweeper, reconciliation,
 //!   retirement, `deliver`: the outbox pushed to the shop), each run by
 //!   `every`.
-//! - [`books`]: what needs both stores: an order's life after its 202
+//! - [`bookkeeping`]: what needs both stores: an order's life after its 202
 //!   (payments, cancel, payment timeout), a sale's admin (`Catalog`), the
 //!   audit, recovery of a sale Redis lost, a sale's end of life, a sale's
-//!   report (`report`: its timeline and its books). The books decide; the
-//!   stores read and write.
+//!   report (`report`: its timeline and its books). The bookkeeping
+//!   decides; the stores read and write.
 //! - [`sale`]: the Redis side, as handles by role over one private core:
-//!   `Orders` (one Lua script checks the sale, deducts stock and appends
+//!   `OrderPath` (one Lua script checks the sale, deducts stock and appends
 //!   the order to the sale's stream, atomically: where stock is deducted),
-//!   `Accepted`, `Room`, `Lifecycle`, `Queue`, `Ledger`, `Streams`, `Bells`.
+//!   `Accepted`, `Room`, `Lifecycle`, `Watch`, `Ledger`, `Streams`, `Bells`.
 //! - [`store`]: MySQL, one handle per table family (`Products`, `Orders`:
 //!   where an order is persisted, `Payments`, `Events`, `Deliveries`,
 //!   `Audits`, `AdminLog`, `Seconds`: the sales' timelines) over one bounded
@@ -53,7 +54,7 @@
 //! bench_support
 //!   -> app, cli
 //!     -> http, worker      (both -> metrics)
-//!       -> books
+//!       -> bookkeeping
 //!         -> sale, store
 //!           -> config
 //!             -> domain
@@ -68,6 +69,9 @@
 //! - **accepted** order: answered 202 by the order script, in the sale's
 //!   **stream**; **pending** until a worker **persists** it into the
 //!   **books** (MySQL), `confirmed` there, then `paid` or `cancelled`.
+//!   **Bookkeeping** (`bookkeeping`): the rules over both stores that decide
+//!   what the books hold (an order's life after its 202, `OrderLife`; a
+//!   sale's admin, audit, recovery, retirement, report).
 //! - **shared call**: one `place_order.lua` call carrying the orders of a
 //!   sale that arrived while its previous call was in flight.
 //! - **batch**: the entries a worker reads from a stream at once, and
@@ -76,8 +80,10 @@
 //!   kept for an operator.
 //! - **memory**: what an instance remembers of Redis's answers, to refuse
 //!   without a round trip (`sale::memory`).
-//! - **queue**: the read model of a sale's stream and its consumer group
-//!   (`sale::Queue`: what the dashboard and `/metrics` show).
+//! - **watch**: the read model of a sale's stream and its consumer group
+//!   (`sale::Watch`: what the dashboard, `/metrics` and `flashsale
+//!   streams` show). "Queue" is only the waiting room's routes' word
+//!   (`/api/sales/{id}/queue`: joining the line), kept for clients.
 //! - **waiting room**: the **line** (the places admitted so far) moves at
 //!   the **pace** (buyers admitted per second now, `admit_per_sec` in
 //!   answers and metrics), between the operator's **floor** and
@@ -99,7 +105,7 @@
 pub mod app;
 #[cfg(feature = "bench")]
 pub mod bench_support;
-pub mod books;
+pub mod bookkeeping;
 pub mod cli;
 pub mod config;
 pub mod domain;

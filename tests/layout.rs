@@ -12,7 +12,7 @@ const LEVELS: [(&str, u8); 11] = [
     ("config", 1),
     ("sale", 2),
     ("store", 2),
-    ("books", 3),
+    ("bookkeeping", 3),
     ("http", 4),
     ("worker", 4),
     ("app", 5),
@@ -181,9 +181,9 @@ fn no_module_imports_one_above_it() {
 
 #[test]
 fn grouped_and_spread_imports_are_read() {
-    let text = "use crate::{\n    sale::{self, Sales},\n    store,\n};\nlet x = crate::books::f(\"crate::app\"); // crate::cli\n";
+    let text = "use crate::{\n    sale::{self, Sales},\n    store,\n};\nlet x = crate::bookkeeping::f(\"crate::app\"); // crate::cli\n";
     let used = crate_uses(&code(text));
-    let expected: BTreeSet<String> = ["books", "sale", "store"].map(String::from).into();
+    let expected: BTreeSet<String> = ["bookkeeping", "sale", "store"].map(String::from).into();
     assert_eq!(used, expected);
 }
 
@@ -371,4 +371,43 @@ fn no_module_uses_its_folders_face() {
     }
     assert!(checked > 40, "only {checked} names read: it reads nothing");
     assert!(upward.is_empty(), "arrows back up:\n{}", upward.join("\n"));
+}
+
+/// The HTTP wing's floors: what the wings share at the bottom, then the
+/// transport, the buyers' side, the operators' side (which shows the
+/// buyers' product view), and what assembles them on top. A module uses
+/// only siblings on a lower floor.
+const HTTP_LEVELS: [(&str, u8); 10] = [
+    ("error", 0),
+    ("pages", 0),
+    ("auth", 1),
+    ("extract", 2),
+    ("transport", 3),
+    ("buyers", 4),
+    ("operators", 5),
+    ("openapi", 6),
+    ("state", 6),
+    ("router", 7),
+];
+
+#[test]
+fn the_http_wings_stand_on_their_floors() {
+    let levels: BTreeMap<&str, u8> = HTTP_LEVELS.into_iter().collect();
+    let folder = src().join("http");
+    let mut against = Vec::new();
+    for (child, used) in sibling_uses(&folder) {
+        let level = *levels
+            .get(child.as_str())
+            .unwrap_or_else(|| panic!("http/{child} has no floor in HTTP_LEVELS"));
+        for u in used {
+            if levels[u.as_str()] >= level {
+                against.push(format!("http/{child} uses http/{u}"));
+            }
+        }
+    }
+    assert!(
+        against.is_empty(),
+        "uses against the wings' floors:\n{}",
+        against.join("\n")
+    );
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::load::{Answer, Conn};
 use super::plan::{Mix, Planned, plan};
-use flashsale::books::audit::Check;
+use flashsale::bookkeeping::audit::Check;
 
 /// What the instances' counters said at one moment (summed over them).
 #[derive(Debug, Clone, Copy, Default, Serialize)]

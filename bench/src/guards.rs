@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::rehearsal::{BenchArgs, Report, RunFigures, median, run};
-use flashsale::config::{Limits, Rate};
+use flashsale::config::{Limits, RateLimit};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchGuardsArgs {
@@ -53,7 +53,7 @@ pub struct GuardsReport {
 
 /// Every guard on, with bounds the benchmark never reaches.
 fn guards_on() -> Limits {
-    let never = Rate::new(u32::MAX / 2, u32::MAX / 2);
+    let never = RateLimit::new(u32::MAX / 2, u32::MAX / 2);
     Limits {
         max_in_flight: 1 << 20,
         user_rate: never,

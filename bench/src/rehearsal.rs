@@ -32,7 +32,7 @@ use super::floor::{Floor, Kind};
 use super::load::{Answer, Conn, DirectCaller, HttpCaller, LoadRun, drive, drive_until};
 use super::plan::{Mix, Planned, expected_units, plan};
 use super::tokens::Tokens;
-pub use flashsale::books::audit::Check;
+pub use flashsale::bookkeeping::audit::Check;
 use flashsale::config::AuthSettings;
 use flashsale::config::Limits;
 use flashsale::config::MemorySettings;

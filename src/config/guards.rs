@@ -1,6 +1,6 @@
 //! The guards in front of the order path and around it: the bounds on
-//! client connections (see `http::conn`), the limits and rate limits on
-//! requests (`http::limits`), and the orders answered from memory without
+//! client connections (see `http::transport::conn`), the limits and rate limits on
+//! requests (`http::transport::limits`), and the orders answered from memory without
 //! Redis (`sale::memory`). Each setting's default is written here once:
 //! the command line shows it, the type's `Default` uses it.
 
@@ -82,7 +82,7 @@ pub fn raise_open_file_limit() -> usize {
     open_file_limit()
 }
 
-/// The bounds on client connections (see `http::conn`).
+/// The bounds on client connections (see `http::transport::conn`).
 #[derive(Debug, Clone, Args)]
 pub struct ConnectionArgs {
     /// A request head must arrive whole within this long of the
@@ -144,12 +144,12 @@ impl From<&ConnectionArgs> for ConnectionSettings {
 
 /// A token bucket: `per_second` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
+pub struct RateLimit {
     pub per_second: NonZeroU32,
     pub burst: NonZeroU32,
 }
 
-impl Rate {
+impl RateLimit {
     /// `None` when `per_second` is 0 (the limit is off).
     pub fn new(per_second: u32, burst: u32) -> Option<Self> {
         let per_second = NonZeroU32::new(per_second)?;
@@ -168,13 +168,13 @@ pub struct Limits {
     /// Upper bound on handling any request.
     pub request_timeout: Duration,
     /// Per-user bucket on `POST /api/orders` (`None`: off).
-    pub user_rate: Option<Rate>,
+    pub user_rate: Option<RateLimit>,
     /// Per-client-address bucket on `POST /api/orders` (`None`: off).
-    pub ip_rate: Option<Rate>,
+    pub ip_rate: Option<RateLimit>,
     /// Per-client-address bucket on lookups, pay and cancel (`None`: off).
-    pub lookup_rate: Option<Rate>,
+    pub lookup_rate: Option<RateLimit>,
     /// Per-client-address bucket on the waiting room's polls (`None`: off).
-    pub poll_rate: Option<Rate>,
+    pub poll_rate: Option<RateLimit>,
     /// Live keys each bucket map may hold.
     pub max_keys: usize,
     /// Take the client address from this header (the rightmost entry that
@@ -206,7 +206,7 @@ pub mod limit_defaults {
 
 impl Default for Limits {
     fn default() -> Self {
-        let rate = |(per_second, burst)| Rate::new(per_second, burst);
+        let rate = |(per_second, burst)| RateLimit::new(per_second, burst);
         Self {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             request_timeout: Duration::from_millis(limit_defaults::REQUEST_TIMEOUT_MS),
@@ -238,7 +238,7 @@ impl Limits {
     }
 }
 
-/// The guards in front of the order path (see `http::limits`).
+/// The guards in front of the order path (see `http::transport::limits`).
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
     /// Orders decided at once; beyond it `POST /api/orders` answers 503
@@ -290,7 +290,13 @@ pub struct LimitArgs {
 
 impl From<LimitArgs> for Limits {
     fn from(a: LimitArgs) -> Self {
-        let rate = |on: bool, per_sec, burst| if on { Rate::new(per_sec, burst) } else { None };
+        let rate = |on: bool, per_sec, burst| {
+            if on {
+                RateLimit::new(per_sec, burst)
+            } else {
+                None
+            }
+        };
         Self {
             max_in_flight: a.max_in_flight,
             request_timeout: Duration::from_millis(a.request_timeout_ms),

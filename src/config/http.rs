@@ -213,7 +213,7 @@ pub struct PaymentSettings {
     pub currency: Currency,
 }
 
-/// Payments from the payment side (see `http::payments`).
+/// Payments from the payment side (see `http::buyers::payments`).
 #[derive(Debug, Clone, Args)]
 pub struct PaymentArgs {
     /// The secrets payment notifications are signed with, per Standard

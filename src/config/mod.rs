@@ -16,7 +16,7 @@ mod worker;
 pub(crate) use self::bounds::DAY_MS;
 pub use self::guards::{
     ConnectionArgs, ConnectionSettings, DEFAULT_MAX_IN_FLIGHT, HEADER_READ_TIMEOUT_MS,
-    IDLE_TIMEOUT_MS, LimitArgs, Limits, MemoryArgs, MemorySettings, Rate, limit_defaults,
+    IDLE_TIMEOUT_MS, LimitArgs, Limits, MemoryArgs, MemorySettings, RateLimit, limit_defaults,
     memory_defaults, open_file_limit, raise_open_file_limit,
 };
 pub use self::http::{

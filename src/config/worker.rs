@@ -1,6 +1,6 @@
 //! The stream workers' settings: how they drain the sales' streams, push
 //! the outbox to the shop (`worker::deliver`) and retire ended sales
-//! (`books::retire`). Each default is written here once.
+//! (`bookkeeping::retire`). Each default is written here once.
 
 use std::time::Duration;
 
@@ -68,11 +68,11 @@ pub struct WorkerConfig {
     pub reconcile_every: Duration,
     /// A cancel's Redis half missing for this long counts as interrupted.
     pub release_grace: Duration,
-    /// How often every open sale's books are checked (`books::live`);
+    /// How often every open sale's books are checked (`bookkeeping::live`);
     /// zero: never.
     pub books_every: Duration,
     /// How often ended sales are looked at for retirement
-    /// (`books::retire`); zero: never.
+    /// (`bookkeeping::retire`); zero: never.
     pub retire_every: Duration,
     pub retire: RetireSettings,
     /// Where the outbox's events are pushed, one entry per endpoint (none:

@@ -407,9 +407,9 @@ impl From<StoreError> for ApiError {
     }
 }
 
-impl From<crate::books::BooksError> for ApiError {
-    fn from(e: crate::books::BooksError) -> Self {
-        use crate::books::BooksError as B;
+impl From<crate::bookkeeping::BookkeepingError> for ApiError {
+    fn from(e: crate::bookkeeping::BookkeepingError) -> Self {
+        use crate::bookkeeping::BookkeepingError as B;
         match e {
             B::NotFound => Self::OrderNotFound,
             B::Pending => Self::OrderPending,

@@ -31,7 +31,13 @@ where
     }
 }
 
-pub use super::conn::peer;
+/// The peer address `serve` puts on the router's requests (`None` when a
+/// request did not come through it).
+pub fn peer(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(addr)| *addr)
+}
 
 /// A JSON body that may be left out (no bytes at all, or JSON `null`); when
 /// sent, it is checked as [`JsonBody`] checks it.
@@ -147,7 +153,7 @@ pub struct AdminToken(pub Option<Arc<str>>);
 /// How [`Caller`] tells the buyer (`None`: `AUTH=none`, the body's
 /// `user_id` is believed). Taken from any state by `FromRef`.
 #[derive(Clone)]
-pub struct Identity(pub Option<Arc<Auth>>);
+pub struct Verifier(pub Option<Arc<Auth>>);
 
 /// The credential of `Authorization: Bearer <credential>`, if sent.
 pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
@@ -183,16 +189,16 @@ where
     }
 }
 
-/// The buyer behind a request (see [`super::auth`]).
+/// The buyer behind a request (see [`crate::http::auth`]).
 impl<S> FromRequestParts<S> for Caller
 where
     S: Send + Sync,
-    Identity: FromRef<S>,
+    Verifier: FromRef<S>,
 {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Identity(auth) = Identity::from_ref(state);
+        let Verifier(auth) = Verifier::from_ref(state);
         Caller::of(auth.as_deref(), parts, peer(&parts.extensions))
     }
 }

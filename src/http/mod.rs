@@ -1,48 +1,35 @@
-//! The HTTP API, a map:
+//! The HTTP API, a wing per audience, each over a state of its own:
 //!
-//! - [`server`]: accepts connections ([`conn`]: their bounds), answers
-//!   `POST /api/orders` and the waiting room's polls straight from the
-//!   connection, hands everything else to the [`router`];
-//! - one module per resource: `orders` (placing, reading, paying,
-//!   cancelling), `products` (admin: create, open, close, audit), `room`
-//!   (the waiting room), `health`, [`metrics`], [`openapi`] (the contract),
-//!   [`dashboard`] (the operator's live page), `buyer_page` (a sale's page
-//!   for its buyers, over the public API); `pages` what both pages share;
-//! - what every request goes through: [`auth`] (who is buying), [`limits`]
-//!   (the guards in front of Redis), `extract` (input into validated
-//!   values), `body`, `logs`, `new_product` (the body that creates a
-//!   product: the admin API's and the dashboard form's);
-//! - [`error`]: the one mapping from failures to answers; [`state`]: what
-//!   every handler can reach; [`watched`]: what the operator's views read
-//!   of the sales.
+//! - [`transport`]: what every request goes through, whoever sends it: the
+//!   server (`server`: accepts connections, answers the crowd's requests
+//!   straight from the connection, the rest through the router), the
+//!   connections' bounds (`conn`), the guards in front of Redis
+//!   (`limits`), bodies (`body`) and request logs (`logs`);
+//! - [`buyers`]: the buyers' and the payment side's API: orders, the
+//!   waiting room, payment notifications, the public product read, health,
+//!   a sale's page for its buyers;
+//! - [`operators`]: the admin API, the admin log, the dashboard and its
+//!   controls, the report's routes and page, the events feed, `/metrics`;
+//! - shared by the wings, below them: [`error`] (the one mapping from
+//!   failures to answers), `extract` (input into validated values, written
+//!   against `FromRef`, naming no state), [`auth`] (who is buying), `pages`
+//!   (what both pages share);
+//! - above them: `router` (the wings' routes merged, the guards as layers,
+//!   `serve`), [`openapi`] (the contract), `state` (the wings as startup
+//!   builds them).
 
-pub mod admin_log;
 pub mod auth;
-mod body;
-mod buyer_page;
-pub mod conn;
-pub mod dashboard;
+pub mod buyers;
 pub mod error;
-mod events;
 mod extract;
-mod health;
-pub mod limits;
-mod logs;
-pub mod metrics;
-mod new_product;
 pub mod openapi;
-mod orders;
+pub mod operators;
 mod pages;
-pub mod payments;
-pub(crate) mod products;
-mod report;
-mod room;
 mod router;
-mod server;
 mod state;
-pub mod watched;
+pub mod transport;
 
-pub use body::MAX_BODY_BYTES;
-pub use router::router;
-pub use server::{serve, serve_router};
-pub use state::{AppState, Shared};
+pub use router::{router, serve};
+pub use state::Wings;
+pub use transport::body::MAX_BODY_BYTES;
+pub use transport::server::serve_router;

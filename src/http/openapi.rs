@@ -19,8 +19,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
+use super::buyers::{health, orders, payments, products, room};
 use super::error::Code;
-use super::{admin_log, events, health, orders, payments, products, report, room};
+use super::operators::{admin_log, events, report, room_pace, sales};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -32,15 +33,15 @@ use super::{admin_log, events, health, orders, payments, products, report, room}
         health::healthz,
         health::readyz,
         products::get,
-        products::create,
-        products::open,
-        products::audit,
+        sales::create,
+        sales::open,
+        sales::audit,
         report::json,
         report::csv,
-        products::close,
-        products::pause,
-        products::resume,
-        products::restock,
+        sales::close,
+        sales::pause,
+        sales::resume,
+        sales::restock,
         orders::place::place,
         orders::get,
         orders::pay,
@@ -54,7 +55,7 @@ use super::{admin_log, events, health, orders, payments, products, report, room}
         room::join,
         room::challenge,
         room::standing,
-        room::set_pace,
+        room_pace::set_pace,
     ),
     components(schemas(super::error::ErrorBody)),
     modifiers(&CommonAnswers)

@@ -10,7 +10,7 @@
 //! each second, once over, is taken by the process's flush
 //! (`store::Seconds`: a row per sale, second and process, written with
 //! its values, so a write tried again counts nothing twice) and the
-//! report sums the processes' rows (`books::report`).
+//! report sums the processes' rows (`bookkeeping::report`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, RwLock};

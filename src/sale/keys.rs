@@ -30,7 +30,7 @@ pub struct SaleKeys {
     pub retaken: String,
     /// Hash: "<kind>:<payment_id>" -> a payment notification the books
     /// recorded (JSON), kept so that a failover of the books that loses
-    /// its record can put it back (`books::put_back`).
+    /// its record can put it back (`bookkeeping::put_back`).
     pub payments: String,
     /// Hash: restock id -> units (signed), the restocks done
     /// (`restock.lua`: each once).

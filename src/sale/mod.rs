@@ -10,11 +10,11 @@
 //!
 //! | handle | what it does | where |
 //! |---|---|---|
-//! | [`Orders`] | the order path: memory first, then `place_order.lua` (check, deduct, enqueue in one step), the orders of a sale that arrive together sharing a call; voiding what the replicas did not confirm | `orders/` |
+//! | [`OrderPath`] | the order path: memory first, then `place_order.lua` (check, deduct, enqueue in one step), the orders of a sale that arrive together sharing a call; voiding what the replicas did not confirm | `orders/` |
 //! | [`Accepted`] | what Redis holds of an accepted order: its record and progress, cancel requests, giving its units back or taking them again | `orders/accepted.rs` |
 //! | [`Room`] | the waiting room: join, where a ticket stands, admissions, the pace (`room_tick.lua`) | `room/` |
 //! | [`Lifecycle`] | open, close, the clock, the registry of open sales, a sale's end | `lifecycle/` |
-//! | [`Queue`] | the one read model of a sale's queue (dashboard, metrics, `flashsale streams`, the workers' checks) | `queue.rs` |
+//! | [`Watch`] | the one read model of a sale's stream and consumer group (dashboard, metrics, `flashsale streams`, the workers' checks) | `watch.rs` |
 //! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger/` |
 //! | [`Streams`] | the workers' side of each sale's stream: read, claim, ack, reclaim, dead letters, sleep | `stream/` |
 //! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `stream/bells.rs` |
@@ -33,11 +33,11 @@ mod lifecycle;
 mod lua;
 pub mod memory;
 mod orders;
-pub mod queue;
 mod rejection;
 pub mod room;
 pub mod stream;
 pub mod wait;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -50,16 +50,16 @@ pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
 pub use lifecycle::{Lifecycle, Paused, RestockBy, Restocked, SaleSpec};
 pub use memory::{Keyed, Memory};
 pub use orders::{
-    Accepted, AnsweredBy, Decision, NewOrder, Orders, Placed, Progress, Retake, Vouched,
+    Accepted, AnsweredBy, Decision, NewOrder, OrderPath, Placed, Progress, Retake, Vouched,
 };
 #[cfg(feature = "bench")]
 pub use orders::{OrderCall, PlaceReply, place::place_orders as place_orders_on};
-pub use queue::{Queue, QueueView};
 pub use rejection::Rejection;
 pub use room::Room;
 pub use stream::bells::Bells;
 pub use stream::entry::Entry;
 pub use stream::{Claimed, SaleStream, Streams};
+pub use watch::{StreamView, Watch};
 
 use crate::config::{MemorySettings, RedisSettings, ReplicaWait};
 use crate::domain::ProductId;
@@ -69,11 +69,11 @@ use crate::domain::ProductId;
 /// service (`app`, the CLI), which gives each consumer its handles.
 #[derive(Clone)]
 pub struct Sales {
-    orders: Orders,
+    orders: OrderPath,
     accepted: Accepted,
     room: Room,
     lifecycle: Lifecycle,
-    queue: Queue,
+    watch: Watch,
     ledger: Ledger,
     streams: Streams,
     bells: Bells,
@@ -114,10 +114,10 @@ impl Sales {
         let room = Room::new(core.clone());
         Self {
             bells: Bells::new(core.redis.clone(), &core.prefix),
-            orders: Orders::new(core.clone(), room.clone()),
+            orders: OrderPath::new(core.clone(), room.clone()),
             accepted: Accepted::new(core.clone()),
             lifecycle: Lifecycle::new(core.clone(), room.clone()),
-            queue: Queue::new(core.clone()),
+            watch: Watch::new(core.clone()),
             ledger: Ledger::new(core.clone()),
             streams: Streams::new(core.clone()),
             room,
@@ -125,7 +125,7 @@ impl Sales {
         }
     }
 
-    pub fn orders(&self) -> &Orders {
+    pub fn orders(&self) -> &OrderPath {
         &self.orders
     }
 
@@ -141,8 +141,8 @@ impl Sales {
         &self.lifecycle
     }
 
-    pub fn queue(&self) -> &Queue {
-        &self.queue
+    pub fn watch(&self) -> &Watch {
+        &self.watch
     }
 
     pub fn ledger(&self) -> &Ledger {

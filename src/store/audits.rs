@@ -1,5 +1,5 @@
 //! `tb_sale_audit` ([`Audits`]): a retired sale's final audit, recorded in
-//! the transaction that marks it retired (see `books::retire`), so its
+//! the transaction that marks it retired (see `bookkeeping::retire`), so its
 //! figures outlive its Redis keys. `tb_put_back`: what the repair after a
 //! failover of the books put back ([`PutBack`]), listed with the audit.
 

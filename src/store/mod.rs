@@ -22,7 +22,7 @@
 //! names what it can run on.
 //!
 //! The store reads and writes; what a change means is decided by the books
-//! (`books`), before or after the store's reads, never called back from
+//! (`bookkeeping`), before or after the store's reads, never called back from
 //! inside a transaction.
 
 mod admin_log;

@@ -40,7 +40,7 @@ pub struct Product {
     /// to it); `None` otherwise.
     pub closed: Option<i64>,
     /// When the sale was retired: ended, settled, its final audit recorded
-    /// (see `books::retire`); `None` while it lives.
+    /// (see `bookkeeping::retire`); `None` while it lives.
     pub retired: Option<i64>,
     /// When a retired sale's Redis keys were deleted; `None` until then.
     pub purged: Option<i64>,

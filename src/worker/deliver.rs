@@ -18,7 +18,7 @@ use axum::http::header;
 use reqwest::{Client, Url, redirect};
 use tokio_util::sync::CancellationToken;
 
-use crate::books::EventMessage;
+use crate::bookkeeping::EventMessage;
 use crate::config::DeliverySettings;
 use crate::domain::backoff;
 use crate::domain::{Chain, now_ms};

@@ -10,5 +10,5 @@ pub enum WorkerError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Books(#[from] crate::books::BooksError),
+    OrderLife(#[from] crate::bookkeeping::BookkeepingError),
 }

@@ -1,5 +1,5 @@
 //! The stream workers: move each sale's accepted orders from its Redis Stream
-//! into MySQL, with the stream's consumer group as the only queue.
+//! into MySQL, with the stream's consumer group as the only broker.
 //!
 //! A supervisor ([`Workers::run`], `supervisor.rs`) reads the registry of open sales every few
 //! seconds and runs one drain task per sale ([`drain`]): `XREADGROUP` a batch,
@@ -9,7 +9,7 @@
 //! touches one sale's keys only. Beside them, a periodic pass of the books'
 //! [`Sweeper`] (payment timeouts, interrupted cancels), the [`reconciler`]
 //! (what a failover lost in Redis, restored from the books) and the
-//! retirement passes (`books::retire`: ended, settled sales leave the
+//! retirement passes (`bookkeeping::retire`: ended, settled sales leave the
 //! registry, so their drains stop).
 
 pub mod activity;

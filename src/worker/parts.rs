@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::activity::Activity;
 use super::drain::SaleWorker;
-use crate::books::{Audit, Books, LiveCheck, Reports, Retirer, Settlement, Sweeper};
+use crate::bookkeeping::{Audit, LiveCheck, OrderLife, Reports, Retirer, Settlement, Sweeper};
 use crate::config::{RetireSettings, WorkerConfig};
 use crate::domain::ProductId;
 use crate::metrics::Metrics;
@@ -32,7 +32,7 @@ pub(super) struct Parts {
     pub(super) streams: sale::Streams,
     pub(super) bells: sale::Bells,
     /// Where the books' verdicts are recorded for every instance to show.
-    pub(super) queue: sale::Queue,
+    pub(super) watch: sale::Watch,
     /// What reconciliation restores in Redis.
     pub(super) ledger: sale::Ledger,
     /// Where the drains persist; whether the database is ready.
@@ -42,7 +42,7 @@ pub(super) struct Parts {
     pub(super) deliveries: store::Deliveries,
     /// Where retirements and what repairs put back are listed.
     pub(super) audits: store::Audits,
-    pub(super) books: Books,
+    pub(super) order_life: OrderLife,
     pub(super) live: LiveCheck,
     pub(super) retirer: Retirer,
 }
@@ -53,7 +53,7 @@ impl Parts {
             sales.ledger().clone(),
             (db.products(), db.orders(), db.audits()),
         );
-        let redis = (sales.lifecycle().clone(), sales.queue().clone());
+        let redis = (sales.lifecycle().clone(), sales.watch().clone());
         let reports = Reports::new(
             audit.clone(),
             sales.room().clone(),
@@ -71,18 +71,18 @@ impl Parts {
             lifecycle: sales.lifecycle().clone(),
             streams: sales.streams().clone(),
             bells: sales.bells().clone(),
-            queue: sales.queue().clone(),
+            watch: sales.watch().clone(),
             ledger: sales.ledger().clone(),
             orders: db.orders(),
             products: db.products(),
             events: db.events(),
             deliveries: db.deliveries(),
             audits: db.audits(),
-            books: Books::new(
+            order_life: OrderLife::new(
                 (sales.accepted().clone(), sales.ledger().clone()),
                 (db.orders(), db.payments()),
             ),
-            live: LiveCheck::new((sales.queue().clone(), sales.ledger().clone()), db.orders()),
+            live: LiveCheck::new((sales.watch().clone(), sales.ledger().clone()), db.orders()),
             retirer,
         }
     }
@@ -113,7 +113,7 @@ impl Workers {
     /// The sweeper, for driving pass by pass.
     pub fn sweeper(&self) -> Sweeper {
         Sweeper::new(
-            self.parts.books.clone(),
+            self.parts.order_life.clone(),
             self.parts.lifecycle.clone(),
             self.cfg.payment_timeout,
             self.cfg.release_grace,

@@ -14,9 +14,9 @@ use super::every::{every, supervised};
 use super::parts::Workers;
 use super::reconciler::Reconciler;
 use super::repair::Repairer;
-use crate::books::{self, BooksError};
+use crate::bookkeeping::{self, BookkeepingError};
 use crate::domain::{Chain, now_ms};
-use crate::sale::queue::BooksVerdict;
+use crate::sale::watch::BooksVerdict;
 
 /// Starts the passes; they stop at `shutdown`.
 pub(super) fn start(workers: &Workers, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
@@ -114,7 +114,7 @@ async fn repairing(workers: Workers, stop: CancellationToken) {
     let parts = &workers.parts;
     let repairer = Mutex::new(Repairer::new(
         (parts.lifecycle.clone(), parts.streams.clone()),
-        parts.books.clone(),
+        parts.order_life.clone(),
         (
             parts.orders.clone(),
             parts.events.clone(),
@@ -146,7 +146,7 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
     // A verdict outlives three looks at a quiet sale: it never lapses
     // between them, and fades once nobody checks.
     let lasts = looks.quiet() * 3;
-    let verdicts = Mutex::new((books::live::Verdicts::default(), looks));
+    let verdicts = Mutex::new((bookkeeping::live::Verdicts::default(), looks));
     every("books check", workers.cfg.books_every, stop, || async {
         let (verdicts, looks) = &mut *verdicts.lock().await;
         let open = workers.parts.lifecycle.open_sales().await?;
@@ -163,7 +163,7 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
                         difference: v.difference,
                         judged_ms: now_ms(),
                     };
-                    if let Err(e) = workers.parts.queue.record_books(product, recorded, lasts).await {
+                    if let Err(e) = workers.parts.watch.record_books(product, recorded, lasts).await {
                         tracing::warn!(%product, error = %Chain(&e), "cannot record the books verdict");
                     }
                 }
@@ -174,7 +174,7 @@ async fn checking_books(workers: Workers, stop: CancellationToken) {
         for gone in verdicts.retain(&open) {
             workers.metrics.forget_books(gone.as_str());
         }
-        Ok::<_, BooksError>(())
+        Ok::<_, BookkeepingError>(())
     })
     .await;
 }
@@ -186,12 +186,12 @@ async fn retiring(workers: Workers, stop: CancellationToken) {
     every("retirement", workers.cfg.retire_every, stop, || async {
         let pass = retirer.pass().await?;
         count_states(&workers, &pass).await;
-        Ok::<_, BooksError>(())
+        Ok::<_, BookkeepingError>(())
     })
     .await;
 }
 
-async fn count_states(workers: &Workers, pass: &books::retire::Pass) {
+async fn count_states(workers: &Workers, pass: &bookkeeping::retire::Pass) {
     let m = &workers.metrics;
     m.sales_retired.inc_by(pass.retired.len() as u64);
     m.sales_purged.inc_by(pass.purged.len() as u64);

@@ -1,7 +1,7 @@
 //! The reconciler: watches the Redis master behind each open sale and, when
 //! it changes (a failover promoted a replica, a server restarted), restores
 //! in Redis what the books hold and the new master lost (see
-//! `books::reconcile`). Every sale is reconciled once when the workers start
+//! `bookkeeping::reconcile`). Every sale is reconciled once when the workers start
 //! too, since a failover may have happened while none ran.
 //!
 //! With `REDIS_WAIT_REPLICAS` ≥ 1 a failover loses nothing the books hold
@@ -10,8 +10,8 @@
 //! again units the books hold: at most one check interval plus one pass
 //! after the new master serves (see docs/redis.md, Redis Cluster).
 
-use crate::books::BooksError;
-use crate::books::reconcile::reconcile;
+use crate::bookkeeping::BookkeepingError;
+use crate::bookkeeping::reconcile::reconcile;
 use crate::domain::ProductId;
 use crate::sale::{Ledger, Lifecycle, RestockBy, Restocked};
 use crate::store;
@@ -47,7 +47,7 @@ impl Reconciler {
 
     /// One check: reconciles the sales whose master changed (or that were
     /// never reconciled by this process); returns how many were reconciled.
-    pub async fn check(&mut self) -> Result<usize, BooksError> {
+    pub async fn check(&mut self) -> Result<usize, BookkeepingError> {
         let open = self.lifecycle.open_sales().await?;
         let epochs = self.lifecycle.master_epochs(&open).await?;
         // The same sales under the same masters as at the last check: each
@@ -82,7 +82,7 @@ impl Reconciler {
 
     /// One sale under a new master: the restocks it lost made again, then
     /// its orders and releases, then its pause.
-    async fn reconcile(&self, product: &ProductId) -> Result<(), BooksError> {
+    async fn reconcile(&self, product: &ProductId) -> Result<(), BookkeepingError> {
         // Restocks the new master lost: made again, once each (the script
         // knows the ones it has), counted as repaired; before the orders, so
         // that units restocked and sold are not seen as oversold. (A sale

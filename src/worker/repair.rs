@@ -18,7 +18,7 @@
 //!
 //! After the orders, what Redis keeps of their lives after the 202: the
 //! cancels whose units it has back, the payments it keeps
-//! (`books::put_back`). Everything put back is listed for the operator
+//! (`bookkeeping::put_back`). Everything put back is listed for the operator
 //! (`tb_put_back`, shown with the sale's audit).
 //!
 //! And the orders that reached the dead letters (MySQL refused their rows
@@ -27,7 +27,7 @@
 //! every 30 minutes: the cost follows orders, not the number of open
 //! sales), taken home once the books take them (listed as `dead_letter`).
 
-use crate::books::Books;
+use crate::bookkeeping::OrderLife;
 use crate::domain::{Chain, ProductId};
 use crate::sale::{Lifecycle, Streams};
 use crate::store::{self, PutBack};
@@ -59,7 +59,7 @@ pub struct Repaired {
 pub struct Repairer {
     lifecycle: Lifecycle,
     streams: Streams,
-    books: Books,
+    order_life: OrderLife,
     orders: store::Orders,
     events: store::Events,
     /// Where what is put back is listed.
@@ -84,7 +84,7 @@ impl Repairer {
     /// A repairer whose [`Self::check`] runs every `every`.
     pub fn new(
         (lifecycle, streams): (Lifecycle, Streams),
-        books: Books,
+        order_life: OrderLife,
         (orders, events, audits): (store::Orders, store::Events, store::Audits),
         (activity, every): (Activity, Duration),
     ) -> Self {
@@ -95,7 +95,7 @@ impl Repairer {
             activity,
             lifecycle,
             streams,
-            books,
+            order_life,
             orders,
             events,
             audits,
@@ -207,9 +207,9 @@ impl Repairer {
                 tracing::warn!(product_id = %product, orders = r.orders, read = r.read,
                     "orders the books had lost put back from the stream");
             }
-            let cancels = self.books.put_back_cancels(&product).await?;
+            let cancels = self.order_life.put_back_cancels(&product).await?;
             self.audits.note_put_back(&product, &cancels).await?;
-            let payments = self.books.put_back_payments(&product).await?;
+            let payments = self.order_life.put_back_payments(&product).await?;
             self.audits.note_put_back(&product, &payments).await?;
             r.cancels = cancels.len() as u64;
             r.dead_letters = self.put_back_dead_letters(&product).await?;

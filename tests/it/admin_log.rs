@@ -30,7 +30,7 @@ async fn every_admin_action_is_logged_with_who_from_where_and_the_values_before_
     let app = spawn_app().await;
     let me = format!(
         "token:{}",
-        flashsale::http::admin_log::fingerprint(ADMIN_TOKEN.as_bytes())
+        flashsale::http::operators::admin_log::fingerprint(ADMIN_TOKEN.as_bytes())
     );
 
     // A sale with a room: created, opened, its bounds changed, closed.

@@ -827,8 +827,8 @@ async fn on_galera_the_sweeper_and_the_payments_never_both_win_an_order() {
         .await
         .ready()
         .await;
-    let sweeper = flashsale::books::Sweeper::new(
-        flashsale::books::Books::new(
+    let sweeper = flashsale::bookkeeping::Sweeper::new(
+        flashsale::bookkeeping::OrderLife::new(
             (other.sales.accepted().clone(), other.sales.ledger().clone()),
             (other.db.orders(), other.db.payments()),
         ),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flashsale::config::{Limits, Rate};
+use flashsale::config::{Limits, RateLimit};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -129,7 +129,7 @@ const POST_ORDER: &str = "POST /api/orders HTTP/1.1\r\nContent-Type: application
 async fn refusals_before_the_body_is_read_keep_the_connection() {
     let app = spawn_app_with(|s| {
         s.http.limits = Limits {
-            ip_rate: Rate::new(1, 3),
+            ip_rate: RateLimit::new(1, 3),
             ..Limits::unlimited()
         };
     })

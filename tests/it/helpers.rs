@@ -865,8 +865,8 @@ impl TestApp {
 impl TestApp {
     /// The workers' sweeper with the payment timeout at zero: every
     /// confirmed order is overdue at its next sweep.
-    pub fn overdue_sweeper(&self) -> flashsale::books::Sweeper {
-        flashsale::books::Sweeper::new(
+    pub fn overdue_sweeper(&self) -> flashsale::bookkeeping::Sweeper {
+        flashsale::bookkeeping::Sweeper::new(
             self.books(),
             self.sales.lifecycle().clone(),
             Duration::ZERO,
@@ -875,33 +875,33 @@ impl TestApp {
     }
 
     /// The books over this app's stores, as the service builds them.
-    pub fn books(&self) -> flashsale::books::Books {
-        flashsale::books::Books::new(
+    pub fn books(&self) -> flashsale::bookkeeping::OrderLife {
+        flashsale::bookkeeping::OrderLife::new(
             (self.sales.accepted().clone(), self.sales.ledger().clone()),
             (self.db.orders(), self.db.payments()),
         )
     }
 
     /// The recovery of a sale from the books, as `flashsale recover` runs it.
-    pub fn recovery(&self) -> flashsale::books::Recovery {
-        flashsale::books::Recovery::new(
+    pub fn recovery(&self) -> flashsale::bookkeeping::Recovery {
+        flashsale::bookkeeping::Recovery::new(
             (self.sales.ledger().clone(), self.sales.lifecycle().clone()),
             (self.db.products(), self.db.orders()),
         )
     }
 
     /// The audit over this app's stores, as `flashsale audit` runs it.
-    pub fn audit_of(&self) -> flashsale::books::Audit {
-        flashsale::books::Audit::new(
+    pub fn audit_of(&self) -> flashsale::bookkeeping::Audit {
+        flashsale::bookkeeping::Audit::new(
             self.sales.ledger().clone(),
             (self.db.products(), self.db.orders(), self.db.audits()),
         )
     }
 
     /// Every opened sale's state, as `flashsale sales` lists them.
-    pub fn settlement(&self) -> flashsale::books::Settlement {
-        flashsale::books::Settlement::new(
-            (self.sales.lifecycle().clone(), self.sales.queue().clone()),
+    pub fn settlement(&self) -> flashsale::bookkeeping::Settlement {
+        flashsale::bookkeeping::Settlement::new(
+            (self.sales.lifecycle().clone(), self.sales.watch().clone()),
             (self.db.products(), self.db.orders()),
             self.audit_of(),
         )

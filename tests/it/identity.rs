@@ -570,7 +570,7 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
 async fn lookups_are_throttled_per_address() {
     let app = spawn_app_with(|s| {
         s.http.auth = AuthSettings::hmac(SECRET);
-        s.http.limits.lookup_rate = flashsale::config::Rate::new(1, 5);
+        s.http.limits.lookup_rate = flashsale::config::RateLimit::new(1, 5);
     })
     .await;
     let sku = app.new_sale(10, 5).await;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use flashsale::books::audit;
-use flashsale::books::recover::Overwrite;
+use flashsale::bookkeeping::audit;
+use flashsale::bookkeeping::recover::Overwrite;
 use flashsale::domain::{OrderId, PendingOrder, ProductId, Quantity, UserId};
 use flashsale::sale::{Booked, BookedState, Restore};
 use flashsale::worker::Workers;
@@ -363,7 +363,7 @@ async fn a_sale_redis_forgot_is_recovered_from_mysql(backend: Backend) {
     let again = app.recovery().recover(&pid(&sku), Overwrite::Refuse).await;
     assert!(matches!(
         again,
-        Err(flashsale::books::BooksError::Refused(_))
+        Err(flashsale::bookkeeping::BookkeepingError::Refused(_))
     ));
 }
 
@@ -546,7 +546,7 @@ async fn recovery_refuses_while_the_stream_holds_unpersisted_orders(backend: Bac
         .unwrap();
     let refused = app.recovery().recover(&pid(&sku), Overwrite::Refuse).await;
     assert!(
-        matches!(refused, Err(flashsale::books::BooksError::Refused(ref why)) if why.contains("stream")),
+        matches!(refused, Err(flashsale::bookkeeping::BookkeepingError::Refused(ref why)) if why.contains("stream")),
         "{refused:?}"
     );
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use flashsale::app::App;
 use flashsale::config::RedisTarget;
-use flashsale::config::{Limits, Rate};
+use flashsale::config::{Limits, RateLimit};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -92,7 +92,7 @@ async fn a_burst_of_twenty_times_the_in_flight_bound_is_all_answered_and_sheds_t
 async fn one_user_hammering_gets_429_while_others_are_served() {
     let app = spawn_app_with(|s| {
         s.http.limits = Limits {
-            user_rate: Rate::new(1, 3),
+            user_rate: RateLimit::new(1, 3),
             ..Limits::unlimited()
         };
     })
@@ -141,7 +141,7 @@ async fn one_user_hammering_gets_429_while_others_are_served() {
 async fn the_address_limit_applies_per_client_address() {
     let app = spawn_app_with(|s| {
         s.http.limits = Limits {
-            ip_rate: Rate::new(1, 2),
+            ip_rate: RateLimit::new(1, 2),
             client_ip_header: Some("x-forwarded-for".parse().unwrap()),
             // The test's client is the proxy.
             client_ip_proxies: vec!["127.0.0.0/8".parse().unwrap()],
@@ -187,7 +187,7 @@ async fn the_address_limit_applies_per_client_address() {
 async fn a_full_rate_limit_table_refuses_new_clients_until_idle_ones_are_evicted() {
     let app = spawn_app_with(|s| {
         s.http.limits = Limits {
-            user_rate: Rate::new(2, 2),
+            user_rate: RateLimit::new(2, 2),
             max_keys: 3,
             ..Limits::unlimited()
         };

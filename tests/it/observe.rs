@@ -24,7 +24,7 @@ fn sample(text: &str, series: &str) -> f64 {
 async fn metrics_after_a_small_sale_count_what_happened() {
     let app = spawn_app_with(|s| {
         s.http.limits = flashsale::config::Limits {
-            user_rate: flashsale::config::Rate::new(100, 100),
+            user_rate: flashsale::config::RateLimit::new(100, 100),
             ..flashsale::config::Limits::default()
         };
     })
@@ -381,7 +381,7 @@ async fn the_persistence_check_and_streams_work_on_a_cluster() {
     let sku = app.new_sale(5, 1).await;
     app.place_order(1, &sku, 1).await;
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let view = app.sales.queue().view(&product).await.unwrap();
+    let view = app.sales.watch().view(&product).await.unwrap();
     assert_eq!((view.stream_length, view.stock), (1, Some(4)));
     assert_eq!((view.has_group, view.lag), (true, Some(1)));
 }
@@ -869,7 +869,7 @@ async fn the_books_gauge_does_not_flap_during_a_burst() {
     );
 }
 
-/// The books check's read of a sale's queue (`Queue::backlog`): entries not
+/// The books check's read of a sale's queue (`Watch::backlog`): entries not
 /// yet delivered and entries delivered but not acked are both unsettled (a
 /// sale with either is not judged), with the stock and the dead letters.
 #[tokio::test]
@@ -877,7 +877,7 @@ async fn the_books_checks_read_counts_undelivered_and_unacked_entries_as_unsettl
     let app = spawn_app_with(|s| s.workers = None).await;
     let sku = app.new_sale(10, 5).await;
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
-    let backlog = || async { app.sales.queue().backlog(&product).await.unwrap() };
+    let backlog = || async { app.sales.watch().backlog(&product).await.unwrap() };
     let quiet = backlog().await;
     assert_eq!(
         (quiet.stock, quiet.unsettled, quiet.dead_letters),

@@ -317,7 +317,7 @@ async fn a_paused_sale_recovered_from_the_books_opens_paused() {
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
     let done = app
         .recovery()
-        .recover(&product, flashsale::books::recover::Overwrite::Refuse)
+        .recover(&product, flashsale::bookkeeping::recover::Overwrite::Refuse)
         .await
         .unwrap();
     assert_eq!(done.stock, 10, "{done:?}");

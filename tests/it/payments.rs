@@ -732,7 +732,7 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
         .await
         .unwrap()
         .expect("a row");
-    let pending = flashsale::books::pending_order_of(&row).expect("an order");
+    let pending = flashsale::bookkeeping::pending_order_of(&row).expect("an order");
     assert_eq!(
         app.sales
             .accepted()
@@ -743,7 +743,7 @@ async fn a_late_payment_interrupted_after_taking_its_units_is_finished_by_the_re
     );
     assert_eq!(app.stock(&sku).await, Some(1));
     // Reconciliation (a failover, a restart) does not give them back.
-    flashsale::books::reconcile::reconcile(app.sales.ledger(), &app.db.orders(), &product)
+    flashsale::bookkeeping::reconcile::reconcile(app.sales.ledger(), &app.db.orders(), &product)
         .await
         .expect("reconciled");
     assert_eq!(app.stock(&sku).await, Some(1));

@@ -257,7 +257,7 @@ async fn restocks_redis_lost_are_made_again_from_the_books_once() {
     let product = flashsale::domain::ProductId::parse(&sku).unwrap();
     let done = app
         .recovery()
-        .recover(&product, flashsale::books::recover::Overwrite::Refuse)
+        .recover(&product, flashsale::bookkeeping::recover::Overwrite::Refuse)
         .await
         .unwrap();
     assert_eq!(done.stock, 0, "{done:?}");

@@ -1,10 +1,10 @@
-//! A sale's end of life (`books::retire`): retired only once settled,
+//! A sale's end of life (`bookkeeping::retire`): retired only once settled,
 //! crash-safe between its steps, answered from MySQL afterwards, closed
 //! early by an admin.
 
 use std::time::Duration;
 
-use flashsale::books::retire::{Blocker, Step};
+use flashsale::bookkeeping::retire::{Blocker, Step};
 use flashsale::config::RetireSettings;
 use flashsale::config::WorkerConfig;
 use flashsale::domain::{OrderId, ProductId, SaleState};
@@ -222,7 +222,7 @@ async fn dead_letters_keep_a_sale_until_an_operator_deals_with_them(backend: Bac
     assert_eq!(row.blockers, vec![Blocker::DeadLetters { count: 1 }]);
     let rendered = flashsale::cli::render_sales(&listed);
     assert!(rendered.contains("dead_letters"), "{rendered}");
-    let watched = app.sales.queue().view(&pid(&sku)).await.unwrap();
+    let watched = app.sales.watch().view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("dead_letters"));
 
     // The operator looked and dropped it (it never took stock).
@@ -522,7 +522,7 @@ async fn an_ended_sale_names_what_holds_it_from_its_first_moment(backend: Backen
     assert!(!rendered.contains("settled:"), "{rendered}");
     // The workers' pass records it for every instance's dashboard.
     assert_eq!(reasons(&workers, &sku).await, Some(vec!["unpaid"]));
-    let watched = app.sales.queue().view(&pid(&sku)).await.unwrap();
+    let watched = app.sales.watch().view(&pid(&sku)).await.unwrap();
     assert_eq!(watched.unsettled.as_deref(), Some("unpaid"));
 
     // Paid, only the wait is left: settled, and it says until when.

@@ -1,7 +1,7 @@
 //! A sale's life in Redis: opening it (and listing it in the registry the
 //! workers drain), the clock that decides its window, closing it early,
 //! and its end (out of the registry, keys deleted). The steps that need the
-//! books around them are `books::retire`'s.
+//! books around them are `bookkeeping::retire`'s.
 
 pub(crate) mod clock;
 mod open;

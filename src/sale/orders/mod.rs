@@ -39,7 +39,7 @@ use sharing::{Joined, Sent, Sharing, Waiting};
 
 /// The order path's handle.
 #[derive(Clone)]
-pub struct Orders {
+pub struct OrderPath {
     core: Arc<Core>,
     /// The waiting rooms: an order without an admission is refused from them.
     room: Room,
@@ -51,7 +51,7 @@ pub struct Orders {
 /// the caller's request ended mid-call): the orders that came meanwhile go
 /// in the next call, on a task of their own.
 struct Handoff<'a> {
-    orders: &'a Orders,
+    orders: &'a OrderPath,
     product: &'a ProductId,
 }
 
@@ -72,7 +72,7 @@ impl Drop for Handoff<'_> {
     }
 }
 
-impl Orders {
+impl OrderPath {
     pub(super) fn new(core: Arc<Core>, room: Room) -> Self {
         Self {
             core,

@@ -244,7 +244,7 @@ impl Room {
     }
 
     /// The rooms this process has read in the last few seconds, as read
-    /// (for the sales' timelines: `books::report`).
+    /// (for the sales' timelines: `bookkeeping::report`).
     pub fn readings(&self) -> Vec<(ProductId, Arc<RoomState>)> {
         self.rooms.fresh(Duration::from_secs(5))
     }

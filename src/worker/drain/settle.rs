@@ -81,7 +81,7 @@ impl Settle<'_> {
     fn parse<'a>(&self, entries: &'a [Entry]) -> (Batch<'a>, Vec<(&'a Entry, String)>) {
         let (mut good, mut bad) = (Vec::with_capacity(entries.len()), Vec::new());
         for e in entries {
-            match e.order(&self.product) {
+            match e.order(self.product) {
                 Ok(o) => good.push((e, o)),
                 Err(reason) => bad.push((e, reason)),
             }
@@ -126,7 +126,7 @@ impl Settle<'_> {
         let metrics = &self.metrics;
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let commit = metrics.commit_latency.start_timer();
-        let (persisted, good) = match self.orders.persist_orders(&self.product, &orders).await {
+        let (persisted, good) = match self.orders.persist_orders(self.product, &orders).await {
             Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
             Err(e) => {
@@ -169,7 +169,7 @@ impl Settle<'_> {
         for (entry, order) in good {
             match self
                 .orders
-                .persist_orders(&self.product, std::slice::from_ref(&order))
+                .persist_orders(self.product, std::slice::from_ref(&order))
                 .await
             {
                 Ok(p) => {

@@ -1,0 +1,293 @@
+//! What the processes counted (`tb_sale_second`), merged: every process's
+//! row of a second added up (readings: the highest stands), the seconds
+//! summed into the report's counted figures, the buyers' registers raised
+//! to the highest any process wrote.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::figures::{SecondView, Summary};
+use crate::bookkeeping::error::BookkeepingError;
+use crate::metrics::distinct;
+use crate::metrics::timeline::{self, LATENCY_BUCKETS, Merge};
+use crate::store::SecondRow;
+
+/// The timeline as the report reads it.
+pub(super) struct Counted {
+    /// The figures the processes counted (the books' are not filled in).
+    pub summary: Summary,
+    /// A view per second, oldest first (the room's readings carried on).
+    pub seconds: Vec<SecondView>,
+    /// Buyers who joined the room.
+    pub joined: u64,
+    /// The room's line, as last read.
+    pub line: Option<i64>,
+    /// The buyers who tried, as a sketch's registers.
+    pub buyers: Box<[u8; distinct::REGISTERS]>,
+}
+
+impl Counted {
+    /// The rows of every process, merged.
+    pub fn of(rows: &[SecondRow]) -> Result<Self, BookkeepingError> {
+        let mut by_second: BTreeMap<i64, Merged> = BTreeMap::new();
+        let mut buyers = Box::new([0u8; distinct::REGISTERS]);
+        for row in rows {
+            by_second.entry(row.second).or_default().add(row)?;
+            raise(&mut buyers, row)?;
+        }
+        let mut totals = Totals::default();
+        let mut room = Room::default();
+        let mut seconds = Vec::with_capacity(by_second.len());
+        for (t, m) in &by_second {
+            totals.add(*t, m);
+            room.read(m);
+            seconds.push(m.view(*t, &room));
+        }
+        let joined = totals.joined;
+        Ok(Self {
+            summary: totals.summary(),
+            seconds,
+            joined,
+            line: room.line,
+            buyers,
+        })
+    }
+}
+
+/// The seconds summed, as they come.
+#[derive(Default)]
+struct Totals {
+    s: Summary,
+    latency: Vec<u64>,
+    /// Orders whose wait to be persisted was counted, and the waits.
+    waited: u64,
+    wait_ms: u64,
+    joined: u64,
+}
+
+impl Totals {
+    fn add(&mut self, t: i64, m: &Merged) {
+        let s = &mut self.s;
+        let accepted = m.count("accepted");
+        if accepted > s.peak_accepted_per_sec {
+            (s.peak_accepted_per_sec, s.peak_at) = (accepted, Some(t));
+        }
+        s.accepted += accepted;
+        s.funnel.requests += accepted + m.count("replayed") + m.refused();
+        for (k, v) in &m.counts {
+            if let Some(code) = k.strip_prefix("refused.") {
+                *s.refused.entry(code.to_owned()).or_default() += v;
+            }
+        }
+        if self.latency.is_empty() {
+            self.latency = vec![0u64; LATENCY_BUCKETS];
+        }
+        for (l, n) in self.latency.iter_mut().zip(&m.latency) {
+            *l += n;
+        }
+        s.persisted += m.count("persisted");
+        self.waited += m.count("persist_waited");
+        self.wait_ms += m.count("persist_wait_ms");
+        self.joined += m.count("joins");
+        s.events_delivered += m.count("events_delivered");
+        s.events_dead += m.count("events_dead");
+        s.payments.timed_out += m.count("timed_out");
+        s.payments.cancelled_by_buyers += m.count("cancelled");
+        let lag = m.gauges.get("persist_lag_max_ms").copied();
+        s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
+    }
+
+    /// The counted figures, the means and quantiles reckoned.
+    fn summary(self) -> Summary {
+        let mut s = self.s;
+        s.persist_wait_mean_ms = (self.waited > 0).then(|| self.wait_ms / self.waited);
+        s.latency_p50_us = quantile(&self.latency, 0.5);
+        s.latency_p99_us = quantile(&self.latency, 0.99);
+        s.latency_max_us = quantile(&self.latency, 1.0);
+        s
+    }
+}
+
+/// The room's readings, carried on across the seconds that have none (the
+/// line never goes back).
+#[derive(Default)]
+struct Room {
+    line: Option<i64>,
+    pace: Option<i64>,
+    ceiling: Option<i64>,
+}
+
+impl Room {
+    fn read(&mut self, m: &Merged) {
+        let reading = |name: &str| m.gauges.get(name).copied();
+        self.line = reading("line").or(self.line).max(self.line);
+        self.pace = reading("pace").or(self.pace);
+        self.ceiling = reading("ceiling").or(self.ceiling);
+    }
+}
+
+/// One second merged across processes.
+#[derive(Default)]
+struct Merged {
+    counts: HashMap<String, u64>,
+    gauges: HashMap<String, i64>,
+    latency: Vec<u64>,
+}
+
+impl Merged {
+    fn add(&mut self, row: &SecondRow) -> Result<(), BookkeepingError> {
+        let counts: HashMap<String, u64> = parse("counts", &row.counts)?;
+        let gauges: HashMap<String, i64> = parse("gauges", &row.gauges)?;
+        let latency: HashMap<String, u64> = parse("latency", &row.latency)?;
+        for (k, v) in counts {
+            *self.counts.entry(k).or_default() += v;
+        }
+        for (k, v) in gauges {
+            let slot = self.gauges.entry(k.clone()).or_insert(v);
+            *slot = match timeline::merge_of(&k) {
+                Merge::Max => (*slot).max(v),
+                Merge::Sum => *slot + v,
+            };
+        }
+        if !latency.is_empty() && self.latency.is_empty() {
+            self.latency = vec![0; LATENCY_BUCKETS];
+        }
+        for (b, n) in latency {
+            if let Some(slot) = b
+                .parse::<usize>()
+                .ok()
+                .and_then(|b| self.latency.get_mut(b))
+            {
+                *slot += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&self, name: &str) -> u64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    /// This second as the report shows it, the room as read until then.
+    fn view(&self, t: i64, room: &Room) -> SecondView {
+        SecondView {
+            t,
+            accepted: self.count("accepted"),
+            refused: self.refused(),
+            units: self.count("units"),
+            latency_p50_us: quantile(&self.latency, 0.5),
+            latency_p99_us: quantile(&self.latency, 0.99),
+            joins: self.count("joins"),
+            line: room.line,
+            pace: room.pace,
+            ceiling: room.ceiling,
+            persisted: self.count("persisted"),
+            persist_wait_max_ms: self.gauges.get("persist_lag_max_ms").copied(),
+            paid: self.count("payment.paid") + self.count("payment.paid_again"),
+            timed_out: self.count("timed_out"),
+            events_delivered: self.count("events_delivered"),
+            expired: 0,
+        }
+    }
+
+    fn refused(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("refused."))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+/// A row's column `what` (JSON), read.
+fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, BookkeepingError> {
+    serde_json::from_str(text)
+        .map_err(|_| BookkeepingError::Corrupt(format!("tb_sale_second {what} {text:?}")))
+}
+
+/// Raises `registers` to a row's distinct-buyers registers (each its
+/// highest: every process's and second's, merged).
+fn raise(
+    registers: &mut [u8; distinct::REGISTERS],
+    row: &SecondRow,
+) -> Result<(), BookkeepingError> {
+    let raised: HashMap<u16, u8> = parse("buyers", &row.buyers)?;
+    for (register, rank) in raised {
+        if let Some(slot) = registers.get_mut(usize::from(register)) {
+            *slot = (*slot).max(rank);
+        }
+    }
+    Ok(())
+}
+
+/// The `q`-quantile (0..1) of a latency histogram, as its bucket's top (µs).
+fn quantile(buckets: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (b, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(timeline::bucket_upper(b));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(second: i64, source: &str, counts: &str, gauges: &str, latency: &str) -> SecondRow {
+        SecondRow {
+            second,
+            source: source.into(),
+            counts: counts.into(),
+            gauges: gauges.into(),
+            latency: latency.into(),
+            buyers: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn the_processes_rows_add_up_and_readings_take_the_highest() {
+        let rows = [
+            row(
+                10,
+                "a",
+                r#"{"accepted":3,"refused.sold_out":2,"units":3,"joins":4}"#,
+                r#"{"line":5,"pace":10}"#,
+                r#"{"40":3}"#,
+            ),
+            row(
+                10,
+                "b",
+                r#"{"accepted":2,"refused.sold_out":1,"units":2}"#,
+                r#"{"line":7,"pace":9}"#,
+                r#"{"40":1,"60":1}"#,
+            ),
+            row(11, "a", r#"{"accepted":1,"units":1}"#, "{}", r#"{"40":1}"#),
+        ];
+        let c = Counted::of(&rows).unwrap();
+        assert_eq!(c.summary.accepted, 6);
+        assert_eq!(c.summary.refused, [("sold_out".to_owned(), 3)].into());
+        assert_eq!(c.summary.funnel.requests, 9);
+        assert_eq!(
+            (c.summary.peak_accepted_per_sec, c.summary.peak_at),
+            (5, Some(10))
+        );
+        assert_eq!((c.joined, c.line), (4, Some(7)));
+        let s: Vec<_> = c
+            .seconds
+            .iter()
+            .map(|s| (s.t, s.accepted, s.refused, s.line))
+            .collect();
+        assert_eq!(s, [(10, 5, 3, Some(7)), (11, 1, 0, Some(7))], "carried on");
+        // 6 answers: 5 in bucket 40, 1 in bucket 60.
+        assert_eq!(c.summary.latency_p50_us, Some(timeline::bucket_upper(40)));
+        assert_eq!(c.summary.latency_max_us, Some(timeline::bucket_upper(60)));
+        assert!(Counted::of(&[row(1, "a", "not json", "{}", "{}")]).is_err());
+    }
+}

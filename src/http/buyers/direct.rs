@@ -1,0 +1,42 @@
+//! The buyers' requests the server answers straight from the connection
+//! (`transport::server::Direct`): `POST /api/orders`
+//! ([`orders::place::endpoint`]) and a waiting room's poll, `GET
+//! /api/sales/{id}/queue/{ticket}` ([`room::poll_endpoint`]). Both keep
+//! every guard (`limits::guarded`, `limits::admit_order`, the poll rate
+//! limit) without the router's layers.
+
+use std::net::SocketAddr;
+
+use axum::http::{Method, Request};
+use axum::response::Response;
+use hyper::body::Incoming;
+
+use super::orders;
+use super::room;
+use super::state::Buyers;
+use crate::http::transport::server::Direct;
+
+/// A direct request.
+pub enum Which {
+    Order,
+    /// The waiting room's polls: every waiting buyer's, every few seconds.
+    Poll,
+}
+
+impl Direct for Buyers {
+    type Which = Which;
+
+    fn which(&self, req: &Request<Incoming>) -> Option<Which> {
+        if req.method() == Method::POST && req.uri().path() == "/api/orders" {
+            return Some(Which::Order);
+        }
+        (req.method() == Method::GET && room::is_poll(req.uri().path())).then_some(Which::Poll)
+    }
+
+    async fn answer(self, which: Which, peer: SocketAddr, req: Request<Incoming>) -> Response {
+        match which {
+            Which::Order => orders::place::endpoint(&self, Some(peer), req).await,
+            Which::Poll => room::poll_endpoint(&self, Some(peer), req).await,
+        }
+    }
+}

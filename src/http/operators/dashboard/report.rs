@@ -1,0 +1,310 @@
+//! `GET /admin/dashboard/report/{product_id}`: a sale's report as a page:
+//! its figures, then its timeline drawn as SVG here (no script, no third
+//! party: the pages' CSP holds), and the funnel.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
+
+use super::board::Dashboard;
+use super::chart::{Gaps, Series, chart, funnel};
+use super::door::{login_form, signed_in};
+use crate::bookkeeping::Report;
+use crate::bookkeeping::report::SecondView;
+use crate::domain::ProductId;
+use crate::http::error::ApiError;
+use crate::http::extract::PathParam;
+use crate::http::pages::html;
+
+pub(super) async fn page(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    PathParam(product_id): PathParam<String>,
+) -> Response {
+    if signed_in(&dashboard, &headers).await.is_err() {
+        return login_form(StatusCode::UNAUTHORIZED, None);
+    }
+    let Ok(id) = ProductId::parse(&product_id) else {
+        return ApiError::ProductNotFound("no product with this id").into_response();
+    };
+    match dashboard.desk.reports.report(&id).await {
+        Ok(report) => html(StatusCode::OK, render(&report)),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+fn secs(ms: Option<i64>) -> String {
+    ms.map_or("–".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+}
+
+fn millis(us: Option<u64>) -> String {
+    us.map_or("–".into(), |us| format!("{:.1} ms", us as f64 / 1000.0))
+}
+
+/// The page: its figures, the funnel, the refusals, the charts (maud
+/// escapes every text and attribute: a title is text, never markup).
+pub fn render(r: &Report) -> String {
+    let f = &r.summary.funnel;
+    // Buyers, step by step (with a room they join and are admitted before
+    // they order; the order requests are among the figures).
+    let steps: [(&str, Option<u64>); 5] = [
+        ("joined the room", f.joined),
+        ("admitted", f.admitted),
+        ("tried to order", Some(f.tried)),
+        ("ordered", Some(f.ordered)),
+        ("paid", Some(f.paid)),
+    ];
+    let state = match r.kept {
+        true => "kept at its retirement",
+        false => "live: as it stands now",
+    };
+    let id = &r.product_id;
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "Report: " (id) }
+                link rel="stylesheet" href="/admin/assets/dashboard.css";
+            }
+            body.report {
+                header {
+                    h1 { "Report: " (id) }
+                    p {
+                        (r.title) " · " (state) " · "
+                        a href="/admin/dashboard" { "back to the dashboard" }
+                        " · "
+                        a href={ "/api/admin/products/" (id) "/report/csv" } { "timeline as CSV" }
+                    }
+                }
+                main {
+                    section.figures {
+                        h2 { "How it went" }
+                        dl #figures {
+                            @for (k, v) in figures(r) { dt { (k) } dd { (v) } }
+                        }
+                    }
+                    (funnel(&steps))
+                    section {
+                        h2 { "Refusals" }
+                        table #refusals {
+                            tr { th { "why" } th { "answers" } }
+                            @for (code, n) in &r.summary.refused { tr { td { (code) } td { (n) } } }
+                        }
+                    }
+                    (charts(r))
+                }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// The figures, named.
+fn figures(r: &Report) -> Vec<(&'static str, String)> {
+    let s = &r.summary;
+    let (f, p) = (&s.funnel, &s.payments);
+    let wait = s.wait.as_ref().map_or("no room".into(), |w| {
+        format!(
+            "{} / {} / {}",
+            secs(Some(w.p50_ms)),
+            secs(Some(w.p90_ms)),
+            secs(Some(w.max_ms))
+        )
+    });
+    let verdict = if s.books_ok { "balanced" } else { "MISMATCH" };
+    let mut rows = vec![
+        ("Sold out after", secs(s.sold_out_after_ms)),
+        (
+            "Units sold",
+            format!("{} of {}", s.units_sold, r.initial_qty),
+        ),
+        (
+            "Peak accepted",
+            format!("{} orders/s", s.peak_accepted_per_sec),
+        ),
+        ("Orders accepted", s.accepted.to_string()),
+        (
+            "Order requests",
+            format!("{} from {} buyers", f.requests, f.tried),
+        ),
+        ("Wait in line (p50 / p90 / max)", wait),
+        (
+            "Payments",
+            format!(
+                "{} paid, {} late, {} refund due, {} failed; {} timed out, {} cancelled by buyers",
+                p.paid, p.paid_late, p.refund_due, p.failed, p.timed_out, p.cancelled_by_buyers
+            ),
+        ),
+        (
+            "Order latency (p50 / p99)",
+            format!(
+                "{} / {}",
+                millis(s.latency_p50_us),
+                millis(s.latency_p99_us)
+            ),
+        ),
+        (
+            "Persisted",
+            format!(
+                "{} (mean wait {}, max {})",
+                s.persisted,
+                secs(s.persist_wait_mean_ms.map(|v| v as i64)),
+                secs(s.persist_wait_max_ms)
+            ),
+        ),
+        (
+            "The books",
+            format!(
+                "{verdict}: {} orders, {} confirmed, {} paid, {} cancelled",
+                s.orders, s.confirmed, s.paid, s.cancelled
+            ),
+        ),
+        (
+            "Events to the shop",
+            format!(
+                "{} delivered, {} given up",
+                s.events_delivered, s.events_dead
+            ),
+        ),
+    ];
+    if let Some(unused) = f.admitted_unused {
+        let ran_out = f
+            .expired
+            .map_or(String::new(), |e| format!(" ({e} ran out)"));
+        rows.push(("Admitted, did not order", format!("{unused}{ran_out}")));
+    }
+    rows
+}
+
+/// The timeline's charts.
+fn charts(r: &Report) -> Markup {
+    let start_s = r.start_ms.div_euclid(1000);
+    let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
+    let s = Lines(&r.seconds);
+    let on_sale = r.initial_qty as f64;
+    let room = r.summary.funnel.joined.is_some();
+    html! {
+        section.charts {
+            h2 { "Second by second" }
+            p.note { "Seconds from the start." }
+            (chart("orders", "Orders per second", &t, &[
+                s.count("accepted", "#2e7d32", |x| x.accepted),
+                s.count("refused", "#9e9e9e", |x| x.refused),
+            ]))
+            (chart("units", "Units sold (accepted, in all)", &t, &[
+                s.total("sold", "#1565c0", |x| x.units),
+                Series::new("on sale", "#c62828", Gaps::Hold, s.each(|_| on_sale)),
+            ]))
+            (chart("latency", "Order latency (ms)", &t, &[
+                s.millis("p50", "#1565c0", |x| x.latency_p50_us),
+                s.millis("p99", "#ef6c00", |x| x.latency_p99_us),
+            ]))
+            @if room {
+                (chart("room", "Waiting room: joined and admitted (in all)", &t, &[
+                    s.total("joined", "#6a1b9a", |x| x.joins),
+                    s.level("admitted (the line)", "#2e7d32", |x| x.line),
+                    s.total("ran out unused", "#c62828", |x| x.expired),
+                ]))
+                (chart("pace", "Waiting room: pace and ceiling (buyers/s)", &t, &[
+                    s.level("ceiling", "#9e9e9e", |x| x.ceiling),
+                    s.level("pace", "#2e7d32", |x| x.pace),
+                ]))
+            }
+            (chart("persisted", "Persisted per second, and the longest wait (s)", &t, &[
+                s.count("persisted", "#1565c0", |x| x.persisted),
+                Series::new("longest wait (s)", "#ef6c00", Gaps::Skip,
+                    s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0))),
+            ]))
+            (chart("payments", "Payments and timeouts per second", &t, &[
+                s.count("paid", "#2e7d32", |x| x.paid),
+                s.count("timed out", "#c62828", |x| x.timed_out),
+            ]))
+        }
+    }
+}
+
+/// The timeline's seconds, made into the charts' lines.
+struct Lines<'r>(&'r [SecondView]);
+
+impl Lines<'_> {
+    /// A value a second.
+    fn each<T: Into<Option<f64>>>(&self, f: impl Fn(&SecondView) -> T) -> Vec<Option<f64>> {
+        self.0.iter().map(|x| f(x).into()).collect()
+    }
+
+    /// A count per second (a second not in the timeline counted 0).
+    fn count<'a>(&self, label: &'a str, color: &'a str, f: fn(&SecondView) -> u64) -> Series<'a> {
+        Series::new(label, color, Gaps::Zero, self.each(|x| f(x) as f64))
+    }
+
+    /// A count's running total.
+    fn total<'a>(&self, label: &'a str, color: &'a str, f: fn(&SecondView) -> u64) -> Series<'a> {
+        let mut sum = 0;
+        let values = self
+            .0
+            .iter()
+            .map(|x| {
+                sum += f(x);
+                Some(sum as f64)
+            })
+            .collect();
+        Series::new(label, color, Gaps::Hold, values)
+    }
+
+    /// A reading (carried on between readings).
+    fn level<'a>(
+        &self,
+        label: &'a str,
+        color: &'a str,
+        f: fn(&SecondView) -> Option<i64>,
+    ) -> Series<'a> {
+        Series::new(
+            label,
+            color,
+            Gaps::Hold,
+            self.each(|x| f(x).map(|v| v as f64)),
+        )
+    }
+
+    /// A latency in µs, drawn in ms (none in a second without answers).
+    fn millis<'a>(
+        &self,
+        label: &'a str,
+        color: &'a str,
+        f: fn(&SecondView) -> Option<u64>,
+    ) -> Series<'a> {
+        Series::new(
+            label,
+            color,
+            Gaps::Skip,
+            self.each(|x| f(x).map(|us| us as f64 / 1000.0)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_title_is_text_not_markup() {
+        let r = Report {
+            product_id: "sku-1".into(),
+            title: "<script>alert(1)</script>".into(),
+            made_ms: 0,
+            kept: false,
+            start_ms: 0,
+            end_ms: 1,
+            initial_qty: 1,
+            summary: Default::default(),
+            seconds: Vec::new(),
+        };
+        let page = render(&r);
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}
