@@ -9,7 +9,7 @@
 //! leaves `cancelled` + `released = 0`, which the workers' sweeper finds and
 //! finishes; since the Redis half is idempotent, finishing it twice counts once.
 //!
-//! [`Books`] does that (and the lookups of an order in either store);
+//! [`OrderLife`] does that (and the lookups of an order in either store);
 //! [`Catalog`] opens, paces and closes sales, and tells where one stands;
 //! [`Sweeper`] is the workers' periodic pass (payment timeouts, unfinished
 //! cancels); [`audit`] proves the books balance; [`reconcile`] restores in

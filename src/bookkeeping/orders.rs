@@ -1,4 +1,4 @@
-//! [`Books`]: an order's life after its 202 (pay, cancel, payment timeout,
+//! [`OrderLife`]: an order's life after its 202 (pay, cancel, payment timeout,
 //! lookups), across MySQL and Redis.
 
 use std::time::Duration;

@@ -12,6 +12,12 @@ use super::stored::{EventRow, SLOTS, STORED, Stored, expand};
 use crate::store::db::Db;
 use crate::store::error::StoreError;
 
+/// An endpoint's mark moved past event `?` by its lease's owner, its
+/// failures forgotten (binds: the id, the endpoint, the owner, the id).
+const ADVANCE: &str = "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
+     next_attempt = 0, last_error = NULL \
+     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?";
+
 /// Where delivery to an endpoint stands, for the process that holds its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -142,16 +148,12 @@ impl Deliveries {
         let moved = self
             .db
             .call(|pool| {
-                sqlx::query(
-                    "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
-                     next_attempt = 0, last_error = NULL \
-                     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?",
-                )
-                .bind(id)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(id)
-                .execute(pool)
+                sqlx::query(ADVANCE)
+                    .bind(id)
+                    .bind(endpoint)
+                    .bind(owner)
+                    .bind(id)
+                    .execute(pool)
             })
             .await?
             .rows_affected();
@@ -201,11 +203,7 @@ impl Deliveries {
     ) -> Result<(), StoreError> {
         self.db.transaction(|tx| {
             Box::pin(async move {
-                let moved = sqlx::query(
-                    "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
-                     next_attempt = 0, last_error = NULL \
-                     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?",
-                )
+                let moved = sqlx::query(ADVANCE)
                 .bind(id)
                 .bind(endpoint)
                 .bind(owner)
