@@ -282,10 +282,10 @@ fn dashboard(
     let http = &settings.http;
     let token = http.admin_token.clone().filter(|_| http.admin_routes)?;
     let workers = match &settings.workers {
-        Some(w) => http::operators::dashboard::board::Workers::Here {
+        Some(w) => http::operators::dashboard::board::WorkerSite::Here {
             delivering: !w.events.is_empty(),
         },
-        None => http::operators::dashboard::board::Workers::Elsewhere,
+        None => http::operators::dashboard::board::WorkerSite::Elsewhere,
     };
     Some(Arc::new(http::operators::dashboard::Dashboard {
         sessions: http::operators::dashboard::session::Sessions::new(

@@ -201,14 +201,14 @@ impl Catalog {
             .restock(id, units, restock_id, sale::RestockBy::Operator)
             .await?
         {
-            sale::Restocked::NoSale => {
+            sale::RestockAnswer::NoSale => {
                 return Err(BookkeepingError::InvalidTransition(
                     "not open (open it first)".into(),
                 ));
             }
-            sale::Restocked::Ended => return Err(BookkeepingError::SaleEnded),
-            sale::Restocked::TooFew { left } => return Err(BookkeepingError::TooFewLeft(left)),
-            sale::Restocked::Done { applied, .. } => applied,
+            sale::RestockAnswer::Ended => return Err(BookkeepingError::SaleEnded),
+            sale::RestockAnswer::TooFew { left } => return Err(BookkeepingError::TooFewLeft(left)),
+            sale::RestockAnswer::Done { applied, .. } => applied,
         };
         if self
             .products

@@ -47,10 +47,10 @@ pub use error::SaleError;
 pub use keys::SaleKeys;
 pub use ledger::restore::{Booked, BookedState, Repairs, Restore, Restored};
 pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
-pub use lifecycle::{Lifecycle, Paused, RestockBy, Restocked, SaleSpec};
+pub use lifecycle::{Lifecycle, Paused, RestockAnswer, RestockBy, SaleSpec};
 pub use memory::{Keyed, Memory};
 pub use orders::{
-    Accepted, AnsweredBy, Decision, NewOrder, OrderPath, Placed, Progress, Retake, Vouched,
+    Accepted, DecidedBy, Decision, NewOrder, OrderPath, Placed, Progress, Retake, Vouched,
 };
 #[cfg(feature = "bench")]
 pub use orders::{OrderCall, PlaceReply, place::place_orders as place_orders_on};

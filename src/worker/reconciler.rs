@@ -13,7 +13,7 @@
 use crate::bookkeeping::BookkeepingError;
 use crate::bookkeeping::reconcile::reconcile;
 use crate::domain::ProductId;
-use crate::sale::{Ledger, Lifecycle, RestockBy, Restocked};
+use crate::sale::{Ledger, Lifecycle, RestockAnswer, RestockBy};
 use crate::store;
 use std::collections::{HashMap, HashSet};
 
@@ -92,7 +92,7 @@ impl Reconciler {
                 .lifecycle
                 .restock(product, units, &id, RestockBy::PutBack)
                 .await?;
-            if let Restocked::Done {
+            if let RestockAnswer::Done {
                 applied: true,
                 stock,
                 ..

@@ -28,7 +28,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service as _;
 
-use super::conn::{Conn, Connections};
+use super::conn::{ClientConn, Connections};
 use crate::domain::Chain;
 
 /// The requests a service answers straight from the connection, before
@@ -91,7 +91,7 @@ async fn accept_loop<S>(
     listener: TcpListener,
     connections: &Arc<Connections>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    serve_with: impl Fn(SocketAddr, Arc<Conn>) -> S,
+    serve_with: impl Fn(SocketAddr, Arc<ClientConn>) -> S,
 ) -> std::io::Result<()>
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response, Error = Infallible>
@@ -160,14 +160,14 @@ struct Front<D> {
     direct: D,
     router: Router,
     peer: SocketAddr,
-    conn: Arc<Conn>,
+    conn: Arc<ClientConn>,
 }
 
 /// One connection's service when there is only a router.
 struct Plain {
     router: Router,
     peer: SocketAddr,
-    conn: Arc<Conn>,
+    conn: Arc<ClientConn>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Plain {

@@ -18,7 +18,7 @@ use super::room::{Room, RoomKey};
 use crate::domain::ProductId;
 pub use open::SaleSpec;
 pub use pause::Paused;
-pub use restock::{RestockBy, Restocked};
+pub use restock::{RestockAnswer, RestockBy};
 
 /// The lifecycle handle.
 #[derive(Clone)]
@@ -106,7 +106,7 @@ impl Lifecycle {
         units: i64,
         id: &str,
         by: RestockBy,
-    ) -> Result<Restocked, SaleError> {
+    ) -> Result<RestockAnswer, SaleError> {
         let keys = self.core.keys(product);
         let done = self
             .core

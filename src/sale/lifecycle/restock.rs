@@ -9,7 +9,7 @@ script!(RESTOCK, "restock");
 
 /// What a restock came to in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Restocked {
+pub enum RestockAnswer {
     /// Redis does not have the sale.
     NoSale,
     /// Past its end.
@@ -42,7 +42,7 @@ pub async fn restock(
     units: i64,
     id: &str,
     by: RestockBy,
-) -> RedisResult<Restocked> {
+) -> RedisResult<RestockAnswer> {
     let reply: Vec<Value> = RESTOCK
         .key(&keys.sale)
         .key(&keys.stock)
@@ -68,12 +68,12 @@ pub async fn restock(
         }
     };
     Ok(match status.as_str() {
-        "no_sale" => Restocked::NoSale,
-        "ended" => Restocked::Ended,
-        "too_few" => Restocked::TooFew {
+        "no_sale" => RestockAnswer::NoSale,
+        "ended" => RestockAnswer::Ended,
+        "too_few" => RestockAnswer::TooFew {
             left: u64::try_from(int()?).unwrap_or(0),
         },
-        "done" => Restocked::Done {
+        "done" => RestockAnswer::Done {
             stock: int()?,
             initial: int()?,
             applied: int()? == 1,

@@ -20,12 +20,12 @@ pub enum Decision {
     /// Accepted (or the first order of its Idempotency-Key, answered again).
     Placed(Placed),
     /// Refused by the sale's rules; nothing changed.
-    Refused { why: Rejection, by: AnsweredBy },
+    Refused { why: Rejection, by: DecidedBy },
 }
 
 /// Who decided a refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnsweredBy {
+pub enum DecidedBy {
     /// This process's memory of Redis's answers (see `sale::memory`),
     /// without asking Redis.
     Memory,
@@ -38,7 +38,7 @@ impl Decision {
     pub(super) fn remembered(why: Rejection) -> Self {
         Self::Refused {
             why,
-            by: AnsweredBy::Memory,
+            by: DecidedBy::Memory,
         }
     }
 
@@ -46,7 +46,7 @@ impl Decision {
     pub(super) fn refused(why: Rejection) -> Self {
         Self::Refused {
             why,
-            by: AnsweredBy::Redis,
+            by: DecidedBy::Redis,
         }
     }
 }

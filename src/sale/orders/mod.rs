@@ -22,7 +22,7 @@ mod void;
 use std::sync::Arc;
 
 pub use accepted::Accepted;
-pub use decision::{AnsweredBy, Decision, NewOrder, Placed, Vouched};
+pub use decision::{DecidedBy, Decision, NewOrder, Placed, Vouched};
 pub use place::{OrderCall, PlaceReply};
 pub use record::Progress;
 pub use release::Retake;
@@ -35,7 +35,7 @@ use super::rejection::Rejection;
 use super::room::Room;
 use crate::domain::{OrderId, ProductId};
 use record::AcceptedRecord;
-use sharing::{Joined, Sent, Sharing, Waiting};
+use sharing::{Sent, Sharing, Turn, Waiting};
 
 /// The order path's handle.
 #[derive(Clone)]
@@ -118,7 +118,7 @@ impl OrderPath {
         // The order comes back with its answer: its id and key become the
         // accepted order's, with no copy.
         let (call, sent) = match self.sharing.join(product, call) {
-            Joined::Alone(call) => {
+            Turn::Alone(call) => {
                 let _next = Handoff {
                     orders: self,
                     product,
@@ -126,7 +126,7 @@ impl OrderPath {
                 let mut sent = self.send(product, std::slice::from_ref(&call)).await;
                 (call, sent.pop().ok_or(SaleError::Dropped)?)
             }
-            Joined::Next(answer) => {
+            Turn::Next(answer) => {
                 // The call in flight, then this order's: each bounded by
                 // the Redis timeout.
                 let bound = 2 * self.core.redis.timeout();

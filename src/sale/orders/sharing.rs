@@ -57,7 +57,7 @@ pub(super) struct Sharing {
 }
 
 /// How an order joined its sale's calls.
-pub(super) enum Joined {
+pub(super) enum Turn {
     /// No call of the sale was in flight: now one is, and the caller sends
     /// this order alone, then hands the sale on ([`Sharing::next`]).
     Alone(OrderCall),
@@ -66,17 +66,17 @@ pub(super) enum Joined {
 }
 
 impl Sharing {
-    pub(super) fn join(&self, product: &ProductId, order: OrderCall) -> Joined {
+    pub(super) fn join(&self, product: &ProductId, order: OrderCall) -> Turn {
         let mut busy = self.lock();
         match busy.get_mut(product) {
             Some(waiting) => {
                 let (answer, received) = oneshot::channel();
                 waiting.push(Waiting { order, answer });
-                Joined::Next(received)
+                Turn::Next(received)
             }
             None => {
                 busy.insert(product.clone(), Vec::new());
-                Joined::Alone(order)
+                Turn::Alone(order)
             }
         }
     }
@@ -128,20 +128,17 @@ mod tests {
         let sharing = Sharing::default();
         let sku = ProductId::parse("sku-1").unwrap();
         let other = ProductId::parse("sku-2").unwrap();
-        assert!(matches!(
-            sharing.join(&sku, order(&sku, 1)),
-            Joined::Alone(_)
-        ));
+        assert!(matches!(sharing.join(&sku, order(&sku, 1)), Turn::Alone(_)));
         // Another sale's calls are its own.
         assert!(matches!(
             sharing.join(&other, order(&other, 1)),
-            Joined::Alone(_)
+            Turn::Alone(_)
         ));
         let mut receivers = Vec::new();
         for user in 2..=4 {
             match sharing.join(&sku, order(&sku, user)) {
-                Joined::Next(rx) => receivers.push(rx),
-                Joined::Alone(_) => panic!("a call is in flight"),
+                Turn::Next(rx) => receivers.push(rx),
+                Turn::Alone(_) => panic!("a call is in flight"),
             }
         }
         // The caller of user 3 gave up: its order is not sent.
@@ -150,16 +147,13 @@ mod tests {
         let users: Vec<u64> = next.iter().map(|w| w.order.user_id.get()).collect();
         assert_eq!(users, [2, 4]);
         // Still busy (their call is in flight): a new order waits.
-        let Joined::Next(_waits) = sharing.join(&sku, order(&sku, 5)) else {
+        let Turn::Next(_waits) = sharing.join(&sku, order(&sku, 5)) else {
             panic!("a call is in flight");
         };
         assert_eq!(sharing.next(&sku).map(|n| n.len()), Some(1));
         // Nobody waits: free again, the next order goes at once.
         assert!(sharing.next(&sku).is_none());
-        assert!(matches!(
-            sharing.join(&sku, order(&sku, 6)),
-            Joined::Alone(_)
-        ));
+        assert!(matches!(sharing.join(&sku, order(&sku, 6)), Turn::Alone(_)));
         assert!(sharing.next(&other).is_none());
     }
 
@@ -167,14 +161,11 @@ mod tests {
     fn a_call_carries_at_most_its_maximum_the_rest_wait_their_turn() {
         let sharing = Sharing::default();
         let sku = ProductId::parse("sku-1").unwrap();
-        assert!(matches!(
-            sharing.join(&sku, order(&sku, 1)),
-            Joined::Alone(_)
-        ));
+        assert!(matches!(sharing.join(&sku, order(&sku, 1)), Turn::Alone(_)));
         let extra = 10;
         let mut receivers = Vec::new();
         for user in 0..(MAX_ORDERS_PER_CALL + extra) as u64 {
-            if let Joined::Next(rx) = sharing.join(&sku, order(&sku, user + 2)) {
+            if let Turn::Next(rx) = sharing.join(&sku, order(&sku, user + 2)) {
                 receivers.push(rx);
             }
         }

@@ -336,11 +336,11 @@ impl Answer {
     }
 }
 
-impl From<sale::AnsweredBy> for AnsweredBy {
-    fn from(by: sale::AnsweredBy) -> Self {
+impl From<sale::DecidedBy> for AnsweredBy {
+    fn from(by: sale::DecidedBy) -> Self {
         match by {
-            sale::AnsweredBy::Memory => Self::Memory,
-            sale::AnsweredBy::Redis => Self::Redis,
+            sale::DecidedBy::Memory => Self::Memory,
+            sale::DecidedBy::Redis => Self::Redis,
         }
     }
 }

@@ -37,7 +37,7 @@ pub const MAX_SALES_SHOWN: usize = 50;
 /// The shared reads, and what is remembered between ticks (stock history,
 /// Whether this process runs the stream workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
+pub enum WorkerSite {
     /// In this process; `delivering`: they push the outbox's events too.
     Here {
         delivering: bool,
@@ -50,7 +50,7 @@ pub struct Board {
     sales: Watched,
     metrics: Arc<Metrics>,
     /// Where the stream workers run (their counters are this process's).
-    workers: Workers,
+    workers: WorkerSite,
     tick: Duration,
     reads: Mutex<Reads>,
 }
@@ -94,8 +94,8 @@ pub struct Instance {
     pub orders_total: Outcomes<u64>,
     /// Since the previous read (`None` on the first, or after a gap).
     pub orders_per_s: Option<Outcomes<f64>>,
-    pub answered_total: AnsweredBy<u64>,
-    pub answered_per_s: Option<AnsweredBy<f64>>,
+    pub answered_total: Answerers<u64>,
+    pub answered_per_s: Option<Answerers<f64>>,
     pub rows_persisted: u64,
     pub rows_persisted_per_s: Option<f64>,
     /// Over the last minute, from the workers' histogram (bucket bounds).
@@ -132,7 +132,7 @@ pub struct Outcomes<T> {
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct AnsweredBy<T> {
+pub struct Answerers<T> {
     pub memory: T,
     pub redis: T,
     pub service: T,
@@ -188,12 +188,12 @@ pub struct BoardRoom {
 #[derive(Debug, Clone, Default)]
 struct Counters {
     orders: Outcomes<u64>,
-    answered: AnsweredBy<u64>,
+    answered: Answerers<u64>,
     rows: u64,
 }
 
 impl Board {
-    pub fn new(sales: Watched, metrics: Arc<Metrics>, workers: Workers) -> Self {
+    pub fn new(sales: Watched, metrics: Arc<Metrics>, workers: WorkerSite) -> Self {
         Self {
             sales,
             metrics,
@@ -305,14 +305,14 @@ impl Board {
         });
         let m = &self.metrics;
         let delivered = |r: &str| m.event_deliveries.with_label_values(&[r]).get();
-        let events = (self.workers == Workers::Here { delivering: true }).then(|| EventsView {
+        let events = (self.workers == WorkerSite::Here { delivering: true }).then(|| EventsView {
             behind: m.event_delivery_lag.get(),
             dead_letters: m.event_dead_letters.get(),
             delivered: delivered("delivered") + delivered("replayed"),
             failed: delivered("failed"),
         });
         Instance {
-            workers: matches!(self.workers, Workers::Here { .. }),
+            workers: matches!(self.workers, WorkerSite::Here { .. }),
             events,
             orders_total: counters.orders,
             orders_per_s: rates.as_ref().map(|r| r.orders),
@@ -328,7 +328,7 @@ impl Board {
 /// The counters' rates per second between two reads.
 struct Rates {
     orders: Outcomes<f64>,
-    answered: AnsweredBy<f64>,
+    answered: Answerers<f64>,
     rows: f64,
 }
 
@@ -348,7 +348,7 @@ impl Rates {
                 errors: rate(o.errors, p.errors),
                 other: rate(o.other, p.other),
             },
-            answered: AnsweredBy {
+            answered: Answerers {
                 memory: rate(a.memory, q.memory),
                 redis: rate(a.redis, q.redis),
                 service: rate(a.service, q.service),

@@ -29,7 +29,7 @@ mod shared;
 mod timed;
 
 use shared::Tally;
-pub use shared::{Busy, Conn, Ended};
+pub use shared::{Busy, ClientConn, Ended};
 pub use timed::Timed;
 
 use std::collections::{HashMap, VecDeque};
@@ -65,7 +65,7 @@ pub struct Connections {
 #[derive(Default)]
 struct Open {
     next_id: u64,
-    all: HashMap<u64, Arc<Conn>>,
+    all: HashMap<u64, Arc<ClientConn>>,
     per_address: HashMap<IpAddr, usize>,
     /// Connections in the order they were admitted, for those that never
     /// sent a whole request: the front one that still has not is the one
@@ -73,7 +73,7 @@ struct Open {
     /// dropped as they reach the front). A crowd at the cap turns over
     /// thousands of connections a second, so the choice must not read them
     /// all.
-    fresh: VecDeque<Arc<Conn>>,
+    fresh: VecDeque<Arc<ClientConn>>,
     /// Connections told to close, not closed yet (still counted in `all`).
     evicting: usize,
 }
@@ -81,7 +81,7 @@ struct Open {
 /// A connection's place among the open ones, given back when dropped.
 pub struct Admitted {
     connections: Arc<Connections>,
-    conn: Arc<Conn>,
+    conn: Arc<ClientConn>,
 }
 
 impl Connections {
@@ -158,7 +158,7 @@ impl Connections {
             self.tally.count(Ended::Evicted);
         }
         open.next_id += 1;
-        let conn = Arc::new(Conn {
+        let conn = Arc::new(ClientConn {
             id: open.next_id,
             ip,
             in_flight: AtomicUsize::new(0),
@@ -188,8 +188,8 @@ impl Open {
     /// The open connection that has waited longest on its client, not busy
     /// with a request: of those never answered (the front of `fresh`, a few
     /// looked at), else of all.
-    fn longest_waiting(&mut self) -> Option<Arc<Conn>> {
-        let gone_or_answered = |all: &HashMap<u64, Arc<Conn>>, c: &Conn| {
+    fn longest_waiting(&mut self) -> Option<Arc<ClientConn>> {
+        let gone_or_answered = |all: &HashMap<u64, Arc<ClientConn>>, c: &ClientConn| {
             !all.contains_key(&c.id)
                 || c.answers.load(Ordering::Relaxed) > 0
                 || c.evicting.load(Ordering::Relaxed)
@@ -200,7 +200,7 @@ impl Open {
             }
             self.fresh.pop_front();
         }
-        let idle = |c: &&Arc<Conn>| {
+        let idle = |c: &&Arc<ClientConn>| {
             c.in_flight.load(Ordering::Relaxed) == 0 && !c.evicting.load(Ordering::Relaxed)
         };
         if let Some(c) = self
@@ -225,7 +225,7 @@ impl Open {
     }
 
     /// Takes `conn` out of the count, once.
-    fn remove(&mut self, conn: &Conn) {
+    fn remove(&mut self, conn: &ClientConn) {
         if self.all.remove(&conn.id).is_none() {
             return;
         }
@@ -257,7 +257,7 @@ impl Admitted {
     }
 
     /// What the service holds while it handles one request.
-    pub fn conn(&self) -> &Arc<Conn> {
+    pub fn conn(&self) -> &Arc<ClientConn> {
         &self.conn
     }
 }

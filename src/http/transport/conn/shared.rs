@@ -49,7 +49,7 @@ impl Ended {
 }
 
 /// One connection as the open ones (`Connections`) and its stream (`Timed`) share it.
-pub struct Conn {
+pub struct ClientConn {
     pub(super) id: u64,
     pub(super) ip: IpAddr,
     /// Requests being handled (the service counts them).
@@ -66,7 +66,7 @@ pub struct Conn {
     pub(super) reader: AtomicWaker,
 }
 
-impl Conn {
+impl ClientConn {
     /// Marks a request as being handled until the guard is dropped (its
     /// answer given).
     pub fn busy(self: &Arc<Self>) -> Busy {
@@ -76,7 +76,7 @@ impl Conn {
 }
 
 /// A request being handled on a connection.
-pub struct Busy(Arc<Conn>);
+pub struct Busy(Arc<ClientConn>);
 
 impl Drop for Busy {
     fn drop(&mut self) {

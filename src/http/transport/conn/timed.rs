@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::shared::{Conn, Ended, Tally};
+use super::shared::{ClientConn, Ended, Tally};
 
 /// What a connection waits on its client for now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ enum Phase {
 pub struct Timed {
     inner: TcpStream,
     tally: Arc<Tally>,
-    conn: Arc<Conn>,
+    conn: Arc<ClientConn>,
     phase: Phase,
     /// `conn.answers` when this stream last looked.
     seen_answers: u64,
@@ -40,7 +40,7 @@ pub struct Timed {
 }
 
 impl Timed {
-    pub(super) fn new(inner: TcpStream, tally: Arc<Tally>, conn: Arc<Conn>) -> Self {
+    pub(super) fn new(inner: TcpStream, tally: Arc<Tally>, conn: Arc<ClientConn>) -> Self {
         let deadline = tokio::time::Instant::now() + tally.settings.header_read_timeout;
         Self {
             inner,
