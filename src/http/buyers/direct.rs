@@ -8,13 +8,13 @@
 use std::net::SocketAddr;
 
 use axum::http::{Method, Request};
-use axum::response::Response;
 use hyper::body::Incoming;
 
 use super::orders;
 use super::room;
 use super::state::Buyers;
-use crate::http::transport::server::Direct;
+use crate::http::transport::conn::Busy;
+use crate::http::transport::server::{Answering, Direct};
 
 /// A direct request.
 pub enum Which {
@@ -26,6 +26,7 @@ pub enum Which {
 impl Direct for Buyers {
     type Which = Which;
 
+    #[inline]
     fn which(&self, req: &Request<Incoming>) -> Option<Which> {
         if req.method() == Method::POST && req.uri().path() == "/api/orders" {
             return Some(Which::Order);
@@ -33,10 +34,22 @@ impl Direct for Buyers {
         (req.method() == Method::GET && room::is_poll(req.uri().path())).then_some(Which::Poll)
     }
 
-    async fn answer(self, which: Which, peer: SocketAddr, req: Request<Incoming>) -> Response {
+    fn answer(
+        &self,
+        which: Which,
+        (peer, busy): (SocketAddr, Busy),
+        req: Request<Incoming>,
+    ) -> Answering {
+        let buyers = self.clone();
         match which {
-            Which::Order => orders::place::endpoint(&self, Some(peer), req).await,
-            Which::Poll => room::poll_endpoint(&self, Some(peer), req).await,
+            Which::Order => Box::pin(async move {
+                let _busy = busy;
+                Ok(orders::place::endpoint(&buyers, Some(peer), req).await)
+            }),
+            Which::Poll => Box::pin(async move {
+                let _busy = busy;
+                Ok(room::poll_endpoint(&buyers, Some(peer), req).await)
+            }),
         }
     }
 }

@@ -28,7 +28,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service as _;
 
-use super::conn::{ClientConn, Connections};
+use super::conn::{Busy, ClientConn, Connections};
 use crate::domain::Chain;
 
 /// The requests a service answers straight from the connection, before
@@ -41,13 +41,17 @@ pub trait Direct: Clone + Send + Sync + 'static {
     /// Which direct request `req` is, if it is one (else the router's).
     fn which(&self, req: &Request<Incoming>) -> Option<Self::Which>;
 
-    /// The answer to a direct request.
+    /// The answer to a direct request, holding `busy` until it is given.
+    /// Its future is made inside its box, not moved into it: it is large,
+    /// and a move copies all of it (a future made first and boxed after
+    /// cost ~10,800 instructions an order, BENCHMARKS.md, "The HTTP wing by
+    /// audience").
     fn answer(
-        self,
+        &self,
         which: Self::Which,
-        peer: SocketAddr,
+        connection: (SocketAddr, Busy),
         req: Request<Incoming>,
-    ) -> impl Future<Output = Response> + Send + 'static;
+    ) -> Answering;
 }
 
 /// Serves `router` and `direct` on `listener` until `shutdown` completes,
@@ -186,7 +190,8 @@ impl hyper::service::Service<Request<Incoming>> for Plain {
     }
 }
 
-type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+/// A request's answer, to come.
+pub type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<D: Direct> hyper::service::Service<Request<Incoming>> for Front<D> {
     type Response = Response;
@@ -197,11 +202,7 @@ impl<D: Direct> hyper::service::Service<Request<Incoming>> for Front<D> {
         // The connection waits on the service, not the client, until answered.
         let busy = self.conn.busy();
         if let Some(which) = self.direct.which(&req) {
-            let answer = self.direct.clone().answer(which, self.peer, req);
-            return Box::pin(async move {
-                let _busy = busy;
-                Ok(answer.await)
-            });
+            return self.direct.answer(which, (self.peer, busy), req);
         }
         // The router's routes read the peer's address here (the
         // per-address limits, trusted proxies).
