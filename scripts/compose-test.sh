@@ -58,6 +58,7 @@ strip target/prebuilt/flashsale
 STATE=$(mktemp -d /tmp/fs-compose-test.XXXXXX)
 PROJECT=fsct$$
 TICKER_PID=
+BURST=
 # compose builds through the API itself, not the docker CLI (none on a
 # machine with only podman; where one is, it would take the legacy builder).
 export COMPOSE_DOCKER_CLI_BUILD=0
@@ -73,6 +74,7 @@ cleanup() {
     dc --profile monitoring down -v --remove-orphans -t 10 >/dev/null 2>&1
   fi
   [ -n "$TICKER_PID" ] && kill "$TICKER_PID" 2>/dev/null && wait "$TICKER_PID" 2>/dev/null
+  [ -n "$BURST" ] && kill "$BURST" 2>/dev/null && wait "$BURST" 2>/dev/null
   podman_api_stop
   # Whatever compose could not remove (the API gone first, say).
   podman ps -aq --filter "label=com.docker.compose.project=$PROJECT" | xargs -r podman rm -f >/dev/null 2>&1
@@ -169,6 +171,7 @@ PID_BEFORE=$(podman inspect "$W1" --format '{{.State.Pid}}')
 RESTARTS_BEFORE=$(podman inspect "$W1" --format '{{.RestartCount}}')
 kill -9 "$PID_BEFORE"
 wait $BURST
+BURST=
 restarted() {
   [ "$(podman inspect "$W1" --format '{{.State.Running}} {{.RestartCount}}')" = "true $((RESTARTS_BEFORE + 1))" ]
 }
@@ -201,6 +204,7 @@ STOP0=$(date +%s.%N)
 dc stop flashsale   # compose's stop timeout (10 s), then SIGKILL
 STOP1=$(date +%s.%N)
 wait $BURST
+BURST=
 EXIT=$(podman inspect "${PROJECT}_flashsale_1" --format '{{.State.ExitCode}}')
 step "the API stopped in $(python3 -c "print(f'{$STOP1 - $STOP0:.1f}')")s, exit code $EXIT"
 [ "$EXIT" = 0 ] || fail "the API did not exit cleanly on SIGTERM (exit $EXIT)"
