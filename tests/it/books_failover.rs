@@ -23,7 +23,6 @@ use crate::helpers::*;
 use crate::proxy::Proxy;
 use crate::replicas::ReplicaPair;
 
-const PAY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const EVENT_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const PRICE: &str = "4999.00";
 

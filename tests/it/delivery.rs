@@ -22,7 +22,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::events::SECRET as PAY_SECRET;
 use crate::helpers::*;
 
 const SECRET: &str = "whsec_ZGVsaXZlcnktc2VjcmV0LW9mLXRoZS10ZXN0cy0w";

@@ -12,11 +12,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-/// The payment secret of the services these tests start (and delivery.rs).
-pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
 async fn spawn() -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         // Events are listed once DB_TIMEOUT_MS + 1 s old: keep it short.
@@ -79,7 +76,7 @@ impl TestApp {
             "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
         .to_string();
         let resp = self
-            .send_signed(&self.base, SECRET, &unique("msg_"), &body)
+            .send_signed(&self.base, PAY_SECRET, &unique("msg_"), &body)
             .await
             .expect("answered");
         assert_eq!(resp.status(), StatusCode::OK);

@@ -3,7 +3,6 @@
 //! implementation of the scheme apart from the service's), checked as a
 //! bookkeeper would.
 
-use std::process::Command;
 use std::time::Duration;
 
 use flashsale::config::Limits;
@@ -12,49 +11,15 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-/// The secret a rotation brings in beside [`SECRET`].
+/// The secret a rotation brings in beside [`PAY_SECRET`].
 const NEXT: &str = "whsec_bmV4dC1zZWNyZXQtb2YtdGhlLXJvdGF0aW9uLTI0";
 /// A secret the service does not hold.
 const STRANGER: &str = "whsec_c3RyYW5nZXItc2VjcmV0LTAxMjM0NTY3ODkwMTI=";
 /// The test sales' price (`product_body`).
 const PRICE: &str = "4999.00";
 
-/// The docs' recipe: the `webhook-signature` of a message, by openssl.
-pub(crate) fn openssl_signature(secret: &str, id: &str, ts: i64, body: &str) -> String {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(
-            r#"set -euo pipefail
-key=$(printf %s "${SECRET#whsec_}" | base64 -d | od -An -vtx1 | tr -d ' \n')
-printf 'v1,%s' "$(printf '%s.%s.%s' "$ID" "$TS" "$BODY" \
-  | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | base64)""#,
-        )
-        .env("SECRET", secret)
-        .env("ID", id)
-        .env("TS", ts.to_string())
-        .env("BODY", body)
-        .output()
-        .expect("bash and openssl run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("base64 is ASCII")
-}
-
-pub(crate) fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> String {
-    json!({
-        "type": kind,
-        "timestamp": "2026-12-01T20:00:00Z",
-        "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"},
-    })
-    .to_string()
-}
-
 pub(crate) async fn spawn_paying() -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET},{NEXT}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET},{NEXT}");
     spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
         s.http.limits = Limits::unlimited()
     })
@@ -62,36 +27,6 @@ pub(crate) async fn spawn_paying() -> TestApp {
 }
 
 impl TestApp {
-    /// Sends `body` as the payment side would: signed with `secret`, dated
-    /// `ts`, under `webhook_id`.
-    pub(crate) async fn notify_as(
-        &self,
-        secret: &str,
-        webhook_id: &str,
-        ts: i64,
-        body: &str,
-    ) -> (StatusCode, Value) {
-        let signature = openssl_signature(secret, webhook_id, ts, body);
-        let resp = self
-            .client
-            .post(self.url("/api/payments/notifications"))
-            .header("content-type", "application/json")
-            .header("webhook-id", webhook_id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature)
-            .body(body.to_owned())
-            .send()
-            .await
-            .expect("answered");
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    pub(crate) async fn notify(&self, body: &str) -> (StatusCode, Value) {
-        let id = unique("msg_");
-        self.notify_as(SECRET, &id, now_ms() / 1000, body).await
-    }
-
     /// A confirmed order of `quantity` units for `user`: its id.
     async fn confirmed_order(&self, sku: &str, user: u64, quantity: u64) -> String {
         let resp = self.place_order(user, sku, quantity).await;
@@ -135,7 +70,7 @@ async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
     let body = notification("payment.succeeded", &id, "pay_1", &amount(2));
     let webhook_id = unique("msg_");
     let (status, paid) = app
-        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .notify_as(PAY_SECRET, &webhook_id, now_ms() / 1000, &body)
         .await;
     assert_eq!(status, StatusCode::OK, "{paid}");
     assert_eq!(paid["result"], "paid");
@@ -148,7 +83,7 @@ async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
     // Delivered again (a retry: same webhook-id, signed anew; and as a
     // fresh message with the same payment id): the same answer, one record.
     let (status, again) = app
-        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .notify_as(PAY_SECRET, &webhook_id, now_ms() / 1000, &body)
         .await;
     assert_eq!(
         (status, &again["result"], &again["replayed"]),
@@ -205,7 +140,11 @@ async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
     // Not signed with a secret it holds; stale (beyond 5 minutes, either
     // way: 310 s, clear of the second the request may take); a body
     // changed after signing; headers missing.
-    for (secret, ts) in [(STRANGER, now), (SECRET, now - 310), (SECRET, now + 310)] {
+    for (secret, ts) in [
+        (STRANGER, now),
+        (PAY_SECRET, now - 310),
+        (PAY_SECRET, now + 310),
+    ] {
         let (status, refused) = app.notify_as(secret, &unique("msg_"), ts, &body).await;
         assert_eq!(
             (status, refused["error"].as_str()),
@@ -213,7 +152,7 @@ async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
             "{ts}"
         );
     }
-    let signature = openssl_signature(SECRET, "msg_x", now, &body);
+    let signature = openssl_signature(PAY_SECRET, "msg_x", now, &body);
     let tampered = body.replace(&amount(1), "0.01");
     for (headers, sent) in [
         (
@@ -359,7 +298,7 @@ async fn wrong_amounts_unknown_orders_and_failures_change_nothing() {
 #[tokio::test]
 async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
     // No workers: the order stays in its stream.
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         s.workers = None;
@@ -382,7 +321,7 @@ async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
 #[tokio::test]
 async fn a_payment_while_redis_does_not_answer_is_asked_again() {
     let redis = crate::proxy::Proxy::start("127.0.0.1:6379").await;
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         s.workers = None;
@@ -502,7 +441,7 @@ async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
     let body = notification("payment.succeeded", &id, "pay_dup", &amount(1));
     let webhook_id = unique("msg_");
     let now = now_ms() / 1000;
-    let signature = openssl_signature(SECRET, &webhook_id, now, &body);
+    let signature = openssl_signature(PAY_SECRET, &webhook_id, now, &body);
     let mut deliveries = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let req = app
@@ -550,7 +489,7 @@ async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
     let now = now_ms() / 1000;
     let send = |msg: &'static str, body: String| {
         let app = &app;
-        async move { app.notify_as(SECRET, msg, now, &body).await }
+        async move { app.notify_as(PAY_SECRET, msg, now, &body).await }
     };
     let (wrong, right) = (
         notification("payment.succeeded", &id, "pay-x", "1.00"),

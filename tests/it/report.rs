@@ -12,13 +12,14 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, eventually, fast_workers, now_ms, product_body, spawn_app_cli, unique,
+    ADMIN_TOKEN, PAY_SECRET, TestApp, eventually, fast_workers, notification, now_ms, product_body,
+    spawn_app_cli, unique,
 };
-use crate::payments::{SECRET, amount, notification};
+use crate::payments::amount;
 
 /// A paying service whose workers time unpaid orders out after `timeout`.
 async fn spawn_sale_service(timeout: Duration) -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
         s.http.limits = Limits::unlimited();
         let mut w = fast_workers(&unique("w-"));

@@ -6,7 +6,8 @@
 //! - `requests`: `TestApp`'s calls of the HTTP API (as buyers and operators do);
 //! - `stores`: Redis and MySQL read directly (the test cluster, the sale's
 //!   keys, `tb_order`), and the library's handles over them (the books);
-//! - `signed`: signed messages (Standard Webhooks payment notifications);
+//! - `signed`: signed messages (buyers' JWTs, Standard Webhooks payment
+//!   notifications);
 //! - here: the constants, `unique` names, `eventually`, a product's body and
 //!   an answer's status and error code.
 //!
@@ -19,6 +20,7 @@ mod stores;
 
 pub use app::*;
 pub use requests::*;
+pub use signed::*;
 pub use stores::*;
 
 use std::time::Duration;
