@@ -84,12 +84,14 @@ async fn a_read_only_books_server_is_an_outage_and_every_order_lands_once_it_tak
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Ten times MAX_DELIVERIES × CLAIM_IDLE_MS, the workers trying all along.
+    let w = app.settings.workers.as_ref().expect("workers");
+    let long = w.claim_idle * u32::try_from(w.max_deliveries).unwrap() * 10;
     let outage = Instant::now();
     eventually("the refusals counted", Duration::from_secs(10), || async {
         refused(&app, "read_only").await > 0.0
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6).saturating_sub(outage.elapsed())).await;
+    tokio::time::sleep(long.saturating_sub(outage.elapsed())).await;
     let dead = app.audit(&sku).await;
     assert_eq!(
         dead["audit"]["dead_letters"], 0,
@@ -301,8 +303,14 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     let mut app = app;
     app.mysql = sqlx::MySqlPool::connect_lazy(&url(0)).expect("a url");
     app.drained(&sku, 30).await;
-    // Every check of the repairer (every second) has run meanwhile.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two checks of the repairer have run meanwhile.
+    let repairs = app
+        .settings
+        .workers
+        .as_ref()
+        .expect("workers")
+        .reconcile_every;
+    tokio::time::sleep(repairs * 2).await;
     let newest: i64 = sqlx::query_scalar("SELECT MAX(id) FROM tb_event")
         .fetch_one(&app.mysql)
         .await

@@ -10,7 +10,9 @@ use serde_json::Value;
 use flashsale::config::RedisTarget;
 
 use crate::browser::Browser;
-use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, eventually, spawn_app_on, spawn_app_with};
+use crate::helpers::{
+    ADMIN_TOKEN, Backend, TestApp, eventually, eventually_some, spawn_app_on, spawn_app_with,
+};
 use crate::proxy::Proxy;
 
 /// A client that shows redirects instead of following them, and keeps no cookies.
@@ -135,7 +137,8 @@ async fn a_dashboard_session_ends_at_its_expiry() {
     let cookie = session_cookie(&app).await;
     let resp = get_with(&app, "/admin/dashboard/data", Some(&cookie)).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Past the session's life.
+    tokio::time::sleep(app.settings.http.dashboard_session + Duration::from_millis(100)).await;
     for path in ["/admin/dashboard/data", "/admin/dashboard"] {
         let resp = get_with(&app, path, Some(&cookie)).await;
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
@@ -165,17 +168,15 @@ async fn the_numbers_match_redis_and_mysql(backend: Backend) {
     })
     .await;
     // A read after the orders were persisted (one read per tick).
-    let snapshot = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
+    let snapshot = eventually_some(
+        "a read with the 3 orders persisted, within 5 s",
+        Duration::from_secs(5),
+        || async {
             let snapshot = data(&app, &cookie).await;
-            if snapshot["sales"][0]["persisted"] == 3 {
-                break snapshot;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("a read with the 3 orders persisted, within 5 s");
+            (snapshot["sales"][0]["persisted"] == 3).then_some(snapshot)
+        },
+    )
+    .await;
     let sale = &snapshot["sales"][0];
     assert_eq!(sale["product_id"], sku.as_str());
     assert_eq!(sale["stock"], app.stock(&sku).await.unwrap());

@@ -24,6 +24,9 @@ use sha2::Sha256;
 
 use crate::helpers::*;
 
+/// How long the service waits for an endpoint's answer (EVENT_WEBHOOK_TIMEOUT_MS).
+const SENDER_TIMEOUT: Duration = Duration::from_millis(300);
+
 const SECRET: &str = "whsec_ZGVsaXZlcnktc2VjcmV0LW9mLXRoZS10ZXN0cy0w";
 
 /// How the receiver answers.
@@ -93,7 +96,7 @@ async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -
                 // in flight): taken, yet retried.
                 2 => {
                     r.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(SENDER_TIMEOUT * 5 / 3).await;
                     r.in_flight.fetch_add(1, Ordering::SeqCst);
                 }
                 3 => tokio::time::sleep(Duration::from_millis(60)).await,
@@ -201,12 +204,13 @@ async fn spawn_pushing_to(urls: &[String], max_attempts: u32, extra: &[&str]) ->
     let secret = format!("--event-webhook-secret={SECRET}");
     let attempts = format!("--event-webhook-max-attempts={max_attempts}");
     let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
+    let timeout = format!("--event-webhook-timeout-ms={}", SENDER_TIMEOUT.as_millis());
     let mut args = vec![
         "--auth=none",
         url.as_str(),
         secret.as_str(),
         attempts.as_str(),
-        "--event-webhook-timeout-ms=300",
+        timeout.as_str(),
         pay.as_str(),
     ];
     args.extend_from_slice(extra);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     Backend, JWT_SECRET, TestApp, assert_refused, now_ms, settings_for, sign_jwt, spawn_app_cli,
-    spawn_app_with, token, unique,
+    spawn_app_with, token, unique, until,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -411,9 +411,8 @@ async fn a_cached_token_stops_working_when_it_expires() {
         StatusCode::OK,
         "answered again (from the cache)"
     );
-    while now_s() <= exp {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Until the second after its `exp`.
+    tokio::time::sleep(until((exp + 1) * 1000)).await;
     assert_refused(
         list().await.unwrap(),
         StatusCode::UNAUTHORIZED,

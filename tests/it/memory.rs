@@ -2,14 +2,14 @@
 //! window by Redis's clock, buyers at their limit, unknown products): no
 //! Redis call for them, and never a refusal Redis would not give.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, metric, now_ms, product_body, spawn_app_on, spawn_app_with, status_code,
-    unique,
+    Backend, TestApp, eventually, metric, now_ms, product_body, spawn_app_on, spawn_app_with,
+    status_code, unique, until,
 };
 
 /// `POST /api/orders` to the instance at `base`.
@@ -76,9 +76,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
     );
     // Right after the start (by this machine's clock, which is Redis's
     // here), orders are accepted: memory does not hold them back.
-    while now_ms() < start + 5 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    tokio::time::sleep(until(start + 5)).await;
     assert_eq!(
         order_at(&app, &app.base, 10_000, &sku, None).await.status(),
         StatusCode::ACCEPTED
@@ -224,20 +222,18 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
     let order_id = order["order_id"].as_str().expect("id");
     assert_eq!(app.cancel(order_id, 1).await.status(), StatusCode::OK);
     // ... and on the other instance within the mark's lifetime.
-    let cancelled = Instant::now();
-    loop {
-        let (status, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
-        if status == StatusCode::ACCEPTED {
-            break;
-        }
-        assert_eq!(code, "limit_exceeded");
-        assert!(
-            cancelled.elapsed() < ttl + Duration::from_millis(500),
-            "still refused {:?} after the cancel",
-            cancelled.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "accepted again within the mark's lifetime",
+        ttl + Duration::from_millis(500),
+        || async {
+            let (status, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
+            if status != StatusCode::ACCEPTED {
+                assert_eq!(code, "limit_exceeded");
+            }
+            status == StatusCode::ACCEPTED
+        },
+    )
+    .await;
     assert_eq!(app.bought(&sku, 1).await, 1);
 }
 
@@ -299,20 +295,18 @@ async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_i
         .await
         .expect("sent");
     assert_eq!(opened.status(), StatusCode::OK);
-    let opened_at = Instant::now();
-    loop {
-        let (status, code) = status_code(order_at(&app, &app.base, 1, &id, None).await).await;
-        if status == StatusCode::ACCEPTED {
-            break;
-        }
-        assert_eq!(code, "product_not_found");
-        assert!(
-            opened_at.elapsed() < Duration::from_millis(1_500),
-            "not found {:?} after it opened",
-            opened_at.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "found within 1.5 s of its opening",
+        Duration::from_millis(1_500),
+        || async {
+            let (status, code) = status_code(order_at(&app, &app.base, 1, &id, None).await).await;
+            if status != StatusCode::ACCEPTED {
+                assert_eq!(code, "product_not_found");
+            }
+            status == StatusCode::ACCEPTED
+        },
+    )
+    .await;
 }
 
 crate::on_both_backends!(a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time);

@@ -5,7 +5,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{eventually, now_ms, product_body, spawn_app, spawn_app_with, unique};
+use crate::helpers::{
+    eventually, eventually_some, now_ms, product_body, spawn_app, spawn_app_with, unique,
+};
 
 /// The value of the sample `series` (name and labels, as exposed).
 fn sample(text: &str, series: &str) -> f64 {
@@ -618,15 +620,11 @@ async fn a_503_is_logged_once_with_its_cause_chain() {
     let url = format!("http://127.0.0.1:{port}/api/orders");
     let order = serde_json::json!({"user_id": 1, "product_id": "sku-1", "quantity": 1});
     // Once it listens (it starts whatever Redis does).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        if let Ok(resp) = client.post(&url).json(&order).send().await {
-            break Some((resp.status(), resp.text().await.unwrap_or_default()));
-        }
-        assert!(tokio::time::Instant::now() < deadline, "serve answers");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let (status, body) = answer.expect("answered");
+    let (status, body) = eventually_some("serve answers", Duration::from_secs(30), || async {
+        let resp = client.post(&url).json(&order).send().await.ok()?;
+        Some((resp.status(), resp.text().await.unwrap_or_default()))
+    })
+    .await;
     assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert!(!body.contains("redis"), "the cause is not shown: {body}");
     // One request, one line, with the whole chain: no conversion on the

@@ -433,9 +433,10 @@ async fn a_sale_closed_early_refuses_orders_at_once_and_retires(backend: Backend
         StatusCode::NOT_FOUND
     );
 
-    // Two unpaid orders hold it; paid, it retires.
+    // Two unpaid orders hold it (three retire passes later); paid, it retires.
     app.drained(&sku, 2).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let passes = app.settings.workers.as_ref().expect("workers").retire_every;
+    tokio::time::sleep(passes * 3).await;
     assert!(product_row(&app, &sku).await.retired.is_none());
     assert_eq!(app.act(&first, "pay", 1).await.0, StatusCode::OK);
     let rows = app.order_rows(&sku).await;

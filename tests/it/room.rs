@@ -6,8 +6,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, assert_refused, eventually, fast_workers, now_ms, product_body,
-    spawn_app, spawn_app_with, unique,
+    ADMIN_TOKEN, Polling, TestApp, assert_refused, eventually, eventually_some, fast_workers,
+    now_ms, poll_for, product_body, spawn_app, spawn_app_with, unique, until,
 };
 
 /// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
@@ -79,15 +79,11 @@ async fn standing(app: &TestApp, sku: &str, ticket: &str) -> (StatusCode, Value)
 }
 
 async fn admission(app: &TestApp, sku: &str, ticket: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually_some("admitted", Duration::from_secs(10), || async {
         let (_, s) = standing(app, sku, ticket).await;
-        if s["status"] == "admitted" {
-            return s["admission"].as_str().unwrap().to_owned();
-        }
-        assert!(std::time::Instant::now() < deadline, "never admitted: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (s["status"] == "admitted").then(|| s["admission"].as_str().unwrap().to_owned())
+    })
+    .await
 }
 
 async fn order_with(
@@ -222,13 +218,16 @@ async fn an_order_needs_the_buyers_own_valid_admission_for_that_sale() {
 async fn an_admission_expires() {
     let app = spawn_app().await;
     // 1 s admissions, and a line long enough that it is still moving.
-    let sku = room_sale(&app, 100, -1_000, 4, 1).await;
+    let admission_secs = 1;
+    let sku = room_sale(&app, 100, -1_000, 4, admission_secs).await;
     let t1 = ticket(&app, &sku, 1).await;
     for user in 2..=30 {
         ticket(&app, &sku, user).await;
     }
     let a1 = admission(&app, &sku, &t1).await;
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Its whole life, and a little more.
+    let life = Duration::from_secs(admission_secs.into());
+    tokio::time::sleep(life + life * 3 / 10).await;
     let resp = order_with(&app, &sku, 1, Some(&a1)).await;
     assert_refused(resp, StatusCode::FORBIDDEN, "admission_expired").await;
     let (_, s) = standing(&app, &sku, &t1).await;
@@ -268,10 +267,9 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
         (1_000..=2_600).contains(&poll) && poll >= until_draw - 200,
         "{s}"
     );
-    tokio::time::sleep(Duration::from_millis(2_600)).await;
     // The first poll after the start has the room read again (the draw
     // needs the final count of early joiners); until then, still waiting.
-    eventually("the draw", Duration::from_secs(3), || async {
+    eventually("the draw", Duration::from_secs(15), || async {
         standing(&app, &sku, &tickets[0]).await.1["place"].is_u64()
     })
     .await;
@@ -307,12 +305,13 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
 async fn a_late_joiner_is_never_placed_by_a_count_read_before_the_draw() {
     let app = spawn_app().await;
     let n = 20u64;
-    let sku = room_sale(&app, 100, 1_500, 1, 60).await;
+    let starts_at = now_ms() + 1_500;
+    let sku = room_sale(&app, 100, starts_at - now_ms(), 1, 60).await;
     // The instance reads the room while they join, before the start.
     for user in 1..=n {
         ticket(&app, &sku, user).await;
     }
-    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    tokio::time::sleep(until(starts_at + 300)).await;
     // The first to join after the start, answered from that reading: its
     // count of early joiners may be short, so no place yet (the page
     // would have shown a place near the front); then behind all of them.
@@ -352,21 +351,16 @@ async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
             n
         }
     };
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
     // Once the line moves (the instance's first reading after the start
     // has landed: later on a loaded machine), what three seconds at 10/s
     // add, give or take a reading (the instance reads the room about once
     // a second). The early joiners were shuffled at the start: any of
     // them may be first.
-    let mut moving = 0;
-    for _ in 0..100 {
-        moving = admitted(tickets.clone()).await;
-        if moving > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(moving > 0, "the line never moved");
+    let moving = eventually_some("the line moves", Duration::from_secs(15), || {
+        let moving = admitted(tickets.clone());
+        async move { Some(moving.await).filter(|n| *n > 0) }
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let later = admitted(tickets.clone()).await;
     assert!(
@@ -456,12 +450,12 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
     for user in 1..=7 {
         ticket(&app, &sku, user).await;
     }
-    // Past the background renewal of this instance's reading of the room.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Once the background renewal of this instance's reading of the room
+    // has counted them.
     app.get_json("/metrics").await;
     eventually(
         "the metrics count the joiners",
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         || async {
             // Before the start: the operator's scrape (the admin token).
             let text = app.metrics_text().await;
@@ -585,8 +579,9 @@ async fn poll_all(
     done: &str,
 ) -> (u64, usize) {
     let (mut most, mut accepted) = (0, 0);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut polling = Polling::at_most(format!("all {done}"), Duration::from_secs(30));
     loop {
+        polling.next().await;
         let mut all_done = true;
         for (user, t) in tickets {
             let (status, s) = standing(app, sku, t).await;
@@ -607,8 +602,6 @@ async fn poll_all(
         if all_done {
             return (most, accepted);
         }
-        assert!(std::time::Instant::now() < deadline, "never all {done}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -653,14 +646,12 @@ async fn the_admitted_figure_is_what_buyers_were_told() {
         assert_eq!(app.act(id, "cancel", *user as u64).await.0, StatusCode::OK);
     }
     let (mut told_after, mut accepted) = (told, 0);
-    for _ in 0..50 {
+    let mut polling = Polling::at_most("the returned units bought", Duration::from_secs(60));
+    while accepted < 3 {
+        polling.next().await;
         let (most, a) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
         told_after = told_after.max(most);
         accepted += a;
-        if accepted == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(accepted, 3, "the returned units went to buyers in line");
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, told_after);
@@ -756,6 +747,29 @@ async fn pace(app: &TestApp, sku: &str) -> u64 {
     room_metric(app, sku, "room_admit_per_sec").await
 }
 
+/// Scrapes the pace until it is at `floor` (20 s at most): it only went
+/// down on the way, one step at a time (some steps may fall between
+/// scrapes), never below `floor`.
+async fn pace_steps_down_to(app: &TestApp, sku: &str, floor: u64) {
+    let seen = std::cell::RefCell::new(Vec::new());
+    let reached = poll_for(Duration::from_secs(20), || async {
+        let p = pace(app, sku).await;
+        let mut seen = seen.borrow_mut();
+        if seen.last() != Some(&p) {
+            seen.push(p);
+        }
+        (p == floor).then_some(())
+    })
+    .await;
+    let seen = seen.into_inner();
+    assert!(
+        reached.is_some(),
+        "the pace never reached its floor: {seen:?}"
+    );
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
+    assert!(seen.iter().all(|p| *p >= floor), "{seen:?}");
+}
+
 /// The pace follows the backend: with no worker persisting, the first
 /// order waits; past 2 s the pace halves each second down to its floor
 /// (not below); once a worker has persisted what waited, it climbs back
@@ -787,22 +801,7 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
         StatusCode::ACCEPTED
     );
     assert_eq!(pace(&app, &sku).await, 40, "no strain yet");
-    let mut seen: Vec<u64> = Vec::new();
-    let t0 = std::time::Instant::now();
-    while seen.last() != Some(&5) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the pace never reached its floor: {seen:?}"
-        );
-        let p = pace(&app, &sku).await;
-        if seen.last() != Some(&p) {
-            seen.push(p);
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    // Halving, one step at a time (some steps may fall between scrapes).
-    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
-    assert!(seen.iter().all(|p| *p >= 5), "{seen:?}");
+    pace_steps_down_to(&app, &sku, 5).await;
     // It stays at the floor (not below) while the order still waits.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(pace(&app, &sku).await, 5);
@@ -825,10 +824,7 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
     eventually(
         "the pace back at its ceiling",
         Duration::from_secs(30),
-        || async {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            pace(&app, &sku).await == 40
-        },
+        || async { pace(&app, &sku).await == 40 },
     )
     .await;
 }
@@ -1007,11 +1003,12 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
 #[tokio::test]
 async fn the_active_cap_counts_admissions_a_pause_lengthened() {
     let app = spawn_app().await;
+    let (admission, pause) = (Duration::from_secs(6), Duration::from_secs(3));
     let sku = room_sale_with(
         &app,
         1_000,
         500,
-        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 6}),
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": admission.as_secs()}),
     )
     .await;
     for user in 1..=40 {
@@ -1036,11 +1033,11 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
         }
     };
     admin("pause").await;
-    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    tokio::time::sleep(pause).await;
     admin("resume").await;
     // Past the admissions' own 6 s, within the 6 + 3 s the pause gave
     // them: still ten held, the line stands.
-    while reached.elapsed() < Duration::from_millis(7_000) {
+    while reached.elapsed() < admission + pause / 3 {
         assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -41,20 +41,87 @@ pub fn now_ms() -> i64 {
     flashsale::domain::now_ms()
 }
 
+/// The time from now until `at_ms` (a Unix time in ms; zero once past).
+pub fn until(at_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(at_ms - now_ms()).unwrap_or(0))
+}
+
+/// How often the waits below ask again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Polls `check` until it gives a value, for `limit` at most (then `None`).
+pub async fn poll_for<T, F, Fut>(limit: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `check` until it gives a value; panics with `what` after `limit`.
+pub async fn eventually_some<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll_for(limit, check).await {
+        Some(value) => value,
+        None => panic!("gave up waiting: {what}"),
+    }
+}
+
+/// The pace of a polling loop that keeps state of its own across rounds
+/// (where `eventually`'s closure cannot hold it): each [`Polling::next`]
+/// waits [`POLL`] (not before the first round) and panics with `what` once
+/// `limit` has passed.
+pub struct Polling {
+    what: String,
+    deadline: tokio::time::Instant,
+    first: bool,
+}
+
+impl Polling {
+    pub fn at_most(what: impl Into<String>, limit: Duration) -> Self {
+        Self {
+            what: what.into(),
+            deadline: tokio::time::Instant::now() + limit,
+            first: true,
+        }
+    }
+
+    /// Before the next round.
+    pub async fn next(&mut self) {
+        if !std::mem::take(&mut self.first) {
+            tokio::time::sleep(POLL).await;
+        }
+        assert!(
+            tokio::time::Instant::now() < self.deadline,
+            "gave up waiting: {}",
+            self.what
+        );
+    }
+}
+
 /// Polls `check` until it holds; panics with `what` after `limit`.
 pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_some(what, limit, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await
 }
 
 /// A product body with an open window around now; override fields with `extra`.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::{ADMIN_TOKEN, TestApp, eventually, product_body, unique};
+use super::{ADMIN_TOKEN, TestApp, eventually, eventually_some, product_body, unique};
 
 /// The catalog and the orders.
 impl TestApp {
@@ -93,20 +93,19 @@ impl TestApp {
     pub async fn order_until_accepted(&self, user_id: u64, product_id: &str) -> Value {
         let body = json!({"user_id": user_id, "product_id": product_id, "quantity": 1});
         let key = format!("until-accepted-{user_id}");
-        for _ in 0..50 {
+        let what = format!("order of user {user_id} accepted");
+        eventually_some(&what, Duration::from_secs(15), || async {
             let resp = self.post_order(&body, Some(&key)).await;
             match resp.status() {
-                StatusCode::ACCEPTED => return resp.json().await.expect("an order"),
-                StatusCode::SERVICE_UNAVAILABLE => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
+                StatusCode::ACCEPTED => Some(resp.json().await.expect("an order")),
+                StatusCode::SERVICE_UNAVAILABLE => None,
                 other => panic!(
                     "order of user {user_id} answered {other}: {}",
                     resp.text().await.unwrap_or_default()
                 ),
             }
-        }
-        panic!("order of user {user_id} never accepted")
+        })
+        .await
     }
 
     /// `POST /api/orders/{order_id}/cancel` as `user_id`.
