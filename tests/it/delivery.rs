@@ -46,6 +46,21 @@ struct Receiver {
     seq: AtomicU64,
 }
 
+impl Receiver {
+    /// The ids of the deliveries acknowledged, in order, a repeat in a row once.
+    fn acked_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .acked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.dedup();
+        ids
+    }
+}
+
 /// The receiver's own check of a Standard Webhooks signature.
 fn verifies(headers: &HeaderMap, body: &[u8]) -> bool {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -487,10 +502,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     let urls = [up_addr, down_addr].map(|a| format!("http://{a}/hook"));
     let app = spawn_pushing_to(&urls, 2, &[]).await;
     let sku = app.new_sale(10, 1).await;
-    for user in 1..=3 {
-        let resp = app.place_order(user, &sku, 1).await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    }
+    app.accept_orders(&sku, 1..=3).await;
     app.drained(&sku, 3).await;
     let expected: Vec<String> = app
         .event_ids(3)
@@ -499,17 +511,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
         .map(|id| format!("evt_{id}"))
         .collect();
     assert_eq!(expected.len(), 3);
-    let ids_of = |r: &Receiver| -> Vec<String> {
-        let mut ids: Vec<String> = r
-            .acked
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.dedup();
-        ids
-    };
+    let ids_of = Receiver::acked_ids;
     eventually(
         "the healthy endpoint has them all",
         Duration::from_secs(30),
@@ -533,14 +535,8 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     );
     assert!(ids_of(&down).is_empty());
     down.mode.store(UP, Ordering::SeqCst);
-    let replay = app
-        .client
-        .post(app.url("/api/admin/events/dead/replay"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(replay.status(), StatusCode::OK);
+    let (status, _) = app.admin_post("/api/admin/events/dead/replay").await;
+    assert_eq!(status, StatusCode::OK);
     eventually(
         "replayed to the endpoint that missed them",
         Duration::from_secs(30),

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    eventually, eventually_some, now_ms, product_body, spawn_app, spawn_app_with, unique,
+    TestApp, eventually, eventually_some, now_ms, product_body, spawn_app, spawn_app_with, unique,
 };
 
 /// The value of the sample `series` (name and labels, as exposed).
@@ -109,6 +109,41 @@ async fn metrics_after_a_small_sale_count_what_happened() {
     assert_eq!(sample(&text, "flashsale_orders_in_flight"), 0.0);
 }
 
+/// Reads `count` entries of `stream` as `consumer` of the workers' group,
+/// and never acks them.
+async fn read_as(app: &TestApp, stream: &str, consumer: &str, count: usize) {
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("persist")
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+}
+
+/// `flashsale streams --product <sku>` (with `--json` when `json`): its output.
+fn flashsale_streams(app: &TestApp, sku: &str, json: bool) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"));
+    cmd.args(["streams", "--product", sku])
+        .env("REDIS_URL", crate::helpers::REDIS_URL)
+        .env("REDIS_KEY_PREFIX", &app.prefix);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("flashsale streams runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test]
 async fn streams_reports_pending_entries_as_xpending_does() {
     let app = spawn_app_with(|s| s.workers = None).await;
@@ -117,18 +152,7 @@ async fn streams_reports_pending_entries_as_xpending_does() {
     // A consumer that reads two entries and never acks them.
     let stream = app.key(&sku, "orders");
     let mut r = app.redis.clone();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("persist")
-        .arg("ghost")
-        .arg("COUNT")
-        .arg(2)
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    read_as(&app, &stream, "ghost", 2).await;
     let (count, _, _, per_consumer): (u64, String, String, Vec<(String, String)>) =
         redis::cmd("XPENDING")
             .arg(&stream)
@@ -138,22 +162,7 @@ async fn streams_reports_pending_entries_as_xpending_does() {
             .unwrap();
     assert_eq!(count, 2);
 
-    let run = |json: bool| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"));
-        cmd.args(["streams", "--product", &sku])
-            .env("REDIS_URL", crate::helpers::REDIS_URL)
-            .env("REDIS_KEY_PREFIX", &app.prefix);
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.output().expect("flashsale streams runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |json: bool| flashsale_streams(&app, &sku, json);
     let reports: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
     let report = &reports[0];
     assert_eq!(report["product_id"], sku.as_str());
@@ -457,6 +466,15 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
     serve.stop().await;
 }
 
+/// The text at `url`, scraped (with `token` when given).
+async fn scrape(app: &TestApp, url: &str, token: Option<&str>) -> reqwest::Result<String> {
+    let mut req = app.client.get(url);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send().await?.text().await
+}
+
 /// The API's port is public: its anonymous `/metrics` names a sale once it
 /// has started, never before (an upcoming sale's id, stock and start are
 /// not told to whoever scrapes); a scrape with the admin token, and the
@@ -470,15 +488,9 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     body["start_time"] = json!(now_ms() + 3_600_000);
     body["end_time"] = json!(now_ms() + 7_200_000);
     app.sale_from(body).await;
-    let public = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
+    let public = scrape(&app, &app.url("/metrics"), None)
         .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("text");
+        .expect("scraped");
     assert!(
         public.contains(&format!("flashsale_sale_stock{{product_id=\"{live}\"}} 5")),
         "the live sale is shown"
@@ -488,16 +500,13 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     assert!(app.metrics_text().await.contains(&format!(
         "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
     )));
-    let wrong = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth("not-the-admin-token-0123456789")
-        .send()
-        .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("text");
+    let wrong = scrape(
+        &app,
+        &app.url("/metrics"),
+        Some("not-the-admin-token-0123456789"),
+    )
+    .await
+    .expect("scraped");
     assert!(!wrong.contains(&upcoming), "a wrong token sees it");
 
     let port = free_port();
@@ -512,22 +521,13 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
         .kill_on_drop(true)
         .spawn()
         .expect("flashsale worker starts");
-    let scrape = || async {
-        match app
-            .client
-            .get(format!("http://127.0.0.1:{port}/metrics"))
-            .send()
-            .await
-        {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    };
+    let private = format!("http://127.0.0.1:{port}/metrics");
     eventually(
         "the private listener shows the upcoming sale",
         Duration::from_secs(20),
         || async {
-            scrape().await.contains(&format!(
+            let text = scrape(&app, &private, None).await;
+            text.unwrap_or_default().contains(&format!(
                 "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
             ))
         },
@@ -802,6 +802,24 @@ async fn the_books_gauge_turns_0_when_a_quiet_sale_is_off_and_1_when_repaired() 
     .await;
 }
 
+/// Samples the sale's books gauge, as often as it can, until `done`: every reading.
+fn watch_books_gauge(
+    app: std::sync::Arc<TestApp>,
+    sku: String,
+    done: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<Vec<(f64, f64)>> {
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !done.is_cancelled() {
+            if let Some(gauge) = books_gauge(&app, &sku).await {
+                seen.push(gauge);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        seen
+    })
+}
+
 /// Orders in flight between Redis and MySQL, and cancels between MySQL and
 /// Redis, never make the gauge say unbalanced, however often it looks.
 #[tokio::test]
@@ -818,19 +836,7 @@ async fn the_books_gauge_does_not_flap_during_a_burst() {
     })
     .await;
     let done = tokio_util::sync::CancellationToken::new();
-    let watch = {
-        let (app, sku, done) = (app.clone(), sku.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while !done.is_cancelled() {
-                if let Some(gauge) = books_gauge(&app, &sku).await {
-                    seen.push(gauge);
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            seen
-        })
-    };
+    let watch = watch_books_gauge(app.clone(), sku.clone(), done.clone());
     let mut buyers = tokio::task::JoinSet::new();
     for first in (1..=300u64).step_by(30) {
         let (app, sku) = (app.clone(), sku.clone());

@@ -12,8 +12,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, PAY_SECRET, Polling, TestApp, eventually, eventually_some, fast_workers,
-    notification, now_ms, product_body, spawn_app_cli, unique, until,
+    ADMIN_TOKEN, PAY_SECRET, Polling, TestApp, eventually, eventually_some, fast_workers, now_ms,
+    product_body, spawn_app_cli, unique, until,
 };
 use crate::payments::amount;
 
@@ -190,12 +190,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     // 15 pay; 5 do not and time out; one of those pays late.
     for (_, order) in &seen.orders[..15] {
         let (status, answer) = app
-            .notify(&notification(
-                "payment.succeeded",
-                order,
-                &unique("pay-"),
-                &amount(1),
-            ))
+            .notify_of("payment.succeeded", order, &unique("pay-"), &amount(1))
             .await;
         assert_eq!(
             (status, answer["result"].as_str()),
@@ -215,12 +210,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     })
     .await;
     let (_, answer) = app
-        .notify(&notification(
-            "payment.succeeded",
-            late,
-            "pay-late",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", late, "pay-late", &amount(1))
         .await;
     assert_eq!(answer["result"], "paid_again", "{answer}");
 
@@ -594,13 +584,8 @@ async fn in_a_browser_the_report_draws_the_sale() {
     crowd(&app, std::slice::from_ref(&base), &sku, &tickets, &mut seen).await;
     app.drained(&sku, 40).await;
     for (_, order) in &seen.orders[..25] {
-        app.notify(&notification(
-            "payment.succeeded",
-            order,
-            &unique("pay-"),
-            &amount(1),
-        ))
-        .await;
+        app.notify_of("payment.succeeded", order, &unique("pay-"), &amount(1))
+            .await;
     }
     eventually("the timeline written", Duration::from_secs(20), || async {
         report(&app, &sku).await["summary"]["persisted"] == 40

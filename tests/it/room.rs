@@ -6,8 +6,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Polling, TestApp, assert_refused, eventually, eventually_some, fast_workers,
-    now_ms, poll_for, product_body, spawn_app, spawn_app_with, unique, until,
+    ADMIN_TOKEN, Polling, TestApp, assert_error, assert_refused, eventually, eventually_some,
+    fast_workers, now_ms, poll_for, product_body, spawn_app, spawn_app_with, unique, until,
 };
 
 /// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
@@ -110,10 +110,7 @@ async fn without_a_room_nothing_changes() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(product["waiting_room"], Value::Null);
     let (status, body) = join(&app, &sku, 1).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::NOT_FOUND, Some("no_waiting_room"))
-    );
+    assert_error(status, &body, StatusCode::NOT_FOUND, "no_waiting_room");
     // An admission header is ignored where no room asks for one.
     let resp = order_with(&app, &sku, 1, Some("1.99999999999999.00")).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -414,10 +411,7 @@ async fn a_sold_out_sale_tells_its_waiting_buyers_at_once() {
     let (_, s) = standing(&app, &sku, &waiting[0]).await;
     assert_eq!(s["poll_after_ms"], 5_000, "{s}");
     let (status, body) = join(&app, &sku, 9).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("sold_out"))
-    );
+    assert_error(status, &body, StatusCode::CONFLICT, "sold_out");
 }
 
 /// The server paces polls: a ticket farther back is told to ask again
@@ -473,27 +467,8 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
     )
     .await;
 
-    let login = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .post(app.url("/admin/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
-    let data: Value = app
-        .client
-        .get(app.url("/admin/dashboard/data"))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let data = crate::dashboard::data(&app, &cookie).await;
     let room = &data["sales"][0]["room"];
     assert_eq!(
         (
@@ -530,11 +505,7 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
     let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
     for n in 0..300 {
         let (status, body) = standing(&app, &format!("made-up-{n}"), &t).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
         // Memory's registry read may be a moment old: it does not say more.
         assert!(
             body["message"].as_str().unwrap().contains("moments ago"),
@@ -543,21 +514,13 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
     }
     for n in 0..50 {
         let (status, body) = join(&app, &format!("made-up-{n}"), 2).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
     }
     for n in 0..50 {
         let (status, body) = app
             .get_json(&format!("/api/sales/made-up-{n}/challenge"))
             .await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
     }
     assert_eq!(
         app.sales.counts().get(flashsale::sale::Counter::RoomCalls) - before,
@@ -623,10 +586,7 @@ async fn room_metric(app: &TestApp, sku: &str, name: &str) -> u64 {
 async fn the_admitted_figure_is_what_buyers_were_told() {
     let app = spawn_app().await;
     let sku = room_sale(&app, 12, 1_200, 20, 60).await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
+    let tickets = line_up(&app, &sku, 1..=60).await;
     let mut ordered = std::collections::HashSet::new();
     let (told, accepted) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
     assert_eq!(accepted, 12);
@@ -829,6 +789,72 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
     .await;
 }
 
+/// A ticket for each of `users`, joined in turn: (user, ticket).
+async fn line_up(
+    app: &TestApp,
+    sku: &str,
+    users: std::ops::RangeInclusive<u64>,
+) -> Vec<(u64, String)> {
+    let mut tickets = Vec::new();
+    for user in users {
+        tickets.push((user, ticket(app, sku, user).await));
+    }
+    tickets
+}
+
+/// Each of `holding` orders `quantity` units with their admission, and is
+/// answered 202: the users who ordered.
+async fn order_each(
+    app: &TestApp,
+    sku: &str,
+    holding: &[(u64, String)],
+    quantity: u64,
+) -> Vec<u64> {
+    for (user, a) in holding {
+        let resp = app
+            .client
+            .post(app.url("/api/orders"))
+            .header("Admission-Token", a)
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": quantity}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED, "{user}");
+    }
+    holding.iter().map(|(user, _)| *user).collect()
+}
+
+/// Waits (`limit` at most) until the room has admitted `n` places in all.
+async fn until_admitted(app: &TestApp, sku: &str, n: u64, limit: Duration) {
+    let what = format!("{n} places admitted");
+    eventually(&what, limit, || async {
+        room_metric(app, sku, "room_admitted").await >= n
+    })
+    .await;
+}
+
+/// Waits (5 s at most) until the holder of `ticket` is told the sale sold out.
+async fn until_told_sold_out(app: &TestApp, sku: &str, ticket: &str) {
+    eventually(
+        "sold out, said to the line",
+        Duration::from_secs(5),
+        || async { standing(app, sku, ticket).await.1["status"] == "sold_out" },
+    )
+    .await;
+}
+
+/// Polls each of `tickets`: the users holding an admission, and theirs.
+async fn holding(app: &TestApp, sku: &str, tickets: &[(u64, String)]) -> Vec<(u64, String)> {
+    let mut holding = Vec::new();
+    for (user, t) in tickets {
+        let (_, s) = standing(app, sku, t).await;
+        if s["status"] == "admitted" {
+            holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
+        }
+    }
+    holding
+}
+
 /// With an active cap, at most that many buyers hold an admission they
 /// have not used, however many poll; an order frees its place in the cap
 /// (the line moves on by one), and so does an admission that runs out.
@@ -842,24 +868,9 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
         json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 8}),
     )
     .await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
+    let tickets = line_up(&app, &sku, 1..=60).await;
     // The crowd polls; returns the users holding an admission.
-    let admitted = || {
-        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
-        async move {
-            let mut holding = Vec::new();
-            for (user, t) in &tickets {
-                let (_, s) = standing(app, &sku, t).await;
-                if s["status"] == "admitted" {
-                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
-                }
-            }
-            holding
-        }
-    };
+    let admitted = || holding(&app, &sku, &tickets);
     eventually("the cap reached", Duration::from_secs(10), || async {
         admitted().await.len() >= 10
     })
@@ -879,15 +890,7 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
 
     // Four of them order: four more places are admitted, no more.
-    let holding = admitted().await;
-    let mut ordered = std::collections::HashSet::new();
-    for (user, a) in &holding[..4] {
-        assert_eq!(
-            order_with(&app, &sku, *user, Some(a)).await.status(),
-            StatusCode::ACCEPTED
-        );
-        ordered.insert(*user);
-    }
+    let ordered = order_each(&app, &sku, &admitted().await[..4], 1).await;
     // Admitted and not ordered (an admission stays valid after its use).
     let unused = || async {
         admitted()
@@ -896,23 +899,15 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
             .filter(|(user, _)| !ordered.contains(user))
             .count()
     };
-    eventually(
-        "the line moved on by four",
-        Duration::from_secs(5),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 14 },
-    )
-    .await;
+    // The line moved on by four.
+    until_admitted(&app, &sku, 14, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 14);
     assert_eq!(unused().await, 10);
 
     // The six unused admissions of the first ten run out (8 s): six more.
-    eventually(
-        "expired admissions free their places",
-        Duration::from_secs(15),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
-    )
-    .await;
+    // Expired admissions free their places.
+    until_admitted(&app, &sku, 20, Duration::from_secs(15)).await;
     assert!(unused().await <= 10);
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
@@ -929,57 +924,20 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
     body["start_time"] = json!(now_ms() + 500);
     body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 9});
     let sku = app.sale_from(body).await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
-    let admitted = || {
-        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
-        async move {
-            let mut holding = Vec::new();
-            for (user, t) in &tickets {
-                let (_, s) = standing(app, &sku, t).await;
-                if s["status"] == "admitted" {
-                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
-                }
-            }
-            holding
-        }
-    };
-    eventually(
-        "the first ten admitted",
-        Duration::from_secs(10),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 10 },
-    )
-    .await;
+    let tickets = line_up(&app, &sku, 1..=60).await;
+    let admitted = || holding(&app, &sku, &tickets);
+    // The first ten admitted.
+    until_admitted(&app, &sku, 10, Duration::from_secs(10)).await;
     // Nobody orders: the ten run out (9 s) and the next ten come in.
-    eventually(
-        "the next ten after the first ran out",
-        Duration::from_secs(20),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
-    )
-    .await;
+    // The next ten after the first ran out.
+    until_admitted(&app, &sku, 20, Duration::from_secs(20)).await;
     let holding = admitted().await;
     assert_eq!(holding.len(), 10, "{holding:?}");
     // Five of them order two units each: five places free at once.
     let t0 = std::time::Instant::now();
-    for (user, a) in &holding[..5] {
-        let resp = app
-            .client
-            .post(app.url("/api/orders"))
-            .header("Admission-Token", a)
-            .json(&json!({"user_id": user, "product_id": sku, "quantity": 2}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    }
-    eventually(
-        "the line moved on by five",
-        Duration::from_secs(4),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 25 },
-    )
-    .await;
+    let ordered = order_each(&app, &sku, &holding[..5], 2).await;
+    // The line moved on by five.
+    until_admitted(&app, &sku, 25, Duration::from_secs(4)).await;
     assert!(
         t0.elapsed() < Duration::from_secs(5),
         "moved only when the batch ran out"
@@ -988,7 +946,6 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 25);
     assert_eq!(room_metric(&app, &sku, "room_active").await, 10);
-    let ordered: Vec<u64> = holding[..5].iter().map(|(u, _)| *u).collect();
     let unused = admitted()
         .await
         .into_iter()
@@ -1014,10 +971,8 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
     for user in 1..=40 {
         ticket(&app, &sku, user).await;
     }
-    eventually("the cap reached", Duration::from_secs(10), || async {
-        room_metric(&app, &sku, "room_admitted").await >= 10
-    })
-    .await;
+    // The cap reached.
+    until_admitted(&app, &sku, 10, Duration::from_secs(10)).await;
     let reached = std::time::Instant::now();
     let admin = |action: &'static str| {
         let (app, sku) = (&app, sku.clone());
@@ -1042,10 +997,8 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Then they run out: the next ten.
-    eventually("the next ten", Duration::from_secs(10), || async {
-        room_metric(&app, &sku, "room_admitted").await >= 20
-    })
-    .await;
+    // The next ten.
+    until_admitted(&app, &sku, 20, Duration::from_secs(10)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 20);
 }
 
@@ -1071,12 +1024,7 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
         let resp = order_with(&app, &sku, i as u64 + 1, Some(&a)).await;
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
     }
-    eventually(
-        "sold out, said to the line",
-        Duration::from_secs(5),
-        || async { standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out" },
-    )
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[9]).await;
     let line = room_metric(&app, &sku, "room_admitted").await as usize;
     assert!((2..=4).contains(&line), "the line stood at {line}");
     // Three units more: the places after the line, in order, buy them.
@@ -1103,10 +1051,7 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
         }
     }
     assert_eq!(bought, 3, "the restocked units went to the line");
-    eventually("sold out again", Duration::from_secs(5), || async {
-        standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out"
-    })
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[9]).await;
     // The line moved on from where it stood, by about the units added.
     let moved = room_metric(&app, &sku, "room_admitted").await as usize;
     assert!(moved > line && moved <= line + 3 + 2, "{line} -> {moved}");
@@ -1145,12 +1090,7 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
         orders.push(order["order_id"].as_str().unwrap().to_owned());
     }
     bot().await;
-    eventually(
-        "sold out, said to the line",
-        Duration::from_secs(5),
-        || async { standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out" },
-    )
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[7]).await;
     let line = room_metric(&app, &sku, "room_admitted").await;
     assert!((2..=4).contains(&line), "the line stood at {line}");
     app.drained(&sku, 2).await;
@@ -1161,17 +1101,10 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     bot().await;
     let a = admission(&app, &sku, &tickets[next]).await;
     bot().await;
-    assert_eq!(
-        order_with(&app, &sku, next as u64 + 1, Some(&a))
-            .await
-            .status(),
-        StatusCode::ACCEPTED
-    );
+    let resp = order_with(&app, &sku, next as u64 + 1, Some(&a)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
     // Sold out again: places two or more behind it never got in.
-    eventually("sold out again", Duration::from_secs(5), || async {
-        standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out"
-    })
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[7]).await;
     assert!(room_metric(&app, &sku, "room_admitted").await <= line + 2);
     for t in &tickets[next + 2..] {
         assert_eq!(standing(&app, &sku, t).await.1["status"], "sold_out");
@@ -1185,12 +1118,8 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     bot().await;
     let last = tickets.len() - 1;
     let a = admission(&app, &sku, &tickets[last]).await;
-    assert_eq!(
-        order_with(&app, &sku, last as u64 + 1, Some(&a))
-            .await
-            .status(),
-        StatusCode::ACCEPTED
-    );
+    let resp = order_with(&app, &sku, last as u64 + 1, Some(&a)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
     bot().await;
 }
 

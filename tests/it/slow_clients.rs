@@ -61,6 +61,31 @@ async fn metric(app: &TestApp, reason: &str) -> u64 {
         .map_or(0, |v| v.parse().unwrap())
 }
 
+/// Starts a request on `conn` and sends a header line every 100 ms, never
+/// ending the header block: how long until the server closes it (5 s at most).
+async fn trickle_headers(conn: &mut TcpStream) -> Duration {
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut header = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        header += 1;
+        let line = format!("X-Slow-{header}: 1\r\n");
+        if conn.write_all(line.as_bytes()).await.is_err() {
+            return started.elapsed();
+        }
+        let mut probe = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(1), conn.read(&mut probe)).await
+        {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "never closed");
+    }
+}
+
 /// A silent connection and one that trickles half a header block are
 /// closed at the header-read timeout (trickling does not extend it); an
 /// idle keep-alive connection lives to its own, longer idle timeout; a
@@ -78,29 +103,7 @@ async fn slow_and_idle_connections_are_closed_on_their_deadlines() {
     .await;
     let mut silent = connect_from(&app, "127.0.0.1").await;
     let mut trickling = connect_from(&app, "127.0.0.1").await;
-    let trickle = async {
-        trickling
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        let started = Instant::now();
-        let mut header = 0;
-        loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            header += 1;
-            let line = format!("X-Slow-{header}: 1\r\n");
-            if trickling.write_all(line.as_bytes()).await.is_err() {
-                return started.elapsed();
-            }
-            let mut probe = [0u8; 1];
-            if let Ok(Ok(0) | Err(_)) =
-                tokio::time::timeout(Duration::from_millis(1), trickling.read(&mut probe)).await
-            {
-                return started.elapsed();
-            }
-            assert!(started.elapsed() < Duration::from_secs(5), "never closed");
-        }
-    };
+    let trickle = trickle_headers(&mut trickling);
     // Two requests kept alive (an order with its body, then a GET), then
     // nothing.
     let sku = app.new_sale(10, 1).await;

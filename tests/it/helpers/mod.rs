@@ -144,6 +144,16 @@ pub async fn assert_refused(resp: Response, status: StatusCode, code: &str) {
     assert_eq!((got, got_code.as_str()), (status, code));
 }
 
+/// Asserts an answer read (its status and JSON body) is a refusal: its
+/// status and the body's `error` code.
+pub fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (want, Some(code)),
+        "{body}"
+    );
+}
+
 /// Status and `error` code of an answer, consuming it.
 pub async fn status_code(resp: Response) -> (StatusCode, String) {
     let status = resp.status();

@@ -32,6 +32,20 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// `POST path` as the operator (the admin token): the answer's status
+    /// and JSON body (null when none).
+    pub async fn admin_post(&self, path: &str) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("answered");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
     /// Closes the sale now, as an operator does (the admin API).
     pub async fn close_sale(&self, product_id: &str) {
         let resp = self

@@ -96,6 +96,19 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// Sends a `kind` notification of `payment_id` (`amount`) for
+    /// `order_id`, signed with [`PAY_SECRET`], dated now.
+    pub async fn notify_of(
+        &self,
+        kind: &str,
+        order_id: &str,
+        payment_id: &str,
+        amount: &str,
+    ) -> (StatusCode, Value) {
+        self.notify(&notification(kind, order_id, payment_id, amount))
+            .await
+    }
+
     /// Sends `body` signed with [`PAY_SECRET`], dated now.
     pub async fn notify(&self, body: &str) -> (StatusCode, Value) {
         let id = unique("msg_");
