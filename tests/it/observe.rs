@@ -68,45 +68,45 @@ async fn metrics_after_a_small_sale_count_what_happened() {
             .unwrap()
             .starts_with("text/plain")
     );
-    let text = resp.text().await.unwrap();
+    small_sale_counted(&resp.text().await.unwrap(), &sku);
+}
+
+/// What `/metrics` (`text`) counts once the sale `sku` of 3 units took 4
+/// orders and an invalid one and persisted 3.
+fn small_sale_counted(text: &str, sku: &str) {
     let outcome = |o: &str, by: &str| {
         sample(
-            &text,
+            text,
             &format!("flashsale_order_requests_total{{answered_by=\"{by}\",outcome=\"{o}\"}}"),
         )
     };
     assert_eq!(outcome("accepted", "redis"), 3.0);
     assert_eq!(outcome("sold_out", "redis"), 1.0);
     assert_eq!(outcome("invalid_request", "service"), 1.0);
-    assert_eq!(
-        sample(
-            &text,
-            "flashsale_order_path_redis_calls_total{call=\"place_order\"}"
+    for (series, value) in [
+        (
+            r#"flashsale_order_path_redis_calls_total{call="place_order"}"#,
+            4.0,
         ),
-        4.0
-    );
-    assert_eq!(
-        sample(
-            &text,
-            "flashsale_order_latency_seconds_count{class=\"accepted\"}"
+        (
+            r#"flashsale_order_latency_seconds_count{class="accepted"}"#,
+            3.0,
         ),
-        3.0
-    );
-    assert_eq!(sample(&text, "flashsale_rows_persisted_total"), 3.0);
-    assert_eq!(sample(&text, "flashsale_batch_size_sum"), 3.0);
-    assert_eq!(
-        sample(&text, "flashsale_accept_to_persist_seconds_count"),
-        3.0
-    );
-    assert_eq!(sample(&text, "flashsale_dead_letters_total"), 0.0);
-    let sale = |name: &str| sample(&text, &format!("flashsale_{name}{{product_id=\"{sku}\"}}"));
+        ("flashsale_rows_persisted_total", 3.0),
+        ("flashsale_batch_size_sum", 3.0),
+        ("flashsale_accept_to_persist_seconds_count", 3.0),
+        ("flashsale_dead_letters_total", 0.0),
+    ] {
+        assert_eq!(sample(text, series), value, "{series}");
+    }
+    let sale = |name: &str| sample(text, &format!("flashsale_{name}{{product_id=\"{sku}\"}}"));
     assert_eq!(sale("sale_stock"), 0.0);
     assert_eq!(sale("stream_length"), 3.0);
     assert_eq!(sale("group_pending"), 0.0);
     assert_eq!(sale("group_lag"), 0.0);
     assert_eq!(sale("sale_dead_letters"), 0.0);
     assert!(!text.contains("user_id"), "no user ids in labels");
-    assert_eq!(sample(&text, "flashsale_orders_in_flight"), 0.0);
+    assert_eq!(sample(text, "flashsale_orders_in_flight"), 0.0);
 }
 
 /// Reads `count` entries of `stream` as `consumer` of the workers' group,

@@ -101,6 +101,25 @@ impl TestApp {
         }
     }
 
+    /// One order of one unit from each of `users`: their ids.
+    pub async fn order_ids(
+        &self,
+        product_id: &str,
+        users: std::ops::RangeInclusive<u64>,
+    ) -> Vec<String> {
+        let mut ids = Vec::new();
+        for user in users {
+            let order: Value = self
+                .place_order(user, product_id, 1)
+                .await
+                .json()
+                .await
+                .unwrap();
+            ids.push(order["order_id"].as_str().unwrap().to_owned());
+        }
+        ids
+    }
+
     /// One unit for `user_id`, under an Idempotency-Key, retried while the
     /// answer is a 503 (as clients do: with WAIT on, a busy replica may not
     /// confirm in time); panics unless it ends in a 202. The order's JSON.
