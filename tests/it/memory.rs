@@ -265,7 +265,9 @@ async fn a_release_through_this_instance_clears_the_buyers_mark_at_once() {
 #[tokio::test]
 async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_is_found_in_time() {
     let app = spawn_app_with(|_| {}).await;
-    let other = app.serve_beside(|_| {}).await;
+    // The instance the sale is opened through, once its books answer (it
+    // starts without waiting for them; this test is about `app`'s memory).
+    let other = app.serve_beside(|_| {}).await.ready().await;
     let calls = order_calls(&app.sales);
     for n in 0..300 {
         let sku = unique(&format!("made-up-{n}-"));

@@ -331,7 +331,8 @@ async fn a_late_joiner_is_never_placed_by_a_count_read_before_the_draw() {
 #[tokio::test]
 async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
     let app = spawn_app().await;
-    let sku = room_sale(&app, 1_000, 1_500, 10, 60).await;
+    let starts_at = now_ms() + 1_500;
+    let sku = room_sale(&app, 1_000, starts_at - now_ms(), 10, 60).await;
     let mut tickets = Vec::new();
     for user in 1..=100 {
         tickets.push(ticket(&app, &sku, user).await);
@@ -348,6 +349,8 @@ async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
             n
         }
     };
+    // Until the start: the line cannot move before it.
+    tokio::time::sleep(until(starts_at)).await;
     // Once the line moves (the instance's first reading after the start
     // has landed: later on a loaded machine), what three seconds at 10/s
     // add, give or take a reading (the instance reads the room about once
