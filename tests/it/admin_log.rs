@@ -123,6 +123,17 @@ async fn every_admin_action_is_logged_with_who_from_where_and_the_values_before_
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 }
 
+/// The status of `GET url` with `cookie`.
+async fn status_with_cookie(url: String, cookie: &str) -> StatusCode {
+    no_redirects()
+        .get(url)
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 /// A dashboard cookie copied before its logout stops working, on the
 /// instance that logged out and on every other; the sign-in, the sign-out
 /// and a refused sign-in are in the admin log with the client's address.
@@ -146,18 +157,7 @@ async fn a_logout_ends_the_session_on_every_instance() {
         .next()
         .unwrap()
         .to_owned();
-    let data = |base: String| {
-        let cookie = cookie.clone();
-        async move {
-            no_redirects()
-                .get(format!("{base}/admin/dashboard/data"))
-                .header(COOKIE, cookie)
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }
-    };
+    let data = |base: String| status_with_cookie(format!("{base}/admin/dashboard/data"), &cookie);
     assert_eq!(data(app.base.clone()).await, StatusCode::OK);
     assert_eq!(data(other.base.clone()).await, StatusCode::OK);
 
@@ -171,13 +171,8 @@ async fn a_logout_ends_the_session_on_every_instance() {
     // The copy kept before the logout: refused everywhere.
     assert_eq!(data(app.base.clone()).await, StatusCode::UNAUTHORIZED);
     assert_eq!(data(other.base.clone()).await, StatusCode::UNAUTHORIZED);
-    let page = no_redirects()
-        .get(format!("{}/admin/dashboard", other.base))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    let page = status_with_cookie(format!("{}/admin/dashboard", other.base), &cookie).await;
+    assert_eq!(page, StatusCode::UNAUTHORIZED);
 
     let (entries, _) = log_page(&app, "").await;
     let actions: Vec<&str> = entries

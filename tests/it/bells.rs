@@ -41,7 +41,9 @@ async fn a_quiet_sales_drain_sleeps_until_its_next_order(backend: Backend) {
     app.drained(&sku, 1).await;
     until_asleep(&app, &sku).await;
     let before = reads(&app).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Ten blocking reads' worth of quiet: an awake drain would read each.
+    let block = app.settings.workers.as_ref().expect("workers").block;
+    tokio::time::sleep(block * 10).await;
     assert_eq!(reads(&app).await, before, "a sleeping drain reads nothing");
 
     let ordered = Instant::now();

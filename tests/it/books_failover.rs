@@ -23,7 +23,6 @@ use crate::helpers::*;
 use crate::proxy::Proxy;
 use crate::replicas::ReplicaPair;
 
-const PAY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const EVENT_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const PRICE: &str = "4999.00";
 
@@ -87,11 +86,11 @@ async fn start_receiver() -> (Arc<Receiver>, SocketAddr) {
 /// Sends a signed `payment.succeeded` for `order_id` until the books answer
 /// 200 (a failover answers 503 meanwhile; an order not yet persisted, 409).
 async fn pay_until_recorded(app: &TestApp, order_id: &str, payment_id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("payment {payment_id} recorded");
+    eventually_some(&what, Duration::from_secs(60), || async {
         let (status, answer) = notify_at(app, &app.base, order_id, payment_id).await;
         if status == StatusCode::OK {
-            return answer;
+            return Some(answer);
         }
         assert!(
             matches!(
@@ -100,12 +99,9 @@ async fn pay_until_recorded(app: &TestApp, order_id: &str, payment_id: &str) -> 
             ),
             "{status} {answer}"
         );
-        assert!(
-            Instant::now() < deadline,
-            "payment {payment_id} never recorded"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        None
+    })
+    .await
 }
 
 /// Posts a keyed order until it is answered 202 (503s retried with the same
@@ -113,35 +109,32 @@ async fn pay_until_recorded(app: &TestApp, order_id: &str, payment_id: &str) -> 
 async fn order_until_accepted(app: &TestApp, sku: &str, user: u64) -> String {
     let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
     let key = format!("k-{user}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("order of {user} accepted");
+    eventually_some(&what, Duration::from_secs(60), || async {
         let resp = app.post_order(&body, Some(&key)).await;
         let status = resp.status();
         let answer: Value = resp.json().await.unwrap_or(Value::Null);
         if status == StatusCode::ACCEPTED {
-            return answer["order_id"].as_str().expect("an id").to_owned();
+            return Some(answer["order_id"].as_str().expect("an id").to_owned());
         }
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
-        assert!(Instant::now() < deadline, "order of {user} never accepted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        None
+    })
+    .await
 }
 
 /// Cancels until the books answer 200 or 202.
 async fn cancel_until_taken(app: &TestApp, order_id: &str, user: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("cancel of {order_id} taken");
+    eventually(&what, Duration::from_secs(60), || async {
         let status = app.cancel(order_id, user).await.status();
         if matches!(status, StatusCode::OK | StatusCode::ACCEPTED) {
-            return;
+            return true;
         }
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            Instant::now() < deadline,
-            "cancel of {order_id} never taken"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        false
+    })
+    .await
 }
 
 /// The topology `/metrics` names, once read (the one series at 1).
@@ -522,9 +515,12 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
         missing.sort();
         missing.into_iter().cloned().collect::<Vec<String>>()
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !missing().is_empty() {
-        if Instant::now() > deadline {
+    let delivered = poll_for(Duration::from_secs(30), || async {
+        missing().is_empty().then_some(())
+    })
+    .await;
+    if delivered.is_none() {
+        {
             let cursor: Vec<(String, i64, i32)> =
                 sqlx::query_as("SELECT endpoint, delivered_up_to, attempts FROM tb_event_delivery")
                     .fetch_all(&app.mysql)
@@ -545,7 +541,6 @@ async fn a_semi_sync_failover_loses_no_order_payment_or_event() {
                 ids.last()
             );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for id in receiver.one_change_per_id() {
         assert!(expected.contains(&id), "{id} is an event of the books");
@@ -596,6 +591,63 @@ async fn notify_at(
     }
 }
 
+/// Posts a keyed order to the instance at `base` until it is answered 202
+/// (a failover refuses or cuts it meanwhile); its id.
+async fn order_at_until_accepted(app: &TestApp, base: &str, sku: &str, user: u64) -> String {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
+    let what = format!("order of {user} accepted");
+    eventually_some(&what, Duration::from_secs(60), || async {
+        let sent = app
+            .client
+            .post(format!("{base}/api/orders"))
+            .header("Idempotency-Key", format!("k-{user}"))
+            .json(&body)
+            .send()
+            .await;
+        match sent {
+            Ok(resp) if resp.status() == StatusCode::ACCEPTED => {
+                let v: Value = resp.json().await.unwrap();
+                Some(v["order_id"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        }
+    })
+    .await
+}
+
+/// Sends one payment's notification to all three instances at once, again
+/// until one says 200: it is recorded once (one fresh 200 at most).
+async fn pay_on_every_node_once(app: &TestApp, bases: &[String; 3], id: &str, payment: &str) {
+    let fresh = std::cell::Cell::new(0);
+    let what = format!("payment {payment} recorded");
+    eventually(&what, Duration::from_secs(60), || async {
+        let (a, b, c) = tokio::join!(
+            notify_at(app, &bases[0], id, payment),
+            notify_at(app, &bases[1], id, payment),
+            notify_at(app, &bases[2], id, payment),
+        );
+        let answers = [a, b, c];
+        for (status, answer) in &answers {
+            if *status == StatusCode::OK {
+                assert_eq!(answer["result"], "paid", "{answer}");
+                fresh.set(fresh.get() + usize::from(answer["replayed"] == false));
+            } else {
+                assert!(
+                    matches!(
+                        *status,
+                        StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
+                    ),
+                    "{status} {answer}"
+                );
+            }
+        }
+        answers.iter().any(|(s, _)| *s == StatusCode::OK)
+    })
+    .await;
+    let fresh = fresh.get();
+    assert!(fresh <= 1, "{payment} recorded {fresh} times");
+}
+
 /// The feed read as a consumer does, from its cursor on: every event it
 /// is given, in order.
 async fn follow_feed(app: &TestApp, after: &mut i64, seen: &mut Vec<i64>) {
@@ -638,25 +690,7 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
     let orders = async {
         for user in 1..=180u64 {
             let base = &bases[(user % 3) as usize];
-            let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let id = loop {
-                let sent = app
-                    .client
-                    .post(format!("{base}/api/orders"))
-                    .header("Idempotency-Key", format!("k-{user}"))
-                    .json(&body)
-                    .send()
-                    .await;
-                if let Ok(resp) = sent
-                    && resp.status() == StatusCode::ACCEPTED
-                {
-                    let v: Value = resp.json().await.unwrap();
-                    break v["order_id"].as_str().unwrap().to_owned();
-                }
-                assert!(Instant::now() < deadline, "order of {user}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            };
+            let id = order_at_until_accepted(&app, base, &sku, user).await;
             accepted.lock().unwrap().push((user, id));
         }
     };
@@ -665,47 +699,17 @@ async fn on_galera_with_writers_on_every_node_and_one_killed_nothing_is_lost() {
     let payments = async {
         let mut next = 0;
         while next < 180 {
-            let todo: Vec<(u64, String)> = accepted.lock().unwrap()[next..].to_vec();
-            if todo.is_empty() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+            let todo = eventually_some("an accepted order", Duration::from_secs(60), || async {
+                let todo: Vec<(u64, String)> = accepted.lock().unwrap()[next..].to_vec();
+                (!todo.is_empty()).then_some(todo)
+            })
+            .await;
             for (user, id) in &todo {
                 next += 1;
                 if user % 4 != 0 {
                     continue;
                 }
-                let payment = format!("pay-{user}");
-                let deadline = Instant::now() + Duration::from_secs(60);
-                let mut fresh = 0;
-                loop {
-                    let (a, b, c) = tokio::join!(
-                        notify_at(&app, &bases[0], id, &payment),
-                        notify_at(&app, &bases[1], id, &payment),
-                        notify_at(&app, &bases[2], id, &payment),
-                    );
-                    let answers = [a, b, c];
-                    for (status, answer) in &answers {
-                        if *status == StatusCode::OK {
-                            assert_eq!(answer["result"], "paid", "{answer}");
-                            fresh += usize::from(answer["replayed"] == false);
-                        } else {
-                            assert!(
-                                matches!(
-                                    *status,
-                                    StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
-                                ),
-                                "{status} {answer}"
-                            );
-                        }
-                    }
-                    if answers.iter().any(|(s, _)| *s == StatusCode::OK) {
-                        break;
-                    }
-                    assert!(Instant::now() < deadline, "payment {payment}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                assert!(fresh <= 1, "{payment} recorded {fresh} times");
+                pay_on_every_node_once(&app, &bases, id, &format!("pay-{user}")).await;
                 paid.lock().unwrap().push(id.clone());
             }
         }
@@ -858,13 +862,10 @@ async fn on_galera_the_sweeper_and_the_payments_never_both_win_an_order() {
     let sweep = async {
         tokio::time::sleep(Duration::from_millis(30)).await;
         // A sweep that met a conflict is done again, as the pass would.
-        for _ in 0..20 {
-            if sweeper.sweep().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the sweeper never finished");
+        eventually("the sweeper finishes", Duration::from_secs(30), || async {
+            sweeper.sweep().await.is_ok()
+        })
+        .await;
     };
     tokio::join!(payments, sweep);
     let mut won = 0;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use flashsale::store::{Db, Outage};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
 
@@ -65,31 +65,27 @@ async fn a_read_only_books_server_is_an_outage_and_every_order_lands_once_it_tak
     root.create_and_migrate().await.unwrap();
     assert!(root.writes_past_read_only().await.unwrap());
     let sku = app.new_sale(200, 1).await;
-    for user in 1..=20 {
-        assert_eq!(app.place_order(user, &sku, 1).await.status(), 202);
-    }
+    app.accept_orders(&sku, 1..=20).await;
     app.drained(&sku, 20).await;
 
     own.server.exec("SET GLOBAL read_only = 1").await;
-    for user in 21..=60 {
-        assert_eq!(app.place_order(user, &sku, 1).await.status(), 202);
-    }
+    app.accept_orders(&sku, 21..=60).await;
     // A write of the books: 503 unavailable, not 500.
     let created = app
         .create_product(&product_body(&unique("sku-"), 5, 1))
         .await;
-    assert_eq!(created.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body: Value = created.json().await.expect("a JSON error");
-    assert_eq!(body["error"], "unavailable", "{body}");
+    assert_refused(created, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Ten times MAX_DELIVERIES × CLAIM_IDLE_MS, the workers trying all along.
+    let w = app.settings.workers.as_ref().expect("workers");
+    let long = w.claim_idle * u32::try_from(w.max_deliveries).unwrap() * 10;
     let outage = Instant::now();
     eventually("the refusals counted", Duration::from_secs(10), || async {
         refused(&app, "read_only").await > 0.0
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6).saturating_sub(outage.elapsed())).await;
+    tokio::time::sleep(long.saturating_sub(outage.elapsed())).await;
     let dead = app.audit(&sku).await;
     assert_eq!(
         dead["audit"]["dead_letters"], 0,
@@ -99,13 +95,7 @@ async fn a_read_only_books_server_is_an_outage_and_every_order_lands_once_it_tak
 
     own.server.exec("SET GLOBAL read_only = 0").await;
     app.drained(&sku, 60).await;
-    let (rows, distinct): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), COUNT(DISTINCT order_id) FROM tb_order WHERE product_id = ?",
-    )
-    .bind(&sku)
-    .fetch_one(&app.mysql)
-    .await
-    .unwrap();
+    let (rows, distinct, _) = app.persisted(&sku).await;
     assert_eq!((rows, distinct), (60, 60), "every 202 in the books once");
     app.books_balance(&sku).await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
@@ -301,8 +291,14 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     let mut app = app;
     app.mysql = sqlx::MySqlPool::connect_lazy(&url(0)).expect("a url");
     app.drained(&sku, 30).await;
-    // Every check of the repairer (every second) has run meanwhile.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two checks of the repairer have run meanwhile.
+    let repairs = app
+        .settings
+        .workers
+        .as_ref()
+        .expect("workers")
+        .reconcile_every;
+    tokio::time::sleep(repairs * 2).await;
     let newest: i64 = sqlx::query_scalar("SELECT MAX(id) FROM tb_event")
         .fetch_one(&app.mysql)
         .await

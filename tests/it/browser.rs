@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
+use crate::helpers::eventually;
+
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -55,22 +57,17 @@ impl Browser {
             .expect("chromedriver starts");
         let http = reqwest::Client::new();
         let driver_url = format!("http://127.0.0.1:{port}");
-        let mut waited = Duration::ZERO;
-        loop {
+        eventually("chromedriver ready", Duration::from_secs(30), || async {
             let ready = http.get(format!("{driver_url}/status")).send().await;
             if let Ok(r) = ready
                 && let Ok(v) = r.json::<Value>().await
-                && v["value"]["ready"] == true
             {
-                break;
+                v["value"]["ready"] == true
+            } else {
+                false
             }
-            assert!(
-                waited < Duration::from_secs(20),
-                "chromedriver never got ready"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            waited += Duration::from_millis(100);
-        }
+        })
+        .await;
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {

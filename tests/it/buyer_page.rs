@@ -12,9 +12,8 @@ use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::helpers::{
-    TestApp, eventually, now_ms, product_body, spawn_app, spawn_app_with, unique,
+    JWT_SECRET, TestApp, eventually, now_ms, product_body, spawn_app, spawn_app_with, token, unique,
 };
-use crate::identity::{SECRET, token};
 
 async fn get(app: &TestApp, path: &str) -> reqwest::Response {
     app.client
@@ -111,7 +110,7 @@ async fn the_page_is_static_html_under_a_strict_csp_with_its_own_assets() {
 #[tokio::test]
 async fn with_verified_buyers_the_page_says_so_and_needs_no_admin_routes() {
     let app = spawn_app_with(|s| {
-        s.http.auth = AuthSettings::hmac(SECRET);
+        s.http.auth = AuthSettings::hmac(JWT_SECRET);
         s.http.admin_routes = false;
     })
     .await;
@@ -360,7 +359,7 @@ async fn in_a_browser_the_shops_token_is_sent_as_a_bearer_and_leaves_the_address
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let app = spawn_app_with(|s| s.http.auth = AuthSettings::hmac(SECRET)).await;
+    let app = spawn_app_with(|s| s.http.auth = AuthSettings::hmac(JWT_SECRET)).await;
     // No waiting room: a countdown, then a Buy button that orders at once.
     let sku = unique("sku-");
     let mut body = product_body(&sku, 3, 1);

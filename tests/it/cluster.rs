@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::helpers::{Backend, eventually, spawn_app_on};
+use crate::helpers::{Backend, eventually, poll_for, spawn_app_on};
 use crate::nodes::{master_of, replica_pid, server_pid, signal};
 
 #[tokio::test]
@@ -136,22 +136,24 @@ async fn with_wait_and_no_replica_an_order_answered_503_is_taken_back_and_never_
     assert_eq!(audit["ok"], true, "{audit:#}");
 }
 
-/// Sends `request` again, 100 ms apart (5 s at most), while it is answered
+/// Sends `request` again (for 5 s at most), while it is answered
 /// 503, as a client retrying with its key would; returns the last answer.
 async fn while_unavailable<F, Fut>(request: F) -> reqwest::Response
 where
     F: Fn() -> Fut,
     Fut: Future<Output = reqwest::Response>,
 {
-    let mut resp = request().await;
-    for _ in 0..50 {
+    let last = std::cell::RefCell::new(None);
+    let answered = poll_for(std::time::Duration::from_secs(5), || async {
+        let resp = request().await;
         if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-            break;
+            return Some(resp);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        resp = request().await;
-    }
-    resp
+        last.replace(Some(resp));
+        None
+    })
+    .await;
+    answered.unwrap_or_else(|| last.into_inner().expect("asked at least once"))
 }
 
 /// While the sale's replica lags (paused), keyed retries of an order are
@@ -325,7 +327,9 @@ async fn a_release_the_replica_lacks_is_not_marked_released_until_it_has_it() {
     // Paused for less than the cluster's node timeout (2 s).
     signal(replica, "-STOP");
     let cancel = app.cancel(&id, 1).await.status();
-    tokio::time::sleep(Duration::from_millis(700)).await; // the sweeper tries meanwhile
+    // The sweeper tries meanwhile: past the release's grace, two sweeps.
+    let w = app.settings.workers.as_ref().expect("workers");
+    tokio::time::sleep(w.release_grace + w.sweep_every * 2).await;
     let marked = released().await;
     signal(replica, "-CONT");
     assert_eq!(cancel, StatusCode::OK, "the cancel itself is committed");

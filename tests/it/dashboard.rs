@@ -10,7 +10,10 @@ use serde_json::Value;
 use flashsale::config::RedisTarget;
 
 use crate::browser::Browser;
-use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, eventually, spawn_app_on, spawn_app_with};
+use crate::helpers::{
+    ADMIN_TOKEN, Backend, TestApp, assert_error, eventually, eventually_some, spawn_app_on,
+    spawn_app_with,
+};
 use crate::proxy::Proxy;
 
 /// A client that shows redirects instead of following them, and keeps no cookies.
@@ -52,18 +55,45 @@ pub(crate) async fn data(app: &TestApp, cookie: &str) -> Value {
     resp.json().await.expect("JSON")
 }
 
-#[tokio::test]
-async fn login_exchanges_the_admin_token_for_a_signed_http_only_cookie() {
-    let app = spawn_app_with(|_| {}).await;
-    // Without a session: the page is the login form, the data a JSON 401.
-    let page = get_with(&app, "/admin/dashboard", None).await;
+/// Without a session: the page is the login form, the data a JSON 401.
+async fn without_a_session_the_login_form(app: &TestApp) {
+    let page = get_with(app, "/admin/dashboard", None).await;
     assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
     let form = page.text().await.unwrap();
     assert!(form.contains("action=\"/admin/login\""), "{form}");
-    let refused = get_with(&app, "/admin/dashboard/data", None).await;
+    let refused = get_with(app, "/admin/dashboard/data", None).await;
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");
+}
+
+/// Behind a TLS-terminating proxy the cookie is Secure too.
+async fn behind_tls_the_cookie_is_secure(app: &TestApp) {
+    let behind_tls = raw_client()
+        .post(app.url("/admin/login"))
+        .header("X-Forwarded-Proto", "https")
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let set = behind_tls.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(set.split("; ").any(|a| a == "Secure"), "{set}");
+}
+
+/// A session cookie changed by hand (a later expiry) proves nothing.
+async fn a_later_expiry_written_by_hand_proves_nothing(app: &TestApp, cookie: &str) {
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (expires, rest) = value.split_once('.').unwrap();
+    let later = expires.parse::<u128>().unwrap() + 86_400_000;
+    let forged = format!("{name}={later}.{rest}");
+    let resp = get_with(app, "/admin/dashboard/data", Some(&forged)).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn login_exchanges_the_admin_token_for_a_signed_http_only_cookie() {
+    let app = spawn_app_with(|_| {}).await;
+    without_a_session_the_login_form(&app).await;
 
     // A wrong token: the form again, with the reason, and no cookie.
     let wrong = log_in(&app, "test-admin-token-0123456780").await;
@@ -95,24 +125,8 @@ async fn login_exchanges_the_admin_token_for_a_signed_http_only_cookie() {
             .contains("/admin/assets/dashboard.js")
     );
 
-    // Behind a TLS-terminating proxy the cookie is Secure too.
-    let behind_tls = raw_client()
-        .post(app.url("/admin/login"))
-        .header("X-Forwarded-Proto", "https")
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
-    let set = behind_tls.headers()[SET_COOKIE].to_str().unwrap();
-    assert!(set.split("; ").any(|a| a == "Secure"), "{set}");
-
-    // A cookie changed by hand (a later expiry) proves nothing.
-    let (name, value) = cookie.split_once('=').unwrap();
-    let (expires, rest) = value.split_once('.').unwrap();
-    let later = expires.parse::<u128>().unwrap() + 86_400_000;
-    let forged = format!("{name}={later}.{rest}");
-    let resp = get_with(&app, "/admin/dashboard/data", Some(&forged)).await;
-    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    behind_tls_the_cookie_is_secure(&app).await;
+    a_later_expiry_written_by_hand_proves_nothing(&app, cookie).await;
 
     // Signing out drops the cookie.
     let out = raw_client()
@@ -135,7 +149,8 @@ async fn a_dashboard_session_ends_at_its_expiry() {
     let cookie = session_cookie(&app).await;
     let resp = get_with(&app, "/admin/dashboard/data", Some(&cookie)).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Past the session's life.
+    tokio::time::sleep(app.settings.http.dashboard_session + Duration::from_millis(100)).await;
     for path in ["/admin/dashboard/data", "/admin/dashboard"] {
         let resp = get_with(&app, path, Some(&cookie)).await;
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
@@ -165,17 +180,15 @@ async fn the_numbers_match_redis_and_mysql(backend: Backend) {
     })
     .await;
     // A read after the orders were persisted (one read per tick).
-    let snapshot = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
+    let snapshot = eventually_some(
+        "a read with the 3 orders persisted, within 5 s",
+        Duration::from_secs(5),
+        || async {
             let snapshot = data(&app, &cookie).await;
-            if snapshot["sales"][0]["persisted"] == 3 {
-                break snapshot;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("a read with the 3 orders persisted, within 5 s");
+            (snapshot["sales"][0]["persisted"] == 3).then_some(snapshot)
+        },
+    )
+    .await;
     let sale = &snapshot["sales"][0];
     assert_eq!(sale["product_id"], sku.as_str());
     assert_eq!(sale["stock"], app.stock(&sku).await.unwrap());
@@ -504,10 +517,7 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
     let pause = serde_json::json!({"product_id": sku, "action": "pause"});
 
     let (status, body) = action(&app, &cookie, None, None, pause.clone()).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::FORBIDDEN, Some("forbidden"))
-    );
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
     let (status, _) = action(
         &app,
         &cookie,
@@ -544,10 +554,7 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
     // Refused as the API refuses it.
     let take = serde_json::json!({"product_id": sku, "action": "restock", "units": -100});
     let (status, body) = action(&app, &cookie, Some(&token), None, take).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("insufficient_stock"))
-    );
+    assert_error(status, &body, StatusCode::CONFLICT, "insufficient_stock");
 
     let log = app.admin_log().await;
     let entries = log["entries"].as_array().unwrap();
@@ -758,10 +765,7 @@ async fn from_the_dashboard_the_rooms_bounds_change_and_dead_letters_replay() {
     );
     let bad = serde_json::json!({"product_id": sku, "action": "room", "ceiling_per_sec": 0});
     let (status, body) = action(&app, &cookie, Some(&token), None, bad).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("invalid_request"))
-    );
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
     let log = app.admin_log().await;
     let actions: Vec<&str> = log["entries"]
         .as_array()

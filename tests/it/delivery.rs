@@ -22,8 +22,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::events::SECRET as PAY_SECRET;
 use crate::helpers::*;
+
+/// How long the service waits for an endpoint's answer (EVENT_WEBHOOK_TIMEOUT_MS).
+const SENDER_TIMEOUT: Duration = Duration::from_millis(300);
 
 const SECRET: &str = "whsec_ZGVsaXZlcnktc2VjcmV0LW9mLXRoZS10ZXN0cy0w";
 
@@ -42,6 +44,21 @@ struct Receiver {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     seq: AtomicU64,
+}
+
+impl Receiver {
+    /// The ids of the deliveries acknowledged, in order, a repeat in a row once.
+    fn acked_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .acked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.dedup();
+        ids
+    }
 }
 
 /// The receiver's own check of a Standard Webhooks signature.
@@ -94,7 +111,7 @@ async fn hook(State(r): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -
                 // in flight): taken, yet retried.
                 2 => {
                     r.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(SENDER_TIMEOUT * 5 / 3).await;
                     r.in_flight.fetch_add(1, Ordering::SeqCst);
                 }
                 3 => tokio::time::sleep(Duration::from_millis(60)).await,
@@ -202,12 +219,13 @@ async fn spawn_pushing_to(urls: &[String], max_attempts: u32, extra: &[&str]) ->
     let secret = format!("--event-webhook-secret={SECRET}");
     let attempts = format!("--event-webhook-max-attempts={max_attempts}");
     let pay = format!("--payment-webhook-secrets={PAY_SECRET}");
+    let timeout = format!("--event-webhook-timeout-ms={}", SENDER_TIMEOUT.as_millis());
     let mut args = vec![
         "--auth=none",
         url.as_str(),
         secret.as_str(),
         attempts.as_str(),
-        "--event-webhook-timeout-ms=300",
+        timeout.as_str(),
         pay.as_str(),
     ];
     args.extend_from_slice(extra);
@@ -484,10 +502,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     let urls = [up_addr, down_addr].map(|a| format!("http://{a}/hook"));
     let app = spawn_pushing_to(&urls, 2, &[]).await;
     let sku = app.new_sale(10, 1).await;
-    for user in 1..=3 {
-        let resp = app.place_order(user, &sku, 1).await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    }
+    app.accept_orders(&sku, 1..=3).await;
     app.drained(&sku, 3).await;
     let expected: Vec<String> = app
         .event_ids(3)
@@ -496,17 +511,7 @@ async fn each_endpoint_gets_every_event_on_its_own() {
         .map(|id| format!("evt_{id}"))
         .collect();
     assert_eq!(expected.len(), 3);
-    let ids_of = |r: &Receiver| -> Vec<String> {
-        let mut ids: Vec<String> = r
-            .acked
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.dedup();
-        ids
-    };
+    let ids_of = Receiver::acked_ids;
     eventually(
         "the healthy endpoint has them all",
         Duration::from_secs(30),
@@ -530,14 +535,8 @@ async fn each_endpoint_gets_every_event_on_its_own() {
     );
     assert!(ids_of(&down).is_empty());
     down.mode.store(UP, Ordering::SeqCst);
-    let replay = app
-        .client
-        .post(app.url("/api/admin/events/dead/replay"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(replay.status(), StatusCode::OK);
+    let (status, _) = app.admin_post("/api/admin/events/dead/replay").await;
+    assert_eq!(status, StatusCode::OK);
     eventually(
         "replayed to the endpoint that missed them",
         Duration::from_secs(30),

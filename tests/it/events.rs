@@ -12,11 +12,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-/// The payment secret of the services these tests start (and delivery.rs).
-pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
 async fn spawn() -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         // Events are listed once DB_TIMEOUT_MS + 1 s old: keep it short.
@@ -79,7 +76,7 @@ impl TestApp {
             "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"}})
         .to_string();
         let resp = self
-            .send_signed(&self.base, SECRET, &unique("msg_"), &body)
+            .send_signed(&self.base, PAY_SECRET, &unique("msg_"), &body)
             .await
             .expect("answered");
         assert_eq!(resp.status(), StatusCode::OK);
@@ -91,11 +88,7 @@ impl TestApp {
 async fn every_change_of_an_order_is_one_event_in_order() {
     let app = spawn().await;
     let sku = app.new_sale(10, 5).await;
-    let mut ids = Vec::new();
-    for user in 1..=4 {
-        let order: Value = app.place_order(user, &sku, 1).await.json().await.unwrap();
-        ids.push(order["order_id"].as_str().unwrap().to_owned());
-    }
+    let ids = app.order_ids(&sku, 1..=4).await;
     app.drained(&sku, 4).await;
     // 0 paid, then paid again by another payment (owed back); 1 cancelled
     // by its buyer; 2 cancelled, then paid late (its units still there),
@@ -146,18 +139,24 @@ async fn every_change_of_an_order_is_one_event_in_order() {
     // Paged two at a time: the same events, in increasing id.
     let events = app.events(2).await;
     assert_eq!(events.len(), total);
+    assert_eq!(order_events(&events, &sku), expected);
+}
+
+/// `events` in increasing id, each of `sku`, its data as the change left
+/// the order: the types of each order's events, in order.
+fn order_events<'a>(events: &'a [Value], sku: &str) -> BTreeMap<&'a str, Vec<&'a str>> {
     assert!(
         events
             .windows(2)
             .all(|w| w[0]["id"].as_i64() < w[1]["id"].as_i64())
     );
     let mut seen: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for e in &events {
+    for e in events {
         let order = e["data"]["order_id"].as_str().unwrap();
         seen.entry(order)
             .or_default()
             .push(e["type"].as_str().unwrap());
-        assert_eq!(e["data"]["product_id"], sku.as_str());
+        assert_eq!(e["data"]["product_id"], sku);
         assert_eq!(e["data"]["price"], "4999");
         let status = match e["type"].as_str().unwrap() {
             "order.confirmed" => json!("confirmed"),
@@ -167,7 +166,7 @@ async fn every_change_of_an_order_is_one_event_in_order() {
         };
         assert_eq!(e["data"]["status"], status, "{e}");
     }
-    assert_eq!(seen, expected);
+    seen
 }
 
 #[tokio::test]

@@ -16,7 +16,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::helpers::{Backend, OwnCluster, TestApp, eventually, spawn_app_on};
+use crate::helpers::{
+    Backend, OwnCluster, TestApp, eventually, eventually_some, poll_for, spawn_app_on,
+};
 use crate::nodes::{await_failover, master_of, port_of, restart_node, server_pid, signal};
 
 /// Sized with the pace below to sell out well after the failover.
@@ -35,29 +37,31 @@ enum Fate {
 /// transport error, until a definitive answer (bounded).
 async fn order_until_answered(app: &TestApp, sku: &str, user: u64, key: &str) -> Fate {
     let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
-    for _ in 0..400 {
-        let sent = app
+    let what = format!("{key}: a definitive answer");
+    eventually_some(&what, Duration::from_secs(120), || async {
+        let resp = app
             .client
             .post(app.url("/api/orders"))
             .header("Idempotency-Key", key)
             .json(&body)
             .send()
-            .await;
-        if let Ok(resp) = sent {
-            let status = resp.status();
-            let answer: Value = resp.json().await.unwrap_or(Value::Null);
-            if status == StatusCode::ACCEPTED {
-                let order_id = answer["order_id"].as_str().unwrap().to_owned();
-                return Fate::Accepted { order_id, user };
-            }
-            if status.is_client_error() {
-                return Fate::Refused(answer["error"].as_str().unwrap_or("").to_owned());
-            }
-            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+            .await
+            .ok()?;
+        let status = resp.status();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        if status == StatusCode::ACCEPTED {
+            let order_id = answer["order_id"].as_str().unwrap().to_owned();
+            return Some(Fate::Accepted { order_id, user });
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{key}: no definitive answer after 400 tries");
+        if status.is_client_error() {
+            return Some(Fate::Refused(
+                answer["error"].as_str().unwrap_or("").to_owned(),
+            ));
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        None
+    })
+    .await
 }
 
 /// An accepted order, for the buyers' cancels and pays: what to do with
@@ -101,30 +105,28 @@ async fn cancel_and_pay(
             }
             // An order lost with its master before the workers read it never
             // becomes confirmed: given up on after a while (counted above).
-            for _ in 0..300 {
+            poll_for(Duration::from_secs(30), || async {
                 let (status, order) = app.get_json(&format!("/api/orders/{id}")).await;
-                if status == StatusCode::OK && order["status"] == "confirmed" {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            for _ in 0..300 {
-                let sent = app
+                (status == StatusCode::OK && order["status"] == "confirmed").then_some(())
+            })
+            .await;
+            // The action, until taken (Some) or refused (None), or given up on.
+            let done = poll_for(Duration::from_secs(30), || async {
+                let resp = app
                     .client
                     .post(app.url(&format!("/api/orders/{id}/{action}")))
                     .json(&json!({"user_id": user}))
                     .send()
-                    .await;
-                if let Ok(resp) = sent {
-                    match resp.status() {
-                        StatusCode::OK => return Some(action),
-                        s if s.is_client_error() => return None,
-                        _ => {}
-                    }
+                    .await
+                    .ok()?;
+                match resp.status() {
+                    StatusCode::OK => Some(Some(action)),
+                    s if s.is_client_error() => Some(None),
+                    _ => None,
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            None
+            })
+            .await;
+            done.flatten()
         });
     }
     let (mut cancelled, mut paid) = (0, 0);

@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use flashsale::app::App;
 use flashsale::config::AuthSettings;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jsonwebtoken::{Algorithm, EncodingKey};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, assert_refused, now_ms, settings_for, spawn_app_cli, spawn_app_with, unique,
+    Backend, JWT_SECRET, TestApp, assert_refused, now_ms, settings_for, sign_jwt, spawn_app_cli,
+    spawn_app_with, token, unique, until,
 };
-
-pub(crate) const SECRET: &str = "test-jwt-secret-0123456789abcdef0123456789";
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,27 +34,8 @@ fn now_s() -> i64 {
     now_ms() / 1000
 }
 
-/// A token with `claims`, signed by `alg` with `key`.
-fn sign(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: Value) -> String {
-    let header = Header {
-        kid: kid.map(Into::into),
-        ..Header::new(alg)
-    };
-    jsonwebtoken::encode(&header, &claims, key).expect("token signs")
-}
-
-/// A valid HS256 token for `user` (the suite's secret, an hour left).
-pub(crate) fn token(user: u64) -> String {
-    sign(
-        Algorithm::HS256,
-        None,
-        &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
-        json!({"sub": user.to_string(), "exp": now_s() + 3600}),
-    )
-}
-
 async fn spawn_with_secret() -> TestApp {
-    spawn_app_with(|s| s.http.auth = AuthSettings::hmac(SECRET)).await
+    spawn_app_with(|s| s.http.auth = AuthSettings::hmac(JWT_SECRET)).await
 }
 
 impl TestApp {
@@ -259,14 +239,14 @@ async fn tokens_that_do_not_verify_get_401_and_change_nothing() {
         }
         claims
     };
-    let es = |claims: Value| sign(Algorithm::ES256, None, &ec, claims);
+    let es = |claims: Value| sign_jwt(Algorithm::ES256, None, &ec, claims);
     let valid = es(good.clone());
     let mut tampered = valid.clone();
     tampered.replace_range(tampered.len() - 6.., "AAAAAA");
     // An HMAC token keyed with the public key's own bytes: the classic
     // algorithm confusion.
     let public_pem = std::fs::read(fixture("ec-public.pem")).unwrap();
-    let confused = sign(
+    let confused = sign_jwt(
         Algorithm::HS256,
         None,
         &EncodingKey::from_secret(&public_pem).unwrap(),
@@ -287,7 +267,7 @@ async fn tokens_that_do_not_verify_get_401_and_change_nothing() {
         ("bad signature", Some(tampered)),
         (
             "signed by another key",
-            Some(sign(Algorithm::RS256, None, &rsa, good.clone())),
+            Some(sign_jwt(Algorithm::RS256, None, &rsa, good.clone())),
         ),
         (
             "wrong issuer",
@@ -365,24 +345,24 @@ async fn a_jwks_file_verifies_rs256_and_es256_tokens_by_key_id() {
     let claims = |user: u64| json!({"sub": user, "exp": now_s() + 600});
     let cases = [
         (
-            sign(Algorithm::RS256, Some("rsa-1"), &rsa, claims(4001)),
+            sign_jwt(Algorithm::RS256, Some("rsa-1"), &rsa, claims(4001)),
             StatusCode::ACCEPTED,
         ),
         (
-            sign(Algorithm::ES256, Some("ec-1"), &ec, claims(4002)),
+            sign_jwt(Algorithm::ES256, Some("ec-1"), &ec, claims(4002)),
             StatusCode::ACCEPTED,
         ),
         // The EC key's signature under the RSA key's id, an unknown id, none.
         (
-            sign(Algorithm::ES256, Some("rsa-1"), &ec, claims(4003)),
+            sign_jwt(Algorithm::ES256, Some("rsa-1"), &ec, claims(4003)),
             StatusCode::UNAUTHORIZED,
         ),
         (
-            sign(Algorithm::RS256, Some("rsa-2"), &rsa, claims(4004)),
+            sign_jwt(Algorithm::RS256, Some("rsa-2"), &rsa, claims(4004)),
             StatusCode::UNAUTHORIZED,
         ),
         (
-            sign(Algorithm::RS256, None, &rsa, claims(4005)),
+            sign_jwt(Algorithm::RS256, None, &rsa, claims(4005)),
             StatusCode::UNAUTHORIZED,
         ),
     ];
@@ -408,15 +388,15 @@ async fn a_cached_token_stops_working_when_it_expires() {
     let app = spawn_app_with(|s| {
         s.http.auth = AuthSettings {
             jwt_leeway: Duration::ZERO,
-            ..AuthSettings::hmac(SECRET)
+            ..AuthSettings::hmac(JWT_SECRET)
         }
     })
     .await;
     let exp = now_s() + 2;
-    let short = sign(
+    let short = sign_jwt(
         Algorithm::HS256,
         None,
-        &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+        &EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap(),
         json!({"sub": "5001", "exp": exp}),
     );
     let list = || {
@@ -431,9 +411,8 @@ async fn a_cached_token_stops_working_when_it_expires() {
         StatusCode::OK,
         "answered again (from the cache)"
     );
-    while now_s() <= exp {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Until the second after its `exp`.
+    tokio::time::sleep(until((exp + 1) * 1000)).await;
     assert_refused(
         list().await.unwrap(),
         StatusCode::UNAUTHORIZED,
@@ -525,7 +504,7 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
         ),
         (
             AuthSettings {
-                jwt_secret: Some(SECRET.into()),
+                jwt_secret: Some(JWT_SECRET.into()),
                 jwt_public_key_file: Some(fixture("ec-public.pem")),
                 ..AuthSettings::default()
             },
@@ -548,7 +527,7 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
         ),
         (
             AuthSettings {
-                jwt_secret: Some(SECRET.into()),
+                jwt_secret: Some(JWT_SECRET.into()),
                 ..AuthSettings::off()
             },
             "AUTH=none",
@@ -569,7 +548,7 @@ async fn serve_refuses_to_start_without_an_identity_configuration() {
 #[tokio::test]
 async fn lookups_are_throttled_per_address() {
     let app = spawn_app_with(|s| {
-        s.http.auth = AuthSettings::hmac(SECRET);
+        s.http.auth = AuthSettings::hmac(JWT_SECRET);
         s.http.limits.lookup_rate = flashsale::config::RateLimit::new(1, 5);
     })
     .await;

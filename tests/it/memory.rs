@@ -2,14 +2,14 @@
 //! window by Redis's clock, buyers at their limit, unknown products): no
 //! Redis call for them, and never a refusal Redis would not give.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, metric, now_ms, product_body, spawn_app_on, spawn_app_with, status_code,
-    unique,
+    Backend, TestApp, eventually, metric, now_ms, product_body, spawn_app_on, spawn_app_with,
+    status_code, unique, until,
 };
 
 /// `POST /api/orders` to the instance at `base`.
@@ -22,6 +22,11 @@ async fn order_at(app: &TestApp, base: &str, user: u64, sku: &str, key: Option<&
         req = req.header("Idempotency-Key", key);
     }
     req.send().await.expect("request sent")
+}
+
+/// The order script's calls an instance has made.
+fn order_calls(sales: &flashsale::sale::Sales) -> u64 {
+    sales.counts().get(flashsale::sale::Counter::OrderCalls)
 }
 
 fn answered(outcome: &str, by: &str) -> String {
@@ -41,7 +46,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
     let app = spawn_app_on(backend, |_| {}).await;
     let start = now_ms() + 2_500;
     let sku = sale_between(&app, 100, 1, start, start + 600_000).await;
-    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
+    let calls = order_calls(&app.sales);
     let mut user = 0;
     while now_ms() < start - 300 {
         user += 1;
@@ -65,7 +70,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
             "Retry-After {retry_after} with {left_ms} ms to the start"
         );
     }
-    let made = app.sales.counts().get(flashsale::sale::Counter::OrderCalls) - calls;
+    let made = order_calls(&app.sales) - calls;
     assert!(user >= 50, "only {user} requests before the start");
     assert!(
         made <= 2,
@@ -76,9 +81,7 @@ async fn a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time(ba
     );
     // Right after the start (by this machine's clock, which is Redis's
     // here), orders are accepted: memory does not hold them back.
-    while now_ms() < start + 5 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    tokio::time::sleep(until(start + 5)).await;
     assert_eq!(
         order_at(&app, &app.base, 10_000, &sku, None).await.status(),
         StatusCode::ACCEPTED
@@ -145,6 +148,18 @@ async fn instances_with_skewed_clocks_neither_refuse_valid_orders_nor_accept_out
     }
     assert!(accepted.iter().all(|&n| n >= 20), "accepted {accepted:?}");
     // Both answered most of the crowd outside the window from memory.
+    outside_the_window_from_memory(&app, &bases, &log, start, end).await;
+}
+
+/// Most of what each instance in `bases` answered before `start` and after
+/// `end` came from its memory (its metrics say so).
+async fn outside_the_window_from_memory(
+    app: &TestApp,
+    bases: &[String],
+    log: &[Sent],
+    start: i64,
+    end: i64,
+) {
     for (i, base) in bases.iter().enumerate() {
         let early = log
             .iter()
@@ -154,12 +169,12 @@ async fn instances_with_skewed_clocks_neither_refuse_valid_orders_nor_accept_out
             .iter()
             .filter(|s| s.instance == i && s.sent >= end + 5)
             .count() as f64;
-        let from_memory = metric(&app, base, &answered("sale_not_started", "memory")).await;
+        let from_memory = metric(app, base, &answered("sale_not_started", "memory")).await;
         assert!(
             from_memory >= early * 0.8,
             "instance {i}: {from_memory} of {early} early orders from memory"
         );
-        let ended = metric(&app, base, &answered("sale_ended", "memory")).await;
+        let ended = metric(app, base, &answered("sale_ended", "memory")).await;
         assert!(
             ended >= late * 0.5,
             "instance {i}: {ended} of {late} late orders from memory"
@@ -181,7 +196,7 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
         .json()
         .await
         .expect("order");
-    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
+    let calls = order_calls(&app.sales);
     for _ in 0..5 {
         let (status, code) = status_code(order_at(&app, &here, 1, &sku, None).await).await;
         assert_eq!(
@@ -189,11 +204,7 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
             (StatusCode::CONFLICT, "limit_exceeded")
         );
     }
-    assert_eq!(
-        app.sales.counts().get(flashsale::sale::Counter::OrderCalls),
-        calls,
-        "answered from memory"
-    );
+    assert_eq!(order_calls(&app.sales), calls, "answered from memory");
     // A keyed retry still reaches Redis and gets its order back.
     let keyed = order_at(&app, &here, 2, &sku, Some("k2")).await;
     assert_eq!(keyed.status(), StatusCode::ACCEPTED);
@@ -202,21 +213,12 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
     assert_eq!(again.headers()["idempotent-replayed"], "true");
 
     // The other instance learns it once, then answers from memory too.
-    let calls = other
-        .sales
-        .counts()
-        .get(flashsale::sale::Counter::OrderCalls);
+    let calls = order_calls(&other.sales);
     for _ in 0..5 {
         let (_, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
         assert_eq!(code, "limit_exceeded");
     }
-    assert_eq!(
-        other
-            .sales
-            .counts()
-            .get(flashsale::sale::Counter::OrderCalls),
-        calls + 1
-    );
+    assert_eq!(order_calls(&other.sales), calls + 1);
 
     // Cancelled here (persisted first, so its units come back at once):
     // here the buyer may buy again at once ...
@@ -224,20 +226,18 @@ async fn a_buyer_at_the_limit_is_answered_from_memory_and_can_buy_again_after_a_
     let order_id = order["order_id"].as_str().expect("id");
     assert_eq!(app.cancel(order_id, 1).await.status(), StatusCode::OK);
     // ... and on the other instance within the mark's lifetime.
-    let cancelled = Instant::now();
-    loop {
-        let (status, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
-        if status == StatusCode::ACCEPTED {
-            break;
-        }
-        assert_eq!(code, "limit_exceeded");
-        assert!(
-            cancelled.elapsed() < ttl + Duration::from_millis(500),
-            "still refused {:?} after the cancel",
-            cancelled.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "accepted again within the mark's lifetime",
+        ttl + Duration::from_millis(500),
+        || async {
+            let (status, code) = status_code(order_at(&app, &there, 1, &sku, None).await).await;
+            if status != StatusCode::ACCEPTED {
+                assert_eq!(code, "limit_exceeded");
+            }
+            status == StatusCode::ACCEPTED
+        },
+    )
+    .await;
     assert_eq!(app.bought(&sku, 1).await, 1);
 }
 
@@ -265,8 +265,10 @@ async fn a_release_through_this_instance_clears_the_buyers_mark_at_once() {
 #[tokio::test]
 async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_is_found_in_time() {
     let app = spawn_app_with(|_| {}).await;
-    let other = app.serve_beside(|_| {}).await;
-    let calls = app.sales.counts().get(flashsale::sale::Counter::OrderCalls);
+    // The instance the sale is opened through, once its books answer (it
+    // starts without waiting for them; this test is about `app`'s memory).
+    let other = app.serve_beside(|_| {}).await.ready().await;
+    let calls = order_calls(&app.sales);
     for n in 0..300 {
         let sku = unique(&format!("made-up-{n}-"));
         let (status, code) = status_code(order_at(&app, &app.base, 1, &sku, None).await).await;
@@ -275,7 +277,7 @@ async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_i
             (StatusCode::NOT_FOUND, "product_not_found")
         );
     }
-    let made = app.sales.counts().get(flashsale::sale::Counter::OrderCalls) - calls;
+    let made = order_calls(&app.sales) - calls;
     assert!(made <= 3, "{made} script calls for 300 made-up ids");
 
     // Opened through the other instance: found here within the registry
@@ -299,20 +301,18 @@ async fn unknown_products_are_answered_from_memory_and_a_sale_opened_elsewhere_i
         .await
         .expect("sent");
     assert_eq!(opened.status(), StatusCode::OK);
-    let opened_at = Instant::now();
-    loop {
-        let (status, code) = status_code(order_at(&app, &app.base, 1, &id, None).await).await;
-        if status == StatusCode::ACCEPTED {
-            break;
-        }
-        assert_eq!(code, "product_not_found");
-        assert!(
-            opened_at.elapsed() < Duration::from_millis(1_500),
-            "not found {:?} after it opened",
-            opened_at.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "found within 1.5 s of its opening",
+        Duration::from_millis(1_500),
+        || async {
+            let (status, code) = status_code(order_at(&app, &app.base, 1, &id, None).await).await;
+            if status != StatusCode::ACCEPTED {
+                assert_eq!(code, "product_not_found");
+            }
+            status == StatusCode::ACCEPTED
+        },
+    )
+    .await;
 }
 
 crate::on_both_backends!(a_pre_start_storm_is_answered_from_memory_and_the_sale_opens_on_time);

@@ -5,7 +5,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{eventually, now_ms, product_body, spawn_app, spawn_app_with, unique};
+use crate::helpers::{
+    TestApp, eventually, eventually_some, now_ms, product_body, spawn_app, spawn_app_with, unique,
+};
 
 /// The value of the sample `series` (name and labels, as exposed).
 fn sample(text: &str, series: &str) -> f64 {
@@ -66,45 +68,80 @@ async fn metrics_after_a_small_sale_count_what_happened() {
             .unwrap()
             .starts_with("text/plain")
     );
-    let text = resp.text().await.unwrap();
+    small_sale_counted(&resp.text().await.unwrap(), &sku);
+}
+
+/// What `/metrics` (`text`) counts once the sale `sku` of 3 units took 4
+/// orders and an invalid one and persisted 3.
+fn small_sale_counted(text: &str, sku: &str) {
     let outcome = |o: &str, by: &str| {
         sample(
-            &text,
+            text,
             &format!("flashsale_order_requests_total{{answered_by=\"{by}\",outcome=\"{o}\"}}"),
         )
     };
     assert_eq!(outcome("accepted", "redis"), 3.0);
     assert_eq!(outcome("sold_out", "redis"), 1.0);
     assert_eq!(outcome("invalid_request", "service"), 1.0);
-    assert_eq!(
-        sample(
-            &text,
-            "flashsale_order_path_redis_calls_total{call=\"place_order\"}"
+    for (series, value) in [
+        (
+            r#"flashsale_order_path_redis_calls_total{call="place_order"}"#,
+            4.0,
         ),
-        4.0
-    );
-    assert_eq!(
-        sample(
-            &text,
-            "flashsale_order_latency_seconds_count{class=\"accepted\"}"
+        (
+            r#"flashsale_order_latency_seconds_count{class="accepted"}"#,
+            3.0,
         ),
-        3.0
-    );
-    assert_eq!(sample(&text, "flashsale_rows_persisted_total"), 3.0);
-    assert_eq!(sample(&text, "flashsale_batch_size_sum"), 3.0);
-    assert_eq!(
-        sample(&text, "flashsale_accept_to_persist_seconds_count"),
-        3.0
-    );
-    assert_eq!(sample(&text, "flashsale_dead_letters_total"), 0.0);
-    let sale = |name: &str| sample(&text, &format!("flashsale_{name}{{product_id=\"{sku}\"}}"));
+        ("flashsale_rows_persisted_total", 3.0),
+        ("flashsale_batch_size_sum", 3.0),
+        ("flashsale_accept_to_persist_seconds_count", 3.0),
+        ("flashsale_dead_letters_total", 0.0),
+    ] {
+        assert_eq!(sample(text, series), value, "{series}");
+    }
+    let sale = |name: &str| sample(text, &format!("flashsale_{name}{{product_id=\"{sku}\"}}"));
     assert_eq!(sale("sale_stock"), 0.0);
     assert_eq!(sale("stream_length"), 3.0);
     assert_eq!(sale("group_pending"), 0.0);
     assert_eq!(sale("group_lag"), 0.0);
     assert_eq!(sale("sale_dead_letters"), 0.0);
     assert!(!text.contains("user_id"), "no user ids in labels");
-    assert_eq!(sample(&text, "flashsale_orders_in_flight"), 0.0);
+    assert_eq!(sample(text, "flashsale_orders_in_flight"), 0.0);
+}
+
+/// Reads `count` entries of `stream` as `consumer` of the workers' group,
+/// and never acks them.
+async fn read_as(app: &TestApp, stream: &str, consumer: &str, count: usize) {
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("persist")
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+}
+
+/// `flashsale streams --product <sku>` (with `--json` when `json`): its output.
+fn flashsale_streams(app: &TestApp, sku: &str, json: bool) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"));
+    cmd.args(["streams", "--product", sku])
+        .env("REDIS_URL", crate::helpers::REDIS_URL)
+        .env("REDIS_KEY_PREFIX", &app.prefix);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("flashsale streams runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test]
@@ -115,18 +152,7 @@ async fn streams_reports_pending_entries_as_xpending_does() {
     // A consumer that reads two entries and never acks them.
     let stream = app.key(&sku, "orders");
     let mut r = app.redis.clone();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("persist")
-        .arg("ghost")
-        .arg("COUNT")
-        .arg(2)
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut r)
-        .await
-        .unwrap();
+    read_as(&app, &stream, "ghost", 2).await;
     let (count, _, _, per_consumer): (u64, String, String, Vec<(String, String)>) =
         redis::cmd("XPENDING")
             .arg(&stream)
@@ -136,22 +162,7 @@ async fn streams_reports_pending_entries_as_xpending_does() {
             .unwrap();
     assert_eq!(count, 2);
 
-    let run = |json: bool| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flashsale"));
-        cmd.args(["streams", "--product", &sku])
-            .env("REDIS_URL", crate::helpers::REDIS_URL)
-            .env("REDIS_KEY_PREFIX", &app.prefix);
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.output().expect("flashsale streams runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |json: bool| flashsale_streams(&app, &sku, json);
     let reports: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
     let report = &reports[0];
     assert_eq!(report["product_id"], sku.as_str());
@@ -455,6 +466,15 @@ async fn at_debug_each_request_logs_one_json_line_with_its_span() {
     serve.stop().await;
 }
 
+/// The text at `url`, scraped (with `token` when given).
+async fn scrape(app: &TestApp, url: &str, token: Option<&str>) -> reqwest::Result<String> {
+    let mut req = app.client.get(url);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send().await?.text().await
+}
+
 /// The API's port is public: its anonymous `/metrics` names a sale once it
 /// has started, never before (an upcoming sale's id, stock and start are
 /// not told to whoever scrapes); a scrape with the admin token, and the
@@ -468,15 +488,9 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     body["start_time"] = json!(now_ms() + 3_600_000);
     body["end_time"] = json!(now_ms() + 7_200_000);
     app.sale_from(body).await;
-    let public = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
+    let public = scrape(&app, &app.url("/metrics"), None)
         .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("text");
+        .expect("scraped");
     assert!(
         public.contains(&format!("flashsale_sale_stock{{product_id=\"{live}\"}} 5")),
         "the live sale is shown"
@@ -486,16 +500,13 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     assert!(app.metrics_text().await.contains(&format!(
         "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
     )));
-    let wrong = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth("not-the-admin-token-0123456789")
-        .send()
-        .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("text");
+    let wrong = scrape(
+        &app,
+        &app.url("/metrics"),
+        Some("not-the-admin-token-0123456789"),
+    )
+    .await
+    .expect("scraped");
     assert!(!wrong.contains(&upcoming), "a wrong token sees it");
 
     let port = free_port();
@@ -510,22 +521,13 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
         .kill_on_drop(true)
         .spawn()
         .expect("flashsale worker starts");
-    let scrape = || async {
-        match app
-            .client
-            .get(format!("http://127.0.0.1:{port}/metrics"))
-            .send()
-            .await
-        {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    };
+    let private = format!("http://127.0.0.1:{port}/metrics");
     eventually(
         "the private listener shows the upcoming sale",
         Duration::from_secs(20),
         || async {
-            scrape().await.contains(&format!(
+            let text = scrape(&app, &private, None).await;
+            text.unwrap_or_default().contains(&format!(
                 "flashsale_sale_stock{{product_id=\"{upcoming}\"}} 7"
             ))
         },
@@ -618,15 +620,11 @@ async fn a_503_is_logged_once_with_its_cause_chain() {
     let url = format!("http://127.0.0.1:{port}/api/orders");
     let order = serde_json::json!({"user_id": 1, "product_id": "sku-1", "quantity": 1});
     // Once it listens (it starts whatever Redis does).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        if let Ok(resp) = client.post(&url).json(&order).send().await {
-            break Some((resp.status(), resp.text().await.unwrap_or_default()));
-        }
-        assert!(tokio::time::Instant::now() < deadline, "serve answers");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let (status, body) = answer.expect("answered");
+    let (status, body) = eventually_some("serve answers", Duration::from_secs(30), || async {
+        let resp = client.post(&url).json(&order).send().await.ok()?;
+        Some((resp.status(), resp.text().await.unwrap_or_default()))
+    })
+    .await;
     assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert!(!body.contains("redis"), "the cause is not shown: {body}");
     // One request, one line, with the whole chain: no conversion on the
@@ -804,6 +802,24 @@ async fn the_books_gauge_turns_0_when_a_quiet_sale_is_off_and_1_when_repaired() 
     .await;
 }
 
+/// Samples the sale's books gauge, as often as it can, until `done`: every reading.
+fn watch_books_gauge(
+    app: std::sync::Arc<TestApp>,
+    sku: String,
+    done: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<Vec<(f64, f64)>> {
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !done.is_cancelled() {
+            if let Some(gauge) = books_gauge(&app, &sku).await {
+                seen.push(gauge);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        seen
+    })
+}
+
 /// Orders in flight between Redis and MySQL, and cancels between MySQL and
 /// Redis, never make the gauge say unbalanced, however often it looks.
 #[tokio::test]
@@ -820,19 +836,7 @@ async fn the_books_gauge_does_not_flap_during_a_burst() {
     })
     .await;
     let done = tokio_util::sync::CancellationToken::new();
-    let watch = {
-        let (app, sku, done) = (app.clone(), sku.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while !done.is_cancelled() {
-                if let Some(gauge) = books_gauge(&app, &sku).await {
-                    seen.push(gauge);
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            seen
-        })
-    };
+    let watch = watch_books_gauge(app.clone(), sku.clone(), done.clone());
     let mut buyers = tokio::task::JoinSet::new();
     for first in (1..=300u64).step_by(30) {
         let (app, sku) = (app.clone(), sku.clone());

@@ -12,20 +12,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, TestApp, eventually, now_ms, product_body, spawn_app_on, unique,
+    Backend, TestApp, assert_error, eventually, now_ms, product_body, spawn_app_on, unique,
 };
-
-async fn admin_post(app: &TestApp, path: &str) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .post(app.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("answered");
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 async fn order_at(
     app: &TestApp,
@@ -44,6 +32,30 @@ async fn order_at(
     req.send().await.expect("answered")
 }
 
+/// The events list one pause and one resume; the admin log's newest
+/// entries are the resume and the two pause requests.
+async fn one_pause_one_resume_recorded(app: &TestApp) {
+    eventually("the events listed", Duration::from_secs(10), || async {
+        let types: Vec<String> = app
+            .events(100)
+            .await
+            .iter()
+            .filter_map(|e| e["type"].as_str().map(str::to_owned))
+            .filter(|t| t.starts_with("sale.p") || t.starts_with("sale.r"))
+            .collect();
+        types == ["sale.paused", "sale.resumed"]
+    })
+    .await;
+    let log = app.admin_log().await;
+    let actions: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(&actions[..3], ["sale.resume", "sale.pause", "sale.pause"]);
+}
+
 async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let other = app.serve_beside(|_| {}).await;
@@ -53,11 +65,15 @@ async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Bac
     assert_eq!(first.status(), StatusCode::ACCEPTED);
     let first: Value = first.json().await.unwrap();
 
-    let (status, paused) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, paused) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK, "{paused}");
     assert!(paused["paused"].as_i64().is_some(), "{paused}");
     // Again: the same, one pause.
-    let (status, again) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, again) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(again["paused"], paused["paused"]);
 
@@ -81,7 +97,9 @@ async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Bac
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(product["paused"], paused["paused"]);
 
-    let (status, live) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    let (status, live) = app
+        .admin_post(&format!("/api/admin/products/{sku}/resume"))
+        .await;
     assert_eq!(status, StatusCode::OK, "{live}");
     assert_eq!(live["paused"], Value::Null);
     for base in &bases {
@@ -89,27 +107,37 @@ async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Bac
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
     }
     // The events: one pause, one resume; the admin log has both.
-    eventually("the events listed", Duration::from_secs(10), || async {
-        let types: Vec<String> = app
-            .events(100)
-            .await
-            .iter()
-            .filter_map(|e| e["type"].as_str().map(str::to_owned))
-            .filter(|t| t.starts_with("sale.p") || t.starts_with("sale.r"))
-            .collect();
-        types == ["sale.paused", "sale.resumed"]
-    })
-    .await;
-    let log = app.admin_log().await;
-    let actions: Vec<&str> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["action"].as_str())
-        .collect();
-    assert_eq!(&actions[..3], ["sale.resume", "sale.pause", "sale.pause"]);
+    one_pause_one_resume_recorded(&app).await;
     app.drained(&sku, 3).await;
     app.books_balance(&sku).await;
+}
+
+/// A client ordering for `user` from the instance at `base` until `stop`,
+/// counting its 202s in `accepted`: how many it got for orders sent while
+/// `paused` held from before the send until the answer.
+async fn ordering_client(
+    app: Arc<TestApp>,
+    base: String,
+    sku: String,
+    user: u64,
+    (paused, accepted, stop): (Arc<AtomicBool>, Arc<AtomicU64>, Arc<AtomicBool>),
+) -> u64 {
+    let mut wrong = 0;
+    while !stop.load(Ordering::SeqCst) {
+        // Read before sending: an order sent while paused.
+        let was_paused = paused.load(Ordering::SeqCst);
+        let resp = order_at(&app, &base, user, &sku, None).await;
+        match resp.status() {
+            StatusCode::ACCEPTED => {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                // Accepted though it was sent after the pause's answer.
+                wrong += u64::from(was_paused && paused.load(Ordering::SeqCst));
+            }
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}"),
+        }
+    }
+    wrong
 }
 
 /// Two instances taking a burst from eight clients; the sale paused and
@@ -124,31 +152,18 @@ async fn a_pause_in_the_middle_of_a_burst_takes_effect_at_once(backend: Backend)
     let paused = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for c in 0..8u64 {
-        let (app, sku, base) = (app.clone(), sku.clone(), bases[(c % 2) as usize].clone());
-        let (paused, accepted, stop) = (paused.clone(), accepted.clone(), stop.clone());
-        clients.push(tokio::spawn(async move {
-            let mut wrong = 0;
-            while !stop.load(Ordering::SeqCst) {
-                // Read before sending: an order sent while paused.
-                let was_paused = paused.load(Ordering::SeqCst);
-                let resp = order_at(&app, &base, 1 + c, &sku, None).await;
-                match resp.status() {
-                    StatusCode::ACCEPTED => {
-                        accepted.fetch_add(1, Ordering::SeqCst);
-                        // Accepted though it was sent after the pause's answer.
-                        wrong += u64::from(was_paused && paused.load(Ordering::SeqCst));
-                    }
-                    StatusCode::CONFLICT => {}
-                    other => panic!("{other}"),
-                }
-            }
-            wrong
-        }));
-    }
+    let clients: Vec<_> = (0..8u64)
+        .map(|c| {
+            let flags = (paused.clone(), accepted.clone(), stop.clone());
+            let base = bases[(c % 2) as usize].clone();
+            let client = ordering_client(app.clone(), base, sku.clone(), 1 + c, flags);
+            tokio::spawn(client)
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     paused.store(true, Ordering::SeqCst);
     let at_pause = accepted.load(Ordering::SeqCst);
@@ -156,7 +171,9 @@ async fn a_pause_in_the_middle_of_a_burst_takes_effect_at_once(backend: Backend)
     // Cleared before the resume is asked: an order accepted from here on
     // may be the resume's.
     paused.store(false, Ordering::SeqCst);
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/resume"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::SeqCst);
@@ -220,14 +237,18 @@ async fn the_line_stands_still_while_paused() {
             })
             .unwrap_or(0)
     };
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     // Past the instances' readings of the room (a second each).
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let before = admitted().await;
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert_eq!(admitted().await, before, "the line moved while paused");
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/resume"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     eventually("the line moves again", Duration::from_secs(10), || async {
         admitted().await > before
@@ -244,24 +265,21 @@ async fn only_an_open_sale_can_be_paused() {
         app.create_product(&product_body(&sku, 5, 1)).await.status(),
         StatusCode::CREATED
     );
-    let (status, body) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("invalid_transition"))
-    );
+    let (status, body) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
+    assert_error(status, &body, StatusCode::CONFLICT, "invalid_transition");
     assert_eq!(app.open_sale(&sku).await.status(), StatusCode::OK);
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/close")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/close"))
+        .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("sale_closed"))
-    );
-    let (status, body) = admin_post(&app, "/api/admin/products/nope/pause").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::NOT_FOUND, Some("product_not_found"))
-    );
+    let (status, body) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
+    assert_error(status, &body, StatusCode::CONFLICT, "sale_closed");
+    let (status, body) = app.admin_post("/api/admin/products/nope/pause").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
 }
 
 /// A pause the Redis master lost (a failover without WAIT, after the
@@ -271,7 +289,9 @@ async fn only_an_open_sale_can_be_paused() {
 async fn a_pause_redis_lost_is_restored_from_the_books() {
     let app = crate::helpers::spawn_app().await;
     let sku = app.new_sale(10, 1).await;
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let mut r = app.redis.clone();
     let _: () = redis::cmd("HDEL")
@@ -304,7 +324,9 @@ async fn a_pause_redis_lost_is_restored_from_the_books() {
 async fn a_paused_sale_recovered_from_the_books_opens_paused() {
     let app = crate::helpers::spawn_app().await;
     let sku = app.new_sale(10, 1).await;
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/pause")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let mut r = app.redis.clone();
     for name in ["sale", "stock", "bought", "idem", "orders", "accepted"] {
@@ -326,7 +348,9 @@ async fn a_paused_sale_recovered_from_the_books_opens_paused() {
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sale_paused");
-    let (status, _) = admin_post(&app, &format!("/api/admin/products/{sku}/resume")).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{sku}/resume"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let resp = app.place_order(1, &sku, 1).await;
     let status = resp.status();

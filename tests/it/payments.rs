@@ -3,7 +3,6 @@
 //! implementation of the scheme apart from the service's), checked as a
 //! bookkeeper would.
 
-use std::process::Command;
 use std::time::Duration;
 
 use flashsale::config::Limits;
@@ -12,49 +11,15 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-/// The secret a rotation brings in beside [`SECRET`].
+/// The secret a rotation brings in beside [`PAY_SECRET`].
 const NEXT: &str = "whsec_bmV4dC1zZWNyZXQtb2YtdGhlLXJvdGF0aW9uLTI0";
 /// A secret the service does not hold.
 const STRANGER: &str = "whsec_c3RyYW5nZXItc2VjcmV0LTAxMjM0NTY3ODkwMTI=";
 /// The test sales' price (`product_body`).
 const PRICE: &str = "4999.00";
 
-/// The docs' recipe: the `webhook-signature` of a message, by openssl.
-pub(crate) fn openssl_signature(secret: &str, id: &str, ts: i64, body: &str) -> String {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(
-            r#"set -euo pipefail
-key=$(printf %s "${SECRET#whsec_}" | base64 -d | od -An -vtx1 | tr -d ' \n')
-printf 'v1,%s' "$(printf '%s.%s.%s' "$ID" "$TS" "$BODY" \
-  | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | base64)""#,
-        )
-        .env("SECRET", secret)
-        .env("ID", id)
-        .env("TS", ts.to_string())
-        .env("BODY", body)
-        .output()
-        .expect("bash and openssl run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("base64 is ASCII")
-}
-
-pub(crate) fn notification(kind: &str, order_id: &str, payment_id: &str, amount: &str) -> String {
-    json!({
-        "type": kind,
-        "timestamp": "2026-12-01T20:00:00Z",
-        "data": {"order_id": order_id, "payment_id": payment_id, "amount": amount, "currency": "CNY"},
-    })
-    .to_string()
-}
-
 pub(crate) async fn spawn_paying() -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET},{NEXT}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET},{NEXT}");
     spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
         s.http.limits = Limits::unlimited()
     })
@@ -62,36 +27,6 @@ pub(crate) async fn spawn_paying() -> TestApp {
 }
 
 impl TestApp {
-    /// Sends `body` as the payment side would: signed with `secret`, dated
-    /// `ts`, under `webhook_id`.
-    pub(crate) async fn notify_as(
-        &self,
-        secret: &str,
-        webhook_id: &str,
-        ts: i64,
-        body: &str,
-    ) -> (StatusCode, Value) {
-        let signature = openssl_signature(secret, webhook_id, ts, body);
-        let resp = self
-            .client
-            .post(self.url("/api/payments/notifications"))
-            .header("content-type", "application/json")
-            .header("webhook-id", webhook_id)
-            .header("webhook-timestamp", ts.to_string())
-            .header("webhook-signature", signature)
-            .body(body.to_owned())
-            .send()
-            .await
-            .expect("answered");
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    pub(crate) async fn notify(&self, body: &str) -> (StatusCode, Value) {
-        let id = unique("msg_");
-        self.notify_as(SECRET, &id, now_ms() / 1000, body).await
-    }
-
     /// A confirmed order of `quantity` units for `user`: its id.
     async fn confirmed_order(&self, sku: &str, user: u64, quantity: u64) -> String {
         let resp = self.place_order(user, sku, quantity).await;
@@ -120,6 +55,16 @@ impl TestApp {
     }
 }
 
+/// A paying service, a sale of 10 (5 a buyer), and a persisted order of
+/// `quantity` units for user 1: the app, the sale and the order's id.
+async fn paying_with_an_order(quantity: u64) -> (TestApp, String, String) {
+    let app = spawn_paying().await;
+    let sku = app.new_sale(10, 5).await;
+    let id = app.confirmed_order(&sku, 1, quantity).await;
+    app.drained(&sku, quantity as i64).await;
+    (app, sku, id)
+}
+
 pub(crate) fn amount(quantity: u64) -> String {
     let price: rust_decimal::Decimal = PRICE.parse().unwrap();
     (price * rust_decimal::Decimal::from(quantity)).to_string()
@@ -127,15 +72,12 @@ pub(crate) fn amount(quantity: u64) -> String {
 
 #[tokio::test]
 async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
-    let app = spawn_paying().await;
-    let sku = app.new_sale(10, 5).await;
-    let id = app.confirmed_order(&sku, 1, 2).await;
-    app.drained(&sku, 2).await;
+    let (app, sku, id) = paying_with_an_order(2).await;
 
     let body = notification("payment.succeeded", &id, "pay_1", &amount(2));
     let webhook_id = unique("msg_");
     let (status, paid) = app
-        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .notify_as(PAY_SECRET, &webhook_id, now_ms() / 1000, &body)
         .await;
     assert_eq!(status, StatusCode::OK, "{paid}");
     assert_eq!(paid["result"], "paid");
@@ -148,7 +90,7 @@ async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
     // Delivered again (a retry: same webhook-id, signed anew; and as a
     // fresh message with the same payment id): the same answer, one record.
     let (status, again) = app
-        .notify_as(SECRET, &webhook_id, now_ms() / 1000, &body)
+        .notify_as(PAY_SECRET, &webhook_id, now_ms() / 1000, &body)
         .await;
     assert_eq!(
         (status, &again["result"], &again["replayed"]),
@@ -165,23 +107,20 @@ async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
     let other = app.confirmed_order(&sku, 2, 1).await;
     app.drained(&sku, 3).await;
     let (status, refused) = app
-        .notify(&notification(
-            "payment.succeeded",
-            &other,
-            "pay_1",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", &other, "pay_1", &amount(1))
         .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("payment_id_reused"))
+    assert_error(
+        status,
+        &refused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "payment_id_reused",
     );
     assert_eq!(app.status_of(&other).await, "confirmed");
     assert!(app.payments(&other).await.is_empty());
 
     // A second payment for a paid order is money owed back.
     let (status, double) = app
-        .notify(&notification("payment.succeeded", &id, "pay_2", &amount(2)))
+        .notify_of("payment.succeeded", &id, "pay_2", &amount(2))
         .await;
     assert_eq!(
         (status, &double["result"]),
@@ -192,28 +131,12 @@ async fn a_signed_payment_of_the_orders_amount_pays_it_once() {
     assert_eq!(app.audit(&sku).await["ok"], true);
 }
 
-#[tokio::test]
-async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
-    let app = spawn_paying().await;
-    let sku = app.new_sale(10, 5).await;
-    let id = app.confirmed_order(&sku, 1, 1).await;
-    app.drained(&sku, 1).await;
-    let body = notification("payment.succeeded", &id, "pay_sig", &amount(1));
-    let now = now_ms() / 1000;
+/// A body changed after signing, and a message without each of its three
+/// headers in turn: 401 `invalid_signature`, each.
+async fn refuses_tampered_and_unsigned(app: &TestApp, body: &str, now: i64) {
     let url = app.url("/api/payments/notifications");
-
-    // Not signed with a secret it holds; stale (beyond 5 minutes, either
-    // way: 310 s, clear of the second the request may take); a body
-    // changed after signing; headers missing.
-    for (secret, ts) in [(STRANGER, now), (SECRET, now - 310), (SECRET, now + 310)] {
-        let (status, refused) = app.notify_as(secret, &unique("msg_"), ts, &body).await;
-        assert_eq!(
-            (status, refused["error"].as_str()),
-            (StatusCode::UNAUTHORIZED, Some("invalid_signature")),
-            "{ts}"
-        );
-    }
-    let signature = openssl_signature(SECRET, "msg_x", now, &body);
+    let body = body.to_owned();
+    let signature = openssl_signature(PAY_SECRET, "msg_x", now, &body);
     let tampered = body.replace(&amount(1), "0.01");
     for (headers, sent) in [
         (
@@ -258,6 +181,30 @@ async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
         )
         .await;
     }
+}
+
+#[tokio::test]
+async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
+    let (app, _, id) = paying_with_an_order(1).await;
+    let body = notification("payment.succeeded", &id, "pay_sig", &amount(1));
+    let now = now_ms() / 1000;
+
+    // Not signed with a secret it holds; stale (beyond 5 minutes, either
+    // way: 310 s, clear of the second the request may take); a body
+    // changed after signing; headers missing.
+    for (secret, ts) in [
+        (STRANGER, now),
+        (PAY_SECRET, now - 310),
+        (PAY_SECRET, now + 310),
+    ] {
+        let (status, refused) = app.notify_as(secret, &unique("msg_"), ts, &body).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("invalid_signature")),
+            "{ts}"
+        );
+    }
+    refuses_tampered_and_unsigned(&app, &body, now).await;
     assert_eq!(app.status_of(&id).await, "confirmed");
     assert!(app.payments(&id).await.is_empty());
 
@@ -274,12 +221,32 @@ async fn only_a_message_signed_with_a_held_secret_in_time_is_heard() {
     }
 }
 
+/// Payments of orders that never were (a well-formed id of `sku` and
+/// made-up ones): 404 `order_not_found`, each, and no payment recorded for
+/// any order but `known`.
+async fn refuses_payments_of_orders_that_never_were(app: &TestApp, sku: &str, known: &str) {
+    let never = format!("{sku}:{}", "0".repeat(36));
+    for order in [never.as_str(), "not-an-order", "sku-x:123"] {
+        let (status, refused) = app
+            .notify_of("payment.succeeded", order, &unique("pay_"), &amount(1))
+            .await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("order_not_found")),
+            "{order}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_payment WHERE order_id <> ?")
+        .bind(known)
+        .fetch_one(&app.mysql)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
 #[tokio::test]
 async fn wrong_amounts_unknown_orders_and_failures_change_nothing() {
-    let app = spawn_paying().await;
-    let sku = app.new_sale(10, 5).await;
-    let id = app.confirmed_order(&sku, 1, 2).await;
-    app.drained(&sku, 2).await;
+    let (app, sku, id) = paying_with_an_order(2).await;
 
     // Another amount, or the right amount in another currency: recorded, refused.
     let cases = [
@@ -308,7 +275,7 @@ async fn wrong_amounts_unknown_orders_and_failures_change_nothing() {
 
     // A failed attempt is recorded; the order waits for its timeout.
     let (status, failed) = app
-        .notify(&notification("payment.failed", &id, "pay_f", &amount(2)))
+        .notify_of("payment.failed", &id, "pay_f", &amount(2))
         .await;
     assert_eq!(
         (status, &failed["result"], &failed["order_status"]),
@@ -317,49 +284,22 @@ async fn wrong_amounts_unknown_orders_and_failures_change_nothing() {
 
     // An order that never was: the same answer for a well-formed id and a
     // made-up one, and nothing recorded.
-    let never = format!("{sku}:{}", "0".repeat(36));
-    for order in [never.as_str(), "not-an-order", "sku-x:123"] {
-        let (status, refused) = app
-            .notify(&notification(
-                "payment.succeeded",
-                order,
-                &unique("pay_"),
-                &amount(1),
-            ))
-            .await;
-        assert_eq!(
-            (status, refused["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("order_not_found")),
-            "{order}"
-        );
-    }
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_payment WHERE order_id <> ?")
-        .bind(&id)
-        .fetch_one(&app.mysql)
-        .await
-        .unwrap();
-    assert_eq!(rows, 0);
+    refuses_payments_of_orders_that_never_were(&app, &sku, &id).await;
     // A malformed body (signed, so read) is a 400 and changes nothing.
     let (status, refused) = app
         .notify(r#"{"type":"payment.succeeded","data":{}}"#)
         .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("invalid_request"))
-    );
+    assert_error(status, &refused, StatusCode::BAD_REQUEST, "invalid_request");
     // The buyer's own pay route is not served once payments come signed.
     let (status, refused) = app.act(&id, "pay", 1).await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (StatusCode::NOT_FOUND, Some("not_found"))
-    );
+    assert_error(status, &refused, StatusCode::NOT_FOUND, "not_found");
     assert_eq!(app.status_of(&id).await, "confirmed");
 }
 
 #[tokio::test]
 async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
     // No workers: the order stays in its stream.
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         s.workers = None;
@@ -369,10 +309,7 @@ async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
     let id = app.confirmed_order(&sku, 1, 1).await;
     let body = notification("payment.succeeded", &id, "pay_early", &amount(1));
     let (status, refused) = app.notify(&body).await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (StatusCode::CONFLICT, Some("order_pending"))
-    );
+    assert_error(status, &refused, StatusCode::CONFLICT, "order_pending");
     assert!(app.payments(&id).await.is_empty());
 }
 
@@ -382,7 +319,7 @@ async fn a_payment_for_an_order_not_yet_in_the_books_is_asked_again() {
 #[tokio::test]
 async fn a_payment_while_redis_does_not_answer_is_asked_again() {
     let redis = crate::proxy::Proxy::start("127.0.0.1:6379").await;
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     let app = spawn_app_cli(&["--auth=none", &secrets], |s| {
         s.http.limits = Limits::unlimited();
         s.workers = None;
@@ -396,10 +333,11 @@ async fn a_payment_while_redis_does_not_answer_is_asked_again() {
     redis.set_on(false);
     let body = notification("payment.succeeded", &id, "pay_redis_down", &amount(1));
     let (status, refused) = app.notify(&body).await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")),
-        "{refused}"
+    assert_error(
+        status,
+        &refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
     );
     assert!(app.payments(&id).await.is_empty());
     // Redis back: still in its stream, asked again as before.
@@ -408,6 +346,23 @@ async fn a_payment_while_redis_does_not_answer_is_asked_again() {
         app.notify(&body).await.1["error"] == "order_pending"
     })
     .await;
+}
+
+/// Each of `ids` is paid, with one payment recorded: how many by a payment
+/// `paid` and how many `paid_again`.
+async fn paid_once_each(app: &TestApp, ids: &[String]) -> (i64, i64) {
+    let (mut paid, mut paid_again) = (0, 0);
+    for id in ids {
+        let status = app.status_of(id).await;
+        let recorded = app.payments(id).await;
+        assert_eq!(recorded.len(), 1, "{id}: one payment recorded");
+        match (status.as_str(), recorded[0].1.as_str()) {
+            ("paid", "paid") => paid += 1,
+            ("paid", "paid_again") => paid_again += 1,
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    (paid, paid_again)
 }
 
 /// A payment and the payment timeout race for the same orders, both
@@ -429,12 +384,7 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
     // Ten paid before the sweep, the rest raced against it.
     for id in first {
         let (status, _) = app
-            .notify(&notification(
-                "payment.succeeded",
-                id,
-                &format!("pay-{id}"),
-                &amount(1),
-            ))
+            .notify_of("payment.succeeded", id, &format!("pay-{id}"), &amount(1))
             .await;
         assert_eq!(status, StatusCode::OK);
     }
@@ -460,12 +410,7 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
     app.drained(&sku, 31).await;
     sweeper.sweep().await.expect("a sweep");
     let (status, owed) = app
-        .notify(&notification(
-            "payment.succeeded",
-            &late,
-            "pay-late",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", &late, "pay-late", &amount(1))
         .await;
     assert_eq!(
         (status, &owed["result"], &owed["order_status"]),
@@ -473,17 +418,7 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
     );
     ids.push(late);
 
-    let (mut paid, mut paid_again) = (0, 0);
-    for id in &ids {
-        let status = app.status_of(id).await;
-        let recorded = app.payments(id).await;
-        assert_eq!(recorded.len(), 1, "{id}: one payment recorded");
-        match (status.as_str(), recorded[0].1.as_str()) {
-            ("paid", "paid") => paid += 1,
-            ("paid", "paid_again") => paid_again += 1,
-            other => panic!("{id}: {other:?}"),
-        }
-    }
+    let (paid, paid_again) = paid_once_each(&app, &ids).await;
     assert!(paid >= 10, "the ten paid before the sweep stay paid");
     assert!(paid_again >= 1, "the late one");
     let paid = paid + paid_again;
@@ -495,14 +430,11 @@ async fn a_payment_racing_its_timeout_is_paid_or_owed_back() {
 
 #[tokio::test]
 async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
-    let app = spawn_paying().await;
-    let sku = app.new_sale(10, 5).await;
-    let id = app.confirmed_order(&sku, 1, 1).await;
-    app.drained(&sku, 1).await;
+    let (app, _, id) = paying_with_an_order(1).await;
     let body = notification("payment.succeeded", &id, "pay_dup", &amount(1));
     let webhook_id = unique("msg_");
     let now = now_ms() / 1000;
-    let signature = openssl_signature(SECRET, &webhook_id, now, &body);
+    let signature = openssl_signature(PAY_SECRET, &webhook_id, now, &body);
     let mut deliveries = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let req = app
@@ -543,14 +475,11 @@ async fn one_notification_delivered_at_once_many_times_is_recorded_once() {
 /// decided anew.
 #[tokio::test]
 async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
-    let app = spawn_paying().await;
-    let sku = app.new_sale(10, 5).await;
-    let id = app.confirmed_order(&sku, 1, 1).await;
-    app.drained(&sku, 1).await;
+    let (app, sku, id) = paying_with_an_order(1).await;
     let now = now_ms() / 1000;
     let send = |msg: &'static str, body: String| {
         let app = &app;
-        async move { app.notify_as(SECRET, msg, now, &body).await }
+        async move { app.notify_as(PAY_SECRET, msg, now, &body).await }
     };
     let (wrong, right) = (
         notification("payment.succeeded", &id, "pay-x", "1.00"),
@@ -559,9 +488,11 @@ async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
     // The wrong amount, twice as one message: refused, then the same refusal.
     for _ in 0..2 {
         let (status, answer) = send("msg_wrong", wrong.clone()).await;
-        assert_eq!(
-            (status, answer["error"].as_str()),
-            (StatusCode::UNPROCESSABLE_ENTITY, Some("amount_mismatch"))
+        assert_error(
+            status,
+            &answer,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "amount_mismatch",
         );
     }
     assert_eq!(app.status_of(&id).await, "confirmed");
@@ -598,17 +529,48 @@ async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
         (StatusCode::OK, &json!("refunded"), &json!(true)),
         "{answer}"
     );
-    let mut recorded = app.payments(&id).await;
-    recorded.sort();
-    assert_eq!(
-        recorded,
-        [
-            ("pay-x".to_owned(), "paid".to_owned()),
-            ("pay-x".to_owned(), "refunded".to_owned())
-        ]
-    );
+    assert_recorded(&app, &id, &[("pay-x", "paid"), ("pay-x", "refunded")]).await;
     assert_eq!(app.stock(&sku).await, Some(10));
     app.books_balance(&sku).await;
+}
+
+/// A notification's answer: what came of the payment, and the order's status.
+fn assert_outcome(answer: &Value, result: &str, order_status: &str) {
+    assert_eq!(
+        (answer["result"].as_str(), answer["order_status"].as_str()),
+        (Some(result), Some(order_status)),
+        "{answer}"
+    );
+}
+
+/// The payments recorded for `order_id`, in any order, are `expected`
+/// (payment id, result).
+async fn assert_recorded(app: &TestApp, order_id: &str, expected: &[(&str, &str)]) {
+    let mut got = app.payments(order_id).await;
+    got.sort();
+    let mut expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(p, r)| ((*p).to_owned(), (*r).to_owned()))
+        .collect();
+    expected.sort();
+    assert_eq!(got, expected, "{order_id}");
+}
+
+/// Orders of users 1, 2 and 3 for `sku` (three units), persisted, then
+/// cancelled by the payment timeout (the sweep at zero), their units back:
+/// their ids.
+async fn three_timed_out(app: &TestApp, sku: &str) -> [String; 3] {
+    let a = app.confirmed_order(sku, 1, 1).await;
+    let b = app.confirmed_order(sku, 2, 1).await;
+    let c = app.confirmed_order(sku, 3, 1).await;
+    app.drained(sku, 3).await;
+    let sweeper = app.overdue_sweeper();
+    assert_eq!(sweeper.sweep().await.expect("a sweep").expired, 3);
+    eventually("units back", Duration::from_secs(10), || async {
+        app.stock(sku).await == Some(3)
+    })
+    .await;
+    [a, b, c]
 }
 
 /// Late payments, refunds: a cancelled order takes its units again when
@@ -619,16 +581,7 @@ async fn a_corrected_notification_is_decided_anew_over_its_refusal() {
 async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
     let app = spawn_paying().await;
     let sku = app.new_sale(3, 1).await;
-    let sweeper = app.overdue_sweeper();
-    let a = app.confirmed_order(&sku, 1, 1).await;
-    let b = app.confirmed_order(&sku, 2, 1).await;
-    let c = app.confirmed_order(&sku, 3, 1).await;
-    app.drained(&sku, 3).await;
-    assert_eq!(sweeper.sweep().await.expect("a sweep").expired, 3);
-    eventually("units back", Duration::from_secs(10), || async {
-        app.stock(&sku).await == Some(3)
-    })
-    .await;
+    let [a, b, c] = three_timed_out(&app, &sku).await;
     // Two of the three units go to a new buyer; buyer 3 buys again (the
     // limit is one per buyer: its cancelled order's unit is free again).
     let d = app.confirmed_order(&sku, 4, 1).await;
@@ -638,16 +591,10 @@ async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
     // c's buyer is at their limit: owed back, though a unit is left.
     let (status, answer) = app.notify(&pay(&c, "pay-c")).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        (&answer["result"], &answer["order_status"]),
-        (&json!("refund_due"), &json!("cancelled"))
-    );
+    assert_outcome(&answer, "refund_due", "cancelled");
     // a takes the last unit again.
     let (_, answer) = app.notify(&pay(&a, "pay-a")).await;
-    assert_eq!(
-        (&answer["result"], &answer["order_status"]),
-        (&json!("paid_again"), &json!("paid"))
-    );
+    assert_outcome(&answer, "paid_again", "paid");
     assert_eq!(app.stock(&sku).await, Some(0));
     // b is late, and the units are gone: owed back.
     let (_, answer) = app.notify(&pay(&b, "pay-b")).await;
@@ -665,10 +612,7 @@ async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
     let refund =
         |id: &str, payment: &str| notification("payment.refunded", id, payment, &amount(1));
     let (_, answer) = app.notify(&refund(&a, "pay-a")).await;
-    assert_eq!(
-        (&answer["result"], &answer["order_status"]),
-        (&json!("refunded"), &json!("cancelled"))
-    );
+    assert_outcome(&answer, "refunded", "cancelled");
     eventually("a's unit back", Duration::from_secs(10), || async {
         app.stock(&sku).await == Some(1)
     })
@@ -687,23 +631,10 @@ async fn a_late_payment_takes_the_units_again_or_is_owed_back() {
     );
     assert_eq!(app.status_of(&e).await, "confirmed");
 
-    for (id, expected) in [
-        (&a, vec![("pay-a", "paid_again"), ("pay-a", "refunded")]),
-        (
-            &b,
-            vec![("pay-b", "refund_due"), ("pay-b", "refund_settled")],
-        ),
-        (&c, vec![("pay-c", "refund_due")]),
-    ] {
-        let mut got = app.payments(id).await;
-        got.sort_by(|x, y| x.1.cmp(&y.1));
-        let mut expected: Vec<(String, String)> = expected
-            .into_iter()
-            .map(|(p, r)| (p.to_owned(), r.to_owned()))
-            .collect();
-        expected.sort_by(|x, y| x.1.cmp(&y.1));
-        assert_eq!(got, expected, "{id}");
-    }
+    assert_recorded(&app, &a, &[("pay-a", "paid_again"), ("pay-a", "refunded")]).await;
+    let settled = [("pay-b", "refund_due"), ("pay-b", "refund_settled")];
+    assert_recorded(&app, &b, &settled).await;
+    assert_recorded(&app, &c, &[("pay-c", "refund_due")]).await;
     app.books_balance(&sku).await;
 }
 
@@ -811,12 +742,7 @@ async fn payments_after_a_sale_is_retired_touch_only_the_books() {
     let cancelled = app.confirmed_order(&sku, 2, 1).await;
     app.drained(&sku, 2).await;
     let (_, answer) = app
-        .notify(&notification(
-            "payment.succeeded",
-            &paid,
-            "pay-1",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", &paid, "pay-1", &amount(1))
         .await;
     assert_eq!(answer["result"], "paid");
     assert_eq!(app.cancel(&cancelled, 2).await.status(), StatusCode::OK);
@@ -843,30 +769,14 @@ async fn payments_after_a_sale_is_retired_touch_only_the_books() {
     assert!(left().await.is_empty());
 
     let (status, answer) = app
-        .notify(&notification(
-            "payment.refunded",
-            &paid,
-            "pay-1",
-            &amount(1),
-        ))
+        .notify_of("payment.refunded", &paid, "pay-1", &amount(1))
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        (&answer["result"], &answer["order_status"]),
-        (&json!("refunded"), &json!("cancelled"))
-    );
+    assert_outcome(&answer, "refunded", "cancelled");
     let (_, answer) = app
-        .notify(&notification(
-            "payment.succeeded",
-            &cancelled,
-            "pay-2",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", &cancelled, "pay-2", &amount(1))
         .await;
-    assert_eq!(
-        (&answer["result"], &answer["order_status"]),
-        (&json!("refund_due"), &json!("cancelled"))
-    );
+    assert_outcome(&answer, "refund_due", "cancelled");
     assert!(left().await.is_empty(), "a retired sale's keys came back");
     let released: bool = sqlx::query_scalar("SELECT released FROM tb_order WHERE order_id = ?")
         .bind(&paid)

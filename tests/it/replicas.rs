@@ -7,10 +7,12 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
+
+use crate::helpers::{eventually, poll_for};
 
 /// One `mariadbd` on a data directory of its own; killed when dropped.
 pub struct OwnMariadb {
@@ -186,18 +188,19 @@ async fn launch(
         child: Some(child),
         dir: own,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if MySqlConnection::connect(&node.server()).await.is_ok() {
-            return node;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the test's mariadb {id} does not answer: {}",
-            std::fs::read_to_string(dir.join(format!("node{id}.log"))).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let answers = poll_for(Duration::from_secs(30), || async {
+        MySqlConnection::connect(&node.server())
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+    assert!(
+        answers.is_some(),
+        "the test's mariadb {id} does not answer: {}",
+        std::fs::read_to_string(dir.join(format!("node{id}.log"))).unwrap_or_default()
+    );
+    node
 }
 
 /// A three-node Galera cluster (`galera-4`), every node a writer.
@@ -254,13 +257,10 @@ impl Galera {
 
     /// Until every live node counts `size` synced members.
     pub async fn wait_synced(&self, size: u32) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        'wait: loop {
-            assert!(Instant::now() < deadline, "the cluster never synced");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually("the cluster synced", Duration::from_secs(60), || async {
             for node in self.nodes.iter().filter(|n| n.child.is_some()) {
                 let Ok(mut c) = MySqlConnection::connect(&node.server()).await else {
-                    continue 'wait;
+                    return false;
                 };
                 let status: Vec<(String, String)> = sqlx::query_as(
                     "SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_local_state_comment')",
@@ -278,11 +278,12 @@ impl Galera {
                 if value("wsrep_cluster_size") != size.to_string()
                     || value("wsrep_local_state_comment") != "Synced"
                 {
-                    continue 'wait;
+                    return false;
                 }
             }
-            return;
-        }
+            true
+        })
+        .await;
     }
 }
 
@@ -370,20 +371,16 @@ impl ReplicaPair {
 
     /// Until the primary counts the replica as its semi-sync client.
     async fn wait_semi_sync(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        eventually("semi-sync on", Duration::from_secs(20), || async {
             let mut c = self.primary.connect().await;
             let status: Option<(String, String)> =
                 sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'")
                     .fetch_optional(&mut c)
                     .await
                     .expect("status");
-            if status.is_some_and(|(_, v)| v == "ON") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "semi-sync never came on");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            status.is_some_and(|(_, v)| v == "ON")
+        })
+        .await;
     }
 
     /// Holds the replica back (its I/O thread stopped): what the primary
@@ -396,18 +393,12 @@ impl ReplicaPair {
     /// following and takes writes. What it never received is lost.
     pub async fn promote(&mut self) {
         self.primary.kill();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let mut c = self.replica.connect().await;
-            if relay_applied(&mut c).await {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the replica never applied its relay log"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(
+            "the replica applied its relay log",
+            Duration::from_secs(30),
+            || async { relay_applied(&mut self.replica.connect().await).await },
+        )
+        .await;
         self.replica
             .exec("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0")
             .await;

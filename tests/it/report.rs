@@ -12,13 +12,14 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, eventually, fast_workers, now_ms, product_body, spawn_app_cli, unique,
+    ADMIN_TOKEN, PAY_SECRET, Polling, TestApp, eventually, eventually_some, fast_workers, now_ms,
+    product_body, spawn_app_cli, unique, until,
 };
-use crate::payments::{SECRET, amount, notification};
+use crate::payments::amount;
 
 /// A paying service whose workers time unpaid orders out after `timeout`.
 async fn spawn_sale_service(timeout: Duration) -> TestApp {
-    let secrets = format!("--payment-webhook-secrets={SECRET}");
+    let secrets = format!("--payment-webhook-secrets={PAY_SECRET}");
     spawn_app_cli(&["--auth=none", &secrets, "--sale-currency=CNY"], |s| {
         s.http.limits = Limits::unlimited();
         let mut w = fast_workers(&unique("w-"));
@@ -127,9 +128,9 @@ async fn crowd(
     seen: &mut Seen,
 ) {
     let mut done = HashSet::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut polling = Polling::at_most("the crowd done", Duration::from_secs(30));
     while done.len() < tickets.len() {
-        assert!(std::time::Instant::now() < deadline, "the crowd never done");
+        polling.next().await;
         for (i, (user, t)) in tickets.iter().enumerate() {
             if done.contains(user) {
                 continue;
@@ -151,7 +152,6 @@ async fn crowd(
                 _ => {}
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -160,7 +160,8 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     let app = spawn_sale_service(Duration::from_secs(3)).await;
     let sku = unique("rep-");
     let mut body = product_body(&sku, 20, 1);
-    body["start_time"] = json!(now_ms() + 2_000);
+    let start = now_ms() + 2_000;
+    body["start_time"] = json!(start);
     body["end_time"] = json!(now_ms() + 60_000);
     body["waiting_room"] =
         json!({"ceiling_per_sec": 40, "admission_secs": 60, "join_early_secs": 600});
@@ -174,7 +175,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     let mut seen = Seen::default();
     // Too early: not started.
     seen.order(&app, &base, &sku, 800, None).await;
-    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    tokio::time::sleep(until(start + 200)).await;
     // Bots order without an admission.
     for bot in 900..903 {
         seen.order(&app, &base, &sku, bot, None).await;
@@ -189,12 +190,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     // 15 pay; 5 do not and time out; one of those pays late.
     for (_, order) in &seen.orders[..15] {
         let (status, answer) = app
-            .notify(&notification(
-                "payment.succeeded",
-                order,
-                &unique("pay-"),
-                &amount(1),
-            ))
+            .notify_of("payment.succeeded", order, &unique("pay-"), &amount(1))
             .await;
         assert_eq!(
             (status, answer["result"].as_str()),
@@ -214,12 +210,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     })
     .await;
     let (_, answer) = app
-        .notify(&notification(
-            "payment.succeeded",
-            late,
-            "pay-late",
-            &amount(1),
-        ))
+        .notify_of("payment.succeeded", late, "pay-late", &amount(1))
         .await;
     assert_eq!(answer["result"], "paid_again", "{answer}");
 
@@ -412,15 +403,11 @@ async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out()
     let mut walked = Vec::new();
     for user in 1..=8u64 {
         let ticket = join(&app, &base, &sku, user).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let admitted = loop {
+        let admitted = eventually_some("admitted", Duration::from_secs(10), || async {
             let s = standing(&app, &base, &sku, &ticket).await;
-            if s["status"] == "admitted" {
-                break s;
-            }
-            assert!(std::time::Instant::now() < deadline, "never admitted: {s}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+            (s["status"] == "admitted").then_some(s)
+        })
+        .await;
         if user % 2 == 0 {
             let a = admitted["admission"].as_str().unwrap();
             seen.order(&app, &base, &sku, user, Some(a)).await;
@@ -597,13 +584,8 @@ async fn in_a_browser_the_report_draws_the_sale() {
     crowd(&app, std::slice::from_ref(&base), &sku, &tickets, &mut seen).await;
     app.drained(&sku, 40).await;
     for (_, order) in &seen.orders[..25] {
-        app.notify(&notification(
-            "payment.succeeded",
-            order,
-            &unique("pay-"),
-            &amount(1),
-        ))
-        .await;
+        app.notify_of("payment.succeeded", order, &unique("pay-"), &amount(1))
+            .await;
     }
     eventually("the timeline written", Duration::from_secs(20), || async {
         report(&app, &sku).await["summary"]["persisted"] == 40

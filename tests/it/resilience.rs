@@ -185,6 +185,7 @@ async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
     let redis = Proxy::start("127.0.0.1:6379").await;
     mysql.set_on(false);
     redis.set_on(false);
+    let timeout = Duration::from_millis(300);
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_flashsale"))
         .arg("worker")
         .env("REDIS_URL", format!("redis://127.0.0.1:{}", redis.port))
@@ -192,13 +193,14 @@ async fn a_worker_started_while_redis_and_mysql_are_down_waits_then_persists() {
         .env("REDIS_KEY_PREFIX", &app.prefix)
         .env("CONSUMER_NAME", "started-in-the-dark")
         .env("BLOCK_MS", "200")
-        .env("REDIS_TIMEOUT_MS", "300")
-        .env("DB_TIMEOUT_MS", "300")
+        .env("REDIS_TIMEOUT_MS", timeout.as_millis().to_string())
+        .env("DB_TIMEOUT_MS", timeout.as_millis().to_string())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("flashsale worker starts");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Five of its calls' timeouts, every one failing.
+    tokio::time::sleep(timeout * 5).await;
     assert!(
         worker.try_wait().unwrap().is_none(),
         "the worker exited while its dependencies were down"

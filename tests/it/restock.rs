@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, eventually, spawn_app_on};
+use crate::helpers::{ADMIN_TOKEN, Backend, TestApp, assert_error, eventually, spawn_app_on};
 
 async fn restock(app: &TestApp, sku: &str, units: i64, key: Option<&str>) -> (StatusCode, Value) {
     let mut req = app
@@ -29,12 +29,7 @@ async fn restock(app: &TestApp, sku: &str, units: i64, key: Option<&str>) -> (St
 async fn units_added_sell_and_a_retry_adds_nothing(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let sku = app.new_sale(3, 10).await;
-    for user in 1..=3 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 1..=3).await;
     assert_eq!(
         app.place_order(4, &sku, 1).await.status(),
         StatusCode::CONFLICT,
@@ -53,22 +48,14 @@ async fn units_added_sell_and_a_retry_adds_nothing(backend: Backend) {
     assert_eq!(again["product"]["stock"], 5);
     assert_eq!(again["product"]["initial_qty"], 8);
     // The new units sell, and no more.
-    for user in 4..=8 {
-        assert_eq!(
-            app.place_order(user, &sku, 1).await.status(),
-            StatusCode::ACCEPTED
-        );
-    }
+    app.accept_orders(&sku, 4..=8).await;
     let resp = app.place_order(9, &sku, 1).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sold_out");
     // Taking away more than are left: refused, nothing changed.
     let (status, body) = restock(&app, &sku, -1, None).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("insufficient_stock"))
-    );
+    assert_error(status, &body, StatusCode::CONFLICT, "insufficient_stock");
     assert_eq!(app.stock(&sku).await, Some(0));
     let (status, _) = restock(&app, &sku, 4, None).await;
     assert_eq!(status, StatusCode::OK);
@@ -77,10 +64,7 @@ async fn units_added_sell_and_a_retry_adds_nothing(backend: Backend) {
     assert_eq!(done["product"]["stock"], 1);
     assert_eq!(done["product"]["initial_qty"], 9);
     let (status, body) = restock(&app, &sku, 0, None).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("invalid_request"))
-    );
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
 
     app.drained(&sku, 8).await;
     let audit = app.audit(&sku).await;

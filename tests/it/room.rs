@@ -6,8 +6,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, assert_refused, eventually, fast_workers, now_ms, product_body,
-    spawn_app, spawn_app_with, unique,
+    ADMIN_TOKEN, Polling, TestApp, assert_error, assert_refused, eventually, eventually_some,
+    fast_workers, now_ms, poll_for, product_body, spawn_app, spawn_app_with, unique, until,
 };
 
 /// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
@@ -79,15 +79,11 @@ async fn standing(app: &TestApp, sku: &str, ticket: &str) -> (StatusCode, Value)
 }
 
 async fn admission(app: &TestApp, sku: &str, ticket: &str) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually_some("admitted", Duration::from_secs(10), || async {
         let (_, s) = standing(app, sku, ticket).await;
-        if s["status"] == "admitted" {
-            return s["admission"].as_str().unwrap().to_owned();
-        }
-        assert!(std::time::Instant::now() < deadline, "never admitted: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (s["status"] == "admitted").then(|| s["admission"].as_str().unwrap().to_owned())
+    })
+    .await
 }
 
 async fn order_with(
@@ -114,10 +110,7 @@ async fn without_a_room_nothing_changes() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(product["waiting_room"], Value::Null);
     let (status, body) = join(&app, &sku, 1).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::NOT_FOUND, Some("no_waiting_room"))
-    );
+    assert_error(status, &body, StatusCode::NOT_FOUND, "no_waiting_room");
     // An admission header is ignored where no room asks for one.
     let resp = order_with(&app, &sku, 1, Some("1.99999999999999.00")).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -222,13 +215,16 @@ async fn an_order_needs_the_buyers_own_valid_admission_for_that_sale() {
 async fn an_admission_expires() {
     let app = spawn_app().await;
     // 1 s admissions, and a line long enough that it is still moving.
-    let sku = room_sale(&app, 100, -1_000, 4, 1).await;
+    let admission_secs = 1;
+    let sku = room_sale(&app, 100, -1_000, 4, admission_secs).await;
     let t1 = ticket(&app, &sku, 1).await;
     for user in 2..=30 {
         ticket(&app, &sku, user).await;
     }
     let a1 = admission(&app, &sku, &t1).await;
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Its whole life, and a little more.
+    let life = Duration::from_secs(admission_secs.into());
+    tokio::time::sleep(life + life * 3 / 10).await;
     let resp = order_with(&app, &sku, 1, Some(&a1)).await;
     assert_refused(resp, StatusCode::FORBIDDEN, "admission_expired").await;
     let (_, s) = standing(&app, &sku, &t1).await;
@@ -268,10 +264,9 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
         (1_000..=2_600).contains(&poll) && poll >= until_draw - 200,
         "{s}"
     );
-    tokio::time::sleep(Duration::from_millis(2_600)).await;
     // The first poll after the start has the room read again (the draw
     // needs the final count of early joiners); until then, still waiting.
-    eventually("the draw", Duration::from_secs(3), || async {
+    eventually("the draw", Duration::from_secs(15), || async {
         standing(&app, &sku, &tickets[0]).await.1["place"].is_u64()
     })
     .await;
@@ -307,12 +302,13 @@ async fn early_joiners_are_shuffled_at_the_start_and_late_ones_follow_in_order()
 async fn a_late_joiner_is_never_placed_by_a_count_read_before_the_draw() {
     let app = spawn_app().await;
     let n = 20u64;
-    let sku = room_sale(&app, 100, 1_500, 1, 60).await;
+    let starts_at = now_ms() + 1_500;
+    let sku = room_sale(&app, 100, starts_at - now_ms(), 1, 60).await;
     // The instance reads the room while they join, before the start.
     for user in 1..=n {
         ticket(&app, &sku, user).await;
     }
-    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    tokio::time::sleep(until(starts_at + 300)).await;
     // The first to join after the start, answered from that reading: its
     // count of early joiners may be short, so no place yet (the page
     // would have shown a place near the front); then behind all of them.
@@ -335,7 +331,8 @@ async fn a_late_joiner_is_never_placed_by_a_count_read_before_the_draw() {
 #[tokio::test]
 async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
     let app = spawn_app().await;
-    let sku = room_sale(&app, 1_000, 1_500, 10, 60).await;
+    let starts_at = now_ms() + 1_500;
+    let sku = room_sale(&app, 1_000, starts_at - now_ms(), 10, 60).await;
     let mut tickets = Vec::new();
     for user in 1..=100 {
         tickets.push(ticket(&app, &sku, user).await);
@@ -352,21 +349,18 @@ async fn the_line_moves_at_its_pace_and_the_pace_changes_live() {
             n
         }
     };
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Until the start: the line cannot move before it.
+    tokio::time::sleep(until(starts_at)).await;
     // Once the line moves (the instance's first reading after the start
     // has landed: later on a loaded machine), what three seconds at 10/s
     // add, give or take a reading (the instance reads the room about once
     // a second). The early joiners were shuffled at the start: any of
     // them may be first.
-    let mut moving = 0;
-    for _ in 0..100 {
-        moving = admitted(tickets.clone()).await;
-        if moving > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(moving > 0, "the line never moved");
+    let moving = eventually_some("the line moves", Duration::from_secs(15), || {
+        let moving = admitted(tickets.clone());
+        async move { Some(moving.await).filter(|n| *n > 0) }
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let later = admitted(tickets.clone()).await;
     assert!(
@@ -420,10 +414,7 @@ async fn a_sold_out_sale_tells_its_waiting_buyers_at_once() {
     let (_, s) = standing(&app, &sku, &waiting[0]).await;
     assert_eq!(s["poll_after_ms"], 5_000, "{s}");
     let (status, body) = join(&app, &sku, 9).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::CONFLICT, Some("sold_out"))
-    );
+    assert_error(status, &body, StatusCode::CONFLICT, "sold_out");
 }
 
 /// The server paces polls: a ticket farther back is told to ask again
@@ -456,12 +447,12 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
     for user in 1..=7 {
         ticket(&app, &sku, user).await;
     }
-    // Past the background renewal of this instance's reading of the room.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Once the background renewal of this instance's reading of the room
+    // has counted them.
     app.get_json("/metrics").await;
     eventually(
         "the metrics count the joiners",
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         || async {
             // Before the start: the operator's scrape (the admin token).
             let text = app.metrics_text().await;
@@ -479,27 +470,8 @@ async fn the_room_shows_on_the_metrics_and_the_dashboard() {
     )
     .await;
 
-    let login = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .post(app.url("/admin/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
-    let data: Value = app
-        .client
-        .get(app.url("/admin/dashboard/data"))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let data = crate::dashboard::data(&app, &cookie).await;
     let room = &data["sales"][0]["room"];
     assert_eq!(
         (
@@ -536,11 +508,7 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
     let before = app.sales.counts().get(flashsale::sale::Counter::RoomCalls);
     for n in 0..300 {
         let (status, body) = standing(&app, &format!("made-up-{n}"), &t).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
         // Memory's registry read may be a moment old: it does not say more.
         assert!(
             body["message"].as_str().unwrap().contains("moments ago"),
@@ -549,21 +517,13 @@ async fn polls_and_joins_for_sales_nobody_opened_cost_redis_nothing() {
     }
     for n in 0..50 {
         let (status, body) = join(&app, &format!("made-up-{n}"), 2).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
     }
     for n in 0..50 {
         let (status, body) = app
             .get_json(&format!("/api/sales/made-up-{n}/challenge"))
             .await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (StatusCode::NOT_FOUND, Some("product_not_found")),
-            "{body}"
-        );
+        assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
     }
     assert_eq!(
         app.sales.counts().get(flashsale::sale::Counter::RoomCalls) - before,
@@ -585,8 +545,9 @@ async fn poll_all(
     done: &str,
 ) -> (u64, usize) {
     let (mut most, mut accepted) = (0, 0);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut polling = Polling::at_most(format!("all {done}"), Duration::from_secs(30));
     loop {
+        polling.next().await;
         let mut all_done = true;
         for (user, t) in tickets {
             let (status, s) = standing(app, sku, t).await;
@@ -607,8 +568,6 @@ async fn poll_all(
         if all_done {
             return (most, accepted);
         }
-        assert!(std::time::Instant::now() < deadline, "never all {done}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -630,10 +589,7 @@ async fn room_metric(app: &TestApp, sku: &str, name: &str) -> u64 {
 async fn the_admitted_figure_is_what_buyers_were_told() {
     let app = spawn_app().await;
     let sku = room_sale(&app, 12, 1_200, 20, 60).await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
+    let tickets = line_up(&app, &sku, 1..=60).await;
     let mut ordered = std::collections::HashSet::new();
     let (told, accepted) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
     assert_eq!(accepted, 12);
@@ -653,14 +609,12 @@ async fn the_admitted_figure_is_what_buyers_were_told() {
         assert_eq!(app.act(id, "cancel", *user as u64).await.0, StatusCode::OK);
     }
     let (mut told_after, mut accepted) = (told, 0);
-    for _ in 0..50 {
+    let mut polling = Polling::at_most("the returned units bought", Duration::from_secs(60));
+    while accepted < 3 {
+        polling.next().await;
         let (most, a) = poll_all(&app, &sku, &tickets, &mut ordered, "sold_out").await;
         told_after = told_after.max(most);
         accepted += a;
-        if accepted == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(accepted, 3, "the returned units went to buyers in line");
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, told_after);
@@ -756,6 +710,29 @@ async fn pace(app: &TestApp, sku: &str) -> u64 {
     room_metric(app, sku, "room_admit_per_sec").await
 }
 
+/// Scrapes the pace until it is at `floor` (20 s at most): it only went
+/// down on the way, one step at a time (some steps may fall between
+/// scrapes), never below `floor`.
+async fn pace_steps_down_to(app: &TestApp, sku: &str, floor: u64) {
+    let seen = std::cell::RefCell::new(Vec::new());
+    let reached = poll_for(Duration::from_secs(20), || async {
+        let p = pace(app, sku).await;
+        let mut seen = seen.borrow_mut();
+        if seen.last() != Some(&p) {
+            seen.push(p);
+        }
+        (p == floor).then_some(())
+    })
+    .await;
+    let seen = seen.into_inner();
+    assert!(
+        reached.is_some(),
+        "the pace never reached its floor: {seen:?}"
+    );
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
+    assert!(seen.iter().all(|p| *p >= floor), "{seen:?}");
+}
+
 /// The pace follows the backend: with no worker persisting, the first
 /// order waits; past 2 s the pace halves each second down to its floor
 /// (not below); once a worker has persisted what waited, it climbs back
@@ -787,22 +764,7 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
         StatusCode::ACCEPTED
     );
     assert_eq!(pace(&app, &sku).await, 40, "no strain yet");
-    let mut seen: Vec<u64> = Vec::new();
-    let t0 = std::time::Instant::now();
-    while seen.last() != Some(&5) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the pace never reached its floor: {seen:?}"
-        );
-        let p = pace(&app, &sku).await;
-        if seen.last() != Some(&p) {
-            seen.push(p);
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    // Halving, one step at a time (some steps may fall between scrapes).
-    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
-    assert!(seen.iter().all(|p| *p >= 5), "{seen:?}");
+    pace_steps_down_to(&app, &sku, 5).await;
     // It stays at the floor (not below) while the order still waits.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(pace(&app, &sku).await, 5);
@@ -825,12 +787,75 @@ async fn the_pace_drops_to_its_floor_while_orders_wait_and_climbs_back() {
     eventually(
         "the pace back at its ceiling",
         Duration::from_secs(30),
-        || async {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            pace(&app, &sku).await == 40
-        },
+        || async { pace(&app, &sku).await == 40 },
     )
     .await;
+}
+
+/// A ticket for each of `users`, joined in turn: (user, ticket).
+async fn line_up(
+    app: &TestApp,
+    sku: &str,
+    users: std::ops::RangeInclusive<u64>,
+) -> Vec<(u64, String)> {
+    let mut tickets = Vec::new();
+    for user in users {
+        tickets.push((user, ticket(app, sku, user).await));
+    }
+    tickets
+}
+
+/// Each of `holding` orders `quantity` units with their admission, and is
+/// answered 202: the users who ordered.
+async fn order_each(
+    app: &TestApp,
+    sku: &str,
+    holding: &[(u64, String)],
+    quantity: u64,
+) -> Vec<u64> {
+    for (user, a) in holding {
+        let resp = app
+            .client
+            .post(app.url("/api/orders"))
+            .header("Admission-Token", a)
+            .json(&json!({"user_id": user, "product_id": sku, "quantity": quantity}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED, "{user}");
+    }
+    holding.iter().map(|(user, _)| *user).collect()
+}
+
+/// Waits (`limit` at most) until the room has admitted `n` places in all.
+async fn until_admitted(app: &TestApp, sku: &str, n: u64, limit: Duration) {
+    let what = format!("{n} places admitted");
+    eventually(&what, limit, || async {
+        room_metric(app, sku, "room_admitted").await >= n
+    })
+    .await;
+}
+
+/// Waits (5 s at most) until the holder of `ticket` is told the sale sold out.
+async fn until_told_sold_out(app: &TestApp, sku: &str, ticket: &str) {
+    eventually(
+        "sold out, said to the line",
+        Duration::from_secs(5),
+        || async { standing(app, sku, ticket).await.1["status"] == "sold_out" },
+    )
+    .await;
+}
+
+/// Polls each of `tickets`: the users holding an admission, and theirs.
+async fn holding(app: &TestApp, sku: &str, tickets: &[(u64, String)]) -> Vec<(u64, String)> {
+    let mut holding = Vec::new();
+    for (user, t) in tickets {
+        let (_, s) = standing(app, sku, t).await;
+        if s["status"] == "admitted" {
+            holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
+        }
+    }
+    holding
 }
 
 /// With an active cap, at most that many buyers hold an admission they
@@ -846,24 +871,9 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
         json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 8}),
     )
     .await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
+    let tickets = line_up(&app, &sku, 1..=60).await;
     // The crowd polls; returns the users holding an admission.
-    let admitted = || {
-        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
-        async move {
-            let mut holding = Vec::new();
-            for (user, t) in &tickets {
-                let (_, s) = standing(app, &sku, t).await;
-                if s["status"] == "admitted" {
-                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
-                }
-            }
-            holding
-        }
-    };
+    let admitted = || holding(&app, &sku, &tickets);
     eventually("the cap reached", Duration::from_secs(10), || async {
         admitted().await.len() >= 10
     })
@@ -883,15 +893,7 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
 
     // Four of them order: four more places are admitted, no more.
-    let holding = admitted().await;
-    let mut ordered = std::collections::HashSet::new();
-    for (user, a) in &holding[..4] {
-        assert_eq!(
-            order_with(&app, &sku, *user, Some(a)).await.status(),
-            StatusCode::ACCEPTED
-        );
-        ordered.insert(*user);
-    }
+    let ordered = order_each(&app, &sku, &admitted().await[..4], 1).await;
     // Admitted and not ordered (an admission stays valid after its use).
     let unused = || async {
         admitted()
@@ -900,23 +902,15 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
             .filter(|(user, _)| !ordered.contains(user))
             .count()
     };
-    eventually(
-        "the line moved on by four",
-        Duration::from_secs(5),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 14 },
-    )
-    .await;
+    // The line moved on by four.
+    until_admitted(&app, &sku, 14, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 14);
     assert_eq!(unused().await, 10);
 
     // The six unused admissions of the first ten run out (8 s): six more.
-    eventually(
-        "expired admissions free their places",
-        Duration::from_secs(15),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
-    )
-    .await;
+    // Expired admissions free their places.
+    until_admitted(&app, &sku, 20, Duration::from_secs(15)).await;
     assert!(unused().await <= 10);
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
@@ -933,57 +927,20 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
     body["start_time"] = json!(now_ms() + 500);
     body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 9});
     let sku = app.sale_from(body).await;
-    let mut tickets = Vec::new();
-    for user in 1..=60 {
-        tickets.push((user, ticket(&app, &sku, user).await));
-    }
-    let admitted = || {
-        let (app, sku, tickets) = (&app, sku.clone(), tickets.clone());
-        async move {
-            let mut holding = Vec::new();
-            for (user, t) in &tickets {
-                let (_, s) = standing(app, &sku, t).await;
-                if s["status"] == "admitted" {
-                    holding.push((*user, s["admission"].as_str().unwrap().to_owned()));
-                }
-            }
-            holding
-        }
-    };
-    eventually(
-        "the first ten admitted",
-        Duration::from_secs(10),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 10 },
-    )
-    .await;
+    let tickets = line_up(&app, &sku, 1..=60).await;
+    let admitted = || holding(&app, &sku, &tickets);
+    // The first ten admitted.
+    until_admitted(&app, &sku, 10, Duration::from_secs(10)).await;
     // Nobody orders: the ten run out (9 s) and the next ten come in.
-    eventually(
-        "the next ten after the first ran out",
-        Duration::from_secs(20),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 20 },
-    )
-    .await;
+    // The next ten after the first ran out.
+    until_admitted(&app, &sku, 20, Duration::from_secs(20)).await;
     let holding = admitted().await;
     assert_eq!(holding.len(), 10, "{holding:?}");
     // Five of them order two units each: five places free at once.
     let t0 = std::time::Instant::now();
-    for (user, a) in &holding[..5] {
-        let resp = app
-            .client
-            .post(app.url("/api/orders"))
-            .header("Admission-Token", a)
-            .json(&json!({"user_id": user, "product_id": sku, "quantity": 2}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    }
-    eventually(
-        "the line moved on by five",
-        Duration::from_secs(4),
-        || async { room_metric(&app, &sku, "room_admitted").await >= 25 },
-    )
-    .await;
+    let ordered = order_each(&app, &sku, &holding[..5], 2).await;
+    // The line moved on by five.
+    until_admitted(&app, &sku, 25, Duration::from_secs(4)).await;
     assert!(
         t0.elapsed() < Duration::from_secs(5),
         "moved only when the batch ran out"
@@ -992,7 +949,6 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 25);
     assert_eq!(room_metric(&app, &sku, "room_active").await, 10);
-    let ordered: Vec<u64> = holding[..5].iter().map(|(u, _)| *u).collect();
     let unused = admitted()
         .await
         .into_iter()
@@ -1007,20 +963,19 @@ async fn the_active_cap_frees_a_place_per_buyer_who_orders_after_unused_expiries
 #[tokio::test]
 async fn the_active_cap_counts_admissions_a_pause_lengthened() {
     let app = spawn_app().await;
+    let (admission, pause) = (Duration::from_secs(6), Duration::from_secs(3));
     let sku = room_sale_with(
         &app,
         1_000,
         500,
-        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 6}),
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": admission.as_secs()}),
     )
     .await;
     for user in 1..=40 {
         ticket(&app, &sku, user).await;
     }
-    eventually("the cap reached", Duration::from_secs(10), || async {
-        room_metric(&app, &sku, "room_admitted").await >= 10
-    })
-    .await;
+    // The cap reached.
+    until_admitted(&app, &sku, 10, Duration::from_secs(10)).await;
     let reached = std::time::Instant::now();
     let admin = |action: &'static str| {
         let (app, sku) = (&app, sku.clone());
@@ -1036,19 +991,17 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
         }
     };
     admin("pause").await;
-    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    tokio::time::sleep(pause).await;
     admin("resume").await;
     // Past the admissions' own 6 s, within the 6 + 3 s the pause gave
     // them: still ten held, the line stands.
-    while reached.elapsed() < Duration::from_millis(7_000) {
+    while reached.elapsed() < admission + pause / 3 {
         assert_eq!(room_metric(&app, &sku, "room_admitted").await, 10);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Then they run out: the next ten.
-    eventually("the next ten", Duration::from_secs(10), || async {
-        room_metric(&app, &sku, "room_admitted").await >= 20
-    })
-    .await;
+    // The next ten.
+    until_admitted(&app, &sku, 20, Duration::from_secs(10)).await;
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 20);
 }
 
@@ -1074,12 +1027,7 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
         let resp = order_with(&app, &sku, i as u64 + 1, Some(&a)).await;
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
     }
-    eventually(
-        "sold out, said to the line",
-        Duration::from_secs(5),
-        || async { standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out" },
-    )
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[9]).await;
     let line = room_metric(&app, &sku, "room_admitted").await as usize;
     assert!((2..=4).contains(&line), "the line stood at {line}");
     // Three units more: the places after the line, in order, buy them.
@@ -1106,10 +1054,7 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
         }
     }
     assert_eq!(bought, 3, "the restocked units went to the line");
-    eventually("sold out again", Duration::from_secs(5), || async {
-        standing(&app, &sku, &tickets[9]).await.1["status"] == "sold_out"
-    })
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[9]).await;
     // The line moved on from where it stood, by about the units added.
     let moved = room_metric(&app, &sku, "room_admitted").await as usize;
     assert!(moved > line && moved <= line + 3 + 2, "{line} -> {moved}");
@@ -1148,12 +1093,7 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
         orders.push(order["order_id"].as_str().unwrap().to_owned());
     }
     bot().await;
-    eventually(
-        "sold out, said to the line",
-        Duration::from_secs(5),
-        || async { standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out" },
-    )
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[7]).await;
     let line = room_metric(&app, &sku, "room_admitted").await;
     assert!((2..=4).contains(&line), "the line stood at {line}");
     app.drained(&sku, 2).await;
@@ -1164,17 +1104,10 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     bot().await;
     let a = admission(&app, &sku, &tickets[next]).await;
     bot().await;
-    assert_eq!(
-        order_with(&app, &sku, next as u64 + 1, Some(&a))
-            .await
-            .status(),
-        StatusCode::ACCEPTED
-    );
+    let resp = order_with(&app, &sku, next as u64 + 1, Some(&a)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
     // Sold out again: places two or more behind it never got in.
-    eventually("sold out again", Duration::from_secs(5), || async {
-        standing(&app, &sku, &tickets[7]).await.1["status"] == "sold_out"
-    })
-    .await;
+    until_told_sold_out(&app, &sku, &tickets[7]).await;
     assert!(room_metric(&app, &sku, "room_admitted").await <= line + 2);
     for t in &tickets[next + 2..] {
         assert_eq!(standing(&app, &sku, t).await.1["status"], "sold_out");
@@ -1188,12 +1121,8 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     bot().await;
     let last = tickets.len() - 1;
     let a = admission(&app, &sku, &tickets[last]).await;
-    assert_eq!(
-        order_with(&app, &sku, last as u64 + 1, Some(&a))
-            .await
-            .status(),
-        StatusCode::ACCEPTED
-    );
+    let resp = order_with(&app, &sku, last as u64 + 1, Some(&a)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
     bot().await;
 }
 

@@ -16,6 +16,29 @@ use tokio::task::JoinSet;
 use crate::helpers::{Backend, TestApp, metric, spawn_app_on, spawn_app_with};
 use crate::proxy::{Mode, Proxy};
 
+/// What the call of `orders` (the first, third and sixth accepted, five
+/// units) left: the stock gone, each buyer's units, three entries and
+/// records, the key's order, and the three in the books once each.
+async fn the_accepted_three_kept_once(app: &TestApp, sku: &str, orders: &[OrderCall]) {
+    assert_eq!(app.stock(sku).await, Some(0));
+    for (user, units) in [(1, 2), (2, 1), (3, 2), (4, 0)] {
+        assert_eq!(app.bought(sku, user).await, units, "buyer {user}");
+    }
+    assert_eq!(app.stream_len(sku).await, 3);
+    let mut r = app.redis.clone();
+    let records: usize = r.hlen(app.key(sku, "accepted")).await.unwrap();
+    assert_eq!(records, 3);
+    let keyed: Option<String> = r.hget(app.key(sku, "idem"), "2:k-1").await.unwrap();
+    assert_eq!(keyed.as_deref(), Some(orders[2].order_id.as_str()));
+    app.drained(sku, 5).await;
+    let rows = app.order_rows(sku).await;
+    let mut ids: Vec<&str> = rows.iter().map(|(id, _, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    let mut placed = [0, 2, 5].map(|i| orders[i].order_id.as_str());
+    placed.sort_unstable();
+    assert_eq!(ids, placed);
+}
+
 /// One call of seven orders on a sale of 5 units, 3 a buyer: the buyer's
 /// allowance, the stock and an Idempotency-Key are each applied order by
 /// order inside the call (a second order of the same buyer sees the first's
@@ -77,24 +100,7 @@ async fn one_call_decides_each_of_its_orders_in_turn(backend: Backend) {
         replies[6],
         PlaceReply::Rejected(Rejection::SoldOut)
     ));
-
-    assert_eq!(app.stock(&sku).await, Some(0));
-    for (user, units) in [(1, 2), (2, 1), (3, 2), (4, 0)] {
-        assert_eq!(app.bought(&sku, user).await, units, "buyer {user}");
-    }
-    assert_eq!(app.stream_len(&sku).await, 3);
-    let mut r = app.redis.clone();
-    let records: usize = r.hlen(app.key(&sku, "accepted")).await.unwrap();
-    assert_eq!(records, 3);
-    let keyed: Option<String> = r.hget(app.key(&sku, "idem"), "2:k-1").await.unwrap();
-    assert_eq!(keyed.as_deref(), Some(orders[2].order_id.as_str()));
-    app.drained(&sku, 5).await;
-    let rows = app.order_rows(&sku).await;
-    let mut ids: Vec<&str> = rows.iter().map(|(id, _, _)| id.as_str()).collect();
-    ids.sort_unstable();
-    let mut placed = [0, 2, 5].map(|i| orders[i].order_id.as_str());
-    placed.sort_unstable();
-    assert_eq!(ids, placed);
+    the_accepted_three_kept_once(&app, &sku, &orders).await;
 }
 
 crate::on_both_backends!(one_call_decides_each_of_its_orders_in_turn);

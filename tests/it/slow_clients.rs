@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, spawn_app_cli};
+use crate::helpers::{TestApp, eventually, spawn_app_cli};
 
 fn addr(app: &TestApp) -> SocketAddr {
     app.base.trim_start_matches("http://").parse().unwrap()
@@ -61,6 +61,31 @@ async fn metric(app: &TestApp, reason: &str) -> u64 {
         .map_or(0, |v| v.parse().unwrap())
 }
 
+/// Starts a request on `conn` and sends a header line every 100 ms, never
+/// ending the header block: how long until the server closes it (5 s at most).
+async fn trickle_headers(conn: &mut TcpStream) -> Duration {
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut header = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        header += 1;
+        let line = format!("X-Slow-{header}: 1\r\n");
+        if conn.write_all(line.as_bytes()).await.is_err() {
+            return started.elapsed();
+        }
+        let mut probe = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(1), conn.read(&mut probe)).await
+        {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "never closed");
+    }
+}
+
 /// A silent connection and one that trickles half a header block are
 /// closed at the header-read timeout (trickling does not extend it); an
 /// idle keep-alive connection lives to its own, longer idle timeout; a
@@ -78,29 +103,7 @@ async fn slow_and_idle_connections_are_closed_on_their_deadlines() {
     .await;
     let mut silent = connect_from(&app, "127.0.0.1").await;
     let mut trickling = connect_from(&app, "127.0.0.1").await;
-    let trickle = async {
-        trickling
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            .await
-            .unwrap();
-        let started = Instant::now();
-        let mut header = 0;
-        loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            header += 1;
-            let line = format!("X-Slow-{header}: 1\r\n");
-            if trickling.write_all(line.as_bytes()).await.is_err() {
-                return started.elapsed();
-            }
-            let mut probe = [0u8; 1];
-            if let Ok(Ok(0) | Err(_)) =
-                tokio::time::timeout(Duration::from_millis(1), trickling.read(&mut probe)).await
-            {
-                return started.elapsed();
-            }
-            assert!(started.elapsed() < Duration::from_secs(5), "never closed");
-        }
-    };
+    let trickle = trickle_headers(&mut trickling);
     // Two requests kept alive (an order with its body, then a GET), then
     // nothing.
     let sku = app.new_sale(10, 1).await;
@@ -229,15 +232,16 @@ async fn one_address_gets_its_share_of_connections() {
     assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
     assert_eq!(healthz(&app).await, StatusCode::OK, "another address");
     drop(held.pop());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut again = connect_from(&app, "127.0.0.2").await;
-    again
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    again.read_to_end(&mut answer).await.unwrap();
-    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    // Once the service has seen it closed, its place is free again.
+    eventually("a place free again", Duration::from_secs(5), || async {
+        let mut again = connect_from(&app, "127.0.0.2").await;
+        let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let mut answer = Vec::new();
+        again.write_all(request).await.is_ok()
+            && again.read_to_end(&mut answer).await.is_ok()
+            && String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200")
+    })
+    .await;
     assert!(metric(&app, "refused_address").await >= 1);
 }
 

@@ -122,8 +122,10 @@ async fn a_worker_killed_between_commit_and_ack_is_finished_by_another(backend: 
     assert_eq!(app.pending(&sku).await, 5);
     let mut cfg = fast_workers("rescuer");
     cfg.claim_idle = Duration::from_millis(100);
+    // Idle for longer than that.
+    let idle = cfg.claim_idle * 3 / 2;
     let mut rescuer = Workers::new(&app.sales, &app.db, cfg).sale_worker(pid(&sku));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(idle).await;
     let outcome = rescuer.reclaim().await.unwrap();
     assert_eq!(outcome.read, 5);
     assert_eq!(outcome.acked, 5);
@@ -275,7 +277,8 @@ async fn orders_accepted_while_mysql_is_down_are_persisted_when_it_returns(backe
             "orders never wait for MySQL"
         );
     }
-    tokio::time::sleep(Duration::from_millis(800)).await; // workers fail and back off meanwhile
+    // Longer than a write's timeout: the workers fail and back off meanwhile.
+    tokio::time::sleep(app.settings.db.timeout * 8 / 5).await;
     assert_eq!(app.persisted(&sku).await.0, 0);
     let (status, _) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
