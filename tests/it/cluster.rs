@@ -293,7 +293,10 @@ async fn a_worker_does_not_persist_what_the_replica_lacks() {
     let rows = app.order_rows(&sku).await;
     assert_eq!(rows.len(), 2);
     let id = order["order_id"].as_str().unwrap();
-    assert!(rows.iter().any(|r| r.0 == id), "the retry's order persisted");
+    assert!(
+        rows.iter().any(|r| r.0 == id),
+        "the retry's order persisted"
+    );
     assert_eq!(app.stock(&sku).await, Some(8), "deducted once");
 }
 

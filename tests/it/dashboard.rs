@@ -570,6 +570,43 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
     );
 }
 
+/// A restock from the page is applied once per key: the page sends the
+/// same key for a double click and for a retry after no answer, and the
+/// answer says whether this call moved the stock.
+#[tokio::test]
+async fn a_restock_from_the_page_is_applied_once_per_key() {
+    let app = spawn_app_with(|_| {}).await;
+    let sku = app.new_sale(5, 1).await;
+    let cookie = session_cookie(&app).await;
+    let token = csrf_of(&app, &cookie).await;
+    let restock = |units: i64, key: &str| serde_json::json!({"product_id": sku, "action": "restock", "units": units, "restock_key": key});
+    let (status, first) = action(&app, &cookie, Some(&token), None, restock(3, "k-1")).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["applied"], true, "{first}");
+    assert_eq!(first["stock"], 8, "{first}");
+    let (status, again) = action(&app, &cookie, Some(&token), None, restock(3, "k-1")).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(
+        again["applied"], false,
+        "the same key: done before: {again}"
+    );
+    assert_eq!(again["stock"], 8, "applied once: {again}");
+    assert_eq!(app.stock(&sku).await, Some(8));
+    // Another key is another restock.
+    let (_, other) = action(&app, &cookie, Some(&token), None, restock(-2, "k-2")).await;
+    assert_eq!(other["applied"], true, "{other}");
+    assert_eq!(other["stock"], 6, "{other}");
+    let (status, body) = action(
+        &app,
+        &cookie,
+        Some(&token),
+        None,
+        restock(1, &"x".repeat(129)),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
+}
+
 /// The controls in a browser, by the page's own buttons: pause (orders
 /// refused), resume, restock (the units sell), close (after a
 /// confirmation); the sale itself created and opened by the page's form.
@@ -644,8 +681,13 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     browser
         .type_into(&format!("{card} [data-field=\"units\"]"), "3")
         .await;
+    // A double click: one restock (the button waits for its answer, and
+    // the page's key makes a second send the same restock).
     browser
-        .click(&format!("{card} [data-act=\"restock\"]"))
+        .eval(&format!(
+            "const b = document.querySelector('{card} [data-act=\"restock\"]'); \
+             b.click(); b.click(); return true;"
+        ))
         .await;
     let result = format!("{card} [data-field=\"control-result\"]");
     eventually("restocked", Duration::from_secs(10), || async {
@@ -655,6 +697,21 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
             .is_some_and(|t| t.contains("stock 5 of 5"))
     })
     .await;
+    assert_eq!(app.stock(&sku).await, Some(5), "restocked once");
+    // Taking units away asks first; answered no, nothing is sent.
+    browser
+        .eval(&format!(
+            "window.confirm = (m) => {{ window.asked = m; return false; }}; \
+             document.querySelector('{card} [data-field=\"units\"]').value = '-1'; \
+             document.querySelector('{card} [data-act=\"restock\"]').click(); return true;"
+        ))
+        .await;
+    let asked = browser.eval("return window.asked;").await;
+    assert!(
+        asked.as_str().is_some_and(|m| m.contains("Take 1 units")),
+        "asked: {asked}"
+    );
+    assert_eq!(app.stock(&sku).await, Some(5), "nothing taken away");
     for user in 1..=5 {
         assert_eq!(
             app.place_order(user, &sku, 1).await.status(),

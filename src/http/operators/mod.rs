@@ -19,6 +19,7 @@ pub mod events;
 pub mod metrics;
 pub mod new_product;
 pub mod report;
+mod restock;
 pub mod room_pace;
 pub mod sales;
 mod state;

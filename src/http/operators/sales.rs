@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 pub use super::new_product::CreateProduct;
+use super::restock::restock_id;
 use super::state::Operators;
 use crate::bookkeeping::{self, ProductStatus};
-use crate::domain::{self, MAX_STOCK};
+use crate::domain::MAX_STOCK;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{Admin, JsonBody, PathParam};
 
@@ -213,20 +214,13 @@ pub async fn restock(
             "units must be between -{MAX_STOCK} and {MAX_STOCK}, and not 0"
         )));
     }
-    let restock_id = match headers.get("idempotency-key") {
-        Some(key) => {
-            let key = key
-                .to_str()
-                .ok()
-                .filter(|k| (1..=128).contains(&k.len()))
-                .ok_or_else(|| {
-                    ApiError::InvalidRequest("Idempotency-Key: 1-128 visible characters".into())
-                })?;
-            // By its hash: the books' id stays short whatever the key.
-            format!("{id}:{}", super::admin_log::fingerprint(key.as_bytes()))
-        }
-        None => domain::OrderId::generate(&id).into_string(),
+    let key = match headers.get("idempotency-key") {
+        Some(key) => Some(key.to_str().map_err(|_| {
+            ApiError::InvalidRequest("Idempotency-Key: 1-128 visible characters".into())
+        })?),
+        None => None,
     };
+    let restock_id = restock_id(&id, key)?;
     let before = state.desk.catalog.status(&id).await?;
     let before = json!({"stock": before.stock, "initial_qty": before.product.initial_qty});
     let (status, applied) = state

@@ -25,6 +25,7 @@ use super::door::signed_in;
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::http::operators::admin_log::AdminAction;
+use crate::http::operators::restock::restock_id;
 use crate::store::AdminEntry;
 
 /// What the page asks.
@@ -38,6 +39,9 @@ struct Action {
     /// whatever the sale).
     action: AdminAction,
     units: Option<i64>,
+    /// A restock's key, made by the page once per restock it means (a
+    /// double click, a retry after no answer: the same key, applied once).
+    restock_key: Option<String>,
     product: Option<crate::http::operators::new_product::CreateProduct>,
     ceiling_per_sec: Option<u32>,
     floor_per_sec: Option<u32>,
@@ -140,6 +144,7 @@ async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Val
     if asked.action == AdminAction::Create {
         create(dashboard, &id, asked.product.take()).await?;
     }
+    let mut applied = None;
     let status = match (asked.action, asked.units) {
         (AdminAction::Create, None) => catalog.status(&id).await?,
         (AdminAction::Pause, None) => catalog.pause(&id, true).await?,
@@ -148,8 +153,10 @@ async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Val
         (AdminAction::Restock, Some(units))
             if units != 0 && units.unsigned_abs() <= crate::domain::MAX_STOCK =>
         {
-            let restock_id = crate::domain::OrderId::generate(&id).into_string();
-            catalog.restock(&id, units, &restock_id).await?.0
+            let restock_id = restock_id(&id, asked.restock_key.as_deref())?;
+            let (status, done) = catalog.restock(&id, units, &restock_id).await?;
+            applied = Some(done);
+            status
         }
         (AdminAction::Restock, _) => {
             return Err(ApiError::InvalidRequest(
@@ -170,6 +177,9 @@ async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Val
         "end_time": p.end_time,
         "closed": p.closed,
         "paused": p.paused,
+        // A restock: whether this call moved the stock (false: its key's
+        // restock was done before, nothing changed now).
+        "applied": applied,
     }))
 }
 

@@ -154,6 +154,12 @@ async function act(el, action, extra) {
     if (response.ok && action === "room") {
       text(result, `room: ${count(answer.floor_per_sec)}–${count(answer.ceiling_per_sec)} /s, cap ${answer.active_cap == null ? "none" : count(answer.active_cap)}`);
       result.className = "note good";
+    } else if (response.ok && action === "restock") {
+      const units = extra.units > 0 ? `+${count(extra.units)}` : `−${count(-extra.units)}`;
+      text(result, answer.applied === false
+        ? `restock ${units}: done before (this retry changed nothing; stock ${count(answer.stock)} of ${count(answer.initial_qty)})`
+        : `restock ${units} units: done (stock ${count(answer.stock)} of ${count(answer.initial_qty)})`);
+      result.className = "note good";
     } else if (response.ok) {
       text(result, `${action}: done (stock ${count(answer.stock)} of ${count(answer.initial_qty)})`);
       result.className = "note good";
@@ -165,7 +171,9 @@ async function act(el, action, extra) {
   } catch (e) {
     text(result, `${action}: no answer (${e.message})`);
     result.className = "note bad";
+    return false;
   }
+  return true;
 }
 
 // The new sale's form: the admin API's body, created and opened at once.
@@ -228,13 +236,37 @@ document.addEventListener("DOMContentLoaded", () => {
   });
 });
 
+// 128 random bits as hex (crypto.randomUUID needs a secure context; a
+// dashboard may be served over plain HTTP inside a network).
+const newKey = () =>
+  Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+
 function wireControls(el) {
   const on = (name, run) => el.querySelector(`[data-act="${name}"]`).addEventListener("click", run);
   on("pause", () => act(el, "pause"));
   on("resume", () => act(el, "resume"));
-  on("restock", () => {
-    const units = Number.parseInt(el.querySelector('[data-field="units"]').value, 10);
-    act(el, "restock", { units: Number.isNaN(units) ? 0 : units });
+  // A restock is applied once however it is clicked: the button waits for
+  // the answer, and the page's key for it (sent as `restock_key`) is kept
+  // until an answer comes, so a retry after no answer is the same restock.
+  on("restock", async (e) => {
+    const button = e.currentTarget;
+    if (button.disabled) return;
+    const parsed = Number.parseInt(el.querySelector('[data-field="units"]').value, 10);
+    const units = Number.isNaN(parsed) ? 0 : parsed;
+    if (units < 0 && !window.confirm(`Take ${-units} units of ${el.dataset.product} off sale?`)) return;
+    if (el.dataset.restockUnits !== String(units)) {
+      el.dataset.restockKey = newKey();
+      el.dataset.restockUnits = String(units);
+    }
+    button.disabled = true;
+    try {
+      if (await act(el, "restock", { units, restock_key: el.dataset.restockKey })) {
+        delete el.dataset.restockKey;
+        delete el.dataset.restockUnits;
+      }
+    } finally {
+      button.disabled = false;
+    }
   });
   on("room", () => {
     const bound = (name) => {
