@@ -488,6 +488,15 @@ async fn the_public_metrics_name_no_sale_before_it_starts() {
     body["start_time"] = json!(now_ms() + 3_600_000);
     body["end_time"] = json!(now_ms() + 7_200_000);
     app.sale_from(body).await;
+    // The workers judge every open sale's books, the upcoming one's too:
+    // their gauges must not name it either.
+    let judged = format!("flashsale_sale_books_balanced{{product_id=\"{upcoming}\"}}");
+    eventually(
+        "the workers judged the upcoming sale's books",
+        Duration::from_secs(30),
+        || async { app.metrics_text().await.contains(&judged) },
+    )
+    .await;
     let public = scrape(&app, &app.url("/metrics"), None)
         .await
         .expect("scraped");

@@ -155,6 +155,48 @@ async fn crowd(
     }
 }
 
+/// Retired the moment its last orders time out (a retirer looking every
+/// 50 ms), a sale's kept report still counts them: retirement waits until
+/// the processes' timelines hold its orders' last changes (it kept
+/// `timed_out` 0 for 2 when it retired within the second).
+#[tokio::test]
+async fn a_sale_retired_as_its_orders_time_out_keeps_them_in_its_report() {
+    let app = spawn_sale_service(Duration::from_secs(2)).await;
+    let sku = app.new_sale(5, 1).await;
+    for user in 1..=3 {
+        assert_eq!(
+            app.place_order(user, &sku, 1).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    app.drained(&sku, 3).await;
+    app.close_sale(&sku).await;
+    let retirer = app.retiring_workers("retirer", Duration::ZERO);
+    let mut passes = crate::helpers::Polling::at_most(
+        "retired once its orders timed out",
+        Duration::from_secs(30),
+    );
+    while app.stock(&sku).await.is_some() {
+        passes.next().await;
+        retirer.retirer().pass().await.expect("a pass");
+    }
+    let (timed_out,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM tb_order WHERE product_id = ? AND status = 'cancelled'",
+    )
+    .bind(&sku)
+    .fetch_one(&app.mysql)
+    .await
+    .unwrap();
+    assert_eq!(timed_out, 3, "the books");
+    let kept = report(&app, &sku).await;
+    assert_eq!(kept["kept"], true, "{kept}");
+    assert_eq!(
+        kept["summary"]["payments"]["timed_out"], 3,
+        "the kept report counts every timeout: {}",
+        kept["summary"]
+    );
+}
+
 #[tokio::test]
 async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     let app = spawn_sale_service(Duration::from_secs(3)).await;

@@ -34,7 +34,16 @@ pub enum Blocker {
     DeadLetters { count: u64 },
     /// The audit does not balance (the failed checks).
     BooksOff { detail: String },
+    /// Its orders changed less than [`TIMELINE_SETTLE`] ago: the processes'
+    /// timelines (written a second after each second) may not hold the
+    /// change yet, and the report kept at retirement would lack it.
+    Recent { changed_ms: i64 },
 }
+
+/// How long after a sale's orders last changed its timelines are written
+/// whole: each process writes a second once it is over (about a second
+/// later), within the books' timeout; three seconds leave room for both.
+pub const TIMELINE_SETTLE: Duration = Duration::from_secs(3);
 
 impl Blocker {
     /// The reason's code, as the metrics and the dashboard show it.
@@ -48,6 +57,7 @@ impl Blocker {
             Self::Unpaid { .. } => "unpaid",
             Self::DeadLetters { .. } => "dead_letters",
             Self::BooksOff { .. } => "books_off",
+            Self::Recent { .. } => "recent",
         }
     }
 
@@ -67,6 +77,9 @@ impl Blocker {
             Self::Unpaid { orders, .. } => format!("{orders} orders unpaid"),
             Self::DeadLetters { count } => format!("{count} dead letters (operator)"),
             Self::BooksOff { detail } => format!("books do not balance: {detail}"),
+            Self::Recent { changed_ms } => {
+                format!("orders changed at {changed_ms}: the timelines' last seconds to come")
+            }
         }
     }
 }
@@ -231,6 +244,11 @@ impl Settlement {
             blockers.push(Blocker::DeadLetters {
                 count: watch.dead_letters,
             });
+        }
+        if let Some(changed_ms) = self.orders.last_change(id).await?
+            && now_ms() - changed_ms < TIMELINE_SETTLE.as_millis() as i64
+        {
+            blockers.push(Blocker::Recent { changed_ms });
         }
         Ok(blockers)
     }

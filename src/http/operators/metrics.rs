@@ -89,15 +89,36 @@ async fn scrape(m: &Metrics, sales: &Watched, shown: Shown) -> Response {
             .with_label_values(&[t.label()])
             .set(i64::from(t == topology));
     }
-    read_sales(m, sales, shown).await;
+    let hidden = read_sales(m, sales, shown).await;
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        m.render(),
+        without_sales(m.render(), &hidden),
     )
         .into_response()
+}
+
+/// `text` without the series of the sales in `hidden`: those the scrape
+/// does not show, whoever set their gauges (the workers set the books'
+/// verdict of every open sale, upcoming ones too).
+fn without_sales(text: String, hidden: &[String]) -> String {
+    if hidden.is_empty() {
+        return text;
+    }
+    let labels: Vec<String> = hidden
+        .iter()
+        .map(|id| format!("product_id=\"{id}\""))
+        .collect();
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        if !labels.iter().any(|l| line.contains(l.as_str())) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
 }
 
 /// The sales count their own calls; the counters catch up at each scrape.
@@ -115,8 +136,10 @@ fn count_calls(m: &Metrics, counts: &Counts) {
 }
 
 /// Each open sale's gauges, read from Redis now (the last scrape's are
-/// dropped first: a retired sale's series go with it).
-async fn read_sales(m: &Metrics, sales: &Watched, shown: Shown) {
+/// dropped first: a retired sale's series go with it). Returns the sales
+/// this scrape must not show (not started, on the public port).
+async fn read_sales(m: &Metrics, sales: &Watched, shown: Shown) -> Vec<String> {
+    let mut hidden = Vec::new();
     for gauge in [
         &m.sale_stock,
         &m.stream_length,
@@ -139,13 +162,14 @@ async fn read_sales(m: &Metrics, sales: &Watched, shown: Shown) {
         Ok(open) => open,
         Err(e) => {
             tracing::warn!(error = %Chain(&e), "metrics: cannot list the open sales");
-            return;
+            return hidden;
         }
     };
     let now = crate::domain::now_ms();
     for product in open.iter().take(MAX_SALES_SCRAPED) {
         match sales.watch().view(product).await {
             Ok(w) if shown == Shown::Started && w.start_ms.is_none_or(|start| start > now) => {
+                hidden.push(product.to_string());
                 continue;
             }
             Ok(w) => set_sale_gauges(m, product.as_str(), &w),
@@ -162,6 +186,7 @@ async fn read_sales(m: &Metrics, sales: &Watched, shown: Shown) {
             }
         }
     }
+    hidden
 }
 
 fn set_room_gauges(m: &Metrics, product_id: &str, room: &RoomState) {

@@ -226,6 +226,19 @@ impl Orders {
             .await
     }
 
+    /// When a product's orders last changed (epoch ms, the books' clock as
+    /// the rows carry it; `None`: no order).
+    pub async fn last_change(&self, product: &ProductId) -> Result<Option<i64>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_scalar("SELECT MAX(updated) FROM tb_order WHERE product_id = ?")
+                    .bind(product.as_str())
+                    .fetch_one(pool)
+                    .await
+            })
+            .await
+    }
+
     /// The order a buyer placed for a product under an Idempotency-Key
     /// (for a retry after the sale's Redis keys are gone).
     pub async fn order_by_key(
