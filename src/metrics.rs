@@ -445,7 +445,7 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "sale_unsettled",
-                        "1 per reason an ended sale cannot retire (dead_letters, unpaid, pending, cancel_requests, unreturned_cancels, books_off, missing_in_redis, recent)",
+                        "1 per reason an ended sale cannot retire (dead_letters, unpaid, pending, cancel_requests, unreturned_cancels, books_off, missing_in_redis)",
                     ),
                     &["product_id", "reason"],
                 ),

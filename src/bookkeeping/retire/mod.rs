@@ -252,7 +252,9 @@ impl Retirer {
         }
         if upto >= Step::Leave {
             // Its report, with the final audit, before Redis forgets it
-            // (once: a report kept stands).
+            // (once: a report kept stands), when the processes' timelines
+            // hold its orders' last changes.
+            self.settlement.timelines_settled(&id).await?;
             self.reports.keep(&id).await?;
             self.lifecycle.forget(&id).await?;
         }

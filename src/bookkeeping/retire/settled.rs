@@ -34,10 +34,6 @@ pub enum Blocker {
     DeadLetters { count: u64 },
     /// The audit does not balance (the failed checks).
     BooksOff { detail: String },
-    /// Its orders changed less than [`TIMELINE_SETTLE`] ago: the processes'
-    /// timelines (written a second after each second) may not hold the
-    /// change yet, and the report kept at retirement would lack it.
-    Recent { changed_ms: i64 },
 }
 
 /// How long after a sale's orders last changed its timelines are written
@@ -57,7 +53,6 @@ impl Blocker {
             Self::Unpaid { .. } => "unpaid",
             Self::DeadLetters { .. } => "dead_letters",
             Self::BooksOff { .. } => "books_off",
-            Self::Recent { .. } => "recent",
         }
     }
 
@@ -77,9 +72,6 @@ impl Blocker {
             Self::Unpaid { orders, .. } => format!("{orders} orders unpaid"),
             Self::DeadLetters { count } => format!("{count} dead letters (operator)"),
             Self::BooksOff { detail } => format!("books do not balance: {detail}"),
-            Self::Recent { changed_ms } => {
-                format!("orders changed at {changed_ms}: the timelines' last seconds to come")
-            }
         }
     }
 }
@@ -245,12 +237,20 @@ impl Settlement {
                 count: watch.dead_letters,
             });
         }
-        if let Some(changed_ms) = self.orders.last_change(id).await?
-            && now_ms() - changed_ms < TIMELINE_SETTLE.as_millis() as i64
-        {
-            blockers.push(Blocker::Recent { changed_ms });
-        }
         Ok(blockers)
+    }
+
+    /// Waits until the sale's orders last changed [`TIMELINE_SETTLE`] ago
+    /// (at most that long): then every process's timeline holds the
+    /// changes, a payment timeout or a cancel of the last moment included.
+    pub async fn timelines_settled(&self, id: &ProductId) -> Result<(), BookkeepingError> {
+        if let Some(changed_ms) = self.orders.last_change(id).await? {
+            let left = TIMELINE_SETTLE.as_millis() as i64 - (now_ms() - changed_ms);
+            if left > 0 {
+                tokio::time::sleep(Duration::from_millis(left.unsigned_abs())).await;
+            }
+        }
+        Ok(())
     }
 
     /// Every opened sale, oldest first, with its state; ended ones assessed as
