@@ -605,6 +605,18 @@ async fn a_restock_from_the_page_is_applied_once_per_key() {
     )
     .await;
     assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
+    // The admin log keeps each restock's stock before it, as the API's.
+    let log = app.admin_log().await;
+    let first = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["action"] == "sale.restock")
+        .cloned()
+        .unwrap();
+    assert_eq!(first["before"]["stock"], 5, "{first}");
+    assert_eq!(first["after"]["stock"], 8, "{first}");
 }
 
 /// The controls in a browser, by the page's own buttons: pause (orders
@@ -834,6 +846,10 @@ async fn from_the_dashboard_the_rooms_bounds_change_and_dead_letters_replay() {
         &actions[..3],
         ["room.bounds", "events.replay", "room.bounds"]
     );
+    // The change's entry keeps the bounds before it, as the API's does.
+    let changed = &log["entries"][2];
+    assert_eq!(changed["before"]["ceiling_per_sec"], 50, "{changed}");
+    assert_eq!(changed["after"]["ceiling_per_sec"], 20, "{changed}");
 }
 
 /// The room's bounds and the dead letters' replay by the page's own

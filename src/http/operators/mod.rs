@@ -13,6 +13,7 @@
 //!   through `watched`).
 
 pub mod admin_log;
+mod before;
 pub mod dashboard;
 mod desk;
 pub mod events;

@@ -87,14 +87,7 @@ pub async fn set_pace(
         body.join_difficulty,
     )?;
     // For the admin log: the bounds as the books held them.
-    let before = state.desk.catalog.product(&product).await.ok().map(|p| {
-        serde_json::json!({
-            "ceiling_per_sec": p.room_admit_per_sec,
-            "floor_per_sec": p.room_admit_floor_per_sec,
-            "active_cap": p.room_active_cap,
-            "join_difficulty": p.room_join_difficulty,
-        })
-    });
+    let before = super::before::room_bounds(&state.desk.catalog, &product).await;
     let Some(room) = state.desk.catalog.set_room_bounds(&product, change).await? else {
         return Err(ApiError::NoWaitingRoom);
     };

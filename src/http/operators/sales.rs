@@ -221,8 +221,7 @@ pub async fn restock(
         None => None,
     };
     let restock_id = restock_id(&id, key)?;
-    let before = state.desk.catalog.status(&id).await?;
-    let before = json!({"stock": before.stock, "initial_qty": before.product.initial_qty});
+    let before = super::before::stock(&state.desk.catalog, &id).await;
     let (status, applied) = state
         .desk
         .catalog
@@ -233,9 +232,11 @@ pub async fn restock(
         product: status.into(),
     })
     .into_response();
-    answer
-        .extensions_mut()
-        .insert(super::admin_log::Before(before));
+    if let Some(before) = before {
+        answer
+            .extensions_mut()
+            .insert(super::admin_log::Before(before));
+    }
     Ok(answer)
 }
 

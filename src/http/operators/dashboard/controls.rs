@@ -105,6 +105,7 @@ pub(super) async fn act(
         )
         .map(|ip| ip.to_string());
     let (product_id, action) = (asked.product_id.clone(), asked.action);
+    let before = before(&dashboard, &asked).await;
     let answer = run(&dashboard, asked).await;
     let (status, after) = match &answer {
         Ok(product) => (StatusCode::OK, Some(product.to_string())),
@@ -116,6 +117,7 @@ pub(super) async fn act(
             product_id: (!product_id.is_empty()).then_some(product_id),
             address,
             asked: Some(String::from_utf8_lossy(&body).into_owned()),
+            before: before.map(|b| b.to_string()),
             after,
             ..AdminEntry::new(
                 action.name().to_owned(),
@@ -181,6 +183,18 @@ async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Val
         // restock was done before, nothing changed now).
         "applied": applied,
     }))
+}
+
+/// For the admin log: the figures an action changes, as they stand before
+/// it (a restock's stock, the room's bounds), as the admin API keeps them.
+async fn before(dashboard: &Dashboard, asked: &Action) -> Option<serde_json::Value> {
+    let id = ProductId::parse(&asked.product_id).ok()?;
+    let catalog = &dashboard.desk.catalog;
+    match asked.action {
+        AdminAction::Restock => crate::http::operators::before::stock(catalog, &id).await,
+        AdminAction::Room => crate::http::operators::before::room_bounds(catalog, &id).await,
+        _ => None,
+    }
 }
 
 /// The room's bounds, as the form set them.
