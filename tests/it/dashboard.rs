@@ -128,6 +128,21 @@ async fn login_exchanges_the_admin_token_for_a_signed_http_only_cookie() {
     behind_tls_the_cookie_is_secure(&app).await;
     a_later_expiry_written_by_hand_proves_nothing(&app, cookie).await;
 
+    // Another site's page cannot sign the operator out: refused, logged,
+    // the session still good.
+    let forged = raw_client()
+        .post(app.url("/admin/logout"))
+        .header(COOKIE, cookie)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let still = get_with(&app, "/admin/dashboard/data", Some(cookie)).await;
+    assert_eq!(still.status(), StatusCode::OK, "the session survives");
+    let log = app.admin_log().await;
+    assert_eq!(log["entries"][0]["action"], "dashboard.forged", "{log}");
+
     // Signing out drops the cookie.
     let out = raw_client()
         .post(app.url("/admin/logout"))
@@ -568,6 +583,14 @@ async fn a_dashboard_action_needs_the_pages_token_and_origin() {
             .unwrap()
             .starts_with("session:")
     );
+    // The three forged posts are in the log too, refused, with what they
+    // asked, under the session whose cookie they carried.
+    for forged in &entries[2..5] {
+        assert_eq!(forged["action"], "dashboard.forged", "{forged}");
+        assert_eq!(forged["status"], 403, "{forged}");
+        assert_eq!(forged["actor"], entries[1]["actor"], "{forged}");
+        assert_eq!(forged["asked"]["action"], "pause", "{forged}");
+    }
 }
 
 /// A restock from the page is applied once per key: the page sends the

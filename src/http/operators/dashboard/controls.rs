@@ -14,14 +14,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::board::Dashboard;
-use super::door::signed_in;
+use super::door::{FORGED, same_origin, signed_in};
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::http::operators::admin_log::AdminAction;
@@ -49,22 +49,16 @@ struct Action {
     active_cap: Option<u32>,
 }
 
-/// The request's `Origin` is this host's (or absent: a browser sends it
-/// on every cross-site POST, so an absent one is not cross-site).
-fn same_origin(parts: &Parts) -> bool {
-    let Some(origin) = parts.headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    origin.to_str().ok().is_some_and(|o| {
-        o.strip_prefix("http://")
-            .or_else(|| o.strip_prefix("https://"))
-            .is_some_and(|rest| rest == host)
-    })
+/// The client's address, as the limits see it.
+fn client_address(dashboard: &Dashboard, parts: &Parts) -> Option<String> {
+    dashboard
+        .admin
+        .guards()
+        .client_ip(
+            &parts.headers,
+            crate::http::extract::peer(&parts.extensions),
+        )
+        .map(|ip| ip.to_string())
 }
 
 /// `POST /admin/dashboard/action`: one action on one sale; the product as
@@ -89,6 +83,20 @@ pub(super) async fn act(
             actor = session.actor(),
             "a dashboard action without this page's token or from another origin: refused"
         );
+        // In the admin log too: someone's page posted with the operator's
+        // cookie.
+        dashboard
+            .admin
+            .write(AdminEntry {
+                address: client_address(&dashboard, &parts),
+                asked: Some(String::from_utf8_lossy(&body).into_owned()),
+                ..AdminEntry::new(
+                    FORGED.to_owned(),
+                    session.actor(),
+                    i32::from(StatusCode::FORBIDDEN.as_u16()),
+                )
+            })
+            .await;
         return ApiError::Forbidden("a dashboard action must come from the dashboard's own page")
             .into_response();
     }
@@ -96,14 +104,7 @@ pub(super) async fn act(
         Ok(a) => a,
         Err(e) => return ApiError::InvalidRequest(e.to_string()).into_response(),
     };
-    let address = dashboard
-        .admin
-        .guards()
-        .client_ip(
-            &parts.headers,
-            crate::http::extract::peer(&parts.extensions),
-        )
-        .map(|ip| ip.to_string());
+    let address = client_address(&dashboard, &parts);
     let (product_id, action) = (asked.product_id.clone(), asked.action);
     let before = before(&dashboard, &asked).await;
     let answer = run(&dashboard, asked).await;

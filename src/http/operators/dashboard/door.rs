@@ -1,6 +1,7 @@
 //! Who may look: the dashboard session a request carries (its cookie, not
 //! ended by a logout here or on any instance), and the form to sign in.
 
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 
@@ -56,3 +57,25 @@ pub(super) fn login_form(status: StatusCode, message: Option<&'static str>) -> R
     });
     html(status, LOGIN.replace("{{message}}", &message))
 }
+
+/// The request's `Origin` is this host's (or absent: a browser sends it
+/// on every cross-site POST, so an absent one is not cross-site).
+pub(super) fn same_origin(parts: &Parts) -> bool {
+    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    origin.to_str().ok().is_some_and(|o| {
+        o.strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+            .is_some_and(|rest| rest == host)
+    })
+}
+
+/// The admin log's name for a post refused as forged (without the page's
+/// token, or from another origin).
+pub(super) const FORGED: &str = "dashboard.forged";

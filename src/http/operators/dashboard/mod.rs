@@ -40,7 +40,7 @@ use crate::http::pages::{asset, html};
 use crate::http::transport::limits::{self};
 use crate::store::AdminEntry;
 pub use board::{Board, Dashboard};
-use door::{login_form, signed_in};
+use door::{FORGED, login_form, same_origin, signed_in};
 use session::{COOKIE, COOKIE_PATH};
 
 const PAGE: &str = include_str!("assets/dashboard.html");
@@ -193,6 +193,23 @@ async fn login(State(dashboard): State<Arc<Dashboard>>, parts: Parts, body: Byte
 async fn logout(State(dashboard): State<Arc<Dashboard>>, parts: Parts) -> Response {
     let headers = &parts.headers;
     let peer = crate::http::extract::peer(&parts.extensions);
+    if !same_origin(&parts) {
+        // Another site's page cannot end the operator's session (nor log
+        // that it did): refused, and written down.
+        let actor = match signed_in(&dashboard, headers).await {
+            Ok(session) => session.actor(),
+            Err(_) => "none".to_owned(),
+        };
+        let address = dashboard
+            .admin
+            .guards()
+            .client_ip(headers, peer)
+            .map(|ip| ip.to_string());
+        let forged = entry(FORGED, actor, address, StatusCode::FORBIDDEN);
+        dashboard.admin.write(forged).await;
+        return ApiError::Forbidden("a sign-out must come from the dashboard's own page")
+            .into_response();
+    }
     if let Ok(session) = signed_in(&dashboard, headers).await {
         {
             let mut ended = dashboard.ended.lock().unwrap_or_else(|e| e.into_inner());
