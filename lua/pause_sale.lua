@@ -11,7 +11,9 @@
 --                                     last pause, once resumed)
 -- ARGV[1]  "pause" or "resume"
 --
--- Returns {"no_sale"}, or {state, changed, since_ms, now_ms}: state
+-- Returns {"no_sale"}; {"ended"} for a pause asked past the sale's end (a
+-- pause would change nothing there; a resume is still taken); or
+-- {state, changed, since_ms, now_ms}: state
 -- "paused" (since since_ms) or "live" (since_ms: the last resume, or 0);
 -- changed 1 when this call paused or resumed it, 0 when it already was.
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -21,6 +23,10 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local paused = redis.call('HGET', KEYS[1], 'paused_ms')
 if ARGV[1] == 'pause' then
+  local end_ms = tonumber(redis.call('HGET', KEYS[1], 'end_ms') or '0')
+  if not paused and end_ms > 0 and now_ms >= end_ms then
+    return {'ended'}
+  end
   if paused then
     return {'paused', 0, tonumber(paused), now_ms}
   end

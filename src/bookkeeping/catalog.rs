@@ -168,6 +168,11 @@ impl Catalog {
                 "not open (open it first)".into(),
             ));
         };
+        if paused.ended {
+            // Past its end a pause changes nothing and would tell the shop
+            // (`sale.paused`) of a pause that holds nothing back.
+            return Err(BookkeepingError::SaleEnded);
+        }
         if self.products.set_paused(id, pause, paused.since_ms).await? {
             match pause {
                 true => {

@@ -282,6 +282,45 @@ async fn only_an_open_sale_can_be_paused() {
     assert_error(status, &body, StatusCode::NOT_FOUND, "product_not_found");
 }
 
+/// Past its end a sale is not paused (a pause would hold nothing back, and
+/// the shop would hear `sale.paused` of it): `409 sale_ended`, no event;
+/// one paused before its end is still resumed.
+#[tokio::test]
+async fn an_ended_sale_is_not_paused() {
+    let app = crate::helpers::spawn_app().await;
+    let end = crate::helpers::now_ms() + 1_500;
+    let mut body = product_body(&unique("sku-"), 5, 1);
+    body["end_time"] = serde_json::json!(end);
+    let sku = app.sale_from(body.clone()).await;
+    let mut paused_body = product_body(&unique("sku-"), 5, 1);
+    paused_body["end_time"] = serde_json::json!(end);
+    let paused = app.sale_from(paused_body).await;
+    let (status, _) = app
+        .admin_post(&format!("/api/admin/products/{paused}/pause"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(crate::helpers::until(end + 100)).await;
+    let (status, body) = app
+        .admin_post(&format!("/api/admin/products/{sku}/pause"))
+        .await;
+    assert_error(status, &body, StatusCode::CONFLICT, "sale_ended");
+    let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
+    assert!(product["paused"].is_null(), "{product}");
+    let (events,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM tb_event WHERE product_id = ? AND type = 'sale.paused'",
+    )
+    .bind(&sku)
+    .fetch_one(&app.mysql)
+    .await
+    .unwrap();
+    assert_eq!(events, 0, "no sale.paused told");
+    let (status, body) = app
+        .admin_post(&format!("/api/admin/products/{paused}/resume"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["paused"].is_null(), "{body}");
+}
+
 /// A pause the Redis master lost (a failover without WAIT, after the
 /// pause and before its replication): the reconciler pauses the sale
 /// again, as the books have it.

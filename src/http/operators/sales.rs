@@ -125,7 +125,7 @@ pub async fn close(
     responses(
         (status = 200, description = "Paused (or paused already): the product, `paused` set", body = ProductView),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
-        (status = 409, description = "`invalid_transition`: not open; `sale_closed`: closed or retired", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not open; `sale_closed`: closed or retired; `sale_ended`: past its end (a pause would hold nothing back)", body = ErrorBody),
     )
 )]
 pub async fn pause(

@@ -12,6 +12,9 @@ script!(PAUSE_SALE, "pause_sale");
 /// A sale's pause, as `pause_sale.lua` left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Paused {
+    /// A pause asked past the sale's end: nothing changed (the rest says
+    /// the sale is live, as it was).
+    pub ended: bool,
     /// Paused now.
     pub paused: bool,
     /// This call paused or resumed it (false: it already was).
@@ -38,8 +41,17 @@ pub async fn pause_sale(
         Some(v) => redis::from_redis_value(v)?,
         None => return Err(ParsingError::from("an empty pause_sale reply").into()),
     };
-    if state == "no_sale" {
-        return Ok(None);
+    match state.as_str() {
+        "no_sale" => return Ok(None),
+        "ended" => {
+            return Ok(Some(Paused {
+                ended: true,
+                paused: false,
+                changed: false,
+                since_ms: 0,
+            }));
+        }
+        _ => {}
     }
     let mut int = || -> RedisResult<i64> {
         match parts.next() {
@@ -50,6 +62,7 @@ pub async fn pause_sale(
     let changed = int()? == 1;
     let since_ms = int()?;
     Ok(Some(Paused {
+        ended: false,
         paused: state == "paused",
         changed,
         since_ms,
