@@ -159,13 +159,23 @@ impl RoomState {
     /// Admission follows the reading itself ([`Self::standing`]), so that
     /// the room's `admitted` figure (Redis's line) is never behind what
     /// buyers were told, whatever the next reading finds (sold out, ended).
+    /// While the sale is paused the line stands still (`room_tick.lua`
+    /// moves it no further), so the estimate does too: only the time the
+    /// sale was live since the reading counts.
     fn expected_at(&self, now_ms: i64) -> f64 {
         let from = self.at_ms.max(self.start_ms);
         let until = now_ms.min(self.end_ms);
         if self.stock <= 0 || until <= from {
             return self.served;
         }
-        let moved = self.pace * (until - from) as f64 / 1000.0;
+        let stood = match self.pause {
+            Some((began, ended)) => {
+                let ended = ended.unwrap_or(until);
+                (ended.min(until) - began.max(from)).max(0)
+            }
+            None => 0,
+        };
+        let moved = self.pace * (until - from - stood) as f64 / 1000.0;
         (self.served + moved).min(self.joined() as f64)
     }
 
@@ -412,6 +422,27 @@ mod tests {
             panic!("admitted")
         };
         assert_eq!(expires_ms, 9_500 - 200 + 10_000);
+    }
+
+    #[test]
+    fn a_waiting_buyer_is_not_moved_on_while_the_sale_is_paused() {
+        let product = ProductId::parse("sku-1").expect("an id");
+        let ahead_at = |r: &RoomState, now_ms: i64| match r.standing(&product, late(90), now_ms) {
+            Standing::Waiting { ahead, .. } => ahead,
+            other => panic!("waiting: {other:?}"),
+        };
+        // Read at 10 s with the line at 20; paused since 9 s.
+        let mut paused = room(Vec::new(), 20.0, 10_000);
+        paused.pause = Some((9_000, None));
+        let at_read = ahead_at(&paused, 10_000);
+        assert_eq!(ahead_at(&paused, 13_000), at_read, "the line stands");
+        // Live, the same reading moves on at the pace (10/s).
+        let live = room(Vec::new(), 20.0, 10_000);
+        assert_eq!(ahead_at(&live, 13_000), at_read - 30);
+        // Resumed at 12 s: only the second since counts.
+        let mut resumed = room(Vec::new(), 20.0, 10_000);
+        resumed.pause = Some((9_000, Some(12_000)));
+        assert_eq!(ahead_at(&resumed, 13_000), at_read - 10);
     }
 
     #[test]
