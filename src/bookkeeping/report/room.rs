@@ -54,18 +54,29 @@ pub(super) fn wait_in_line(
 }
 
 /// The second the line reached each place (from 1: index 0 is place 1),
-/// by the timeline's readings of the line.
+/// by the timeline's readings of the line. Readings are sparse when nobody
+/// polls (an instance reads the room when asked): the places the line
+/// passed between two readings are spread evenly over the seconds between
+/// them, as the room itself dates them by its pace, rather than all given
+/// the later reading's second (which put admissions told +13, +14 and
+/// +15 s all at +15).
 pub(super) fn reached(seconds: &[SecondView], joined: u64) -> Vec<i64> {
     let mut reached = Vec::new();
-    let mut line = 0u64;
+    // The previous reading: its second and the line then.
+    let mut previous: Option<(i64, u64)> = None;
     for s in seconds {
-        if let Some(l) = s.line {
-            let l = (l.max(0) as u64).min(joined);
-            while line < l {
-                line += 1;
-                reached.push(s.t);
-            }
+        let Some(l) = s.line else { continue };
+        let l = (l.max(0) as u64).min(joined);
+        let line = reached.len() as u64;
+        let (t0, l0) = match previous {
+            Some((t0, l0)) if t0 < s.t && l0 <= line => (t0, l0),
+            _ => (s.t, line),
+        };
+        for place in line + 1..=l {
+            let share = (place - l0) as i64 * (s.t - t0);
+            reached.push(t0 + share / (l - l0).max(1) as i64);
         }
+        previous = Some((s.t, l.max(line)));
     }
     reached
 }
@@ -160,7 +171,11 @@ mod tests {
             second(102, Some(4)),
         ];
         let reached = reached(&seconds, 10);
-        assert_eq!(reached, [100, 100, 102, 102]);
+        assert_eq!(
+            reached,
+            [100, 100, 101, 102],
+            "place 3 passed between the readings"
+        );
         // Buyers 7 (place 1) and 9 (place 3) ordered; 8 (2) and 5 (4) did
         // not; 6 (place 5) was never admitted.
         let places = [(7, 1), (8, 2), (9, 3), (5, 4), (6, 5)];
@@ -190,6 +205,24 @@ mod tests {
                 (103, 1, Some(4)),
                 (105, 1, Some(4))
             ]
+        );
+    }
+
+    #[test]
+    fn places_passed_between_sparse_readings_are_spread_over_the_seconds_between() {
+        // Nobody polled between 10 and 13: the line went from 0 to 3.
+        let seconds = [
+            second(10, Some(0)),
+            second(13, Some(3)),
+            second(14, Some(3)),
+        ];
+        assert_eq!(reached(&seconds, 10), [11, 12, 13]);
+        // A reading at the first second has nothing before it.
+        assert_eq!(reached(&[second(5, Some(2))], 10), [5, 5]);
+        // Never past those who joined.
+        assert_eq!(
+            reached(&[second(1, Some(0)), second(3, Some(9))], 2),
+            [2, 3]
         );
     }
 }
