@@ -57,6 +57,9 @@ pub struct StreamView {
     pub end_ms: Option<i64>,
     /// Since when an operator has paused the sale (`None`: not paused).
     pub paused_ms: Option<i64>,
+    /// Units a buyer may buy, and the price of one (as the sale holds it).
+    pub limit: Option<i64>,
+    pub price: Option<String>,
     /// `XLEN`: entries kept in the stream (acked ones until trimmed).
     pub stream_length: u64,
     /// Orders the script ever appended (the stream's `entries-added`): the
@@ -147,7 +150,14 @@ impl Watch {
             .get(&keys.stock)
             .cmd("HMGET")
             .arg(&keys.sale)
-            .arg(&["initial", "start_ms", "end_ms", "paused_ms"])
+            .arg(&[
+                "initial",
+                "start_ms",
+                "end_ms",
+                "paused_ms",
+                "limit",
+                "price",
+            ])
             .cmd("XINFO")
             .arg("STREAM")
             .arg(&keys.orders)
@@ -282,6 +292,17 @@ impl Watch {
     }
 }
 
+/// The sale hash's fields the view reads: initial, start_ms, end_ms,
+/// paused_ms, limit, price.
+type SaleFields = (
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
 /// The view from the replies to [`Watch::view`]'s pipeline, in its order.
 fn read_view(
     keys: super::keys::SaleKeys,
@@ -293,12 +314,7 @@ fn read_view(
     // an error there is Redis failing. The stream's commands fail when
     // the stream or its group does not exist (a sale not opened yet).
     let stock: Option<i64> = parse(next()?)?;
-    let (initial, start_ms, end_ms, paused_ms): (
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    ) = parse(next()?)?;
+    let (initial, start_ms, end_ms, paused_ms, limit, price): SaleFields = parse(next()?)?;
     let stream: Option<HashMap<String, Value>> = next().ok().map(parse).transpose()?;
     let groups: Option<StreamInfoGroupsReply> = next().ok().map(parse).transpose()?;
     let consumers: Option<StreamInfoConsumersReply> = next().ok().map(parse).transpose()?;
@@ -320,6 +336,8 @@ fn read_view(
         start_ms,
         end_ms,
         paused_ms,
+        limit,
+        price,
         stream_length: field(&stream, "length").unwrap_or(0),
         accepted: field(&stream, "entries-added").unwrap_or(0),
         acked: read.saturating_sub(pending_count),

@@ -688,9 +688,29 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     })
     .await;
 
+    // The card says what the operator acts on: the price, the limit per
+    // buyer, the time left; paused since when, once paused.
+    let fact = |name: &str| {
+        let css = format!("{card} [data-field=\"{name}\"]");
+        let browser = &browser;
+        async move { browser.text(&css).await }
+    };
+    assert_eq!(fact("price").await.as_deref(), Some("9.99"));
+    assert_eq!(fact("limit").await.as_deref(), Some("5"));
+    assert!(
+        fact("time_left")
+            .await
+            .is_some_and(|t| t.starts_with("ends in")),
+        "the time left"
+    );
+    assert_eq!(fact("paused_since").await.as_deref(), Some("—"));
     browser.click(&format!("{card} [data-act=\"pause\"]")).await;
     eventually("paused", Duration::from_secs(10), || async {
         browser.text(&badge).await.as_deref() == Some("paused")
+    })
+    .await;
+    eventually("paused since", Duration::from_secs(10), || async {
+        fact("paused_since").await.is_some_and(|t| t != "—")
     })
     .await;
     assert_eq!(
@@ -901,6 +921,13 @@ async fn in_a_browser_the_operator_sets_the_rooms_bounds_and_replays_dead_letter
             == Value::Bool(true)
     })
     .await;
+    // The room's fields start at its bounds as they are.
+    let shown = browser
+        .eval(&format!(
+            "return document.querySelector('{card} [data-field=\"ceiling\"]').value;"
+        ))
+        .await;
+    assert_eq!(shown, Value::String("50".into()), "the ceiling shown");
     let set = |ceiling: &'static str, floor: &'static str, cap: &'static str| {
         let (browser, card) = (&browser, card.clone());
         async move {

@@ -22,6 +22,25 @@ function duration(ms) {
   return `${rate.format(ms / 60000)} min`;
 }
 
+// A moment as the operator's clock shows it (date and time, to the minute).
+const clock = new Intl.DateTimeFormat(undefined, { dateStyle: "short", timeStyle: "short" });
+function when(ms) {
+  return ms === null || ms === undefined ? "—" : clock.format(new Date(ms));
+}
+// A span to come, in the largest unit that reads well.
+function span(ms) {
+  if (ms < 120000) return duration(ms);
+  if (ms < 7200000) return `${Math.round(ms / 60000)} min`;
+  return `${rate.format(ms / 3600000)} h`;
+}
+// Where the sale stands in its window, from the page's clock.
+function timeLeft(sale, now) {
+  if (sale.start_ms == null || sale.end_ms == null) return "—";
+  if (now < sale.start_ms) return `starts in ${span(sale.start_ms - now)}`;
+  if (now < sale.end_ms) return `ends in ${span(sale.end_ms - now)}`;
+  return "ended";
+}
+
 function renderInstance(inst) {
   const root = document.getElementById("instance");
   for (const [key, value] of Object.entries(inst.orders_total)) {
@@ -90,6 +109,11 @@ function renderSale(el, sale, now) {
   const share = sale.initial ? Math.max(0, Math.min(1, (sale.stock || 0) / sale.initial)) : 0;
   el.querySelector(".fill").style.width = `${(share * 100).toFixed(1)}%`;
   chart(el.querySelector("svg"), el.querySelector(".caption"), sale.stock_history, sale.initial, now);
+  text(field("window"), `${when(sale.start_ms)} – ${when(sale.end_ms)}`);
+  text(field("time_left"), timeLeft(sale, now));
+  text(field("price"), sale.price ?? "—");
+  text(field("limit"), count(sale.limit));
+  text(field("paused_since"), sale.paused_ms == null ? "—" : when(sale.paused_ms));
   text(field("accepted"), count(sale.accepted));
   text(field("accepted_per_s"), perSecond(sale.accepted_per_s));
   text(field("persisted"), count(sale.persisted));
@@ -288,6 +312,14 @@ function renderControls(el, sale) {
   el.querySelector('[data-act="pause"]').hidden = sale.state === "paused";
   el.querySelector('[data-act="resume"]').hidden = sale.state !== "paused";
   el.querySelector(".room-controls").hidden = !sale.room;
+  // The room's fields start at its bounds as they are (once: then they
+  // are the operator's).
+  if (sale.room && !el.dataset.boundsShown) {
+    el.dataset.boundsShown = "1";
+    el.querySelector('[data-field="ceiling"]').value = sale.room.ceiling_per_sec;
+    el.querySelector('[data-field="floor"]').value = sale.room.floor_per_sec;
+    el.querySelector('[data-field="cap"]').value = sale.room.active_cap ?? 0;
+  }
 }
 
 function renderSales(snapshot) {
