@@ -365,6 +365,18 @@ pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
         "default",
         "example",
     ];
+    // Phrases of a placeholder wherever they stand (`your-admin-token-here`);
+    // none can occur in a hex secret, and in a random base64 one hardly
+    // (four or more given letters in a row).
+    const ANYWHERE: [&str; 7] = [
+        "your",
+        "here",
+        "changeme",
+        "change-me",
+        "placeholder",
+        "example",
+        "xxxx",
+    ];
     let Some(token) = token else {
         return Some("ADMIN_TOKEN is not set");
     };
@@ -375,7 +387,10 @@ pub fn weak_admin_token(token: Option<&str>) -> Option<&'static str> {
         .len();
     if token.chars().count() < 16 {
         Some("ADMIN_TOKEN is shorter than 16 characters")
-    } else if distinct < 8 || PLACEHOLDERS.iter().any(|p| lower.starts_with(p)) {
+    } else if distinct < 8
+        || PLACEHOLDERS.iter().any(|p| lower.starts_with(p))
+        || ANYWHERE.iter().any(|p| lower.contains(p))
+    {
         Some("ADMIN_TOKEN looks like a placeholder, not a secret")
     } else {
         None
@@ -394,6 +409,9 @@ mod tests {
             "changeme-changeme-changeme",
             "Admin-0123456789abcdef",
             "aaaaaaaaaaaaaaaaaaaa",
+            "your-admin-token-here",
+            "put-a-placeholder-0123456789",
+            "0123456789-CHANGEME-abcdef",
         ] {
             assert!(
                 weak_admin_token(Some(placeholder)).is_some_and(|w| w.contains("placeholder")),
