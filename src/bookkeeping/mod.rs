@@ -41,6 +41,6 @@ pub use live::LiveCheck;
 pub use orders::{Cancelled, Found, OrderLife, pending_of as pending_order_of};
 pub use payments::{PaymentRecord, decide as decide_payment};
 pub use recover::Recovery;
-pub use report::{Recorder, Report, Reports};
+pub use report::{Money, Recorder, Report, Reports};
 pub use retire::{Retirer, Settlement};
 pub use sweeper::{Sweeper, Swept};

@@ -75,16 +75,16 @@ impl Payments {
     }
 
     /// What the notifications of a sale's orders came to: `(result,
-    /// notifications)`.
+    /// notifications, their amounts summed, a currency of theirs)`.
     pub async fn results_of(
         &self,
         product: &crate::domain::ProductId,
-    ) -> Result<Vec<(String, i64)>, StoreError> {
+    ) -> Result<Vec<(String, i64, Decimal, Option<String>)>, StoreError> {
         self.db
             .call(|pool| async move {
                 sqlx::query_as(
-                    "SELECT p.result, COUNT(*) FROM tb_payment p \
-                     JOIN tb_order o ON o.order_id = p.order_id \
+                    "SELECT p.result, COUNT(*), COALESCE(SUM(p.amount), 0), MAX(p.currency) \
+                     FROM tb_payment p JOIN tb_order o ON o.order_id = p.order_id \
                      WHERE o.product_id = ? GROUP BY p.result",
                 )
                 .bind(product.as_str())

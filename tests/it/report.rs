@@ -273,6 +273,12 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
     assert_eq!(s["accepted"], 20, "{s}");
     assert_eq!(s["orders"], 20);
     assert_eq!(s["units_sold"], 16, "15 paid and 1 paid late");
+    // The money, exact: 16 paid orders at 4999.00, and what was taken for
+    // them, in the payments' currency.
+    assert_eq!(s["money"]["currency"], "CNY", "{s}");
+    assert_eq!(s["money"]["revenue"], "79984", "{s}");
+    assert_eq!(s["money"]["received"], "79984", "{s}");
+    assert_eq!(s["money"]["refund_due"], "0", "{s}");
     for (code, n) in &seen.answers {
         if code != "accepted" {
             assert_eq!(s["refused"][code], *n, "{code}: {s}");
@@ -365,6 +371,7 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
         "units_sold",
         "funnel",
         "payments",
+        "money",
         "refused",
         "books_ok",
     ] {
@@ -655,6 +662,11 @@ async fn in_a_browser_the_report_draws_the_sale() {
     let sold = r["summary"]["units_sold"].as_i64().unwrap();
     assert!(figures.contains(&format!("{sold} of 40")), "{figures}");
     assert!(figures.contains("balanced"), "{figures}");
+    // The money: 25 paid at 4999.00, in the payments' currency.
+    assert!(
+        figures.contains("revenue CNY 124975; received CNY 124975; refunds owed CNY 0"),
+        "{figures}"
+    );
     // The title is text, not markup.
     let header = browser.text("header").await.unwrap();
     assert!(header.contains("Phone <b>X</b>"), "{header}");

@@ -4,10 +4,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::figures::Summary;
+use rust_decimal::Decimal;
+
+use super::figures::{Money, Summary};
 use crate::bookkeeping::audit::SaleAudit;
 use crate::domain::OrderStatus;
 use crate::store::{OrderRow, Product};
+
+/// The payments of one result: how many, their amounts summed, their
+/// currency.
+pub(super) type Heard = (i64, Decimal, Option<String>);
 
 /// Fills in what the books know of `product`'s sale: its `orders`, its
 /// `payments` by result and its `audit`.
@@ -15,7 +21,7 @@ pub(super) fn fill(
     s: &mut Summary,
     product: &Product,
     orders: &[OrderRow],
-    payments: &HashMap<String, i64>,
+    payments: &HashMap<String, Heard>,
     audit: &SaleAudit,
 ) {
     let sold = |o: &&OrderRow| matches!(o.status, OrderStatus::Confirmed | OrderStatus::Paid);
@@ -23,15 +29,31 @@ pub(super) fn fill(
     s.funnel.ordered = buyers(orders.iter());
     s.funnel.paid = buyers(orders.iter().filter(|o| o.status == OrderStatus::Paid));
     s.sold_out_after_ms = sold_out_after(orders, product.initial_qty, product.start_time);
-    let result = |r: &str| payments.get(r).copied().unwrap_or(0);
+    let result = |r: &str| payments.get(r).map_or(0, |(count, _, _)| *count);
     s.payments.paid = result("paid");
     s.payments.paid_late = result("paid_again");
     s.payments.refund_due = result("refund_due");
     s.payments.failed = result("failed");
     s.payments.amount_mismatch = result("amount_mismatch");
+    s.money = money(orders, payments);
     s.books_ok = audit.ok();
     (s.orders, s.confirmed, s.paid, s.cancelled) =
         (audit.orders, audit.confirmed, audit.paid, audit.cancelled);
+}
+
+/// The paid orders' value, and what the payment side took, kept or owed.
+fn money(orders: &[OrderRow], payments: &HashMap<String, Heard>) -> Money {
+    let amount = |r: &str| payments.get(r).map_or(Decimal::ZERO, |(_, a, _)| *a);
+    Money {
+        currency: payments.values().find_map(|(_, _, c)| c.clone()),
+        revenue: (orders.iter())
+            .filter(|o| o.status == OrderStatus::Paid)
+            .map(|o| o.price * Decimal::from(o.quantity))
+            .sum::<Decimal>()
+            .normalize(),
+        received: (amount("paid") + amount("paid_again")).normalize(),
+        refund_due: amount("refund_due").normalize(),
+    }
 }
 
 /// Distinct buyers of `orders`.

@@ -42,6 +42,10 @@ pub struct Summary {
     /// Refused orders by code.
     pub refused: BTreeMap<String, u64>,
     pub payments: PaymentFigures,
+    /// The money, as the books hold it (reports kept before it was
+    /// reckoned have none).
+    #[serde(default)]
+    pub money: Money,
     /// The order route's answers for the sale: latency (µs, bucketed).
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
@@ -138,4 +142,18 @@ pub struct SecondView {
     /// Admissions that ran out unused this second (with a room).
     #[serde(default)]
     pub expired: u64,
+}
+
+/// A sale's money, in its payments' currency (exact: the books' sums).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Money {
+    /// The payments' currency (`None`: no payment heard).
+    pub currency: Option<String>,
+    /// The paid orders' value: their units at the sale's price.
+    pub revenue: rust_decimal::Decimal,
+    /// What the payment side took for orders that kept it (paid, and paid
+    /// late while the order could still be had).
+    pub received: rust_decimal::Decimal,
+    /// What was taken for orders that could not have it: owed back.
+    pub refund_due: rust_decimal::Decimal,
 }

@@ -34,7 +34,7 @@ use crate::metrics::distinct;
 use crate::sale::Room;
 use crate::store;
 
-pub use self::figures::{Funnel, LineWait, PaymentFigures, Report, SecondView, Summary};
+pub use self::figures::{Funnel, LineWait, Money, PaymentFigures, Report, SecondView, Summary};
 pub use self::recorder::Recorder;
 pub use self::render::CSV_COLUMNS;
 
@@ -114,8 +114,13 @@ impl Reports {
             .ok_or(BookkeepingError::NoProduct)?;
         let counted = Counted::of(&self.seconds.of(id).await?)?;
         let orders = self.orders.orders_of_product(id).await?;
-        let payments: HashMap<String, i64> =
-            self.payments.results_of(id).await?.into_iter().collect();
+        let payments: HashMap<String, booked::Heard> = self
+            .payments
+            .results_of(id)
+            .await?
+            .into_iter()
+            .map(|(result, count, amount, currency)| (result, (count, amount, currency)))
+            .collect();
         let audit = self.audit.sale(&product).await?;
 
         let mut s = counted.summary;

@@ -130,15 +130,21 @@ impl Report {
 
     fn payments_line(&self) -> String {
         let p = &self.summary.payments;
+        let m = &self.summary.money;
+        let currency = m.currency.as_deref().unwrap_or("-");
         format!(
-            "  payments: {} paid, {} paid late, {} refund due, {} failed, {} amount mismatch; {} timed out, {} cancelled by buyers\n",
+            "  payments: {} paid, {} paid late, {} refund due, {} failed, {} amount mismatch; {} timed out, {} cancelled by buyers\n\
+             \x20 money ({currency}): revenue {}, received {}, refunds owed {}\n",
             p.paid,
             p.paid_late,
             p.refund_due,
             p.failed,
             p.amount_mismatch,
             p.timed_out,
-            p.cancelled_by_buyers
+            p.cancelled_by_buyers,
+            m.revenue,
+            m.received,
+            m.refund_due,
         )
     }
 
@@ -174,7 +180,7 @@ fn secs(v: Option<i64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::figures::{Funnel, LineWait, PaymentFigures, Summary};
+    use super::super::figures::{Funnel, LineWait, Money, PaymentFigures, Summary};
     use super::*;
 
     /// A sale with a room, refusals, payments and a wait: every line.
@@ -229,6 +235,12 @@ mod tests {
                 confirmed: 15,
                 paid: 80,
                 cancelled: 5,
+                money: Money {
+                    currency: Some("CNY".into()),
+                    revenue: "399200".parse().expect("a decimal"),
+                    received: "399200".parse().expect("a decimal"),
+                    refund_due: "4999.5".parse().expect("a decimal"),
+                },
                 ..Summary::default()
             },
             seconds: Vec::new(),
@@ -259,6 +271,7 @@ sku-1 (Phone), kept at retirement
   wait in line: p50 1.5 s, p90 4.0 s, max 9.0 s (300 buyers)
   refused: limit_exceeded 3, sold_out 4000
   payments: 78 paid, 2 paid late, 1 refund due, 4 failed, 0 amount mismatch; 20 timed out, 5 cancelled by buyers
+  money (CNY): revenue 399200, received 399200, refunds owed 4999.5
   order latency: p50 1.2 ms, p99 -; persisted 100 (mean wait 0.2 s, max 0.9 s)
   events: 300 delivered, 1 given up
   books: balanced (100 orders: 15 confirmed, 80 paid, 5 cancelled)

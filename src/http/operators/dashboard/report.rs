@@ -139,6 +139,7 @@ fn figures(r: &Report) -> Vec<(&'static str, String)> {
                 p.paid, p.paid_late, p.refund_due, p.failed, p.timed_out, p.cancelled_by_buyers
             ),
         ),
+        ("Money", money(&s.money)),
         (
             "Order latency (p50 / p99)",
             format!(
@@ -178,6 +179,15 @@ fn figures(r: &Report) -> Vec<(&'static str, String)> {
         rows.push(("Admitted, did not order", format!("{unused}{ran_out}")));
     }
     rows
+}
+
+/// The money, in the payments' currency.
+fn money(m: &crate::bookkeeping::Money) -> String {
+    let currency = m.currency.as_deref().unwrap_or("");
+    format!(
+        "revenue {currency} {}; received {currency} {}; refunds owed {currency} {}",
+        m.revenue, m.received, m.refund_due
+    )
 }
 
 /// The timeline's charts.
