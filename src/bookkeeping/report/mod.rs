@@ -36,7 +36,7 @@ use crate::store;
 
 pub use self::figures::{Funnel, LineWait, Money, PaymentFigures, Report, SecondView, Summary};
 pub use self::recorder::Recorder;
-pub use self::render::CSV_COLUMNS;
+pub use self::render::{CSV_COLUMNS, span};
 
 /// The report's handle: what it reads.
 #[derive(Clone)]

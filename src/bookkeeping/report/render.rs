@@ -173,9 +173,18 @@ impl Report {
     }
 }
 
-/// Milliseconds as seconds for a person (`-`: none).
+/// Milliseconds for a person (`-`: none): under a second in
+/// milliseconds (a 22 ms wait read "0.0 s"), else in seconds.
 fn secs(v: Option<i64>) -> String {
-    v.map_or("-".to_owned(), |v| format!("{:.1} s", v as f64 / 1000.0))
+    v.map_or("-".to_owned(), span)
+}
+
+/// A span of milliseconds for a person: `22 ms`, `1.5 s`.
+pub fn span(ms: i64) -> String {
+    match ms.unsigned_abs() < 1000 {
+        true => format!("{ms} ms"),
+        false => format!("{:.1} s", ms as f64 / 1000.0),
+    }
 }
 
 #[cfg(test)]
@@ -248,6 +257,14 @@ mod tests {
     }
 
     #[test]
+    fn a_span_under_a_second_reads_in_milliseconds() {
+        assert_eq!(span(22), "22 ms", "not 0.0 s");
+        assert_eq!(span(999), "999 ms");
+        assert_eq!(span(1_000), "1.0 s");
+        assert_eq!(span(12_345), "12.3 s");
+    }
+
+    #[test]
     fn the_summary_for_a_terminal_says_each_part_on_its_line() {
         let wait = LineWait {
             buyers: 300,
@@ -272,7 +289,7 @@ sku-1 (Phone), kept at retirement
   refused: limit_exceeded 3, sold_out 4000
   payments: 78 paid, 2 paid late, 1 refund due, 4 failed, 0 amount mismatch; 20 timed out, 5 cancelled by buyers
   money (CNY): revenue 399200, received 399200, refunds owed 4999.5
-  order latency: p50 1.2 ms, p99 -; persisted 100 (mean wait 0.2 s, max 0.9 s)
+  order latency: p50 1.2 ms, p99 -; persisted 100 (mean wait 250 ms, max 900 ms)
   events: 300 delivered, 1 given up
   books: balanced (100 orders: 15 confirmed, 80 paid, 5 cancelled)
 ";

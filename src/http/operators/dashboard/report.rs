@@ -37,7 +37,7 @@ pub(super) async fn page(
 }
 
 fn secs(ms: Option<i64>) -> String {
-    ms.map_or("–".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+    ms.map_or("–".into(), crate::bookkeeping::report::span)
 }
 
 fn millis(us: Option<u64>) -> String {
