@@ -389,6 +389,21 @@ impl Products {
             .await
     }
 
+    /// A sale's restocks as `(at, units)` (epoch ms), in time order: the
+    /// report's marks.
+    pub async fn restock_times(&self, product: &ProductId) -> Result<Vec<(i64, i64)>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as::<_, (i64, i64)>(
+                    "SELECT at, units FROM tb_restock WHERE product_id = ? ORDER BY at, restock_id",
+                )
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
     /// Opened sales not retired whose end is at or before `ended_by` (epoch
     /// ms), by end then id, after `after` (the last of the previous page),
     /// at most `limit`: those a retirement pass looks at.

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use flashsale::store::{Db, Outage};
+use flashsale::store::{Db, Outage, StoreError};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::Connection;
@@ -202,9 +202,10 @@ async fn the_feed_never_moves_past_a_younger_event_with_a_lower_id() {
 /// Galera, a writer per node: ids interleave across nodes (each hands out
 /// its own), and an event with a lower id can be recorded after one with a
 /// higher id on another node. The feed stops at it until it is old enough,
-/// then lists both: nothing skipped. And three instances starting on three
-/// nodes at once: one migration (the lease), one books (the cluster's
-/// identity), no failover.
+/// then lists both: nothing skipped. A node whose applier lags behind
+/// another's commit lists nothing past it: the feed's read is causal. And
+/// three instances starting on three nodes at once: one migration (the
+/// lease), one books (the cluster's identity), no failover.
 #[tokio::test]
 async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_one() {
     let mut galera = Galera::start().await;
@@ -215,7 +216,7 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
         .map(|n| {
             Db::connect_lazy(
                 &format!("{}/{db_name}", n.server()),
-                Duration::from_millis(1000),
+                Duration::from_millis(2000),
                 4,
             )
             .expect("a url")
@@ -238,7 +239,7 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     assert!(ids.iter().all(|id| *id == ids[0]), "one books: {ids:?}");
 
     // Node 2 records first (its id), holding its transaction; node 1
-    // records 1.5 s later, before it has seen node 2's row: a lower id,
+    // records 2.5 s later, before it has seen node 2's row: a lower id,
     // younger.
     let connect = |i: usize| {
         let url = format!("{}/{db_name}", galera.nodes[i].server());
@@ -248,17 +249,82 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     sqlx::query("BEGIN").execute(&mut one).await.unwrap();
     sqlx::query("BEGIN").execute(&mut two).await.unwrap();
     let high = event(&mut two, "sku-two", 0).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let high_settled = Instant::now() + dbs[0].events().event_settle();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let low_recorded = Instant::now();
     let low = event(&mut one, "sku-one", 0).await;
     assert!(low < high, "interleaved: {low} < {high}");
     sqlx::query("COMMIT").execute(&mut two).await.unwrap();
     sqlx::query("COMMIT").execute(&mut one).await.unwrap();
-    // Read on node 0 when the higher id is old enough (2 s) and the lower
-    // not yet: nothing listed, rather than the higher alone.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(listed(&dbs[0]).await, Vec::<i64>::new(), "stopped at {low}");
-    eventually("both listed", Duration::from_secs(10), || async {
-        listed(&dbs[0]).await == vec![low, high]
+    // Read on node 0 again and again until both are listed: never the
+    // higher alone, and nothing while the higher is old enough (3 s) and
+    // the lower not yet (a window of about 2.5 s). The reads are causal:
+    // node 0's applier lagging behind node 1's commit skips nothing.
+    let low_settled = low_recorded + dbs[0].events().event_settle();
+    let (mut held_back, started) = (0, Instant::now());
+    loop {
+        let before = Instant::now();
+        let read = listed(&dbs[0]).await;
+        if read == vec![low, high] {
+            break;
+        }
+        assert_eq!(read, Vec::<i64>::new(), "never {high} without {low}");
+        if before > high_settled && Instant::now() < low_settled {
+            held_back += 1;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "both listed in time"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        held_back > 0,
+        "a read stopped at {low} while {high} was old enough"
+    );
+
+    // Node 0's applier held (`FLUSH TABLES WITH READ LOCK` pauses it):
+    // node 2 commits a higher id, old enough at once, node 0 applies it;
+    // then node 1 commits a lower one that node 0 cannot apply yet. A
+    // read on node 0 that lists the higher would skip the lower for good;
+    // the causal read waits instead (and gives up at the call's bound).
+    let (mut one, mut two) = (connect(1).await, connect(2).await);
+    sqlx::query("BEGIN").execute(&mut one).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut two).await.unwrap();
+    let high = event(&mut two, "sku-two", 60_000).await;
+    let low = event(&mut one, "sku-one", 0).await;
+    assert!(low < high, "interleaved: {low} < {high}");
+    sqlx::query("COMMIT").execute(&mut two).await.unwrap();
+    let mut zero = connect(0).await;
+    let applied: i64 = sqlx::query_scalar(
+        "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT COUNT(*) FROM tb_event WHERE id = ?",
+    )
+    .bind(high)
+    .fetch_one(&mut zero)
+    .await
+    .unwrap();
+    assert_eq!(applied, 1, "node 0 applied {high}");
+    sqlx::query("FLUSH TABLES WITH READ LOCK")
+        .execute(&mut zero)
+        .await
+        .unwrap();
+    sqlx::query("COMMIT").execute(&mut one).await.unwrap();
+    let held = dbs[0].events().events_after(0, 100).await;
+    let held = held.map(|page| {
+        page.iter()
+            .map(|e| e.id / flashsale::store::SLOTS)
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        matches!(held, Err(StoreError::Timeout(_))),
+        "node 0 lacks {low}: the read waits for it, bounded, rather than list {high}: {held:?}"
+    );
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut zero)
+        .await
+        .unwrap();
+    eventually("all listed", Duration::from_secs(20), || async {
+        listed(&dbs[0]).await.ends_with(&[low, high])
     })
     .await;
 

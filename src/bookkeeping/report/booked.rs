@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use rust_decimal::Decimal;
 
-use super::figures::{Money, Summary};
+use super::figures::{Money, SecondView, Summary, second_at};
 use crate::bookkeeping::audit::SaleAudit;
 use crate::domain::OrderStatus;
 use crate::store::{OrderRow, Product};
@@ -39,6 +39,22 @@ pub(super) fn fill(
     s.books_ok = audit.ok();
     (s.orders, s.confirmed, s.paid, s.cancelled) =
         (audit.orders, audit.confirmed, audit.paid, audit.cancelled);
+}
+
+/// Counts into the timeline what only the books know: the units each
+/// second gave back (orders cancelled then, by their `updated`) and the
+/// units restocks added (`restocks`: `(at, units)`, epoch ms).
+pub(super) fn add_to_timeline(
+    seconds: &mut Vec<SecondView>,
+    orders: &[OrderRow],
+    restocks: &[(i64, i64)],
+) {
+    for o in orders.iter().filter(|o| o.status == OrderStatus::Cancelled) {
+        second_at(seconds, o.updated.div_euclid(1000)).returned += o.quantity.max(0) as u64;
+    }
+    for (at, units) in restocks {
+        second_at(seconds, at.div_euclid(1000)).restocked += units;
+    }
 }
 
 /// The paid orders' value, and what the payment side took, kept or owed.

@@ -185,7 +185,10 @@ impl Merged {
             paid: self.count("payment.paid") + self.count("payment.paid_again"),
             timed_out: self.count("timed_out"),
             events_delivered: self.count("events_delivered"),
+            // From the room's places and the books, when the report is made.
             expired: 0,
+            returned: 0,
+            restocked: 0,
         }
     }
 

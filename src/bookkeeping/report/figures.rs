@@ -142,6 +142,35 @@ pub struct SecondView {
     /// Admissions that ran out unused this second (with a room).
     #[serde(default)]
     pub expired: u64,
+    /// Units given back to the sale this second: the books' orders
+    /// cancelled then (by their buyers, their payment timeout or a refund),
+    /// by the time of their cancel.
+    #[serde(default)]
+    pub returned: u64,
+    /// Units restocks added this second (taken away: negative), the books'.
+    #[serde(default)]
+    pub restocked: i64,
+}
+
+/// The timeline's second `t`, added where nothing was counted: the room's
+/// readings carried on into it.
+pub(super) fn second_at(seconds: &mut Vec<SecondView>, t: i64) -> &mut SecondView {
+    let i = match seconds.binary_search_by_key(&t, |s| s.t) {
+        Ok(i) => i,
+        Err(i) => {
+            let before = i.checked_sub(1).map(|b| &seconds[b]);
+            let view = SecondView {
+                t,
+                line: before.and_then(|b| b.line),
+                pace: before.and_then(|b| b.pace),
+                ceiling: before.and_then(|b| b.ceiling),
+                ..SecondView::default()
+            };
+            seconds.insert(i, view);
+            i
+        }
+    };
+    &mut seconds[i]
 }
 
 /// A sale's money, in its payments' currency (exact: the books' sums).

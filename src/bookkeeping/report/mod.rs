@@ -126,6 +126,8 @@ impl Reports {
         let mut s = counted.summary;
         let mut seconds = counted.seconds;
         booked::fill(&mut s, &product, &orders, &payments, &audit);
+        let restocks = self.products.restock_times(id).await?;
+        booked::add_to_timeline(&mut seconds, &orders, &restocks);
         // Every buyer who ordered tried: an estimate a little short is
         // raised to them.
         s.funnel.tried = distinct::estimate(&counted.buyers).max(s.funnel.ordered);

@@ -5,7 +5,7 @@
 use super::figures::{Report, SecondView};
 
 /// The CSV's columns, a row per second of the timeline.
-pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired";
+pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked";
 
 /// A second of the timeline as a CSV row: its fields are the columns, in
 /// order (a test holds them to [`CSV_COLUMNS`]); `None` is an empty cell.
@@ -27,6 +27,8 @@ struct CsvRow {
     timed_out: u64,
     events_delivered: u64,
     expired: u64,
+    returned: u64,
+    restocked: i64,
 }
 
 impl From<&SecondView> for CsvRow {
@@ -48,6 +50,8 @@ impl From<&SecondView> for CsvRow {
             timed_out: s.timed_out,
             events_delivered: s.events_delivered,
             expired: s.expired,
+            returned: s.returned,
+            restocked: s.restocked,
         }
     }
 }
@@ -314,11 +318,13 @@ sku-1 (Phone), kept at retirement
             timed_out: 0,
             events_delivered: 0,
             expired: 0,
+            returned: 2,
+            restocked: -1,
         };
         w.serialize(CsvRow::from(&second)).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some(CSV_COLUMNS));
-        assert_eq!(lines.next(), Some("1,2,3,4,,9,0,,,,0,,0,0,0,0"));
+        assert_eq!(lines.next(), Some("1,2,3,4,,9,0,,,,0,,0,0,0,0,2,-1"));
     }
 }

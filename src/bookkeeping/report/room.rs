@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::figures::{LineWait, SecondView};
+use super::figures::{LineWait, SecondView, second_at};
 
 /// The wait in line, from the room's numbers a second at a time: the
 /// `k`-th place was reached in the first second the line stood at `k` or
@@ -126,21 +126,7 @@ impl RanOut {
 /// else counted is added, the room's readings carried on into it.
 pub(super) fn add_expired(seconds: &mut Vec<SecondView>, expired: &BTreeMap<i64, u64>) {
     for (t, n) in expired {
-        match seconds.binary_search_by_key(t, |s| s.t) {
-            Ok(i) => seconds[i].expired += n,
-            Err(i) => {
-                let before = i.checked_sub(1).map(|b| &seconds[b]);
-                let view = SecondView {
-                    t: *t,
-                    expired: *n,
-                    line: before.and_then(|b| b.line),
-                    pace: before.and_then(|b| b.pace),
-                    ceiling: before.and_then(|b| b.ceiling),
-                    ..SecondView::default()
-                };
-                seconds.insert(i, view);
-            }
-        }
+        second_at(seconds, *t).expired += n;
     }
 }
 

@@ -50,7 +50,7 @@ pub async fn json(
     params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
     security(("admin" = [])),
     responses(
-        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired`", content_type = "text/csv", body = String),
+        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked`", content_type = "text/csv", body = String),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
     )
 )]

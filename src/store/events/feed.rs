@@ -10,6 +10,11 @@ use super::stored::{
 };
 use crate::store::db::Db;
 use crate::store::error::StoreError;
+use crate::store::topology::Topology;
+
+/// A read on a Galera node that waits until the node has applied what the
+/// cluster committed before it (MariaDB's `SET STATEMENT ... FOR`).
+const CAUSAL: &str = "SET STATEMENT wsrep_sync_wait = 1 FOR ";
 
 /// A stored row, and whether it is old enough to be listed.
 #[derive(sqlx::FromRow)]
@@ -82,14 +87,25 @@ impl Events {
     /// node hands out its own, `auto_increment_increment`), so a row with a
     /// lower id can be younger than the next; leaving it out and listing
     /// the next would move the cursor past it for good.
+    ///
+    /// On Galera the read is causal (`wsrep_sync_wait = 1`): the node
+    /// answers once it has applied every commit the cluster certified
+    /// before the read, so a row another node committed is never missing
+    /// from a read that lists rows after it because this node's applier
+    /// lags (a lag bounded by `DB_TIMEOUT_MS`, as every call).
     pub async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<EventRow>, StoreError> {
         let settle_ms = self.event_settle().as_millis() as i64;
+        let causal = match self.db.topology().get() {
+            Topology::Unknown => self.db.read_topology().await?,
+            known => known,
+        } == Topology::Galera;
         // The cursor's own row may hold events after it; every later row
         // holds at least one: `limit` + 1 rows always make a full page.
         let sql = format!(
-            "SELECT id, type, order_id, orders, product_id, created, \
+            "{}SELECT id, type, order_id, orders, product_id, created, \
              CAST(created <= {DB_NOW_MS} - ? AS SIGNED) AS settled \
-             FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?"
+             FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?",
+            if causal { CAUSAL } else { "" }
         );
         let sql = sql.as_str();
         let read: Vec<Settled> = self

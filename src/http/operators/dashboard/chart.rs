@@ -27,6 +27,8 @@ pub(super) struct Series<'a> {
     /// A value per second of the chart's `t` (`None`: none that second).
     pub values: Vec<Option<f64>>,
     pub gaps: Gaps,
+    /// Drawn dashed (a bound, or a line another may cover).
+    pub dashed: bool,
 }
 
 impl<'a> Series<'a> {
@@ -36,54 +38,93 @@ impl<'a> Series<'a> {
             color,
             values,
             gaps,
+            dashed: false,
         }
     }
 
-    /// The points to draw, `(second, value)`: the values at `t`, and
-    /// where seconds are missing between two, what they mean (`gaps`).
-    fn points(&self, t: &[i64]) -> Vec<(i64, f64)> {
-        let mut out = Vec::with_capacity(t.len());
+    /// The same, drawn dashed.
+    pub fn dashed(self) -> Self {
+        Self {
+            dashed: true,
+            ..self
+        }
+    }
+
+    /// The lines to draw, each `(second, value)` points: the values at
+    /// `t`, and where seconds are missing between two, what they mean
+    /// (`gaps`): a sample's line breaks there (nothing to join).
+    fn segments(&self, t: &[i64]) -> Vec<Vec<(i64, f64)>> {
+        let mut out: Vec<Vec<(i64, f64)>> = Vec::new();
+        let mut line = Vec::with_capacity(t.len());
         let mut last: Option<(i64, f64)> = None;
         for (&s, v) in t.iter().zip(&self.values) {
-            let Some(v) = *v else { continue };
+            let Some(v) = *v else {
+                if self.gaps == Gaps::Skip && !line.is_empty() {
+                    out.push(std::mem::take(&mut line));
+                }
+                continue;
+            };
             if let Some((at, held)) = last {
                 let missing = s - at - 1;
                 match self.gaps {
                     Gaps::Zero if missing >= 1 => {
-                        out.push((at + 1, 0.0));
+                        line.push((at + 1, 0.0));
                         if missing >= 2 {
-                            out.push((s - 1, 0.0));
+                            line.push((s - 1, 0.0));
                         }
                     }
-                    Gaps::Hold if missing >= 1 => out.push((s - 1, held)),
+                    Gaps::Hold if missing >= 1 => line.push((s - 1, held)),
+                    Gaps::Skip if missing >= 1 && !line.is_empty() => {
+                        out.push(std::mem::take(&mut line))
+                    }
                     _ => {}
                 }
             }
-            out.push((s, v));
+            line.push((s, v));
             last = Some((s, v));
+        }
+        if !line.is_empty() {
+            out.push(line);
         }
         out
     }
 }
 
-const W: f64 = 640.0;
-const H: f64 = 180.0;
-const PAD_L: f64 = 48.0;
-const PAD_B: f64 = 24.0;
+/// A moment marked across a chart: a second from the start, and its name.
+pub(super) struct Mark {
+    pub at: i64,
+    pub label: String,
+}
 
-/// A line chart of `series` over `t` (seconds, ascending: the timeline's
+/// What every chart of a page shares: its seconds (from the start), the
+/// start's clock time (epoch s) and the marks.
+pub(super) struct Axis<'a> {
+    pub t: &'a [i64],
+    pub start_s: i64,
+    pub marks: &'a [Mark],
+}
+
+const W: f64 = 640.0;
+const H: f64 = 200.0;
+const PAD_L: f64 = 48.0;
+const PAD_T: f64 = 22.0;
+/// Room for the last tick's label.
+const PAD_R: f64 = 28.0;
+const PAD_B: f64 = 34.0;
+
+/// A line chart of `series` over the axis's seconds (the timeline's
 /// seconds with something counted), as SVG (maud escapes every text and
 /// attribute).
-pub(super) fn chart(id: &str, title: &str, t: &[i64], series: &[Series]) -> Markup {
-    let height = H + 20.0;
+pub(super) fn chart(id: &str, title: &str, axis: &Axis, series: &[Series]) -> Markup {
+    let height = H + 20.0 * legend_rows(series) as f64 + 4.0;
     html! {
         figure {
             figcaption { (title) }
             svg id={ "chart-" (id) } role="img" aria-label=(title)
                 viewBox={ "0 0 " (W) " " (height) } width=(W) height=(height)
                 xmlns="http://www.w3.org/2000/svg" {
-                @match (t.first(), t.last()) {
-                    (Some(&t0), Some(&t1)) => (plot((t0, t1), t, series)),
+                @match (axis.t.first(), axis.t.last()) {
+                    (Some(&t0), Some(&t1)) => (plot(range(t0, t1), axis, series)),
                     _ => text x="60" y="90" fill="#666" { "nothing counted yet" },
                 }
             }
@@ -91,39 +132,135 @@ pub(super) fn chart(id: &str, title: &str, t: &[i64], series: &[Series]) -> Mark
     }
 }
 
-/// The axes, their ends, each series' line and its legend.
-fn plot((t0, t1): (i64, i64), t: &[i64], series: &[Series]) -> Markup {
+/// The seconds drawn: those counted, from the start when it comes
+/// shortly before the first (so the start's mark shows) but not from an
+/// hour before (the seconds counted would shrink to a sliver).
+fn range(t0: i64, t1: i64) -> (i64, i64) {
+    match t0 > 0 && t0 <= (t1 - t0).max(5) {
+        true => (0, t1),
+        false => (t0, t1),
+    }
+}
+
+/// Legends a row holds.
+const LEGENDS_PER_ROW: usize = 3;
+
+fn legend_rows(series: &[Series]) -> usize {
+    series.len().div_ceil(LEGENDS_PER_ROW).max(1)
+}
+
+/// The axes with their ticks (seconds from the start and clock time, UTC),
+/// the marks, each series' line and its legend.
+fn plot((t0, t1): (i64, i64), axis: &Axis, series: &[Series]) -> Markup {
     let span = ((t1 - t0) as f64).max(1.0);
-    let top = series
+    let top = nice_top(
+        series
+            .iter()
+            .flat_map(|s| s.values.iter().flatten())
+            .fold(0.0f64, |a, b| a.max(*b)),
+    );
+    let x = |s: i64| PAD_L + (s - t0) as f64 / span * (W - PAD_L - PAD_R);
+    let y = |v: f64| PAD_T + (1.0 - v / top) * (H - PAD_B - PAD_T);
+    let (b, r, l) = (H - PAD_B, W - PAD_R, PAD_L - 4.0);
+    let step = tick_step(t1 - t0);
+    let ticks: Vec<i64> = (t0.div_euclid(step)..=t1.div_euclid(step))
+        .map(|k| k * step)
+        .filter(|s| (t0..=t1).contains(s))
+        .collect();
+    let marks: Vec<&Mark> = axis
+        .marks
         .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .fold(0.0f64, |a, b| a.max(*b))
-        .max(1.0);
-    let x = |s: i64| PAD_L + (s - t0) as f64 / span * (W - PAD_L - 8.0);
-    let y = |v: f64| 8.0 + (1.0 - v / top) * (H - PAD_B - 8.0);
-    let (b, r, l, tb) = (H - PAD_B, W - 8.0, PAD_L - 4.0, H - 6.0);
+        .filter(|m| (t0..=t1).contains(&m.at))
+        .collect();
     html! {
+        @for v in [0.0, top / 2.0, top] {
+            line x1=(PAD_L) y1=(fmt1(y(v))) x2=(r) y2=(fmt1(y(v))) stroke="#eee" {}
+            text x=(l) y=(fmt1(y(v) + 4.0)) font-size="11" text-anchor="end" fill="#444" { (fmt_top(v)) }
+        }
         line x1=(PAD_L) y1=(b) x2=(r) y2=(b) stroke="#bbb" {}
-        line x1=(PAD_L) y1="8" x2=(PAD_L) y2=(b) stroke="#bbb" {}
-        text x=(l) y="14" font-size="11" text-anchor="end" fill="#444" { (fmt_top(top)) }
-        text x=(l) y=(b) font-size="11" text-anchor="end" fill="#444" { "0" }
-        text x=(PAD_L) y=(tb) font-size="11" fill="#444" { (t0) " s" }
-        text x=(r) y=(tb) font-size="11" text-anchor="end" fill="#444" { (t1) " s" }
-        @for (i, s) in series.iter().enumerate() {
-            @let points: Vec<String> = s
-                .points(t)
-                .into_iter()
-                .map(|(s, v)| format!("{:.1},{:.1}", x(s), y(v)))
-                .collect();
-            @if !points.is_empty() {
-                polyline data-series=(s.label) fill="none" stroke=(s.color) stroke-width="2"
-                    points=(points.join(" ")) {}
+        line x1=(PAD_L) y1=(PAD_T) x2=(PAD_L) y2=(b) stroke="#bbb" {}
+        @for s in &ticks {
+            line x1=(fmt1(x(*s))) y1=(b) x2=(fmt1(x(*s))) y2=(b + 4.0) stroke="#bbb" {}
+            text.tick x=(fmt1(x(*s))) y=(b + 15.0) font-size="10" text-anchor="middle" fill="#444" {
+                (signed(*s)) " s"
             }
-            @let lx = PAD_L + 10.0 + 160.0 * i as f64;
-            rect x=(lx) y=(H + 8.0) width="10" height="10" fill=(s.color) {}
-            text x=(lx + 14.0) y=(H + 17.0) font-size="12" fill="#222" { (s.label) }
+            text.clock x=(fmt1(x(*s))) y=(b + 27.0) font-size="10" text-anchor="middle" fill="#777" {
+                (clock(axis.start_s + s))
+            }
+        }
+        @for m in &marks {
+            line.mark data-mark=(m.label) x1=(fmt1(x(m.at))) y1=(PAD_T - 4.0) x2=(fmt1(x(m.at))) y2=(b)
+                stroke="#555" stroke-dasharray="2 3" {}
+            text x=(fmt1(x(m.at) + 2.0)) y=(PAD_T - 8.0) font-size="10" fill="#333" { (m.label) }
+        }
+        @for s in series {
+            @for seg in s.segments(axis.t) {
+                @let points: Vec<String> = seg
+                    .iter()
+                    .map(|(s, v)| format!("{:.1},{:.1}", x(*s), y(*v)))
+                    .collect();
+                @if seg.len() == 1 {
+                    circle data-series=(s.label) cx=(fmt1(x(seg[0].0))) cy=(fmt1(y(seg[0].1)))
+                        r="2.5" fill=(s.color) {}
+                } @else {
+                    polyline data-series=(s.label) fill="none" stroke=(s.color) stroke-width="2"
+                        stroke-dasharray=[s.dashed.then_some("6 4")]
+                        points=(points.join(" ")) {}
+                }
+            }
+        }
+        @for (i, s) in series.iter().enumerate() {
+            @let (row, col) = (i / LEGENDS_PER_ROW, i % LEGENDS_PER_ROW);
+            @let (lx, ly) = (PAD_L + 200.0 * col as f64, H + 4.0 + 20.0 * row as f64);
+            line x1=(lx) y1=(ly + 5.0) x2=(lx + 16.0) y2=(ly + 5.0) stroke=(s.color) stroke-width="3"
+                stroke-dasharray=[s.dashed.then_some("4 3")] {}
+            text x=(lx + 20.0) y=(ly + 9.0) font-size="12" fill="#222" { (s.label) }
         }
     }
+}
+
+fn fmt1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+/// A second from the start, signed (before the start: joins).
+fn signed(s: i64) -> String {
+    if s > 0 {
+        format!("+{s}")
+    } else {
+        s.to_string()
+    }
+}
+
+/// Epoch seconds as a clock time, UTC (`HH:MM:SS`).
+fn clock(epoch_s: i64) -> String {
+    let d = epoch_s.rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", d / 3600, d / 60 % 60, d % 60)
+}
+
+/// Ticks every so many seconds: at most about six on the axis.
+fn tick_step(span: i64) -> i64 {
+    const STEPS: [i64; 14] = [
+        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+    ];
+    STEPS
+        .into_iter()
+        .find(|s| span / s <= 6)
+        .unwrap_or_else(|| (span / 6).max(1))
+}
+
+/// The y axis's top: the highest value rounded up to 1, 2 or 5 times a
+/// power of ten (1 at least), so its half is a round number too.
+fn nice_top(v: f64) -> f64 {
+    if v <= 1.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|t| *t >= v)
+        .unwrap_or(10.0 * p)
 }
 
 fn fmt_top(v: f64) -> String {
@@ -134,18 +271,15 @@ fn fmt_top(v: f64) -> String {
     }
 }
 
-/// The funnel: a bar a step, as wide as its share of the first.
+/// The funnel: a bar a step, as wide as its share of the first, with the
+/// share of the step before it (the steps are nested: each is some of the
+/// one before).
 pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> Markup {
-    let first = steps
-        .iter()
-        .filter_map(|(_, n)| *n)
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64;
     let shown: Vec<(&str, u64)> = steps
         .iter()
         .filter_map(|(k, n)| n.map(|n| (*k, n)))
         .collect();
+    let first = shown.first().map_or(1, |(_, n)| *n).max(1) as f64;
     let h = 28.0 * shown.len() as f64 + 8.0;
     html! {
         section {
@@ -154,10 +288,14 @@ pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> Markup {
                 width=(W) height=(h) xmlns="http://www.w3.org/2000/svg" {
                 @for (i, (label, n)) in shown.iter().enumerate() {
                     @let y = 4.0 + 28.0 * i as f64;
-                    @let w = (*n as f64 / first * (W - 260.0)).max(1.0);
+                    @let w = (*n as f64 / first * (W - 300.0)).clamp(1.0, W - 300.0);
+                    @let share = i.checked_sub(1).map(|p| shown[p].1).filter(|p| *p > 0)
+                        .map(|p| format!(" ({:.0}% of the step before)", *n as f64 * 100.0 / p as f64));
                     text x="150" y=(y + 15.0) font-size="13" text-anchor="end" fill="#222" { (label) }
                     rect data-step=(label) x="160" y=(y) width=(format!("{w:.1}")) height="20" fill="#1565c0" {}
-                    text x=(format!("{:.1}", 166.0 + w)) y=(y + 15.0) font-size="13" fill="#222" { (n) }
+                    text x=(format!("{:.1}", 166.0 + w)) y=(y + 15.0) font-size="13" fill="#222" {
+                        (n) (share.unwrap_or_default())
+                    }
                 }
             }
         }
@@ -169,40 +307,66 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_second_is_zero_for_a_count_and_the_last_level_for_a_level() {
-        let t = [10, 11, 15, 17];
-        let v = vec![Some(3.0), Some(4.0), Some(5.0), Some(6.0)];
+    fn a_missing_second_is_zero_for_a_count_the_last_level_for_a_level_and_a_break_for_a_sample() {
+        let t = [10, 11, 15, 17, 18];
+        let v = vec![Some(3.0), Some(4.0), Some(5.0), Some(6.0), Some(7.0)];
         let count = Series::new("n", "#000", Gaps::Zero, v.clone());
         assert_eq!(
-            count.points(&t),
-            [
+            count.segments(&t),
+            [vec![
                 (10, 3.0),
                 (11, 4.0),
                 (12, 0.0),
                 (14, 0.0),
                 (15, 5.0),
                 (16, 0.0),
-                (17, 6.0)
-            ]
+                (17, 6.0),
+                (18, 7.0)
+            ]]
         );
         let level = Series::new("l", "#000", Gaps::Hold, v.clone());
         assert_eq!(
-            level.points(&t),
-            [
+            level.segments(&t),
+            [vec![
                 (10, 3.0),
                 (11, 4.0),
                 (14, 4.0),
                 (15, 5.0),
                 (16, 5.0),
-                (17, 6.0)
-            ]
+                (17, 6.0),
+                (18, 7.0)
+            ]]
         );
+        // A latency has no value in a quiet second: no line across it.
         let sample = Series::new(
             "s",
             "#000",
             Gaps::Skip,
-            vec![Some(1.0), None, Some(2.0), Some(3.0)],
+            vec![Some(1.0), Some(1.5), None, Some(3.0), Some(4.0)],
         );
-        assert_eq!(sample.points(&t), [(10, 1.0), (15, 2.0), (17, 3.0)]);
+        assert_eq!(
+            sample.segments(&t),
+            [vec![(10, 1.0), (11, 1.5)], vec![(17, 3.0), (18, 4.0)]]
+        );
+    }
+
+    #[test]
+    fn the_start_is_drawn_when_it_comes_shortly_before_the_first_second() {
+        assert_eq!(range(2, 30), (0, 30));
+        assert_eq!(range(-5, 30), (-5, 30));
+        assert_eq!(range(3600, 3604), (3600, 3604));
+    }
+
+    #[test]
+    fn ticks_are_round_and_few_and_read_as_clock_time() {
+        assert_eq!(tick_step(5), 1);
+        assert_eq!(tick_step(40), 10);
+        assert_eq!(tick_step(600), 120);
+        assert_eq!(clock(1_700_000_000), "22:13:20");
+        assert_eq!(nice_top(0.0), 1.0);
+        assert_eq!(nice_top(152.0), 200.0);
+        assert_eq!(nice_top(120.0), 200.0);
+        assert_eq!(nice_top(100.0), 100.0);
+        assert_eq!(nice_top(3.2), 5.0);
     }
 }

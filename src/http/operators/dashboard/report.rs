@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::board::Dashboard;
-use super::chart::{Gaps, Series, chart, funnel};
+use super::chart::{Axis, Gaps, Mark, Series, chart, funnel};
 use super::door::{login_form, signed_in};
 use crate::bookkeeping::Report;
 use crate::bookkeeping::report::SecondView;
@@ -48,12 +48,15 @@ fn millis(us: Option<u64>) -> String {
 /// escapes every text and attribute: a title is text, never markup).
 pub fn render(r: &Report) -> String {
     let f = &r.summary.funnel;
-    // Buyers, step by step (with a room they join and are admitted before
-    // they order; the order requests are among the figures).
+    // Buyers, step by step, each step some of the one before: with a room
+    // they join and are admitted before they order (those who tried to
+    // order without joining, bots among them, are among the figures, not
+    // a step); without one, they try first.
+    let tried = f.joined.is_none().then_some(f.tried);
     let steps: [(&str, Option<u64>); 5] = [
         ("joined the room", f.joined),
         ("admitted", f.admitted),
-        ("tried to order", Some(f.tried)),
+        ("tried to order", tried),
         ("ordered", Some(f.ordered)),
         ("paid", Some(f.paid)),
     ];
@@ -183,55 +186,117 @@ fn figures(r: &Report) -> Vec<(&'static str, String)> {
 
 /// The money, in the payments' currency.
 fn money(m: &crate::bookkeeping::Money) -> String {
-    let currency = m.currency.as_deref().unwrap_or("");
+    let Some(currency) = m.currency.as_deref() else {
+        return "none: no payment heard".into();
+    };
     format!(
         "revenue {currency} {}; received {currency} {}; refunds owed {currency} {}",
         m.revenue, m.received, m.refund_due
     )
 }
 
+/// The moments marked across every chart: the start and the end, the
+/// sell-out, each restock (seconds from the start).
+fn marks(r: &Report) -> Vec<Mark> {
+    let start_s = r.start_ms.div_euclid(1000);
+    let mut marks = vec![
+        Mark {
+            at: 0,
+            label: "start".into(),
+        },
+        Mark {
+            at: r.end_ms.div_euclid(1000) - start_s,
+            label: "end".into(),
+        },
+    ];
+    if let Some(ms) = r.summary.sold_out_after_ms {
+        marks.push(Mark {
+            at: ms.div_euclid(1000),
+            label: "sold out".into(),
+        });
+    }
+    for x in r.seconds.iter().filter(|x| x.restocked != 0) {
+        marks.push(Mark {
+            at: x.t - start_s,
+            label: format!("restock {:+}", x.restocked),
+        });
+    }
+    marks
+}
+
+/// The units on sale each second (those of the start, then each restock's)
+/// and those orders hold (accepted, less those given back): the second
+/// never above the first, whatever sold again.
+fn units(r: &Report) -> [Values; 3] {
+    let restocked: i64 = r.seconds.iter().map(|x| x.restocked).sum();
+    let (mut on_sale, mut held, mut back) = (r.initial_qty - restocked, 0i64, 0i64);
+    let mut lines: [Values; 3] = Default::default();
+    for x in &r.seconds {
+        on_sale += x.restocked;
+        held += x.units as i64 - x.returned as i64;
+        back += x.returned as i64;
+        for (line, v) in lines.iter_mut().zip([on_sale, held, back]) {
+            line.push(Some(v as f64));
+        }
+    }
+    lines
+}
+
+/// A line's values, a second each.
+type Values = Vec<Option<f64>>;
+
 /// The timeline's charts.
 fn charts(r: &Report) -> Markup {
     let start_s = r.start_ms.div_euclid(1000);
     let t: Vec<i64> = r.seconds.iter().map(|x| x.t - start_s).collect();
+    let marks = marks(r);
+    let axis = Axis {
+        t: &t,
+        start_s,
+        marks: &marks,
+    };
     let s = Lines(&r.seconds);
-    let on_sale = r.initial_qty as f64;
+    let [on_sale, held, back] = units(r);
     let room = r.summary.funnel.joined.is_some();
     html! {
         section.charts {
             h2 { "Second by second" }
-            p.note { "Seconds from the start." }
-            (chart("orders", "Orders per second", &t, &[
+            p.note { "Seconds from the start, and the clock (UTC) under them; dotted: start, end, sell-out, restocks." }
+            (chart("orders", "Orders per second", &axis, &[
                 s.count("accepted", "#2e7d32", |x| x.accepted),
                 s.count("refused", "#9e9e9e", |x| x.refused),
             ]))
-            (chart("units", "Units sold (accepted, in all)", &t, &[
-                s.total("sold", "#1565c0", |x| x.units),
-                Series::new("on sale", "#c62828", Gaps::Hold, s.each(|_| on_sale)),
+            (chart("units", "Units: on sale, held by orders (accepted less given back), given back (held climbing after: sold again)", &axis, &[
+                Series::new("on sale", "#c62828", Gaps::Hold, on_sale).dashed(),
+                Series::new("held by orders", "#1565c0", Gaps::Hold, held),
+                Series::new("given back", "#ef6c00", Gaps::Hold, back),
             ]))
-            (chart("latency", "Order latency (ms)", &t, &[
+            (chart("latency", "Order latency (ms; none in a second without orders)", &axis, &[
                 s.millis("p50", "#1565c0", |x| x.latency_p50_us),
                 s.millis("p99", "#ef6c00", |x| x.latency_p99_us),
             ]))
             @if room {
-                (chart("room", "Waiting room: joined and admitted (in all)", &t, &[
+                (chart("room", "Waiting room: joined and admitted (in all)", &axis, &[
                     s.total("joined", "#6a1b9a", |x| x.joins),
                     s.level("admitted (the line)", "#2e7d32", |x| x.line),
                     s.total("ran out unused", "#c62828", |x| x.expired),
                 ]))
-                (chart("pace", "Waiting room: pace and ceiling (buyers/s)", &t, &[
-                    s.level("ceiling", "#9e9e9e", |x| x.ceiling),
+                (chart("pace", "Waiting room: pace, under its ceiling (buyers/s)", &axis, &[
                     s.level("pace", "#2e7d32", |x| x.pace),
+                    s.level("ceiling", "#616161", |x| x.ceiling).dashed(),
                 ]))
             }
-            (chart("persisted", "Persisted per second, and the longest wait (s)", &t, &[
+            (chart("persisted", "Orders persisted per second", &axis, &[
                 s.count("persisted", "#1565c0", |x| x.persisted),
+            ]))
+            (chart("persist-wait", "Longest wait to be persisted (s)", &axis, &[
                 Series::new("longest wait (s)", "#ef6c00", Gaps::Skip,
                     s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0))),
             ]))
-            (chart("payments", "Payments and timeouts per second", &t, &[
+            (chart("payments", "Payments, timeouts and units given back per second", &axis, &[
                 s.count("paid", "#2e7d32", |x| x.paid),
                 s.count("timed out", "#c62828", |x| x.timed_out),
+                s.count("units given back", "#ef6c00", |x| x.returned),
             ]))
         }
     }
