@@ -154,24 +154,49 @@ impl Seconds {
             .await
     }
 
-    /// Keeps the report made at retirement (the first one stands).
+    /// Keeps the report made at retirement, and its figures without the
+    /// timeline (`summary`: the index's row); the first one stands.
     pub async fn keep_report(
         &self,
         product: &ProductId,
-        report: &str,
+        (report, summary): (&str, &str),
         made: i64,
     ) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
                 sqlx::query(
-                    "INSERT IGNORE INTO tb_sale_report (product_id, report, made) VALUES (?, ?, ?)",
+                    "INSERT IGNORE INTO tb_sale_report (product_id, report, summary, made) \
+                     VALUES (?, ?, ?, ?)",
                 )
                 .bind(product.as_str())
                 .bind(report)
+                .bind(summary)
                 .bind(made)
                 .execute(pool)
                 .await
                 .map(|_| ())
+            })
+            .await
+    }
+
+    /// The kept reports, newest first: `(product_id, made, summary)`, at
+    /// most `limit`, those kept before `before` (epoch ms) when given. A
+    /// report kept before summaries were has none (`None`).
+    pub async fn kept_reports(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(String, i64, Option<String>)>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT product_id, made, summary FROM tb_sale_report \
+                     WHERE made < ? ORDER BY made DESC, product_id LIMIT ?",
+                )
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(pool)
+                .await
             })
             .await
     }

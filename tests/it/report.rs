@@ -871,3 +871,177 @@ async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_overs
     assert!((last_held - last_on_sale).abs() < 0.05, "{page}");
     assert!(page.contains("data-mark=\"restock +3\""), "{page}");
 }
+
+/// Closes `sku` and retires it (its report kept), as the workers do.
+async fn retire(app: &TestApp, sku: &str) {
+    app.close_sale(sku).await;
+    let retirer = app.retiring_workers(&unique("retirer-"), Duration::ZERO);
+    let mut passes = Polling::at_most("retired", Duration::from_secs(30));
+    while app.stock(sku).await.is_some() {
+        passes.next().await;
+        retirer.retirer().pass().await.expect("a pass");
+    }
+}
+
+/// The past sales: two retired sales listed newest first, each linked to
+/// its report; side by side; their summaries as CSV with the books'
+/// units and money; none of it without a session.
+#[tokio::test]
+async fn retired_sales_are_listed_compared_and_summed_up_as_csv() {
+    // Unpaid orders time out after 5 s: then the sales can retire.
+    let app = spawn_sale_service(Duration::from_secs(5)).await;
+    let (a, b) = (app.new_sale(5, 1).await, app.new_sale(8, 1).await);
+    let mut paid = Vec::new();
+    for user in 1..=5u64 {
+        let resp = app.place_order(user, &a, 1).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let body: Value = resp.json().await.unwrap();
+        paid.push(body["order_id"].as_str().unwrap().to_owned());
+    }
+    app.accept_orders(&b, 1..=3).await;
+    app.drained(&a, 5).await;
+    app.drained(&b, 3).await;
+    for order in &paid[..2] {
+        let (status, _) = app
+            .notify_of("payment.succeeded", order, &unique("pay-"), &amount(1))
+            .await;
+        assert!(status.is_success(), "{status}");
+    }
+    retire(&app, &a).await;
+    retire(&app, &b).await;
+
+    let get = |path: String, cookie: Option<String>| {
+        let mut req = app.client.get(app.url(&path));
+        if let Some(cookie) = cookie {
+            req = req.header(reqwest::header::COOKIE, cookie);
+        }
+        async move { req.send().await.unwrap() }
+    };
+    for path in [
+        "/admin/dashboard/reports".to_owned(),
+        format!("/admin/dashboard/reports/compare?sale={a}&sale={b}"),
+        "/admin/dashboard/reports.csv".to_owned(),
+    ] {
+        assert_eq!(get(path, None).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let index = get("/admin/dashboard/reports".into(), Some(cookie.clone()))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let row = |sku: &str| {
+        index
+            .find(&format!("<tr data-product=\"{sku}\""))
+            .expect(sku)
+    };
+    assert!(row(&b) < row(&a), "newest first: {index}");
+    assert!(
+        index.contains(&format!("href=\"/admin/dashboard/report/{a}\"")),
+        "{index}"
+    );
+    let compared = get(
+        format!("/admin/dashboard/reports/compare?sale={a}&sale={b}"),
+        Some(cookie.clone()),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        compared.contains("2 of 5") && compared.contains("0 of 8"),
+        "{compared}"
+    );
+    let unknown = get(
+        "/admin/dashboard/reports/compare?sale=no-such-sale".into(),
+        Some(cookie.clone()),
+    )
+    .await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+
+    let csv = get("/admin/dashboard/reports.csv".into(), Some(cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<BTreeMap<&str, &str>> = lines
+        .map(|l| header.iter().copied().zip(l.split(',')).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    let of = |sku: &str| rows.iter().find(|r| r["product_id"] == sku).expect(sku);
+    let price: rust_decimal::Decimal = amount(1).parse().unwrap();
+    for (sku, sold, on_sale, revenue) in [
+        (&a, "2", "5", price * rust_decimal::Decimal::from(2)),
+        (&b, "0", "8", rust_decimal::Decimal::ZERO),
+    ] {
+        let r = of(sku);
+        assert_eq!((r["units_sold"], r["on_sale"]), (sold, on_sale), "{csv}");
+        assert_eq!((r["kept"], r["books_ok"]), ("true", "true"), "{csv}");
+        let said: rust_decimal::Decimal = r["revenue"].parse().unwrap();
+        assert_eq!(said, revenue, "{csv}");
+    }
+}
+
+/// In Chromium: from the dashboard to the past sales, two ticked and
+/// compared side by side, one's report opened from the list.
+#[tokio::test]
+async fn in_a_browser_the_operator_finds_past_sales_and_compares_two() {
+    let Some(browser) = crate::browser::Browser::start().await else {
+        return;
+    };
+    let app = spawn_sale_service(Duration::from_secs(600)).await;
+    let (a, b) = (app.new_sale(5, 1).await, app.new_sale(8, 1).await);
+    retire(&app, &a).await;
+    retire(&app, &b).await;
+    browser.goto(&app.url("/admin/dashboard")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#sign-in").await;
+    eventually("signed in", Duration::from_secs(10), || async {
+        browser.text("#past-sales").await.is_some()
+    })
+    .await;
+    browser.click("#past-sales").await;
+    eventually("the past sales", Duration::from_secs(10), || async {
+        browser.text("#reports").await.is_some()
+    })
+    .await;
+    let listed = browser
+        .eval("return [...document.querySelectorAll('#reports tr[data-product]')].map(r => r.dataset.product);")
+        .await;
+    assert_eq!(listed, json!([b.clone(), a.clone()]), "newest first");
+    browser
+        .click(&format!(
+            "#reports tr[data-product=\"{a}\"] input[name=sale]"
+        ))
+        .await;
+    browser
+        .click(&format!(
+            "#reports tr[data-product=\"{b}\"] input[name=sale]"
+        ))
+        .await;
+    browser.click("#compare").await;
+    eventually("side by side", Duration::from_secs(10), || async {
+        browser.text("#side-by-side").await.is_some()
+    })
+    .await;
+    let compared = browser
+        .eval("return [...document.querySelectorAll('#side-by-side th[data-product]')].map(t => t.dataset.product);")
+        .await;
+    assert_eq!(
+        compared,
+        json!([b.clone(), a.clone()]),
+        "in the list's order"
+    );
+    browser
+        .click(&format!("#side-by-side th[data-product=\"{a}\"] a"))
+        .await;
+    eventually("its report", Duration::from_secs(10), || async {
+        browser.text("#figures").await.is_some()
+    })
+    .await;
+    let header = browser.text("header").await.unwrap();
+    assert!(header.contains("kept at its retirement"), "{header}");
+    browser.quit().await;
+}

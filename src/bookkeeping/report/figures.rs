@@ -23,6 +23,23 @@ pub struct Report {
     pub seconds: Vec<SecondView>,
 }
 
+impl Report {
+    /// The report without its seconds: the index's row.
+    pub fn without_timeline(&self) -> Report {
+        Report {
+            product_id: self.product_id.clone(),
+            title: self.title.clone(),
+            made_ms: self.made_ms,
+            kept: self.kept,
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+            initial_qty: self.initial_qty,
+            summary: self.summary.clone(),
+            seconds: Vec::new(),
+        }
+    }
+}
+
 /// The report's figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {

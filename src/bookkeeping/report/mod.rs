@@ -36,7 +36,7 @@ use crate::store;
 
 pub use self::figures::{Funnel, LineWait, Money, PaymentFigures, Report, SecondView, Summary};
 pub use self::recorder::Recorder;
-pub use self::render::{CSV_COLUMNS, span};
+pub use self::render::{CSV_COLUMNS, SUMMARY_COLUMNS, span, summaries_csv};
 
 /// The report's handle: what it reads.
 #[derive(Clone)]
@@ -89,10 +89,41 @@ impl Reports {
         }
         let mut report = self.make(id).await?;
         report.kept = true;
-        let text = serde_json::to_string(&report)
-            .map_err(|e| BookkeepingError::Corrupt(format!("a report as JSON: {e}")))?;
-        self.seconds.keep_report(id, &text, report.made_ms).await?;
+        let json = |r: &Report| {
+            serde_json::to_string(r)
+                .map_err(|e| BookkeepingError::Corrupt(format!("a report as JSON: {e}")))
+        };
+        let text = json(&report)?;
+        let summary = json(&report.without_timeline())?;
+        self.seconds
+            .keep_report(id, (&text, &summary), report.made_ms)
+            .await?;
         Ok(())
+    }
+
+    /// The kept reports without their timelines (the index of past
+    /// sales), newest first, at most `limit`, kept before `before` (epoch
+    /// ms) when given.
+    pub async fn kept(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Report>, BookkeepingError> {
+        let mut out = Vec::new();
+        for (product, _, summary) in self.seconds.kept_reports(before, limit).await? {
+            let text = match summary {
+                Some(text) => text,
+                // Kept before summaries were: the whole report, once.
+                None => match ProductId::parse(&product) {
+                    Ok(id) => self.seconds.report(&id).await?.unwrap_or_default(),
+                    Err(_) => continue,
+                },
+            };
+            if let Ok(report) = serde_json::from_str::<Report>(&text) {
+                out.push(report.without_timeline());
+            }
+        }
+        Ok(out)
     }
 
     /// Deletes the sale's timeline once its report is kept (the report

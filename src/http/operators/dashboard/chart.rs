@@ -233,7 +233,7 @@ fn signed(s: i64) -> String {
 }
 
 /// Epoch seconds as a clock time, UTC (`HH:MM:SS`).
-fn clock(epoch_s: i64) -> String {
+pub(super) fn clock(epoch_s: i64) -> String {
     let d = epoch_s.rem_euclid(86_400);
     format!("{:02}:{:02}:{:02}", d / 3600, d / 60 % 60, d % 60)
 }

@@ -21,6 +21,7 @@ mod chart;
 mod controls;
 mod door;
 mod report;
+mod reports;
 pub mod session;
 
 use axum::Router;
@@ -61,6 +62,9 @@ where
         .route("/admin/dashboard/log", get(log))
         .route("/admin/dashboard/action", post(controls::act))
         .route("/admin/dashboard/report/{product_id}", get(report::page))
+        .route("/admin/dashboard/reports", get(reports::index))
+        .route("/admin/dashboard/reports/compare", get(reports::compare))
+        .route("/admin/dashboard/reports.csv", get(reports::csv))
         .route(
             "/admin/login",
             // Throttled per address, as the lookups are.

@@ -81,6 +81,10 @@ pub fn render(r: &Report) -> String {
                         a href="/admin/dashboard" { "back to the dashboard" }
                         " · "
                         a href={ "/api/admin/products/" (id) "/report/csv" } { "timeline as CSV" }
+                        " · "
+                        a href={ "/admin/dashboard/reports.csv?sale=" (id) } { "summary as CSV" }
+                        " · "
+                        a href="/admin/dashboard/reports" { "past sales" }
                     }
                 }
                 main {
@@ -107,7 +111,7 @@ pub fn render(r: &Report) -> String {
 }
 
 /// The figures, named.
-fn figures(r: &Report) -> Vec<(&'static str, String)> {
+pub(super) fn figures(r: &Report) -> Vec<(&'static str, String)> {
     let s = &r.summary;
     let (f, p) = (&s.funnel, &s.payments);
     let wait = s.wait.as_ref().map_or("no room".into(), |w| {
