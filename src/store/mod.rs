@@ -47,7 +47,7 @@ pub use events::{
 };
 pub use fault::{Fault, Outage, OutageCounts};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
-pub use payments::{Locked, NewPayment, Payments, Recorded};
+pub use payments::{Locked, NewPayment, Payments, Recorded, RefundDueRow};
 pub use products::{NewProduct, Product, Products};
 pub use seconds::{SecondRow, Seconds};
 pub use topology::{SeenTopology, Topology};

@@ -94,6 +94,30 @@ impl Payments {
             .await
     }
 
+    /// A sale's payments whose result is `refund_due` (taken for orders
+    /// that could not have them), oldest first, at most `limit`:
+    /// `(payment_id, order_id, user_id, amount, currency, received)`.
+    pub async fn refunds_due_of(
+        &self,
+        product: &crate::domain::ProductId,
+        limit: u32,
+    ) -> Result<Vec<RefundDueRow>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT p.payment_id, p.order_id, o.user_id, p.amount, p.currency, p.received \
+                     FROM tb_payment p JOIN tb_order o ON o.order_id = p.order_id \
+                     WHERE o.product_id = ? AND p.result = 'refund_due' \
+                     ORDER BY p.received, p.payment_id LIMIT ?",
+                )
+                .bind(product.as_str())
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
     /// Which of `payments` (kind, payment id) the books hold.
     pub async fn recorded(
         &self,
@@ -277,3 +301,7 @@ async fn apply(
     }
     Ok(())
 }
+
+/// A payment owed back: `(payment_id, order_id, user_id, amount,
+/// currency, received)` (epoch ms).
+pub type RefundDueRow = (String, String, i64, Decimal, String, i64);

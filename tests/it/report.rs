@@ -907,8 +907,27 @@ async fn retired_sales_are_listed_compared_and_summed_up_as_csv() {
             .await;
         assert!(status.is_success(), "{status}");
     }
+    // A second payment for a paid order: owed back, listed to act on.
+    let twice = unique("pay-twice-");
+    let (status, owed) = app
+        .notify_of("payment.succeeded", &paid[0], &twice, &amount(1))
+        .await;
+    assert_eq!(owed["result"], "refund_due", "{status} {owed}");
     retire(&app, &a).await;
     retire(&app, &b).await;
+    let kept = report(&app, &a).await;
+    assert_eq!(kept["kept"], true);
+    let listed = &kept["refunds_due"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(
+        (
+            &listed[0]["payment_id"],
+            &listed[0]["order_id"],
+            &listed[0]["user_id"]
+        ),
+        (&json!(twice), &json!(paid[0]), &json!(1)),
+        "{listed}"
+    );
 
     let get = |path: String, cookie: Option<String>| {
         let mut req = app.client.get(app.url(&path));
@@ -982,6 +1001,17 @@ async fn retired_sales_are_listed_compared_and_summed_up_as_csv() {
         let said: rust_decimal::Decimal = r["revenue"].parse().unwrap();
         assert_eq!(said, revenue, "{csv}");
     }
+    let owed: rust_decimal::Decimal = of(&a)["refunds_owed"].parse().unwrap();
+    assert_eq!((of(&a)["refund_due"], owed), ("1", price), "{csv}");
+    // The kept report's page lists the refund to make.
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let page = get(format!("/admin/dashboard/report/{a}"), Some(cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let refunds = &page[page.find("id=\"refunds\"").expect("the refunds' table")..];
+    assert!(refunds.contains(&twice), "{page}");
 }
 
 /// In Chromium: from the dashboard to the past sales, two ticked and

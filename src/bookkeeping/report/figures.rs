@@ -21,6 +21,26 @@ pub struct Report {
     pub summary: Summary,
     /// The timeline, a second at a time (only seconds with something).
     pub seconds: Vec<SecondView>,
+    /// The payments owed back, to act on (oldest first, at most
+    /// [`REFUNDS_LISTED`]; `summary.payments.refund_due` counts them all).
+    #[serde(default)]
+    pub refunds_due: Vec<RefundDue>,
+}
+
+/// Refunds owed a report lists at most.
+pub const REFUNDS_LISTED: u32 = 1000;
+
+/// A payment taken for an order that could not have it (the order was
+/// cancelled and its units gone): owed back to the buyer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RefundDue {
+    pub payment_id: String,
+    pub order_id: String,
+    pub user_id: i64,
+    pub amount: rust_decimal::Decimal,
+    pub currency: String,
+    /// When the payment was heard (epoch ms).
+    pub received_ms: i64,
 }
 
 impl Report {
@@ -36,6 +56,7 @@ impl Report {
             initial_qty: self.initial_qty,
             summary: self.summary.clone(),
             seconds: Vec::new(),
+            refunds_due: Vec::new(),
         }
     }
 }

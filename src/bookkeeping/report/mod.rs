@@ -34,7 +34,9 @@ use crate::metrics::distinct;
 use crate::sale::Room;
 use crate::store;
 
-pub use self::figures::{Funnel, LineWait, Money, PaymentFigures, Report, SecondView, Summary};
+pub use self::figures::{
+    Funnel, LineWait, Money, PaymentFigures, REFUNDS_LISTED, RefundDue, Report, SecondView, Summary,
+};
 pub use self::recorder::Recorder;
 pub use self::render::{CSV_COLUMNS, SUMMARY_COLUMNS, span, summaries_csv};
 
@@ -158,6 +160,19 @@ impl Reports {
         let mut seconds = counted.seconds;
         booked::fill(&mut s, &product, &orders, &payments, &audit);
         let restocks = self.products.restock_times(id).await?;
+        let refunds_due = (self.payments.refunds_due_of(id, REFUNDS_LISTED).await?)
+            .into_iter()
+            .map(
+                |(payment_id, order_id, user_id, amount, currency, received_ms)| RefundDue {
+                    payment_id,
+                    order_id,
+                    user_id,
+                    amount: amount.normalize(),
+                    currency,
+                    received_ms,
+                },
+            )
+            .collect();
         booked::add_to_timeline(&mut seconds, &orders, &restocks);
         // Every buyer who ordered tried: an estimate a little short is
         // raised to them.
@@ -195,6 +210,7 @@ impl Reports {
             initial_qty: product.initial_qty,
             summary: s,
             seconds,
+            refunds_due,
         })
     }
 }

@@ -102,6 +102,27 @@ pub fn render(r: &Report) -> String {
                             @for (code, n) in &r.summary.refused { tr { td { (code) } td { (n) } } }
                         }
                     }
+                    @if !r.refunds_due.is_empty() {
+                        section {
+                            h2 { "Refunds owed" }
+                            p.note {
+                                "Payments taken for orders that could not have them (cancelled, their units gone): "
+                                "refund each on the payment side."
+                                @if (r.refunds_due.len() as i64) < r.summary.payments.refund_due {
+                                    " The first " (r.refunds_due.len()) " of " (r.summary.payments.refund_due) "."
+                                }
+                            }
+                            table #refunds {
+                                tr { th { "payment" } th { "order" } th { "buyer" } th { "amount" } th { "heard" } }
+                                @for f in &r.refunds_due {
+                                    tr {
+                                        td { (f.payment_id) } td { (f.order_id) } td { (f.user_id) }
+                                        td { (f.currency) " " (f.amount) } td { (super::reports::when(f.received_ms)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     (charts(r))
                 }
             }
@@ -381,6 +402,7 @@ mod tests {
             initial_qty: 1,
             summary: Default::default(),
             seconds: Vec::new(),
+            refunds_due: Vec::new(),
         };
         let page = render(&r);
         assert!(!page.contains("<script>"), "{page}");
