@@ -322,6 +322,24 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
         (&json!(15), &json!(1), &json!(5), &json!(0)),
         "{p}"
     );
+    // Over time: each second's refusals by reason and payments by result
+    // add up to the sale's.
+    let over_time = |field: &str, key: &str| -> u64 {
+        (r["seconds"].as_array().unwrap().iter())
+            .map(|x| x[field][key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    for (code, n) in s["refused"].as_object().unwrap() {
+        assert_eq!(over_time("refused_by", code), n.as_u64().unwrap(), "{code}");
+    }
+    assert_eq!(
+        (
+            over_time("payments_by", "paid"),
+            over_time("payments_by", "paid_again")
+        ),
+        (15, 1),
+        "{r}"
+    );
     assert_eq!(s["persisted"], 20);
     assert_eq!(s["books_ok"], true);
     assert!(s["sold_out_after_ms"].as_i64().is_some(), "{s}");
@@ -684,12 +702,15 @@ async fn in_a_browser_the_report_draws_the_sale() {
     // line breaks at a second without orders: its pieces are one series).
     let drawn = browser
         .eval(
-            "return ['orders','units','latency','room','pace','persisted','persist-wait','payments'] \
+            "return ['orders','units','latency','room','pace','persisted','persist-wait','refusals','payments'] \
              .map(id => new Set([...document.querySelectorAll('#chart-' + id + ' [data-series]')] \
              .map(e => e.dataset.series)).size);",
         )
         .await;
-    assert_eq!(drawn, json!([2, 3, 2, 3, 2, 1, 1, 3]), "{drawn}");
+    // A line per reason refused (five at most, and "other").
+    let reasons = r["summary"]["refused"].as_object().unwrap().len();
+    let refusals = reasons.min(5) + usize::from(reasons > 5);
+    assert_eq!(drawn, json!([2, 3, 2, 3, 2, 1, 1, refusals, 5]), "{drawn}");
     // The start is marked, the clock under the seconds.
     let marked = browser
         .eval("return [...document.querySelectorAll('#chart-orders .mark')].map(m => m.dataset.mark);")

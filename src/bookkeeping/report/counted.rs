@@ -189,7 +189,17 @@ impl Merged {
             expired: 0,
             returned: 0,
             restocked: 0,
+            refused_by: self.by_prefix("refused."),
+            payments_by: self.by_prefix("payment."),
         }
+    }
+
+    /// The counts named `<prefix><what>`, by what.
+    fn by_prefix(&self, prefix: &str) -> BTreeMap<String, u64> {
+        (self.counts.iter())
+            .filter_map(|(k, v)| Some((k.strip_prefix(prefix)?.to_owned(), *v)))
+            .filter(|(_, v)| *v > 0)
+            .collect()
     }
 
     fn refused(&self) -> u64 {

@@ -188,6 +188,13 @@ pub struct SecondView {
     /// Units restocks added this second (taken away: negative), the books'.
     #[serde(default)]
     pub restocked: i64,
+    /// The refusals this second, by code (`refused` is their sum).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused_by: BTreeMap<String, u64>,
+    /// The payments' notifications this second, by result (`paid`,
+    /// `paid_again`, `refund_due`, `failed`, `amount_mismatch`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub payments_by: BTreeMap<String, u64>,
 }
 
 /// The timeline's second `t`, added where nothing was counted: the room's

@@ -435,6 +435,7 @@ sku-1 (Phone), kept at retirement
             expired: 0,
             returned: 2,
             restocked: -1,
+            ..SecondView::default()
         };
         w.serialize(CsvRow::from(&second)).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();

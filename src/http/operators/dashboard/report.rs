@@ -318,13 +318,50 @@ fn charts(r: &Report) -> Markup {
                 Series::new("longest wait (s)", "#ef6c00", Gaps::Skip,
                     s.each(|x| x.persist_wait_max_ms.map(|ms| ms as f64 / 1000.0))),
             ]))
-            (chart("payments", "Payments, timeouts and units given back per second", &axis, &[
-                s.count("paid", "#2e7d32", |x| x.paid),
+            (chart("refusals", "Refusals per second, by reason", &axis, &refusals(r, &s)))
+            (chart("payments", "Payments per second, by result, and orders timed out", &axis, &[
+                s.keyed("paid", "#2e7d32", |x| &x.payments_by, "paid"),
+                s.keyed("paid late", "#1565c0", |x| &x.payments_by, "paid_again"),
+                s.keyed("refund due", "#ef6c00", |x| &x.payments_by, "refund_due"),
+                s.keyed("failed", "#6a1b9a", |x| &x.payments_by, "failed"),
                 s.count("timed out", "#c62828", |x| x.timed_out),
-                s.count("units given back", "#ef6c00", |x| x.returned),
             ]))
         }
     }
+}
+
+/// Colours for lines that have no colour of their own.
+const PALETTE: [&str; 6] = [
+    "#c62828", "#ef6c00", "#6a1b9a", "#1565c0", "#00838f", "#9e9e9e",
+];
+
+/// A line per reason a sale's orders were refused, the most frequent
+/// first (five; the rest are one line, "other").
+fn refusals<'r>(r: &'r Report, s: &Lines<'r>) -> Vec<Series<'r>> {
+    let mut codes: Vec<(&String, &u64)> = r.summary.refused.iter().collect();
+    codes.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let (shown, rest) = codes.split_at(codes.len().min(5));
+    let mut lines: Vec<Series> = shown
+        .iter()
+        .zip(PALETTE)
+        .map(|((code, _), color)| s.keyed(code.as_str(), color, |x| &x.refused_by, code.as_str()))
+        .collect();
+    if !rest.is_empty() {
+        let named: Vec<&str> = shown.iter().map(|(c, _)| c.as_str()).collect();
+        lines.push(Series::new(
+            "other",
+            PALETTE[5],
+            Gaps::Zero,
+            s.each(|x| {
+                let other: u64 = (x.refused_by.iter())
+                    .filter(|(k, _)| !named.contains(&k.as_str()))
+                    .map(|(_, v)| v)
+                    .sum();
+                other as f64
+            }),
+        ));
+    }
+    lines
 }
 
 /// The timeline's seconds, made into the charts' lines.
@@ -339,6 +376,18 @@ impl Lines<'_> {
     /// A count per second (a second not in the timeline counted 0).
     fn count<'a>(&self, label: &'a str, color: &'a str, f: fn(&SecondView) -> u64) -> Series<'a> {
         Series::new(label, color, Gaps::Zero, self.each(|x| f(x) as f64))
+    }
+
+    /// A count per second kept by key (`key` of the map `f` picks).
+    fn keyed<'a>(
+        &self,
+        label: &'a str,
+        color: &'a str,
+        f: fn(&SecondView) -> &std::collections::BTreeMap<String, u64>,
+        key: &str,
+    ) -> Series<'a> {
+        let values = self.each(|x| f(x).get(key).copied().unwrap_or(0) as f64);
+        Series::new(label, color, Gaps::Zero, values)
     }
 
     /// A count's running total.
