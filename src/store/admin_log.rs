@@ -114,6 +114,28 @@ impl AdminLog {
             .await
     }
 
+    /// A sale's entries, newest first (as [`Self::page`]).
+    pub async fn page_of(
+        &self,
+        product: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AdminEntry>, StoreError> {
+        self.db
+            .call(|pool| async move {
+                sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM tb_admin_log WHERE product_id = ? AND id < ? \
+                     ORDER BY id DESC LIMIT ?"
+                ))
+                .bind(product)
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            })
+            .await
+    }
+
     /// Ends dashboard session `nonce` (which would expire at `expires`,
     /// epoch ms) for every instance; forgets sessions past their expiry.
     pub async fn end_session(&self, nonce: &str, expires: i64) -> Result<(), StoreError> {

@@ -837,6 +837,50 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
             "product.create"
         ]
     );
+    // The log panel, this sale's entries only: each with its date, what
+    // was asked and the values before and after.
+    browser
+        .eval(&format!(
+            "const f = document.getElementById('log-sale'); f.value = '{sku}'; \
+             f.dispatchEvent(new Event('change')); return true;"
+        ))
+        .await;
+    let rows = || async {
+        browser
+            .eval(
+                "return [...document.querySelectorAll('#admin-log tbody tr')] \
+                 .map(r => [...r.cells].map(c => c.textContent));",
+            )
+            .await
+    };
+    let shown = eventually_some("this sale's entries", Duration::from_secs(10), || async {
+        let rows = rows().await;
+        let all_ours = rows
+            .as_array()
+            .is_some_and(|r| r.len() == 5 && r.iter().all(|row| row[2] == sku.as_str()));
+        all_ours.then_some(rows)
+    })
+    .await;
+    let restock = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[1] == "sale.restock")
+        .expect("the restock's entry");
+    let when = restock[0].as_str().unwrap();
+    assert!(
+        when.chars().filter(char::is_ascii_digit).count() >= 8,
+        "a date and a time: {when}"
+    );
+    assert!(
+        restock[6].as_str().unwrap().contains("\"units\":3"),
+        "asked: {restock}"
+    );
+    let change = restock[7].as_str().unwrap();
+    assert!(
+        change.contains(" → ") && change.contains("\"stock\":5"),
+        "before → after: {restock}"
+    );
     browser.quit().await;
 }
 

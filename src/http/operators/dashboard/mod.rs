@@ -26,7 +26,7 @@ pub mod session;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
@@ -112,25 +112,41 @@ async fn data(
 }
 
 /// Entries of the admin log the page shows.
-const LOG_SHOWN: u32 = 15;
+const LOG_SHOWN: u32 = 30;
 
-/// `GET /admin/dashboard/log`: the newest entries of the admin log (what,
-/// which sale, who, from where, the answer), 401 without a session.
+/// `GET /admin/dashboard/log` (`?sale=` one sale's, `?before=` older than
+/// an entry): the newest entries of the admin log (when, what, which sale,
+/// who, from where, the answer, what was asked, the values before and
+/// after), 401 without a session.
 async fn log(
     State(dashboard): State<Arc<Dashboard>>,
     headers: HeaderMap,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     signed_in(&dashboard, &headers).await?;
-    let entries: Vec<serde_json::Value> = dashboard
-        .admin
-        .log()
-        .page(None, LOG_SHOWN)
-        .await?
+    let asked: std::collections::HashMap<String, String> =
+        url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let before = asked.get("before").and_then(|b| b.parse::<i64>().ok());
+    let log = dashboard.admin.log();
+    let page = match asked.get("sale").filter(|s| !s.is_empty()) {
+        Some(sale) => log.page_of(sale, before, LOG_SHOWN).await?,
+        None => log.page(before, LOG_SHOWN).await?,
+    };
+    // The JSON the entry holds, as JSON (text that is not: as text).
+    let json = |text: &Option<String>| -> serde_json::Value {
+        text.as_deref().map_or(serde_json::Value::Null, |t| {
+            serde_json::from_str(t).unwrap_or_else(|_| t.into())
+        })
+    };
+    let entries: Vec<serde_json::Value> = page
         .into_iter()
         .map(|e| {
             serde_json::json!({
-                "at": e.at, "action": e.action, "product_id": e.product_id,
+                "id": e.id, "at": e.at, "action": e.action, "product_id": e.product_id,
                 "actor": e.actor, "address": e.address, "status": e.status,
+                "asked": json(&e.asked), "before": json(&e.before), "after": json(&e.after),
             })
         })
         .collect();

@@ -344,40 +344,96 @@ function renderSales(snapshot) {
     if (!seen.has(el.dataset.product)) el.remove();
   }
   document.getElementById("no-sales").hidden = snapshot.sales.length > 0;
+  // The log's sale filter offers the open sales.
+  const offered = document.getElementById("log-sales");
+  const ids = snapshot.sales.map((s) => s.product_id);
+  if (offered.dataset.ids !== ids.join(",")) {
+    offered.dataset.ids = ids.join(",");
+    offered.replaceChildren(...ids.map((id) => {
+      const option = document.createElement("option");
+      option.value = id;
+      return option;
+    }));
+  }
   const more = document.getElementById("more-sales");
   more.hidden = snapshot.sales_not_shown === 0;
   text(more, `${count(snapshot.sales_not_shown)} more open sales not shown.`);
 }
 
-// The admin log: its newest entries, every few seconds.
+// The admin log: its newest entries every few seconds (one sale's when
+// the filter names one; older pages on request, which stop the refresh
+// until "Newest").
+const logView = { before: null, oldest: null };
+
+// A value of the log as one line of text (JSON: what was asked, before,
+// after).
+function logValue(v) {
+  if (v === null || v === undefined) return "";
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+// Epoch ms as the browser's local date and time, to the second.
+function logWhen(ms) {
+  const d = new Date(ms);
+  return `${d.toLocaleDateString()} ${d.toLocaleTimeString()}`;
+}
+
+async function loadLog() {
+  const params = new URLSearchParams();
+  const sale = document.getElementById("log-sale").value.trim();
+  if (sale) params.set("sale", sale);
+  if (logView.before !== null) params.set("before", String(logView.before));
+  const response = await fetch(`/admin/dashboard/log?${params}`, {
+    credentials: "same-origin",
+    cache: "no-store",
+  });
+  if (!response.ok) return;
+  const { entries } = await response.json();
+  const body = document.querySelector("#admin-log tbody");
+  const rows = entries.map((e) => {
+    const tr = document.createElement("tr");
+    tr.dataset.id = String(e.id);
+    const change = e.before !== null || e.after !== null
+      ? `${logValue(e.before) || "–"} → ${logValue(e.after) || "–"}` : "";
+    const cells = [logWhen(e.at), e.action, e.product_id || "", e.actor, e.address || "",
+      e.status ? String(e.status) : "", logValue(e.asked), change];
+    for (const value of cells) {
+      const td = document.createElement("td");
+      text(td, value);
+      tr.appendChild(td);
+    }
+    if (e.action === "auth.failed" || e.action === "dashboard.forged") tr.className = "bad";
+    return tr;
+  });
+  body.replaceChildren(...rows);
+  logView.oldest = entries.length ? entries[entries.length - 1].id : null;
+  document.getElementById("log-older").disabled = entries.length === 0;
+  document.body.dataset.logRows = String(rows.length);
+}
+
 async function pollLog() {
   try {
-    const response = await fetch("/admin/dashboard/log", {
-      credentials: "same-origin",
-      cache: "no-store",
-    });
-    if (response.ok) {
-      const { entries } = await response.json();
-      const body = document.querySelector("#admin-log tbody");
-      const rows = entries.map((e) => {
-        const tr = document.createElement("tr");
-        const cells = [new Date(e.at).toLocaleTimeString(), e.action, e.product_id || "",
-          e.actor, e.address || "", e.status ? String(e.status) : ""];
-        for (const value of cells) {
-          const td = document.createElement("td");
-          text(td, value);
-          tr.appendChild(td);
-        }
-        if (e.action === "auth.failed") tr.className = "bad";
-        return tr;
-      });
-      body.replaceChildren(...rows);
-      document.body.dataset.logRows = String(rows.length);
-    }
+    if (logView.before === null) await loadLog();
   } catch (e) {
     // The sales' poll says when the connection is lost.
   }
   setTimeout(pollLog, 5000);
+}
+
+function wireLog() {
+  const reload = () => { loadLog().catch(() => {}); };
+  document.getElementById("log-sale").addEventListener("change", () => {
+    logView.before = null;
+    reload();
+  });
+  document.getElementById("log-newest").addEventListener("click", () => {
+    logView.before = null;
+    reload();
+  });
+  document.getElementById("log-older").addEventListener("click", () => {
+    if (logView.oldest !== null) logView.before = logView.oldest;
+    reload();
+  });
 }
 
 let ticks = 0;
@@ -418,3 +474,4 @@ async function poll() {
 
 document.addEventListener("DOMContentLoaded", poll);
 document.addEventListener("DOMContentLoaded", pollLog);
+document.addEventListener("DOMContentLoaded", wireLog);
