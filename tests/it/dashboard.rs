@@ -813,6 +813,15 @@ async fn in_a_browser_the_operator_pauses_resumes_restocks_and_closes_a_sale() {
     let resp = app.place_order(9, &sku, 1).await;
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "sale_ended");
+    // The card says what comes next for a closed sale.
+    let retires = format!("{card} [data-field=\"retires\"]");
+    eventually("the retirement's word", Duration::from_secs(10), || async {
+        browser
+            .text(&retires)
+            .await
+            .is_some_and(|t| t.contains("retire") && t.contains("Past sales"))
+    })
+    .await;
     // Each action in the admin log, under the page's session.
     let log = app.admin_log().await;
     let ours: Vec<&str> = log["entries"]

@@ -97,6 +97,14 @@ function renderSale(el, sale, now) {
     ? sale.unsettled.split(",").map((r) => r.replace(/_/g, " ")).join(", ") : "";
   text(field("state"), soldOut ? "live · sold out"
     : waits ? `ended · not retired: ${waits}` : sale.state);
+  // An ended sale says what comes next: its retirement, and where its
+  // report goes then.
+  field("retires").hidden = sale.state !== "ended";
+  text(field("retires"), sale.state !== "ended" ? ""
+    : "Ended: it takes no orders. The workers retire it once every order is settled "
+      + "(paid, cancelled or timed out) and its books balance"
+      + (waits ? ` (waiting for: ${waits})` : "")
+      + "; it then leaves this page, and its report is kept under Past sales.");
   const stuck = waits.includes("dead letters") || waits.includes("books off");
   field("state").className = `badge ${stuck ? "bad" : sale.state}`;
   const [label, tone] = books(sale);
