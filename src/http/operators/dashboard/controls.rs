@@ -22,6 +22,7 @@ use subtle::ConstantTimeEq;
 
 use super::board::Dashboard;
 use super::door::{FORGED, same_origin, signed_in};
+use super::session::Session;
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
 use crate::http::operators::admin_log::AdminAction;
@@ -79,26 +80,7 @@ pub(super) async fn act(
         .unwrap_or_default();
     let expected = dashboard.sessions.csrf(&session);
     if !same_origin(&parts) || !bool::from(token.ct_eq(expected.as_bytes())) {
-        tracing::warn!(
-            actor = session.actor(),
-            "a dashboard action without this page's token or from another origin: refused"
-        );
-        // In the admin log too: someone's page posted with the operator's
-        // cookie.
-        dashboard
-            .admin
-            .write(AdminEntry {
-                address: client_address(&dashboard, &parts),
-                asked: Some(String::from_utf8_lossy(&body).into_owned()),
-                ..AdminEntry::new(
-                    FORGED.to_owned(),
-                    session.actor(),
-                    i32::from(StatusCode::FORBIDDEN.as_u16()),
-                )
-            })
-            .await;
-        return ApiError::Forbidden("a dashboard action must come from the dashboard's own page")
-            .into_response();
+        return refuse_forged(&dashboard, &parts, &session, &body).await;
     }
     let asked: Action = match serde_json::from_slice(&body) {
         Ok(a) => a,
@@ -131,6 +113,35 @@ pub(super) async fn act(
         Ok(product) => (StatusCode::OK, axum::Json(product)).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// A post without the page's token or from another origin: someone's
+/// page posted with the operator's cookie. Refused, logged and written to
+/// the admin log (`dashboard.forged`, with what it asked).
+async fn refuse_forged(
+    dashboard: &Dashboard,
+    parts: &Parts,
+    session: &Session,
+    body: &Bytes,
+) -> Response {
+    tracing::warn!(
+        actor = session.actor(),
+        "a dashboard action without this page's token or from another origin: refused"
+    );
+    dashboard
+        .admin
+        .write(AdminEntry {
+            address: client_address(dashboard, parts),
+            asked: Some(String::from_utf8_lossy(body).into_owned()),
+            ..AdminEntry::new(
+                FORGED.to_owned(),
+                session.actor(),
+                i32::from(StatusCode::FORBIDDEN.as_u16()),
+            )
+        })
+        .await;
+    ApiError::Forbidden("a dashboard action must come from the dashboard's own page")
+        .into_response()
 }
 
 async fn run(dashboard: &Dashboard, mut asked: Action) -> Result<serde_json::Value, ApiError> {
