@@ -233,9 +233,31 @@ fn signed(s: i64) -> String {
 }
 
 /// Epoch seconds as a clock time, UTC (`HH:MM:SS`).
-pub(super) fn clock(epoch_s: i64) -> String {
+fn clock(epoch_s: i64) -> String {
     let d = epoch_s.rem_euclid(86_400);
     format!("{:02}:{:02}:{:02}", d / 3600, d / 60 % 60, d % 60)
+}
+
+/// Epoch ms as a date and a time, UTC (`2026-12-06 11:19 UTC`).
+pub(super) fn when(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let clock = clock(secs);
+    format!("{y:04}-{m:02}-{d:02} {} UTC", &clock[..5])
+}
+
+/// Days since 1970-01-01 as a date (year, month, day): the proleptic
+/// Gregorian calendar (H. Hinnant's `civil_from_days`).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Ticks every so many seconds: at most about six on the axis.
@@ -368,5 +390,13 @@ mod tests {
         assert_eq!(nice_top(120.0), 200.0);
         assert_eq!(nice_top(100.0), 100.0);
         assert_eq!(nice_top(3.2), 5.0);
+    }
+
+    #[test]
+    fn a_moment_reads_as_its_utc_date_and_time() {
+        assert_eq!(when(0), "1970-01-01 00:00 UTC");
+        assert_eq!(when(1_700_000_000_000), "2023-11-14 22:13 UTC");
+        assert_eq!(when(951_782_400_000), "2000-02-29 00:00 UTC");
+        assert_eq!(when(1_796_515_199_000), "2026-12-05 23:59 UTC");
     }
 }

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::board::Dashboard;
-use super::chart::{Axis, Gaps, Mark, Series, chart, funnel};
+use super::chart::{Axis, Gaps, Mark, Series, chart, funnel, when};
 use super::door::{login_form, signed_in};
 use crate::bookkeeping::Report;
 use crate::bookkeeping::report::SecondView;
@@ -117,7 +117,7 @@ pub fn render(r: &Report) -> String {
                                 @for f in &r.refunds_due {
                                     tr {
                                         td { (f.payment_id) } td { (f.order_id) } td { (f.user_id) }
-                                        td { (f.currency) " " (f.amount) } td { (super::reports::when(f.received_ms)) }
+                                        td { (f.currency) " " (f.amount) } td { (when(f.received_ms)) }
                                     }
                                 }
                             }
