@@ -233,6 +233,18 @@ else
   redis.call('HDEL', KEYS[3], 'limit')
   redis.call('DEL', KEYS[5], KEYS[6])
 end
+-- The count the gauges show. `active` is an upper bound (whole log steps:
+-- a place reached just before the window's edge counts until the next
+-- entry passes it, a buyer who ordered counts until the bucket of their
+-- admission's expiry has run out), which keeps the line on the safe side;
+-- the line never takes more than the cap, so more than the cap is never
+-- held, and the count shown is at most the cap (after the cap is lowered,
+-- buyers admitted before keep their admission: it reads the new cap until
+-- enough of them have ordered or run out).
+local shown = active
+if cap > 0 and shown > cap then
+  shown = cap
+end
 return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
-  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, active, age, log, pow,
+  tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, shown, age, log, pow,
   tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1'), log_gap}

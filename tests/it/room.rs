@@ -915,6 +915,43 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
 
+/// With buyers ordering as soon as they are admitted, admissions running
+/// out every 3 s: the room's count of unused admissions (`room_active`)
+/// never reads above the cap (it read 13 for a cap of 10: buyers who had
+/// ordered still counted until their second's bucket ran out), while the
+/// line cycles through the crowd.
+#[tokio::test]
+async fn the_active_gauge_never_reads_above_the_cap_as_buyers_order_and_admissions_run_out() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        1_000,
+        0,
+        json!({"ceiling_per_sec": 100, "active_cap": 10, "admission_secs": 3}),
+    )
+    .await;
+    let tickets = line_up(&app, &sku, 1..=80).await;
+    let (mut ordered, mut highest) = (std::collections::HashSet::new(), 0);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(9) {
+        let fresh: Vec<(u64, String)> = holding(&app, &sku, &tickets)
+            .await
+            .into_iter()
+            .filter(|(user, _)| !ordered.contains(user))
+            .collect();
+        // The line itself: at most 10 hold an admission they have not used.
+        assert!(fresh.len() <= 10, "{} unused admissions", fresh.len());
+        // Two in three order at once, the rest let their admission run out.
+        let buying: Vec<(u64, String)> = fresh.into_iter().filter(|(u, _)| u % 3 != 0).collect();
+        ordered.extend(order_each(&app, &sku, &buying, 1).await);
+        highest = highest.max(room_metric(&app, &sku, "room_active").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let admitted = room_metric(&app, &sku, "room_admitted").await;
+    assert!(admitted > 20, "the line cycled: {admitted} admitted");
+    assert!(highest <= 10, "room_active read {highest} for a cap of 10");
+}
+
 /// The cap counts what is really held, whatever ran out before: after a
 /// batch of admissions expired unused, buyers of the next batch who order
 /// (two units each, where the limit allows) free one place each at once,
