@@ -5,3 +5,7 @@
 ALTER TABLE tb_sale_report
     ADD COLUMN summary MEDIUMTEXT NULL,
     ADD INDEX idx_made (made);
+
+-- A sale's own events (paused, resumed, ...), found by its id: the
+-- report's marks read them. Orders' events have no product_id (NULL).
+ALTER TABLE tb_event ADD INDEX idx_product (product_id, id);

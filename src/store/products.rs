@@ -389,6 +389,27 @@ impl Products {
             .await
     }
 
+    /// When a sale was paused and resumed, as its events say: `(true:
+    /// paused / false: resumed, at)` (epoch ms), in order.
+    pub async fn pauses_of(&self, product: &ProductId) -> Result<Vec<(bool, i64)>, StoreError> {
+        let rows: Vec<(String, i64)> = self
+            .db
+            .call(|pool| async move {
+                sqlx::query_as(
+                    "SELECT type, created FROM tb_event WHERE product_id = ? \
+                     AND type IN ('sale.paused', 'sale.resumed') ORDER BY id",
+                )
+                .bind(product.as_str())
+                .fetch_all(pool)
+                .await
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(kind, at)| (kind == "sale.paused", at))
+            .collect())
+    }
+
     /// A sale's restocks as `(at, units)` (epoch ms), in time order: the
     /// report's marks.
     pub async fn restock_times(&self, product: &ProductId) -> Result<Vec<(i64, i64)>, StoreError> {

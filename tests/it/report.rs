@@ -795,7 +795,7 @@ fn drawn_line(page: &str, chart: &str, series: &str) -> Vec<(f64, f64)> {
 /// the timeline has both from the books (`returned`, `restocked`, in the
 /// JSON and the CSV), and the page's units chart draws the units orders
 /// hold never above those on sale (accepted in all, 10 units for 8 on
-/// sale, read as an oversell), with the restock marked.
+/// sale, read as an oversell), with the restock and a pause marked.
 #[tokio::test]
 async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_oversell() {
     let app = spawn_sale_service(Duration::from_secs(600)).await;
@@ -815,6 +815,17 @@ async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_overs
         assert_eq!(app.cancel(id, user).await.status(), StatusCode::OK);
     }
     next_second().await;
+    // Paused a moment, then resumed: marked on the charts.
+    for step in ["pause", "resume"] {
+        let resp = app
+            .client
+            .post(app.url(&format!("/api/admin/products/{sku}/{step}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{step}");
+    }
     app.accept_orders(&sku, 6..=7).await;
     next_second().await;
     let restocked = app
@@ -890,7 +901,14 @@ async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_overs
     // At the end: 8 held of 8 on sale (the same height), 2 given back.
     let (last_held, last_on_sale) = (held.last().unwrap().1, on_sale.last().unwrap().1);
     assert!((last_held - last_on_sale).abs() < 0.05, "{page}");
-    assert!(page.contains("data-mark=\"restock +3\""), "{page}");
+    for mark in ["restock +3", "paused", "resumed"] {
+        assert!(
+            page.contains(&format!("data-mark=\"{mark}\"")),
+            "{mark}: {page}"
+        );
+    }
+    let pauses = r["pauses"].as_array().map(Vec::len);
+    assert_eq!(pauses, Some(2), "{r}");
 }
 
 /// Closes `sku` and retires it (its report kept), as the workers do.

@@ -21,6 +21,10 @@ pub struct Report {
     pub summary: Summary,
     /// The timeline, a second at a time (only seconds with something).
     pub seconds: Vec<SecondView>,
+    /// When the sale was paused and resumed: `(true: paused / false:
+    /// resumed, at)` (epoch ms), in order (the charts' marks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<(bool, i64)>,
     /// The payments owed back, to act on (oldest first, at most
     /// [`REFUNDS_LISTED`]; `summary.payments.refund_due` counts them all).
     #[serde(default)]
@@ -56,6 +60,7 @@ impl Report {
             initial_qty: self.initial_qty,
             summary: self.summary.clone(),
             seconds: Vec::new(),
+            pauses: self.pauses.clone(),
             refunds_due: Vec::new(),
         }
     }

@@ -210,6 +210,7 @@ impl Reports {
             initial_qty: product.initial_qty,
             summary: s,
             seconds,
+            pauses: self.products.pauses_of(id).await?,
             refunds_due,
         })
     }

@@ -348,6 +348,7 @@ mod tests {
                 ..Summary::default()
             },
             seconds: Vec::new(),
+            pauses: Vec::new(),
             refunds_due: Vec::new(),
         }
     }
@@ -402,6 +403,7 @@ sku-1 (Phone), kept at retirement
             initial_qty: 3,
             summary: Default::default(),
             seconds: Vec::new(),
+            pauses: Vec::new(),
             refunds_due: Vec::new(),
         };
         let text = summaries_csv(&[r]);

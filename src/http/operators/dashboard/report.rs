@@ -221,7 +221,7 @@ fn money(m: &crate::bookkeeping::Money) -> String {
 }
 
 /// The moments marked across every chart: the start and the end, the
-/// sell-out, each restock (seconds from the start).
+/// sell-out, each pause and resume, each restock (seconds from the start).
 fn marks(r: &Report) -> Vec<Mark> {
     let start_s = r.start_ms.div_euclid(1000);
     let mut marks = vec![
@@ -238,6 +238,12 @@ fn marks(r: &Report) -> Vec<Mark> {
         marks.push(Mark {
             at: ms.div_euclid(1000),
             label: "sold out".into(),
+        });
+    }
+    for (paused, at) in &r.pauses {
+        marks.push(Mark {
+            at: at.div_euclid(1000) - start_s,
+            label: if *paused { "paused" } else { "resumed" }.into(),
         });
     }
     for x in r.seconds.iter().filter(|x| x.restocked != 0) {
@@ -286,7 +292,7 @@ fn charts(r: &Report) -> Markup {
     html! {
         section.charts {
             h2 { "Second by second" }
-            p.note { "Seconds from the start, and the clock (UTC) under them; dotted: start, end, sell-out, restocks." }
+            p.note { "Seconds from the start, and the clock (UTC) under them; dotted: start, end, sell-out, pauses, restocks." }
             (chart("orders", "Orders per second", &axis, &[
                 s.count("accepted", "#2e7d32", |x| x.accepted),
                 s.count("refused", "#9e9e9e", |x| x.refused),
@@ -451,6 +457,7 @@ mod tests {
             initial_qty: 1,
             summary: Default::default(),
             seconds: Vec::new(),
+            pauses: Vec::new(),
             refunds_due: Vec::new(),
         };
         let page = render(&r);
