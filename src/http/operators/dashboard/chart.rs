@@ -306,13 +306,14 @@ pub(super) fn funnel(steps: &[(&str, Option<u64>)]) -> Markup {
     html! {
         section {
             h2 { "The funnel" }
+            p.note { "Each step is some of the one before; in brackets, its share of it." }
             svg id="funnel" role="img" aria-label="the funnel" viewBox={ "0 0 " (W) " " (h) }
                 width=(W) height=(h) xmlns="http://www.w3.org/2000/svg" {
                 @for (i, (label, n)) in shown.iter().enumerate() {
                     @let y = 4.0 + 28.0 * i as f64;
                     @let w = (*n as f64 / first * (W - 300.0)).clamp(1.0, W - 300.0);
                     @let share = i.checked_sub(1).map(|p| shown[p].1).filter(|p| *p > 0)
-                        .map(|p| format!(" ({:.0}% of the step before)", *n as f64 * 100.0 / p as f64));
+                        .map(|p| format!(" ({:.0}%)", *n as f64 * 100.0 / p as f64));
                     text x="150" y=(y + 15.0) font-size="13" text-anchor="end" fill="#222" { (label) }
                     rect data-step=(label) x="160" y=(y) width=(format!("{w:.1}")) height="20" fill="#1565c0" {}
                     text x=(format!("{:.1}", 166.0 + w)) y=(y + 15.0) font-size="13" fill="#222" {

@@ -314,7 +314,7 @@ fn charts(r: &Report) -> Markup {
                 ]))
                 (chart("pace", "Waiting room: pace, under its ceiling (buyers/s)", &axis, &[
                     s.level("pace", "#2e7d32", |x| x.pace),
-                    s.level("ceiling", "#616161", |x| x.ceiling).dashed(),
+                    s.level("ceiling", "#c62828", |x| x.ceiling).dashed(),
                 ]))
             }
             (chart("persisted", "Orders persisted per second", &axis, &[
