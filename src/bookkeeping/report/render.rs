@@ -132,38 +132,32 @@ impl<'a> From<&'a Report> for SummaryRow<'a> {
 
 /// Sales' summaries as CSV (RFC 4180), a row each, the header first.
 pub fn summaries_csv(reports: &[Report]) -> String {
+    csv_of(SUMMARY_COLUMNS, reports.iter().map(SummaryRow::from))
+}
+
+/// Rows as CSV (RFC 4180, by the `csv` crate) under `columns`, the header
+/// first even with no row.
+fn csv_of<T: serde::Serialize>(columns: &str, rows: impl Iterator<Item = T>) -> String {
     let write = || -> Result<Vec<u8>, Box<dyn std::error::Error>> {
         let mut out = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(Vec::new());
-        out.write_record(SUMMARY_COLUMNS.split(','))?;
-        for r in reports {
-            out.serialize(SummaryRow::from(r))?;
+        out.write_record(columns.split(','))?;
+        for row in rows {
+            out.serialize(row)?;
         }
         Ok(out.into_inner()?)
     };
-    // Into memory: nothing but a bug can fail here.
-    let bytes = write().expect("the summaries' CSV, written into memory");
+    // Numbers and text into memory: nothing but a bug can fail here.
+    let bytes = write().expect("a CSV, written into memory");
     String::from_utf8(bytes).unwrap_or_default()
 }
 
 impl Report {
-    /// The timeline as CSV (RFC 4180, by the `csv` crate), a row per
-    /// second, the header first even with no second.
+    /// The timeline as CSV (RFC 4180), a row per second, the header
+    /// first even with no second.
     pub fn csv(&self) -> String {
-        let write = || -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-            let mut out = csv::WriterBuilder::new()
-                .has_headers(false)
-                .from_writer(Vec::new());
-            out.write_record(CSV_COLUMNS.split(','))?;
-            for s in &self.seconds {
-                out.serialize(CsvRow::from(s))?;
-            }
-            Ok(out.into_inner()?)
-        };
-        // Numbers into memory: nothing but a bug can fail here.
-        let bytes = write().expect("the report's CSV, written into memory");
-        String::from_utf8(bytes).unwrap_or_default()
+        csv_of(CSV_COLUMNS, self.seconds.iter().map(CsvRow::from))
     }
 
     /// The summary for a terminal (`flashsale report`): a line per part.

@@ -52,13 +52,21 @@ async fn picked(dashboard: &Dashboard, ids: &[String]) -> Result<Vec<Report>, Re
     Ok(out)
 }
 
+/// The login form, when the request has no session (a page answers it,
+/// not a JSON 401).
+async fn unsigned(dashboard: &Dashboard, headers: &HeaderMap) -> Option<Response> {
+    (signed_in(dashboard, headers).await)
+        .err()
+        .map(|_| login_form(StatusCode::UNAUTHORIZED, None))
+}
+
 pub(super) async fn index(
     State(dashboard): State<Arc<Dashboard>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if signed_in(&dashboard, &headers).await.is_err() {
-        return login_form(StatusCode::UNAUTHORIZED, None);
+    if let Some(form) = unsigned(&dashboard, &headers).await {
+        return form;
     }
     let before = values(query.as_deref(), "before")
         .first()
@@ -77,8 +85,8 @@ pub(super) async fn compare(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if signed_in(&dashboard, &headers).await.is_err() {
-        return login_form(StatusCode::UNAUTHORIZED, None);
+    if let Some(form) = unsigned(&dashboard, &headers).await {
+        return form;
     }
     match picked(&dashboard, &values(query.as_deref(), "sale")).await {
         Ok(reports) => html(StatusCode::OK, render_compare(&reports)),
@@ -91,8 +99,8 @@ pub(super) async fn csv(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if signed_in(&dashboard, &headers).await.is_err() {
-        return login_form(StatusCode::UNAUTHORIZED, None);
+    if let Some(form) = unsigned(&dashboard, &headers).await {
+        return form;
     }
     let ids = values(query.as_deref(), "sale");
     let reports = match ids.is_empty() {
