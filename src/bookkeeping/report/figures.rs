@@ -187,11 +187,11 @@ pub struct SecondView {
     pub expired: u64,
     /// Units given back to the sale this second: the books' orders
     /// cancelled then (by their buyers, their payment timeout or a refund),
-    /// by the time of their cancel.
-    #[serde(default)]
+    /// by the time of their cancel (left out when 0, as `restocked`).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub returned: u64,
     /// Units restocks added this second (taken away: negative), the books'.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub restocked: i64,
     /// The refusals this second, by code (`refused` is their sum).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -200,6 +200,11 @@ pub struct SecondView {
     /// `paid_again`, `refund_due`, `failed`, `amount_mismatch`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub payments_by: BTreeMap<String, u64>,
+}
+
+/// A count left out of the JSON when it is 0 (most seconds have none).
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// The timeline's second `t`, added where nothing was counted: the room's
