@@ -94,44 +94,34 @@ impl AdminLog {
             .await
     }
 
-    /// The newest entries, older than `before` (an id) if given; at most
-    /// `limit`, newest first.
+    /// The newest entries (`sale`'s only, when given), older than `before`
+    /// (an id) if given; at most `limit`, newest first.
     pub async fn page(
         &self,
+        sale: Option<&str>,
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AdminEntry>, StoreError> {
+        let only_sale = if sale.is_some() {
+            "product_id = ? AND "
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM tb_admin_log WHERE {only_sale}id < ? ORDER BY id DESC LIMIT ?"
+        );
+        let sql = sql.as_str();
         self.db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_admin_log WHERE id < ? ORDER BY id DESC LIMIT ?"
-                ))
-                .bind(before.unwrap_or(i64::MAX))
-                .bind(limit)
-                .fetch_all(pool)
-                .await
-            })
-            .await
-    }
-
-    /// A sale's entries, newest first (as [`Self::page`]).
-    pub async fn page_of(
-        &self,
-        product: &str,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<AdminEntry>, StoreError> {
-        self.db
-            .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_admin_log WHERE product_id = ? AND id < ? \
-                     ORDER BY id DESC LIMIT ?"
-                ))
-                .bind(product)
-                .bind(before.unwrap_or(i64::MAX))
-                .bind(limit)
-                .fetch_all(pool)
-                .await
+                let mut query = sqlx::query_as(sql);
+                if let Some(sale) = sale {
+                    query = query.bind(sale);
+                }
+                query
+                    .bind(before.unwrap_or(i64::MAX))
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await
             })
             .await
     }

@@ -331,7 +331,7 @@ pub async fn list(
             "before must be at least 1, limit between 1 and {MAX_ENTRIES}"
         )));
     }
-    let entries = door.log().page(params.before, limit).await?;
+    let entries = door.log().page(None, params.before, limit).await?;
     let next = (entries.len() == limit as usize)
         .then(|| entries.last().map(|e| e.id))
         .flatten();

@@ -167,11 +167,12 @@ fn plot((t0, t1): (i64, i64), axis: &Axis, series: &[Series]) -> Markup {
         .map(|k| k * step)
         .filter(|s| (t0..=t1).contains(s))
         .collect();
-    let marks: Vec<&Mark> = axis
+    let mut marks: Vec<&Mark> = axis
         .marks
         .iter()
         .filter(|m| (t0..=t1).contains(&m.at))
         .collect();
+    marks.sort_by_key(|m| m.at);
     html! {
         @for v in [0.0, top / 2.0, top] {
             line x1=(PAD_L) y1=(fmt1(y(v))) x2=(r) y2=(fmt1(y(v))) stroke="#eee" {}
@@ -188,10 +189,13 @@ fn plot((t0, t1): (i64, i64), axis: &Axis, series: &[Series]) -> Markup {
                 (clock(axis.start_s + s))
             }
         }
-        @for m in &marks {
-            line.mark data-mark=(m.label) x1=(fmt1(x(m.at))) y1=(PAD_T - 4.0) x2=(fmt1(x(m.at))) y2=(b)
+        @for (i, m) in marks.iter().enumerate() {
+            // A label close after another's goes a row up, so neither hides.
+            @let crowded = i.checked_sub(1).is_some_and(|p| x(m.at) - x(marks[p].at) < 70.0);
+            @let ty = if crowded && i % 2 == 1 { PAD_T - 18.0 } else { PAD_T - 8.0 };
+            line.mark data-mark=(m.label) x1=(fmt1(x(m.at))) y1=(ty + 4.0) x2=(fmt1(x(m.at))) y2=(b)
                 stroke="#555" stroke-dasharray="2 3" {}
-            text x=(fmt1(x(m.at) + 2.0)) y=(PAD_T - 8.0) font-size="10" fill="#333" { (m.label) }
+            text x=(fmt1(x(m.at) + 2.0)) y=(ty) font-size="10" fill="#333" { (m.label) }
         }
         @for s in series {
             @for seg in s.segments(axis.t) {

@@ -129,11 +129,11 @@ async fn log(
             .into_owned()
             .collect();
     let before = asked.get("before").and_then(|b| b.parse::<i64>().ok());
-    let log = dashboard.admin.log();
-    let page = match asked.get("sale").filter(|s| !s.is_empty()) {
-        Some(sale) => log.page_of(sale, before, LOG_SHOWN).await?,
-        None => log.page(before, LOG_SHOWN).await?,
-    };
+    let sale = asked
+        .get("sale")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let page = dashboard.admin.log().page(sale, before, LOG_SHOWN).await?;
     // The JSON the entry holds, as JSON (text that is not: as text).
     let json = |text: &Option<String>| -> serde_json::Value {
         text.as_deref().map_or(serde_json::Value::Null, |t| {
