@@ -25,6 +25,11 @@
 -- ARGV[13] waiting room: the join difficulty (bits; 0: none)
 -- ARGV[14] paused since (epoch ms), or "": a sale the books hold paused
 --          (rebuilt by `flashsale recover`) opens paused, in this step
+-- ARGV[15] stock shards of the sale (integer >= 1; "" or 1: one, no field)
+-- ARGV[16] this shard's number (0: the sale itself, which holds the room)
+--
+-- A sale of several stock shards is opened shard by shard (sale/shards.rs),
+-- each with its share of the stock as `initial`.
 --
 -- Returns {opened, stock}: opened = 1 when this call loaded the sale,
 -- 0 when it was already open; stock = the units left now.
@@ -48,11 +53,19 @@ redis.call('HSET', KEYS[1],
 if ARGV[14] and ARGV[14] ~= '' then
   redis.call('HSET', KEYS[1], 'paused_ms', ARGV[14])
 end
+local shards = tonumber(ARGV[15] or '') or 1
+local shard = ARGV[16] or '0'
+if shards > 1 then
+  redis.call('HSET', KEYS[1], 'shards', shards, 'shard', shard)
+end
 if ARGV[7] ~= '' then
   -- The room's fields are in the sale hash (read with the window); its
-  -- moving state is a hash of its own, written by room_tick.lua.
+  -- moving state is a hash of its own, written by room_tick.lua (on shard
+  -- 0 only: one line per sale, whatever its shards).
   redis.call('HSET', KEYS[1], 'room_admission_ms', ARGV[8],
     'room_early_ms', ARGV[9], 'room_key', ARGV[10])
+end
+if ARGV[7] ~= '' and shard == '0' then
   redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
   redis.call('HSET', KEYS[4], 'ceiling', ARGV[7], 'floor', ARGV[11], 'cap', ARGV[12],
     'pow', ARGV[13], 'pace', ARGV[7], 'served', 0, 'at_ms', ARGV[2], 'early', 0, 'late', 0)

@@ -55,9 +55,15 @@
 --                                                 (pause_sale.lua)
 --   {"sold_out"} {"admission_required"}
 --   {"insufficient", units_left}  {"limit", units_the_user_may_still_buy}
+--   {"shard", shards}                             a sale of several stock shards
+--                                                 (the hash's `shards`, this
+--                                                 one's number `shard`): the
+--                                                 buyer's home shard (user_id
+--                                                 mod shards) is another; nothing
+--                                                 written (sale/shards.rs)
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'limit', 'price', 'room_key', 'awake',
-  'paused_ms')
+  'paused_ms', 'shards', 'shard')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -78,6 +84,18 @@ local sold = 0
 local records, n_records = {}, 0 -- order_id, record, ...: one HSET of the accepted hash
 local placed = {} -- order_id -> record, for a repeat within this call
 local used -- with an active cap: bucket -> buyers who ordered (made when needed)
+-- A sale of several stock shards: each buyer is decided by one shard only
+-- (their limit and idempotency keys live there), user_id mod shards,
+-- computed digit by digit (ids go beyond a Lua number's exact integers).
+local shards = sale[8] and tonumber(sale[8]) or 1
+local shard = sale[9]
+local function home(user)
+  local r = 0
+  for d = 1, #user do
+    r = (r * 10 + string.byte(user, d) - 48) % shards
+  end
+  return tostring(r)
+end
 local i = 2
 while i <= #ARGV do
   local order_id, user, units, flags = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -95,8 +113,15 @@ while i <= #ARGV do
     end
   end
   local answer
-  local first = field and redis.call('HGET', KEYS[4], field)
-  if first then
+  local first = shards == 1 and field and redis.call('HGET', KEYS[4], field)
+  if shards > 1 and home(user) ~= shard then
+    answer = {'shard', shards}
+  elseif shards > 1 and field then
+    first = redis.call('HGET', KEYS[4], field)
+  end
+  if answer then
+    -- (routed to its home shard by the caller)
+  elseif first then
     -- Written again (unchanged): a write replicated after the first order,
     -- so a WAIT after this script confirms that replicas have that order.
     redis.call('HSET', KEYS[4], field, first)

@@ -35,7 +35,8 @@ end
 if now_ms >= tonumber(sale[2]) then
   return {'ended'}
 end
-if tonumber(redis.call('GET', KEYS[2]) or '0') <= 0 then
+-- (ARGV[2]: a sale of several stock shards, the units on the others.)
+if tonumber(redis.call('GET', KEYS[2]) or '0') + tonumber(ARGV[2] or '0') <= 0 then
   return {'sold_out'}
 end
 local number

@@ -38,6 +38,9 @@
 -- ARGV[2]  a new floor, or "" to keep it
 -- ARGV[3]  a new active cap (0: none), or "" to keep it
 -- ARGV[4]  the workers' consumer group
+-- (ARGV[7], ARGV[8]: a sale of several stock shards, the units left on
+-- the others (moves in flight counted) and their initial units: the
+-- room's stock is the sale's.)
 -- ARGV[5]  strain: the age (ms) of the oldest unpersisted order that halves the pace
 -- ARGV[6]  a new join difficulty (bits; 0: none), or "" to keep it
 --
@@ -75,8 +78,8 @@ local cap = tonumber(room[7] or '0')
 local pace = tonumber(room[8] or room[1] or '1')
 local adj_ms = tonumber(room[9] or '0')
 local pow = tonumber(room[10] or '0')
-local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
-local sold = tonumber(sale[5] or '0') - stock
+local stock = tonumber(redis.call('GET', KEYS[2]) or '0') + tonumber(ARGV[7] or '0')
+local sold = tonumber(sale[5] or '0') + tonumber(ARGV[8] or '0') - stock
 
 -- Buyers holding an unused admission (with a cap only): the places
 -- reached whose admission has not expired, less the buyers among them who

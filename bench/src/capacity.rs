@@ -17,6 +17,8 @@ pub struct Demand {
     pub requests_per_s: f64,
     /// Units on sale (each becomes one persisted order).
     pub stock: u64,
+    /// Stock shards of the sale (`--shards`): Redis cores it can use.
+    pub shards: u16,
     /// Orders per second the workers and MySQL should persist.
     pub drain_orders_per_s: f64,
     /// The share of each core kept busy: 0.7 keeps 30% for the bursts
@@ -29,12 +31,14 @@ pub struct Demand {
 pub struct Capacity {
     pub requests_per_s: f64,
     pub stock: u64,
+    pub shards: u16,
     pub drain_orders_per_s: f64,
     pub busy: f64,
     /// API cores, over as many instances as one likes.
     pub api_cores: Option<f64>,
-    /// Redis cores for this sale. One sale is one Redis core (its keys share
-    /// one hash tag, so one shard, and Redis runs commands on one thread).
+    /// Redis cores for this sale. One stock shard is one Redis core (its
+    /// keys share one hash tag, so one slot, and Redis runs commands on one
+    /// thread); a sale of N shards spreads over N.
     pub redis_cores: Option<f64>,
     /// The most requests/s of this mix one sale's Redis core answers at
     /// `busy`: beyond it, the crowd must be answered from memory or queued.
@@ -59,9 +63,12 @@ impl Capacity {
     pub fn plan(cpu: &CpuPerRequest, demand: Demand) -> Self {
         let busy = demand.busy.clamp(0.05, 1.0);
         let cores = |rate: f64, us: Option<f64>| us.map(|us| rate * us / 1e6 / busy);
+        // Each shard takes its buyers' share on a core of its own.
+        let shards = f64::from(demand.shards.max(1));
         Self {
             requests_per_s: demand.requests_per_s,
             stock: demand.stock,
+            shards: demand.shards.max(1),
             drain_orders_per_s: demand.drain_orders_per_s,
             busy,
             api_cores: cores(demand.requests_per_s, cpu.api_us_per_request),
@@ -69,13 +76,13 @@ impl Capacity {
             redis_ceiling_requests_per_s: cpu
                 .redis_us_per_request
                 .filter(|us| *us > 0.0)
-                .map(|us| busy * 1e6 / us),
+                .map(|us| shards * busy * 1e6 / us),
             workers_cores: cores(demand.drain_orders_per_s, cpu.workers_us_per_order),
             mysql_cores: cores(demand.drain_orders_per_s, cpu.mysql_us_per_order),
             redis_ceiling_orders_per_s: cpu
                 .redis_us_per_accepted_order
                 .filter(|us| *us > 0.0)
-                .map(|us| busy * 1e6 / us),
+                .map(|us| shards * busy * 1e6 / us),
             system_cores_per_10k_orders: cores(10_000.0, cpu.system_us_per_accepted_order),
             persist_secs: demand.stock as f64 / demand.drain_orders_per_s.max(1.0),
         }
@@ -104,9 +111,12 @@ impl Capacity {
             let verdict = if c >= self.requests_per_s {
                 "enough"
             } else {
-                "NOT enough: split the stock over several sales, or lower the rate"
+                "NOT enough: open the sale with more stock shards, or lower the rate"
             };
-            format!("; one sale is one Redis core, which takes at most {c:.0} requests/s of this mix: {verdict}")
+            match self.shards {
+                1 => format!("; one sale is one Redis core, which takes at most {c:.0} requests/s of this mix: {verdict}"),
+                n => format!("; a sale of {n} stock shards is {n} Redis cores (on {n} masters), which take at most {c:.0} requests/s of this mix: {verdict}"),
+            }
         });
         lines.push(format!(
             "  Redis    {} for this sale{}{ceiling}",
@@ -173,6 +183,7 @@ mod tests {
         let demand = Demand {
             requests_per_s: 100_000.0,
             stock: 1_000,
+            shards: 1,
             drain_orders_per_s: 2_000.0,
             busy: 0.5,
         };
@@ -205,6 +216,7 @@ mod tests {
         let demand = Demand {
             requests_per_s: 300_000.0,
             stock: 10_000,
+            shards: 1,
             drain_orders_per_s: 1_000.0,
             busy: 0.7,
         };
@@ -214,6 +226,20 @@ mod tests {
         assert!(plan.redis_cores.is_some_and(|c| c > 1.0));
         assert!(plan.lines(&measured()).join("\n").contains("NOT enough"));
         assert!((plan.persist_secs - 10.0).abs() < 1e-9);
+        // Opened with 3 stock shards, on 3 masters: 420k/s, enough.
+        let plan = Capacity::plan(
+            &measured(),
+            Demand {
+                shards: 3,
+                ..demand
+            },
+        );
+        assert!(close(plan.redis_ceiling_requests_per_s, 420_000.0));
+        let text = plan.lines(&measured()).join("\n");
+        assert!(
+            text.contains("3 stock shards is 3 Redis cores") && text.contains(": enough"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -226,6 +252,7 @@ mod tests {
         let demand = Demand {
             requests_per_s: 10_000.0,
             stock: 100,
+            shards: 1,
             drain_orders_per_s: 100.0,
             busy: 0.7,
         };

@@ -151,6 +151,7 @@ async fn persist(db: &Db, n: u64) -> anyhow::Result<()> {
             end_time: spec.end_ms,
             limit_per_user: 1,
             waiting_room: None,
+            stock_shards: 1,
         })
         .await?;
     let orders: Vec<PendingOrder> = (1..=n)

@@ -138,6 +138,7 @@ async fn one_size(
             end_time: spec.end_ms,
             limit_per_user: 1,
             waiting_room: None,
+            stock_shards: 1,
         })
         .await?;
     sales.lifecycle().open(&product, &spec).await?;

@@ -29,6 +29,7 @@ pub mod direct;
 pub mod drain;
 pub mod floor;
 pub mod guards;
+pub mod hot;
 pub mod load;
 pub mod plan;
 pub mod rehearsal;
@@ -103,6 +104,7 @@ pub fn bench_spec(stock: u64) -> SaleSpec {
         price: rust_decimal::Decimal::ONE,
         waiting_room: None,
         paused_ms: None,
+        shards: 1,
     }
 }
 

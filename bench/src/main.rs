@@ -43,6 +43,10 @@ enum Command {
     /// Measure how many events one worker process pushes per second to a
     /// local receiver (the outbox's delivery), and their CPU.
     Deliver(flashsale_bench::deliver::BenchDeliverArgs),
+    /// Measure what one hot sale costs each Redis master with its stock in
+    /// one slot and split over stock shards, side by side, and how long a
+    /// move of units between shards takes.
+    HotSale(flashsale_bench::hot::BenchHotArgs),
 }
 
 #[tokio::main]
@@ -62,5 +66,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Room(args) => flashsale_bench::room::run_room_bench(args).await,
         Command::SlowClients(args) => flashsale_bench::slow::run_slow_bench(args).await,
         Command::Deliver(args) => flashsale_bench::deliver::run_deliver_bench(args).await,
+        Command::HotSale(args) => flashsale_bench::hot::run_hot_bench(args).await,
     }
 }

@@ -108,6 +108,10 @@ pub struct BenchArgs {
     pub concurrency: u64,
     #[arg(long, default_value_t = 1)]
     pub limit_per_user: u64,
+    /// Stock shards of the rehearsed sale (Redis slots its stock is split
+    /// across; the capacity plan's Redis ceiling grows with them).
+    #[arg(long, default_value_t = 1)]
+    pub shards: u16,
     /// Share of requests from a buyer who asked before.
     #[arg(long, default_value_t = 0.1)]
     pub repeat_share: f64,
@@ -201,10 +205,11 @@ impl PlanArgs {
     const DRAIN: f64 = 2_000.0;
     const BUSY: f64 = 0.7;
 
-    fn demand(&self, stock: u64) -> Demand {
+    fn demand(&self, stock: u64, shards: u16) -> Demand {
         Demand {
             requests_per_s: self.plan_rate,
             stock,
+            shards: shards.max(1),
             drain_orders_per_s: self.plan_drain,
             busy: self.plan_busy,
         }
@@ -632,7 +637,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         sold_out_phase,
         cancelled_mid_sale: cancelled.len() as u64,
         redis_calls,
-        capacity: Capacity::plan(&cpu, args.plan.demand(args.stock)),
+        capacity: Capacity::plan(&cpu, args.plan.demand(args.stock, args.shards)),
         cpu,
         checks,
     };
@@ -1077,7 +1082,7 @@ async fn create_sale(
     let body = json!({
         "product_id": product.as_str(), "title": "flashsale-bench rehearse rehearsal", "price": "1.00",
         "available_qty": args.stock, "start_time": start_ms, "end_time": start_ms + 3_600_000,
-        "limit_per_user": args.limit_per_user,
+        "limit_per_user": args.limit_per_user, "stock_shards": args.shards,
     });
     let mut conn = Conn::open(&t.authorities[0]).await?;
     let auth = format!("Bearer {}", t.token);
@@ -1215,6 +1220,7 @@ async fn open_bench_sales(
         price: rust_decimal::Decimal::ONE,
         waiting_room: None,
         paused_ms: None,
+        shards: args.shards.max(1),
     };
     let products: Vec<ProductId> = (0..args.sales.max(1))
         .map(|_| super::bench_product(tag))

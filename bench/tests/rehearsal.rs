@@ -136,6 +136,7 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
         requests: 3000,
         concurrency: 16,
         limit_per_user: 2,
+        shards: 1,
         repeat_share: 0.2,
         retry_share: 0.05,
         seed: 1,
@@ -156,6 +157,29 @@ fn small_rehearsal(app: &TestApp) -> BenchArgs {
         tokens: None,
         plan: Default::default(),
     }
+}
+
+/// `--shards 3`: the rehearsed sale is opened with three stock shards;
+/// exactly its stock is sold, the books balance, and the plan's Redis
+/// ceiling counts three cores.
+#[tokio::test]
+async fn a_rehearsal_of_a_sale_of_three_stock_shards_balances_the_books() {
+    let app = spawn_app().await;
+    let args = BenchArgs {
+        shards: 3,
+        floor: false,
+        no_direct: true,
+        ..small_rehearsal(&app)
+    };
+    let report = flashsale_bench::rehearsal::run(args)
+        .await
+        .expect("bench runs");
+    for c in &report.checks {
+        assert!(c.ok, "{}: {}", c.name, c.detail);
+    }
+    assert_eq!(report.units_accepted, 200, "demand is far above the stock");
+    assert_eq!(report.capacity.shards, 3);
+    app.remove().await;
 }
 
 #[tokio::test]

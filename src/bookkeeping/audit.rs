@@ -408,6 +408,7 @@ sku-1                                          10        4        1         2   
             retired: None,
             purged: None,
             paused: None,
+            stock_shards: 1,
         }
     }
 

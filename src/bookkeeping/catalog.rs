@@ -22,6 +22,7 @@ pub fn sale_spec(product: &Product, stock: u64) -> SaleSpec {
         price: product.price,
         waiting_room: product.waiting_room(),
         paused_ms: product.paused,
+        shards: u16::try_from(product.stock_shards).unwrap_or(1).max(1),
     }
 }
 

@@ -81,7 +81,11 @@ impl Recovery {
         // Closed while it is rebuilt: without the sale hash every order is
         // refused. The stock starts full and the books' orders are taken off it.
         self.ledger
-            .reset(product_id, product.initial_qty.max(0) as u64)
+            .reset(
+                product_id,
+                product.initial_qty.max(0) as u64,
+                u16::try_from(product.stock_shards).unwrap_or(1),
+            )
             .await?;
         // `initial_qty` counts the restocks: Redis knows them as done.
         let restocks = self.products.restocks_of(product_id).await?;
@@ -91,7 +95,17 @@ impl Recovery {
             .ledger
             .restore_booked(product_id, &booked, Restore::Rebuild)
             .await?;
-        let stock = restored.stock.max(0);
+        // A sale of several stock shards: each restored order took its
+        // units off its own shard; what is left is split again at the open.
+        let sold: u64 = booked
+            .iter()
+            .filter(|b| b.state == BookedState::Sold)
+            .map(|b| b.order.quantity.get())
+            .sum();
+        let stock = match product.stock_shards {
+            ..=1 => restored.stock.max(0),
+            _ => (product.initial_qty.max(0) - sold as i64).max(0),
+        };
         let (opened, _) = self
             .lifecycle
             .open(

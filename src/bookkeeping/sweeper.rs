@@ -88,11 +88,12 @@ impl Sweeper {
             .repair_releases(self.release_grace, BATCH)
             .await?;
         let (mut requests_applied, mut cancelled_by_sale) = (0, Vec::new());
-        for product in pick(self.lifecycle.open_sales().await?) {
+        // Every stock shard of a sale holds its own orders' requests.
+        for product in pick(self.lifecycle.open_streams().await?) {
             let (applied, cancelled) = self.order_life.apply_cancel_requests(&product).await?;
             requests_applied += applied;
             if cancelled > 0 {
-                cancelled_by_sale.push((product.as_str().to_owned(), cancelled));
+                cancelled_by_sale.push((product.sale().into_string(), cancelled));
             }
         }
         Ok(Swept {

@@ -6,8 +6,17 @@ use std::fmt;
 use super::valid::{Invalid, MAX_PRODUCT_ID_LEN, MAX_QUANTITY, invalid, now_ms};
 
 /// A product (= sale) id: 1..=128 characters of `[A-Za-z0-9._-]`.
+///
+/// Inside the service it may also name one stock shard of a sale opened
+/// with several (`<product_id>~<k>`, k >= 1, see [`ProductId::shard`]):
+/// the hash tag of that shard's keys in Redis. `~` is not a character of
+/// a product id, so a shard's name is never a sale's; only
+/// [`ProductId::shard`] and [`OrderId::parse`] make one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProductId(String);
+
+/// The most stock shards a sale may have.
+pub const MAX_SHARDS: u16 = 64;
 
 impl ProductId {
     pub fn parse(s: &str) -> Result<Self, Invalid> {
@@ -47,6 +56,50 @@ impl ProductId {
 
     pub fn into_string(self) -> String {
         self.0
+    }
+
+    /// Stock shard `k` of this sale: the sale itself for 0 (a sale of one
+    /// shard keeps the keys it always had), `<product_id>~<k>` else.
+    pub fn shard(&self, k: u16) -> ProductId {
+        let sale = self.sale_str();
+        if k == 0 {
+            return Self(sale.to_owned());
+        }
+        Self(format!("{sale}~{k}"))
+    }
+
+    /// The sale this id names (itself, or the sale of a shard).
+    pub fn sale(&self) -> ProductId {
+        Self(self.sale_str().to_owned())
+    }
+
+    fn sale_str(&self) -> &str {
+        self.0.split_once('~').map_or(&self.0, |(sale, _)| sale)
+    }
+
+    /// Which stock shard of its sale this id names (0: the sale itself).
+    pub fn shard_index(&self) -> u16 {
+        self.0
+            .split_once('~')
+            .and_then(|(_, k)| k.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether this names a shard k >= 1 rather than a sale.
+    pub fn is_shard(&self) -> bool {
+        self.0.contains('~')
+    }
+
+    /// A sale's or a shard's name as written by [`Self::shard`].
+    pub fn parse_sale_or_shard(s: &str) -> Option<Self> {
+        match s.split_once('~') {
+            None => Self::parse(s).ok(),
+            Some((sale, digits)) => {
+                let k: u16 = digits.parse().ok()?;
+                let canonical = (1..MAX_SHARDS).contains(&k) && k.to_string() == digits;
+                (canonical && Self::check(sale).is_ok()).then(|| Self(s.to_owned()))
+            }
+        }
     }
 }
 
@@ -116,9 +169,13 @@ impl OrderId {
     /// Parses an id that this service could have issued (36 hex digits, or
     /// 32 for ids issued before 0.2); `None` otherwise (such an id was never
     /// accepted).
+    ///
+    /// The id of an order of a sale's stock shard k >= 1 is
+    /// `<product_id>~<k>:<digits>`: the product returned names that shard
+    /// (its [`ProductId::sale`] is the sale).
     pub fn parse(s: &str) -> Option<(Self, ProductId)> {
         let (product, suffix) = s.rsplit_once(':')?;
-        let product = ProductId::parse(product).ok()?;
+        let product = ProductId::parse_sale_or_shard(product)?;
         let well_formed = matches!(suffix.len(), 32 | 36)
             && suffix
                 .bytes()

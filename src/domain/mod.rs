@@ -16,7 +16,7 @@ pub mod webhook;
 
 pub use chain::Chain;
 pub use hex::{hex, unhex};
-pub use ids::{OrderId, ProductId, Quantity, UserId};
+pub use ids::{MAX_SHARDS, OrderId, ProductId, Quantity, UserId};
 pub use payment::{Currency, PaymentKind, PaymentResult};
 pub use room::{
     BoundsChange, MAX_ACTIVE_CAP, MAX_JOIN_DIFFICULTY, MAX_PACE, RoomBounds, WaitingRoom,
@@ -137,6 +137,28 @@ mod tests {
         assert!(OrderId::parse("sku-1:01a22cea2b9fd1c4909e1c75000000001").is_none());
         assert!(OrderId::parse("sku-1").is_none());
         assert!(OrderId::parse("a{b}:0123456789abcdef0123456789abcdef").is_none());
+    }
+
+    #[test]
+    fn a_shards_order_id_names_the_shard_and_its_sale() {
+        let sale = ProductId::parse("sku-1").unwrap();
+        assert_eq!(sale.shard(0), sale);
+        let third = sale.shard(2);
+        assert_eq!(third.as_str(), "sku-1~2");
+        assert_eq!((third.sale(), third.shard_index()), (sale.clone(), 2));
+        let id = OrderId::generate(&third);
+        let (parsed, of) = OrderId::parse(id.as_str()).unwrap();
+        assert_eq!((parsed, of.clone()), (id, third));
+        assert_eq!(of.sale(), sale);
+        // Only what `shard` writes: no shard 0, no leading zero, no tilde
+        // in a product id a client sends.
+        for bad in ["sku-1~0", "sku-1~02", "sku-1~x", "sku-1~64", "~1", "a~1~2"] {
+            assert!(
+                OrderId::parse(&format!("{bad}:{}", "0".repeat(36))).is_none(),
+                "{bad}"
+            );
+        }
+        assert!(ProductId::parse("sku-1~2").is_err());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! Redis timeout) and, to WAIT, through [`Core::alone`]; nothing outside
 //! `sale` sees the core.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use redis::AsyncCommands;
@@ -15,6 +16,7 @@ use super::conn::{BlockingConnections, Conn, Redis};
 use super::error::SaleError;
 use super::keys::{self, SaleKeys};
 use super::memory::{self, Memory};
+use super::wait::{confirmed, invoke_and_wait};
 use crate::config::ReplicaWait;
 use crate::domain::{Chain, ProductId};
 
@@ -25,6 +27,8 @@ pub(super) struct Core {
     /// Replicas a write must reach before it counts (`None`: no WAIT).
     pub(super) wait: Option<ReplicaWait>,
     pub(super) counts: Arc<Counts>,
+    /// The sales' stock shard counts, as learnt (see `sale::shards`).
+    pub(super) shards: ShardCounts,
 }
 
 /// What this process sent to Redis, by kind (the memory's savings show
@@ -75,6 +79,32 @@ impl Core {
         self.redis.call(call).await
     }
 
+    /// A script that writes: its reply, and with `REDIS_WAIT_REPLICAS`
+    /// whether the replicas have its write (the script and `WAIT` as one
+    /// pipeline to the node holding `key`, one of its keys).
+    pub(super) async fn write<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        call: redis::ScriptInvocation<'static>,
+    ) -> Result<(T, Result<(), SaleError>), SaleError> {
+        match self.wait {
+            None => {
+                let reply = self
+                    .call(|mut c| async move { call.invoke_async(&mut c).await })
+                    .await?;
+                Ok((reply, Ok(())))
+            }
+            Some(wait) => {
+                let mut pooled = self.alone().await?;
+                let (reply, acked) = self
+                    .redis
+                    .bounded(invoke_and_wait(&mut pooled, key, &call, wait))
+                    .await?;
+                Ok((reply, confirmed(wait, acked)))
+            }
+        }
+    }
+
     /// A pooled connection of the caller's own (a `WAIT` counts the writes
     /// of its connection, and blocks it).
     pub(super) async fn alone(
@@ -116,6 +146,19 @@ impl Core {
             .collect())
     }
 
+    /// The registry's members: the open sales and their stock shards
+    /// k >= 1 (`<pid>~<k>`, listed for the workers to drain their streams).
+    pub(super) async fn open_streams(&self) -> Result<Vec<ProductId>, SaleError> {
+        let registry = self.registry();
+        let ids: Vec<String> = self
+            .call(|mut c| async move { c.smembers(&registry).await })
+            .await?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| ProductId::parse_sale_or_shard(id))
+            .collect())
+    }
+
     /// Reads the registry, for the memory to know which sales exist.
     pub(super) fn refresh_known_sales(self: &Arc<Self>) {
         self.in_background(|core| async move {
@@ -128,5 +171,48 @@ impl Core {
                 }
             }
         });
+    }
+}
+
+/// What this process knows of the sales' shard counts, learnt from the
+/// sales' hashes and the order script's answers; a sale's count is fixed
+/// from its open to its end.
+#[derive(Default)]
+pub(super) struct ShardCounts {
+    counts: Mutex<HashMap<ProductId, u16>>,
+    /// One search for units at a time per shard in this process: the
+    /// buyers of an empty shard who arrive together share its result.
+    searches: Mutex<HashMap<ProductId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl ShardCounts {
+    /// The sale's count, if known (no Redis call).
+    pub(super) fn known(&self, product: &ProductId) -> Option<u16> {
+        self.counts
+            .lock()
+            .ok()
+            .and_then(|c| c.get(product).copied())
+    }
+
+    pub(super) fn learn(&self, product: &ProductId, n: u16) {
+        if let Ok(mut counts) = self.counts.lock() {
+            counts.insert(product.clone(), n.max(1));
+        }
+    }
+
+    pub(super) fn forget(&self, product: &ProductId) {
+        if let Ok(mut counts) = self.counts.lock() {
+            counts.remove(product);
+        }
+        if let Ok(mut searches) = self.searches.lock() {
+            searches.retain(|shard, _| shard.sale() != *product);
+        }
+    }
+
+    pub(super) fn search(&self, shard: &ProductId) -> Arc<tokio::sync::Mutex<()>> {
+        match self.searches.lock() {
+            Ok(mut s) => s.entry(shard.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
     }
 }

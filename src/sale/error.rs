@@ -25,6 +25,12 @@ pub enum SaleError {
     /// process is shutting down): the order may or may not be placed.
     #[error("the order's call ended without an answer")]
     Dropped,
+    /// A sale of several stock shards: units kept moving away from the
+    /// buyer's shard while its order looked for them (other buyers took
+    /// them first, again and again); the order was not placed. A 503: the
+    /// sale may still have units, so `sold_out` would be a lie.
+    #[error("the order found no unit after {0} searches while units kept moving")]
+    Contended(usize),
 }
 
 impl SaleError {
@@ -32,7 +38,11 @@ impl SaleError {
     pub fn is_unavailable(&self) -> bool {
         use redis::{ErrorKind, ServerErrorKind};
         match self {
-            Self::Timeout(_) | Self::Pool(_) | Self::NotReplicated { .. } | Self::Dropped => true,
+            Self::Timeout(_)
+            | Self::Pool(_)
+            | Self::NotReplicated { .. }
+            | Self::Dropped
+            | Self::Contended(_) => true,
             Self::Redis(e) => match e.kind() {
                 ErrorKind::Io
                 | ErrorKind::ClusterConnectionNotFound

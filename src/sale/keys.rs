@@ -69,6 +69,16 @@ pub struct SaleKeys {
     /// Hash: user_id -> the buyer's number in the waiting room (`e<n>`
     /// joined before the start, `l<n>` after): one field per joined buyer.
     pub joined: String,
+    /// Hash: move id -> "<to shard>:<units>", units this stock shard gave
+    /// to another and not yet known to have arrived (`move_take.lua`);
+    /// only for a sale of several shards (see `sale::shards`).
+    pub moves: String,
+    /// Hash: move id -> "<to shard>:<units>", every move this stock shard
+    /// gave (kept: the reconciler checks both sides after a failover).
+    pub gave: String,
+    /// Hash: move id -> "<from shard>:<units>", the moves this stock shard
+    /// took in, each once (`move_apply.lua`).
+    pub moved_in: String,
 }
 
 /// The consumer group of the stream workers, on every sale's stream.
@@ -164,11 +174,14 @@ impl SaleKeys {
             room_log: key("room_log"),
             room_used: key("room_used"),
             joined: key("joined"),
+            moves: key("moves"),
+            gave: key("gave"),
+            moved_in: key("moved_in"),
         }
     }
 
     /// Every key of the sale (for removing it).
-    pub fn all(&self) -> [&str; 21] {
+    pub fn all(&self) -> [&str; 24] {
         [
             &self.sale,
             &self.stock,
@@ -191,6 +204,9 @@ impl SaleKeys {
             &self.room_log,
             &self.room_used,
             &self.joined,
+            &self.moves,
+            &self.gave,
+            &self.moved_in,
         ]
     }
 }

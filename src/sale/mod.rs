@@ -17,6 +17,7 @@
 //! | [`Watch`] | the one read model of a sale's stream and consumer group (dashboard, metrics, `flashsale streams`, the workers' checks) | `watch.rs` |
 //! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger/` |
 //! | [`Streams`] | the workers' side of each sale's stream: read, claim, ack, reclaim, dead letters, sleep | `stream/` |
+//! | [`Shards`] | a sale's stock shards: how many, what each holds, moving units between them | `shards.rs` |
 //! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `stream/bells.rs` |
 //!
 //! Underneath: the connection ([`conn`], [`wait`] for `WAIT`), the one
@@ -35,6 +36,7 @@ pub mod memory;
 mod orders;
 mod rejection;
 pub mod room;
+pub mod shards;
 pub mod stream;
 pub mod wait;
 pub mod watch;
@@ -56,6 +58,7 @@ pub use orders::{
 pub use orders::{OrderCall, PlaceReply, place::place_orders as place_orders_on};
 pub use rejection::Rejection;
 pub use room::Room;
+pub use shards::{Move, ShardLook, Shards};
 pub use stream::bells::Bells;
 pub use stream::entry::Entry;
 pub use stream::{Claimed, SaleStream, Streams};
@@ -77,6 +80,7 @@ pub struct Sales {
     ledger: Ledger,
     streams: Streams,
     bells: Bells,
+    shards: Shards,
     core: Arc<core::Core>,
 }
 
@@ -110,6 +114,7 @@ impl Sales {
             memory: Memory::new(memory),
             wait: wait.filter(|w| w.replicas > 0),
             counts: Arc::default(),
+            shards: Default::default(),
         });
         let room = Room::new(core.clone());
         Self {
@@ -120,9 +125,14 @@ impl Sales {
             watch: Watch::new(core.clone()),
             ledger: Ledger::new(core.clone()),
             streams: Streams::new(core.clone()),
+            shards: Shards::new(core.clone()),
             room,
             core,
         }
+    }
+
+    pub fn shards(&self) -> &Shards {
+        &self.shards
     }
 
     pub fn orders(&self) -> &OrderPath {

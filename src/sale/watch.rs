@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::core::Core;
 use super::error::SaleError;
 use super::keys::GROUP;
+use super::shards;
 use crate::domain::ProductId;
 
 /// The watch's handle.
@@ -92,6 +93,39 @@ pub struct StreamView {
 }
 
 impl StreamView {
+    /// Another stock shard's stream counted in (its initial share, its
+    /// entries, its workers, its dead letters).
+    fn add_shard(&mut self, part: StreamView) {
+        self.initial = match (self.initial, part.initial) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.stream_length += part.stream_length;
+        self.accepted += part.accepted;
+        self.acked += part.acked;
+        self.lag = self.lag.zip(part.lag).map(|(a, b)| a + b);
+        self.pending += part.pending;
+        self.oldest_pending_ms = match (self.oldest_pending_ms, part.oldest_pending_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        for c in part.consumers {
+            match self.consumers.iter_mut().find(|m| m.name == c.name) {
+                Some(mine) => {
+                    mine.pending += c.pending;
+                    mine.idle_ms = mine.idle_ms.min(c.idle_ms);
+                }
+                None => self.consumers.push(c),
+            }
+        }
+        self.dead_letters += part.dead_letters;
+        self.cancel_requests += part.cancel_requests;
+        // The ids of one stream mean nothing beside another's.
+        if part.last_generated_id != part.last_delivered_id {
+            self.last_delivered_id = None;
+        }
+    }
+
     /// Entries appended and not yet delivered to any worker: the group's
     /// lag, or, when Redis cannot count it (entries deleted from the
     /// stream), 0 if the last delivered entry is the last appended one.
@@ -142,8 +176,23 @@ impl Watch {
         Self { core }
     }
 
-    /// The sale's stream as [`StreamView`] says, in one round trip.
+    /// The sale's stream as [`StreamView`] says, in one round trip (a
+    /// round trip per shard for a sale of several stock shards: their
+    /// units, streams and dead letters summed, shard 0's window).
     pub async fn view(&self, product: &ProductId) -> Result<StreamView, SaleError> {
+        let n = shards::count(&self.core, product).await?;
+        let mut whole = self.view_of(product).await?;
+        for k in 1..n {
+            let part = self.view_of(&product.shard(k)).await?;
+            whole.add_shard(part);
+        }
+        if n > 1 {
+            whole.stock = shards::total_stock(&self.core, product, n).await?;
+        }
+        Ok(whole)
+    }
+
+    async fn view_of(&self, product: &ProductId) -> Result<StreamView, SaleError> {
         let keys = self.core.keys(product);
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
@@ -189,7 +238,22 @@ impl Watch {
     /// What the books check reads of the stream ([`Backlog`]): four cheap
     /// commands in one round trip, where [`Self::view`] sends nine and
     /// parses the stream's first and last entries and every consumer.
+    /// A sale of several stock shards: summed over them.
     pub async fn backlog(&self, product: &ProductId) -> Result<Backlog, SaleError> {
+        let n = shards::count(&self.core, product).await?;
+        let mut whole = self.backlog_of(product).await?;
+        for k in 1..n {
+            let part = self.backlog_of(&product.shard(k)).await?;
+            whole.unsettled = whole.unsettled.zip(part.unsettled).map(|(a, b)| a + b);
+            whole.dead_letters += part.dead_letters;
+        }
+        if n > 1 {
+            whole.stock = shards::total_stock(&self.core, product, n).await?;
+        }
+        Ok(whole)
+    }
+
+    async fn backlog_of(&self, product: &ProductId) -> Result<Backlog, SaleError> {
         let keys = self.core.keys(product);
         let mut pipe = redis::pipe();
         pipe.ignore_errors()

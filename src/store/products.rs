@@ -46,6 +46,8 @@ pub struct Product {
     pub purged: Option<i64>,
     /// Since when an operator paused the sale (epoch ms); `None`: live.
     pub paused: Option<i64>,
+    /// Stock shards its sale is opened with (1: one; see `sale::shards`).
+    pub stock_shards: i16,
 }
 
 impl Product {
@@ -79,6 +81,7 @@ impl Product {
             retired: None,
             purged: None,
             paused: None,
+            stock_shards: p.stock_shards as i16,
         }
     }
 
@@ -108,13 +111,15 @@ pub struct NewProduct {
     pub end_time: i64,
     pub limit_per_user: u64,
     pub waiting_room: Option<WaitingRoom>,
+    /// 1..=64 (see `sale::shards`).
+    pub stock_shards: u16,
 }
 
 const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
                        end_time, limit_per_user, created, updated, opened, \
                        room_admit_per_sec, room_admission_secs, room_join_early_secs, \
                        room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
-                       closed, retired, purged, paused";
+                       closed, retired, purged, paused, stock_shards";
 
 /// The products table's handle.
 #[derive(Clone)]
@@ -131,7 +136,7 @@ impl Products {
     pub async fn create(&self, p: &NewProduct) -> Result<Product, StoreError> {
         let row = Product::new(p, now_ms());
         let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         );
         self.db
             .call(|pool| {
@@ -157,6 +162,7 @@ impl Products {
                     .bind(row.retired)
                     .bind(row.purged)
                     .bind(row.paused)
+                    .bind(row.stock_shards)
                     .execute(pool)
             })
             .await

@@ -48,7 +48,9 @@ impl Reconciler {
     /// One check: reconciles the sales whose master changed (or that were
     /// never reconciled by this process); returns how many were reconciled.
     pub async fn check(&mut self) -> Result<usize, BookkeepingError> {
-        let open = self.lifecycle.open_sales().await?;
+        // Every sale and each of its stock shards k >= 1 (`<pid>~<k>`):
+        // each may have a master of its own.
+        let open = self.lifecycle.open_streams().await?;
         let epochs = self.lifecycle.master_epochs(&open).await?;
         // The same sales under the same masters as at the last check: each
         // was reconciled under its master, nothing to do. Compared as lists
@@ -67,13 +69,22 @@ impl Reconciler {
         // (every second) was most of an idle process's CPU.
         let listed: HashSet<&ProductId> = open.iter().collect();
         self.seen.retain(|p, _| listed.contains(p));
-        let mut done = 0;
-        for (product, epoch) in open.into_iter().zip(epochs) {
-            if self.seen.get(&product) == Some(&epoch) {
+        // The sales one of whose masters changed, with their new epochs.
+        let mut changed: Vec<(ProductId, Vec<(ProductId, String)>)> = Vec::new();
+        for (stream, epoch) in open.into_iter().zip(epochs) {
+            if self.seen.get(&stream) == Some(&epoch) {
                 continue;
             }
-            self.reconcile(&product).await?;
-            self.seen.insert(product, epoch);
+            let sale = stream.sale();
+            match changed.iter_mut().find(|(s, _)| *s == sale) {
+                Some((_, streams)) => streams.push((stream, epoch)),
+                None => changed.push((sale, vec![(stream, epoch)])),
+            }
+        }
+        let mut done = 0;
+        for (sale, streams) in changed {
+            self.reconcile(&sale).await?;
+            self.seen.extend(streams);
             done += 1;
         }
         self.last = Some(last);
@@ -83,6 +94,13 @@ impl Reconciler {
     /// One sale under a new master: the restocks it lost made again, then
     /// its orders and releases, then its pause.
     async fn reconcile(&self, product: &ProductId) -> Result<(), BookkeepingError> {
+        // Moves between stock shards left half done (a caller died, or a
+        // master failed over under it): finished first, so that the units
+        // are where the books' orders are restored.
+        let moves = self.ledger.repair_moves(product).await?;
+        if moves > 0 {
+            tracing::warn!(product_id = %product, moves, "finished moves of units between stock shards that were left half done");
+        }
         // Restocks the new master lost: made again, once each (the script
         // knows the ones it has), counted as repaired; before the orders, so
         // that units restocked and sold are not seen as oversold. (A sale

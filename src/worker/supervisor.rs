@@ -66,7 +66,7 @@ impl Workers {
         let open: HashSet<ProductId> = self
             .parts
             .lifecycle
-            .open_sales()
+            .open_streams()
             .await?
             .into_iter()
             .collect();

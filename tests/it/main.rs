@@ -50,6 +50,7 @@ mod resilience;
 mod restock;
 mod retire;
 mod room;
+mod shards;
 mod sharing;
 mod slow_clients;
 mod soldout;

@@ -41,6 +41,15 @@ pub struct CreateProduct {
     /// A waiting room in front of the sale (absent or `null`: none).
     #[serde(default)]
     waiting_room: Option<WaitingRoom>,
+    /// Stock shards: Redis slots the stock is split across, for a sale
+    /// beyond one Redis core (default 1; see docs/shards.md).
+    #[serde(default = "one_shard")]
+    #[schema(minimum = 1, maximum = 64)]
+    stock_shards: u16,
+}
+
+fn one_shard() -> u16 {
+    1
 }
 
 fn one() -> u64 {
@@ -73,6 +82,22 @@ impl CreateProduct {
         if end_time <= start_time {
             return Err(Invalid("end_time must be after start_time".into()));
         }
+        if self.stock_shards == 0 || self.stock_shards > domain::MAX_SHARDS {
+            return Err(Invalid(format!(
+                "stock_shards must be between 1 and {}",
+                domain::MAX_SHARDS
+            )));
+        }
+        if self.stock_shards > 1
+            && self
+                .waiting_room
+                .as_ref()
+                .is_some_and(|r| r.active_cap.is_some())
+        {
+            return Err(Invalid(
+                "a waiting room's active_cap needs a sale of one stock shard".into(),
+            ));
+        }
         Ok(NewProduct {
             product_id,
             title: title.to_owned(),
@@ -82,6 +107,7 @@ impl CreateProduct {
             end_time,
             limit_per_user: self.limit_per_user,
             waiting_room: self.waiting_room.map(WaitingRoom::validate).transpose()?,
+            stock_shards: self.stock_shards,
         })
     }
 }

@@ -13,6 +13,7 @@ use redis::AsyncCommands;
 
 use super::core::Core;
 use super::error::SaleError;
+use super::shards;
 use super::stream::entry::Entry;
 use crate::domain::ProductId;
 use restore::{Booked, RESTORE_CHUNK, Repairs, Restore, Restored};
@@ -53,18 +54,44 @@ impl Ledger {
         Self { core }
     }
 
-    /// Units left, or `None` when the sale is not open in Redis.
+    /// Units left, or `None` when the sale is not open in Redis (a sale
+    /// of several stock shards: all of them, moves in flight counted).
     pub async fn stock(&self, product: &ProductId) -> Result<Option<u64>, SaleError> {
-        let stock_key = self.core.keys(product).stock;
-        let stock: Option<i64> = self
-            .core
-            .call(|mut c| async move { c.get(&stock_key).await })
-            .await?;
+        let stock = self.units_left(product).await?;
         Ok(stock.map(|s| s.max(0) as u64))
     }
 
-    /// A sale's stock, accepted records, dead letters and repairs.
+    async fn units_left(&self, product: &ProductId) -> Result<Option<i64>, SaleError> {
+        let n = shards::count(&self.core, product).await?;
+        if n > 1 {
+            return shards::total_stock(&self.core, product, n).await;
+        }
+        let stock_key = self.core.keys(product).stock;
+        self.core
+            .call(|mut c| async move { c.get(&stock_key).await })
+            .await
+    }
+
+    /// A sale's stock, accepted records, dead letters and repairs; of all
+    /// its stock shards for a sale of several (the units left and moving
+    /// between them summed, each shard's records and dead letters).
     pub async fn snapshot(&self, product: &ProductId) -> Result<SaleSnapshot, SaleError> {
+        let n = shards::count(&self.core, product).await?;
+        let mut whole = self.snapshot_of(product).await?;
+        if n > 1 {
+            whole.stock = shards::total_stock(&self.core, product, n).await?;
+            for k in 1..n {
+                let part = self.snapshot_of(&product.shard(k)).await?;
+                whole.accepted.extend(part.accepted);
+                whole.dead_letters.extend(part.dead_letters);
+                whole.repairs.add(&part.repairs);
+            }
+        }
+        Ok(whole)
+    }
+
+    /// One shard's (or a sale's of one shard) snapshot.
+    async fn snapshot_of(&self, product: &ProductId) -> Result<SaleSnapshot, SaleError> {
         let keys = self.core.keys(product);
         let stock_key = keys.stock.clone();
         let stock: Option<i64> = self
@@ -102,6 +129,17 @@ impl Ledger {
             dead_letters: self.dead_letters(product).await?,
             repairs: self.repairs(product).await?,
         })
+    }
+
+    /// Finishes the moves between the sale's stock shards left in flight,
+    /// and mends those a failover cut in two (see
+    /// `sale::shards::repair_moves`); how many.
+    pub async fn repair_moves(&self, product: &ProductId) -> Result<usize, SaleError> {
+        let n = shards::count(&self.core, product).await?;
+        if n <= 1 {
+            return Ok(0);
+        }
+        shards::repair_moves(&self.core, product, n).await
     }
 
     /// The orders in a sale's dead letters.
@@ -179,15 +217,30 @@ impl Ledger {
         why: Restore,
     ) -> Result<Restored, SaleError> {
         let mut total = Restored::default();
-        for chunk in booked.chunks(RESTORE_CHUNK) {
-            let keys = self.core.keys(product);
-            let done = self
-                .core
-                .call(
-                    |mut c| async move { restore::restore_booked(&mut c, &keys, chunk, why).await },
-                )
-                .await?;
-            total = total.add(done);
+        // Each order where it was decided: its id names its stock shard
+        // (the sale itself for a sale of one).
+        let mut by_shard: BTreeMap<u16, Vec<Booked>> = BTreeMap::new();
+        for b in booked {
+            let shard = crate::domain::OrderId::parse(b.order.order_id.as_str())
+                .map_or(0, |(_, of)| of.shard_index());
+            by_shard.entry(shard).or_default().push(b.clone());
+        }
+        for (shard, booked) in &by_shard {
+            let keys = self.core.keys(&product.shard(*shard));
+            for chunk in booked.chunks(RESTORE_CHUNK) {
+                let keys = keys.clone();
+                let done = self
+                    .core
+                    .call(|mut c| async move {
+                        restore::restore_booked(&mut c, &keys, chunk, why).await
+                    })
+                    .await?;
+                total = total.add(done);
+            }
+        }
+        if by_shard.len() > 1 || by_shard.keys().any(|k| *k > 0) {
+            // The sale's stock is all of its shards'.
+            total.stock = self.units_left(product).await?.unwrap_or(0);
         }
         if booked.is_empty() {
             // No chunk sent, no stock read back: the stock as it stands (a
@@ -222,27 +275,41 @@ impl Ledger {
     /// Before `flashsale recover` rebuilds a sale from the books: drops what
     /// Redis has left of its state and sets the stock to `initial` (the
     /// sale hash stays away, so every order is refused until it is open).
-    pub async fn reset(&self, product: &ProductId, initial: u64) -> Result<(), SaleError> {
-        let keys = self.core.keys(product);
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(&[
-                &keys.sale,
-                &keys.stock,
-                &keys.bought,
-                &keys.released,
-                &keys.retaken,
-                &keys.accepted,
-                &keys.idem,
-                &keys.void,
-            ])
-            .ignore()
-            .set(&keys.stock, initial)
-            .ignore();
-        self.core
-            .call(|mut c| async move { pipe.query_async::<()>(&mut c).await })
-            .await?;
+    /// A sale of several stock shards (`shards`, as the books say): each
+    /// shard's state dropped, shard 0 holding the stock (each shard's
+    /// share is set when the sale is opened again).
+    pub async fn reset(
+        &self,
+        product: &ProductId,
+        initial: u64,
+        shards: u16,
+    ) -> Result<(), SaleError> {
+        for k in (0..shards.max(1)).rev() {
+            let keys = self.core.keys(&product.shard(k));
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .del(&[
+                    &keys.sale,
+                    &keys.stock,
+                    &keys.bought,
+                    &keys.released,
+                    &keys.retaken,
+                    &keys.accepted,
+                    &keys.idem,
+                    &keys.void,
+                    &keys.moves,
+                    &keys.gave,
+                    &keys.moved_in,
+                ])
+                .ignore()
+                .set(&keys.stock, if k == 0 { initial } else { 0 })
+                .ignore();
+            self.core
+                .call(|mut c| async move { pipe.query_async::<()>(&mut c).await })
+                .await?;
+        }
         self.core.memory.forget(product);
+        self.core.shards.forget(product);
         Ok(())
     }
 }

@@ -82,6 +82,19 @@ pub struct Repairs {
     pub last_ms: Option<i64>,
 }
 
+impl Repairs {
+    /// Another shard's repairs counted in.
+    pub fn add(&mut self, other: &Repairs) {
+        self.orders += other.orders;
+        self.units += other.units;
+        self.releases += other.releases;
+        self.idempotency_records += other.idempotency_records;
+        self.restocks += other.restocks;
+        self.restock_units += other.restock_units;
+        self.last_ms = self.last_ms.max(other.last_ms);
+    }
+}
+
 /// Orders per `restore_booked.lua` call (bounded script run time).
 pub(super) const RESTORE_CHUNK: usize = 200;
 

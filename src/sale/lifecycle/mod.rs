@@ -40,22 +40,38 @@ impl Lifecycle {
         spec: &SaleSpec,
     ) -> Result<(bool, u64), SaleError> {
         let core = &self.core;
-        let keys = core.keys(product);
         // A fresh key for every open: used only if this call loads the sale.
         let room_key = match spec.waiting_room {
             Some(_) => RoomKey::generate(),
             None => String::new(),
         };
-        let opened = core
-            .call(|mut c| async move { open::open_sale(&mut c, &keys, spec, &room_key).await })
-            .await?;
+        // Shard by shard (one for most sales), the last first: shard 0's
+        // hash says the sale is open, so it is written once the others are.
+        // An open that stops halfway is finished by opening again (each
+        // shard is put-if-absent).
+        let n = spec.shards.max(1);
+        let mut opened = (false, 0);
+        for k in (0..n).rev() {
+            let keys = core.keys(&product.shard(k));
+            let share = (k, spec.share(spec.stock, k));
+            let room_key = &room_key;
+            let (now, left) =
+                core.call(|mut c| async move {
+                    open::open_sale(&mut c, &keys, spec, room_key, share).await
+                })
+                .await?;
+            opened = (now, opened.1 + left);
+        }
         // A command of its own: the registry lives in another slot than the
         // sale. Repeated on every open, so opening again repairs a crash
-        // between the two.
+        // between the two. A sale's shards k >= 1 are listed too, for the
+        // workers to drain their streams.
         let registry = core.registry();
-        core.call(|mut c| async move { c.sadd::<_, _, ()>(&registry, product.as_str()).await })
+        let names: Vec<String> = (0..n).map(|k| product.shard(k).into_string()).collect();
+        core.call(|mut c| async move { c.sadd::<_, _, ()>(&registry, &names).await })
             .await?;
         if opened.0 {
+            core.shards.forget(product);
             // Whatever was remembered of an earlier sale of this id is void.
             core.memory.forget(product);
             self.room.forget(product);
@@ -68,11 +84,16 @@ impl Lifecycle {
     /// the next on is refused `sale_ended`. Its end (epoch ms), or `None`
     /// when Redis does not have the sale.
     pub async fn close(&self, product: &ProductId) -> Result<Option<i64>, SaleError> {
-        let keys = self.core.keys(product);
-        let end = self
-            .core
-            .call(|mut c| async move { clock::close_sale(&mut c, &keys).await })
-            .await?;
+        // Shards k >= 1 first: shard 0's answer is the sale's.
+        let n = super::shards::count(&self.core, product).await?;
+        let mut end = None;
+        for k in (0..n).rev() {
+            let keys = self.core.keys(&product.shard(k));
+            end = self
+                .core
+                .call(|mut c| async move { clock::close_sale(&mut c, &keys).await })
+                .await?;
+        }
         // This instance learns the new window at its next order.
         self.core.memory.forget(product);
         Ok(end)
@@ -86,11 +107,15 @@ impl Lifecycle {
         product: &ProductId,
         pause: bool,
     ) -> Result<Option<Paused>, SaleError> {
-        let keys = self.core.keys(product);
-        let paused = self
-            .core
-            .call(|mut c| async move { pause::pause_sale(&mut c, &keys, pause).await })
-            .await?;
+        let n = super::shards::count(&self.core, product).await?;
+        let mut paused = None;
+        for k in (0..n).rev() {
+            let keys = self.core.keys(&product.shard(k));
+            paused = self
+                .core
+                .call(|mut c| async move { pause::pause_sale(&mut c, &keys, pause).await })
+                .await?;
+        }
         // The room's line stands still (or moves again) from its next tick.
         self.room.renew(product);
         Ok(paused)
@@ -156,6 +181,12 @@ impl Lifecycle {
         self.core.open_sales().await
     }
 
+    /// The streams to drain: every open sale's, and its stock shards'
+    /// (`<pid>~<k>`).
+    pub async fn open_streams(&self) -> Result<Vec<ProductId>, SaleError> {
+        self.core.open_streams().await
+    }
+
     /// Whether no sale has this id, by this process's last read of the
     /// registry (no Redis call); false when it cannot say.
     pub fn is_no_sale(&self, product: &ProductId) -> bool {
@@ -186,13 +217,24 @@ impl Lifecycle {
         if products.is_empty() {
             return Ok(());
         }
-        let ids: Vec<&str> = products.iter().map(ProductId::as_str).collect();
+        // The sales' shards k >= 1 with them.
+        let listed = self.core.open_streams().await?;
+        let ids: Vec<&str> = products
+            .iter()
+            .chain(
+                listed
+                    .iter()
+                    .filter(|s| s.is_shard() && products.contains(&s.sale())),
+            )
+            .map(ProductId::as_str)
+            .collect();
         let registry = self.core.registry();
         self.core
             .call(|mut c| async move { c.srem::<_, _, ()>(&registry, &ids).await })
             .await?;
         for product in products {
             self.core.memory.removed(product);
+            self.core.shards.forget(product);
         }
         Ok(())
     }
@@ -201,10 +243,15 @@ impl Lifecycle {
     /// memory (a million order records) in the background, never stalling
     /// the orders of other sales. The registry is not touched.
     pub async fn unlink(&self, product: &ProductId) -> Result<(), SaleError> {
-        let keys = self.core.keys(product);
-        self.core
-            .call(|mut c| async move { c.unlink::<_, ()>(&keys.all()[..]).await })
-            .await?;
+        // Shards k >= 1 first: shard 0 names the count.
+        let n = super::shards::count(&self.core, product).await?;
+        for k in (0..n).rev() {
+            let keys = self.core.keys(&product.shard(k));
+            self.core
+                .call(|mut c| async move { c.unlink::<_, ()>(&keys.all()[..]).await })
+                .await?;
+        }
+        self.core.shards.forget(product);
         self.core.memory.forget(product);
         self.room.forget(product);
         Ok(())

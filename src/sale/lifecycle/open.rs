@@ -18,6 +18,18 @@ pub struct SaleSpec {
     pub waiting_room: Option<crate::domain::WaitingRoom>,
     /// Paused since (epoch ms): the sale opens paused (`None`: live).
     pub paused_ms: Option<i64>,
+    /// Stock shards (1: one, the keys a sale always had; see
+    /// `sale::shards`).
+    pub shards: u16,
+}
+
+impl SaleSpec {
+    /// Shard `k`'s share of `stock` units: an even split, the first shards
+    /// taking one more each until the rest is placed.
+    pub fn share(&self, stock: u64, k: u16) -> u64 {
+        let n = u64::from(self.shards.max(1));
+        stock / n + u64::from(u64::from(k) < stock % n)
+    }
 }
 
 script!(OPEN_SALE, "open_sale");
@@ -29,6 +41,7 @@ pub async fn open_sale(
     keys: &SaleKeys,
     spec: &SaleSpec,
     room_key: &str,
+    (shard, stock): (u16, u64),
 ) -> RedisResult<(bool, u64)> {
     let room = spec.waiting_room.as_ref();
     OPEN_SALE
@@ -38,7 +51,7 @@ pub async fn open_sale(
         .key(&keys.room)
         .key(&keys.room_log)
         .key(&keys.room_used)
-        .arg(spec.stock)
+        .arg(stock)
         .arg(spec.start_ms)
         .arg(spec.end_ms)
         .arg(spec.limit_per_user)
@@ -52,6 +65,8 @@ pub async fn open_sale(
         .arg(room.map_or(0, |r| r.active_cap.unwrap_or(0)))
         .arg(room.map_or(0, |r| r.join_difficulty.unwrap_or(0)))
         .arg(spec.paused_ms.map_or(String::new(), |ms| ms.to_string()))
+        .arg(spec.shards.max(1))
+        .arg(shard)
         .invoke_async(conn)
         .await
 }

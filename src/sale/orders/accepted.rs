@@ -13,7 +13,6 @@ use crate::domain::{OrderId, PendingOrder, ProductId};
 use crate::sale::core::Core;
 use crate::sale::error::SaleError;
 use crate::sale::lua::script;
-use crate::sale::wait::{confirmed, invoke_and_wait};
 
 script!(NOTE_PAYMENT, "note_payment");
 
@@ -196,7 +195,7 @@ impl Accepted {
         // The units are back on the master either way.
         self.core
             .memory
-            .released(&order.product_id, Some(order.user_id.get()));
+            .released(&order.product_id.sale(), Some(order.user_id.get()));
         replicated?;
         Ok(released)
     }
@@ -217,30 +216,13 @@ impl Accepted {
         Ok(retake)
     }
 
-    /// A script that writes: its reply, and with `REDIS_WAIT_REPLICAS`
-    /// whether the replicas have its write (the script and `WAIT` as one
-    /// pipeline to the node holding `key`, one of its keys).
+    /// A script that writes, and with `REDIS_WAIT_REPLICAS` whether the
+    /// replicas have it ([`Core::write`]).
     async fn write<T: redis::FromRedisValue>(
         &self,
         key: &str,
         call: redis::ScriptInvocation<'static>,
     ) -> Result<(T, Result<(), SaleError>), SaleError> {
-        let core = &self.core;
-        match core.wait {
-            None => {
-                let reply = core
-                    .call(|mut c| async move { call.invoke_async(&mut c).await })
-                    .await?;
-                Ok((reply, Ok(())))
-            }
-            Some(wait) => {
-                let mut pooled = core.alone().await?;
-                let (reply, acked) = core
-                    .redis
-                    .bounded(invoke_and_wait(&mut pooled, key, &call, wait))
-                    .await?;
-                Ok((reply, confirmed(wait, acked)))
-            }
-        }
+        self.core.write(key, call).await
     }
 }

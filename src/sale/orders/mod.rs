@@ -33,9 +33,14 @@ use super::memory::clock::Reading;
 use super::memory::{Heard, Keyed};
 use super::rejection::Rejection;
 use super::room::Room;
-use crate::domain::{OrderId, ProductId};
+use crate::domain::{OrderId, ProductId, UserId};
 use record::AcceptedRecord;
 use sharing::{Sent, Sharing, Turn, Waiting};
+
+/// How many searches for units on other shards one order may make
+/// (each that finds units asks the home shard again; other buyers may take
+/// them first).
+const MAX_SEARCHES: usize = 16;
 
 /// The order path's handle.
 #[derive(Clone)]
@@ -106,38 +111,107 @@ impl OrderPath {
 
     /// The order through its sale's shared call (see [`sharing`]): sent at
     /// once when no call of the sale is in flight, else in the next call.
+    /// A sale of several stock shards: to the buyer's home shard, with
+    /// units looked for on the others when it has too few (see
+    /// [`super::shards`]).
     async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
         let product = order.product;
-        let call = OrderCall {
-            order_id: OrderId::generate(product),
+        let mut shards = self.core.shards.known(product).unwrap_or(1);
+        let mut target = self.target(product, order.user_id, shards);
+        let mut call = OrderCall {
+            order_id: OrderId::generate(&target),
             user_id: order.user_id,
             quantity: order.quantity,
             idempotency_key: order.idempotency_key.map(str::to_owned),
             vouched: order.vouched,
         };
-        // The order comes back with its answer: its id and key become the
-        // accepted order's, with no copy.
-        let (call, sent) = match self.sharing.join(product, call) {
+        let mut searches = 0;
+        loop {
+            // The order comes back with its answer: its id and key become
+            // the accepted order's, with no copy.
+            let (back, sent) = self.share_call(&target, call).await?;
+            call = back;
+            match &sent.reply {
+                // The sale has shards this process did not know of: to the
+                // buyer's home shard.
+                Ok(PlaceReply::Shards(n)) if *n != shards => {
+                    shards = *n;
+                    self.core.shards.learn(product, shards);
+                }
+                Ok(PlaceReply::Rejected(
+                    Rejection::SoldOut | Rejection::InsufficientStock { .. },
+                )) if shards > 1 => {
+                    if searches == MAX_SEARCHES {
+                        return Err(SaleError::Contended(searches));
+                    }
+                    searches += 1;
+                    let home = super::shards::home(order.user_id, shards);
+                    let need = order.quantity.get();
+                    if !super::shards::refill(&self.core, product, (shards, home), need).await? {
+                        return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
+                    }
+                }
+                // Out of units where this process thought the sale had one
+                // shard, not knowing (its first orders, all at once): it
+                // asks the sale (once: remembered, for a sale of one too).
+                // (Or it learnt of the shards while this order was sent.)
+                Ok(PlaceReply::Rejected(
+                    Rejection::SoldOut | Rejection::InsufficientStock { .. },
+                )) if shards == 1 => {
+                    shards = match self.core.shards.known(product) {
+                        Some(n) => n,
+                        None => super::shards::count(&self.core, product).await?,
+                    };
+                    if shards == 1 {
+                        return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
+                    }
+                }
+                _ => return self.decide(sent.reply?, &order, call, (sent.sent, sent.received)),
+            }
+            let next = self.target(product, order.user_id, shards);
+            if next != target {
+                target = next;
+                call.order_id = OrderId::generate(&target);
+            }
+        }
+    }
+
+    /// Where a buyer's orders of a sale of `shards` stock shards are decided.
+    fn target(&self, product: &ProductId, user: UserId, shards: u16) -> ProductId {
+        if shards > 1 {
+            product.shard(super::shards::home(user, shards))
+        } else {
+            product.clone()
+        }
+    }
+
+    /// One order through the shared call of `target` (a sale, or one of
+    /// its stock shards).
+    async fn share_call(
+        &self,
+        target: &ProductId,
+        call: OrderCall,
+    ) -> Result<(OrderCall, Sent), SaleError> {
+        match self.sharing.join(target, call) {
             Turn::Alone(call) => {
                 let _next = Handoff {
                     orders: self,
-                    product,
+                    product: target,
                 };
-                let mut sent = self.send(product, std::slice::from_ref(&call)).await;
-                (call, sent.pop().ok_or(SaleError::Dropped)?)
+                let mut sent = self.send(target, std::slice::from_ref(&call)).await;
+                Ok((call, sent.pop().ok_or(SaleError::Dropped)?))
             }
             Turn::Next(answer) => {
                 // The call in flight, then this order's: each bounded by
                 // the Redis timeout.
                 let bound = 2 * self.core.redis.timeout();
                 match tokio::time::timeout(bound, answer).await {
-                    Ok(Ok(answered)) => answered,
-                    Ok(Err(_)) => return Err(SaleError::Dropped),
-                    Err(_) => return Err(SaleError::Timeout(bound)),
+                    Ok(Ok(answered)) => Ok(answered),
+                    Ok(Err(_)) => Err(SaleError::Dropped),
+                    Err(_) => Err(SaleError::Timeout(bound)),
                 }
             }
-        };
-        self.decide(sent.reply?, &order, call, (sent.sent, sent.received))
+        }
     }
 
     /// Sends the sale's next shared call: the orders that waited, their
@@ -236,6 +310,14 @@ impl OrderPath {
                     now_ms,
                 });
                 Decision::refused(Rejection::outside_window(start_ms, now_ms))
+            }
+            // Asked of a shard that is not the buyer's home, again and
+            // again: the sale's shards changed under this order (a sale
+            // removed and opened again meanwhile).
+            PlaceReply::Shards(_) => {
+                return Err(SaleError::Corrupt(format!(
+                    "{product}: the buyer's home shard kept changing"
+                )));
             }
             PlaceReply::Rejected(why) => {
                 if why == Rejection::AdmissionRequired {

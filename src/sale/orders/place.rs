@@ -37,6 +37,9 @@ pub enum PlaceReply {
         now_ms: i64,
     },
     Rejected(Rejection),
+    /// The sale has this many stock shards, and the buyer's home is
+    /// another (nothing written).
+    Shards(u16),
 }
 
 /// One order of a `place_order.lua` call, owned: it waits with the other
@@ -264,6 +267,7 @@ impl PlaceReply {
             "insufficient" => Self::Rejected(Rejection::InsufficientStock {
                 left: u64::from_redis_value(next()?)?,
             }),
+            "shard" => Self::Shards(u16::from_redis_value(next()?)?),
             "limit" => Self::Rejected(Rejection::LimitExceeded {
                 allowance: u64::from_redis_value(next()?)?,
             }),

@@ -17,7 +17,14 @@ pub(super) fn renew_sold_out(core: &Arc<Core>, product: &ProductId) {
     core.in_background(|core| async move {
         let stock_key = core.keys(&product).stock;
         let sent = Instant::now();
-        let read = core.call(|mut c| async move { c.get::<_, Option<i64>>(&stock_key).await });
+        // A sale of several stock shards: all of them, moves in flight
+        // counted (units a cancel gave back to one shard are the sale's).
+        let read = async {
+            match core.shards.known(&product).unwrap_or(1) {
+                1 => core.call(|mut c| async move { c.get::<_, Option<i64>>(&stock_key).await }).await,
+                n => crate::sale::shards::total_stock(&core, &product, n).await,
+            }
+        };
         let stock = match read.await {
             Ok(stock) => Some(stock),
             Err(e) => {

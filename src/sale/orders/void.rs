@@ -40,9 +40,11 @@ pub(super) async fn place_and_wait(
     let mut answers = Vec::with_capacity(replies.len());
     for (reply, order) in replies.into_iter().zip(orders) {
         answers.push(match (&reply, &confirmed) {
-            (PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. }, _) | (_, Ok(())) => {
-                Ok(reply)
-            }
+            (
+                PlaceReply::Rejected(_) | PlaceReply::OutsideWindow { .. } | PlaceReply::Shards(_),
+                _,
+            )
+            | (_, Ok(())) => Ok(reply),
             (PlaceReply::Replayed { .. }, Err(e)) => Err(e.clone()),
             // A 503 for a new order: take it back, so that it never
             // reaches the books unless a later answer is a 202. (Unless
@@ -77,7 +79,8 @@ async fn void(
         .await;
     match voided {
         Ok(Voided::Void) => {
-            core.memory.released(product, Some(order.user_id.get()));
+            core.memory
+                .released(&product.sale(), Some(order.user_id.get()));
             tracing::info!(order_id = %order_id, "order not confirmed by the replicas: voided");
         }
         Ok(Voided::Claimed) => {}

@@ -49,12 +49,14 @@ pub(super) async fn join(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     user_id: UserId,
+    elsewhere: i64,
 ) -> RedisResult<Value> {
     JOIN.key(&keys.sale)
         .key(&keys.stock)
         .key(&keys.room)
         .key(&keys.joined)
         .arg(user_id)
+        .arg(elsewhere)
         .invoke_async(conn)
         .await
 }

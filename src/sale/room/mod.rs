@@ -35,6 +35,7 @@ use super::core::{Core, Counter};
 use super::error::SaleError;
 use super::keys::SaleKeys;
 use super::rejection::Rejection;
+use super::shards;
 use crate::domain::{BoundsChange, Chain, ProductId, UserId};
 pub use join::Joined;
 pub use pass::{AdmissionRefused, Number, RoomKey, Ticket};
@@ -148,9 +149,11 @@ impl Room {
         }
         let keys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
+        // A sale of several stock shards: the units on the others count.
+        let (elsewhere, _) = shards::elsewhere(&self.core, product).await?;
         let reply = self
             .core
-            .call(|mut c| async move { join::join(&mut c, &keys, user_id).await })
+            .call(|mut c| async move { join::join(&mut c, &keys, user_id, elsewhere).await })
             .await?;
         Ok(match join::decode(reply)? {
             join::Reply::Joined { number, new } => {
@@ -376,9 +379,11 @@ impl Room {
     ) -> Result<Ticked, SaleError> {
         let keys: SaleKeys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
+        // A sale of several stock shards: the room counts the sale's units.
+        let elsewhere = shards::elsewhere(&self.core, product).await?;
         let reply = self
             .core
-            .call(|mut c| async move { tick::tick(&mut c, &keys, change).await })
+            .call(|mut c| async move { tick::tick(&mut c, &keys, change, elsewhere).await })
             .await?;
         let (exists, room) = tick::decode(reply)?;
         let room = room.map(Arc::new);

@@ -24,6 +24,7 @@ pub(super) async fn tick(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     change: BoundsChange,
+    (elsewhere, initial_elsewhere): (i64, i64),
 ) -> RedisResult<Value> {
     ROOM_TICK
         .key(&keys.sale)
@@ -39,6 +40,8 @@ pub(super) async fn tick(
         .arg(GROUP)
         .arg(STRAIN_MS)
         .arg(text(change.join_difficulty))
+        .arg(elsewhere)
+        .arg(initial_elsewhere)
         .invoke_async(conn)
         .await
 }

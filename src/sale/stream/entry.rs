@@ -169,7 +169,8 @@ fn checked(
     Ok(PendingOrder {
         order_id,
         user_id: UserId::new(record.user_id).map_err(out_of_range)?,
-        product_id: product.clone(),
+        // A stock shard's orders are its sale's.
+        product_id: product.sale(),
         quantity: Quantity::new(record.quantity).map_err(out_of_range)?,
         price: record.price,
         created_ms: record.created_ms,

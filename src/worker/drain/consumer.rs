@@ -28,7 +28,10 @@ enum Cursor {
 
 /// The drain of one sale's stream by one consumer.
 pub struct SaleWorker {
+    /// The sale, or one of its stock shards (`<pid>~<k>`).
     pub(super) product: ProductId,
+    /// The sale, as the books know it.
+    sale: ProductId,
     stream: SaleStream,
     /// What wakes this drain when its sale is quiet.
     pub(super) bells: Bells,
@@ -72,6 +75,7 @@ impl SaleWorker {
             stream,
             bells,
             orders,
+            sale: product.sale(),
             product,
             cfg,
             metrics,
@@ -260,6 +264,7 @@ impl SaleWorker {
     async fn settle(&self, entries: Vec<Entry>, source: Source) -> Result<Outcome, WorkerError> {
         let settle = Settle {
             product: &self.product,
+            sale: &self.sale,
             stream: &self.stream,
             orders: &self.orders,
             cfg: &self.cfg,

@@ -38,7 +38,10 @@ type Batch<'a> = Vec<(&'a Entry, PendingOrder)>;
 
 /// What settling a batch needs of its drain.
 pub(super) struct Settle<'a> {
+    /// The stream's sale, or its stock shard (`<pid>~<k>`).
     pub(super) product: &'a ProductId,
+    /// The sale, as the books know it.
+    pub(super) sale: &'a ProductId,
     pub(super) stream: &'a SaleStream,
     pub(super) orders: &'a store::Orders,
     pub(super) cfg: &'a WorkerConfig,
@@ -126,7 +129,7 @@ impl Settle<'_> {
         let metrics = &self.metrics;
         let orders: Vec<PendingOrder> = good.iter().map(|(_, o)| o.clone()).collect();
         let commit = metrics.commit_latency.start_timer();
-        let (persisted, good) = match self.orders.persist_orders(self.product, &orders).await {
+        let (persisted, good) = match self.orders.persist_orders(self.sale, &orders).await {
             Ok(p) => (p, good),
             Err(e) if e.is_unavailable() => return Err(e.into()),
             Err(e) => {
@@ -147,7 +150,7 @@ impl Settle<'_> {
             // The sale's timeline: orders persisted, and how long they
             // waited (the batch's rows, when all of them were new).
             let timeline = &metrics.timeline;
-            let sale = self.product.as_str();
+            let sale = self.sale.as_str();
             timeline.count(sale, "persisted", persisted.inserted);
             if persisted.inserted == good.len() as u64 {
                 timeline.count(sale, "persist_wait_ms", total);
@@ -169,7 +172,7 @@ impl Settle<'_> {
         for (entry, order) in good {
             match self
                 .orders
-                .persist_orders(self.product, std::slice::from_ref(&order))
+                .persist_orders(self.sale, std::slice::from_ref(&order))
                 .await
             {
                 Ok(p) => {

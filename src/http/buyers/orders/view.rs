@@ -88,7 +88,8 @@ impl From<PendingOrder> for OrderView {
             order_id: o.order_id.into_string(),
             status: OrderStatus::Pending,
             user_id: o.user_id.get(),
-            product_id: o.product_id.into_string(),
+            // (a stock shard's order is its sale's)
+            product_id: o.product_id.sale().into_string(),
             quantity: o.quantity.get(),
             price: o.price,
             created: o.created_ms,

@@ -1,0 +1,273 @@
+//! `flashsale-bench hot-sale`: what a hot sale costs each Redis master,
+//! with its stock in one slot or split over several stock shards, side by
+//! side in one run (BENCHMARKS.md, "What does a hot sale cost?").
+//!
+//! For each shard count: a sale of `--orders` units is opened (under the
+//! benchmark prefix: no worker drains it) and sold out through the real
+//! order path (`OrderPath::place`: memory, shared calls, the shards' moves),
+//! one unit to each of as many buyers, `--concurrency` at a time. Every
+//! master's `used_cpu_sys + used_cpu_user` is read before and after: its
+//! Redis CPU per accepted order of the sale, the moves the sale made, and
+//! the share of the orders each master decided. Then moves alone are
+//! timed: one unit at a time between two shards of a sale of its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use flashsale::config::{MemorySettings, RedisArgs, RedisTarget};
+use flashsale::domain::{ProductId, Quantity, UserId};
+use flashsale::sale::{Decision, NewOrder, Redis, Sales, Vouched};
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchHotArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// Stock shards of the sales compared, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    pub shards: Vec<u16>,
+    /// Units of each sale, each sold to a buyer of its own.
+    #[arg(long, default_value_t = 30_000)]
+    pub orders: u64,
+    /// Orders in flight.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u64,
+    /// Moves timed, one unit each.
+    #[arg(long, default_value_t = 500)]
+    pub moves: u64,
+    /// Share of a core kept busy, for the projected ceilings.
+    #[arg(long, default_value_t = 0.7)]
+    pub busy: f64,
+}
+
+/// Every master's address, `host:port`.
+async fn masters(target: &RedisTarget) -> anyhow::Result<Vec<String>> {
+    let nodes = match target {
+        RedisTarget::Single(url) => return Ok(vec![url.clone()]),
+        RedisTarget::Cluster(nodes) => nodes,
+    };
+    let first = nodes
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no cluster node"))?;
+    let mut conn = redis::Client::open(first.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let text: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await?;
+    let mut masters: Vec<String> = text
+        .lines()
+        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+        .filter_map(|l| {
+            let addr = l.split(' ').nth(1)?.split('@').next()?;
+            Some(format!("redis://{addr}"))
+        })
+        .collect();
+    masters.sort();
+    Ok(masters)
+}
+
+/// `used_cpu_sys + used_cpu_user` of each master, seconds.
+async fn cpu(masters: &[String]) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(masters.len());
+    for url in masters {
+        let mut conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
+        let field = |name: &str| -> f64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        out.push(field("used_cpu_sys") + field("used_cpu_user"));
+    }
+    Ok(out)
+}
+
+/// One sale's run.
+struct Run {
+    shards: u16,
+    accepted: u64,
+    elapsed: Duration,
+    /// Each master's Redis CPU over the run, µs.
+    us_by_master: Vec<f64>,
+    moves: i64,
+}
+
+pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
+    let target = args.redis.target();
+    let redis = Redis::new(
+        &target,
+        Duration::from_millis(args.redis.redis_timeout_ms.max(5_000)),
+        16,
+    )?;
+    let sales = Sales::new(
+        redis,
+        super::bench_prefix(&args.redis.key_prefix),
+        MemorySettings::default(),
+        None,
+    );
+    let masters = masters(&target).await?;
+    println!(
+        "a hot sale of {} units sold out through the order path, {} in flight, on {} master(s):",
+        args.orders,
+        args.concurrency,
+        masters.len()
+    );
+    let mut runs = Vec::new();
+    for &shards in &args.shards {
+        let run = sell_out(&sales, &masters, shards, &args).await?;
+        let total: f64 = run.us_by_master.iter().sum();
+        let per_master: Vec<String> = run
+            .us_by_master
+            .iter()
+            .map(|us| format!("{:.2}", us / run.accepted.max(1) as f64))
+            .collect();
+        println!(
+            "  {} shard(s): {} accepted in {:.2} s, {} moves; Redis CPU per accepted order by master [{}] µs, {:.2} µs in all; busiest master {:.0}% of it",
+            run.shards,
+            run.accepted,
+            run.elapsed.as_secs_f64(),
+            run.moves,
+            per_master.join(", "),
+            total / run.accepted.max(1) as f64,
+            100.0 * run.us_by_master.iter().cloned().fold(0.0, f64::max) / total.max(1e-9),
+        );
+        runs.push(run);
+    }
+    if let Some(one) = runs.iter().find(|r| r.shards == 1) {
+        let base = one.us_by_master.iter().sum::<f64>() / one.accepted.max(1) as f64;
+        for r in runs.iter().filter(|r| r.shards > 1) {
+            let total = r.us_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64;
+            let busiest =
+                r.us_by_master.iter().cloned().fold(0.0, f64::max) / r.accepted.max(1) as f64;
+            println!(
+                "  {} shards against 1: {:+.1}% Redis CPU in all (the moves and the shards' own calls), busiest master {:.2} µs = {:.2} of the one-shard figure (1/{} = {:.2})",
+                r.shards,
+                100.0 * (total / base - 1.0),
+                busiest,
+                busiest / base,
+                r.shards,
+                1.0 / f64::from(r.shards)
+            );
+        }
+        for n in [8u16, 16] {
+            // Each shard a core of its own, its orders' CPU divided by n
+            // (the moves scale with the shards too: their share measured
+            // above is kept).
+            let worst = runs
+                .iter()
+                .filter(|r| r.shards > 1)
+                .map(|r| r.us_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64 / base)
+                .fold(1.0, f64::max);
+            println!(
+                "  projected ceiling of one sale with {n} shards on {n} masters: {:.0} accepted orders/s at {:.0}% busy (one shard: {:.0})",
+                f64::from(n) * args.busy * 1e6 / (base * worst),
+                args.busy * 100.0,
+                args.busy * 1e6 / base,
+            );
+        }
+    }
+    time_moves(&sales, args.moves).await?;
+    Ok(())
+}
+
+async fn sell_out(
+    sales: &Sales,
+    masters: &[String],
+    shards: u16,
+    args: &BenchHotArgs,
+) -> anyhow::Result<Run> {
+    let product = super::bench_product("hot");
+    let mut spec = super::bench_spec(args.orders);
+    spec.shards = shards;
+    sales.lifecycle().open(&product, &spec).await?;
+    let before = cpu(masters).await?;
+    let next = Arc::new(AtomicU64::new(1));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..args.concurrency.max(1) {
+        let (sales, product, next, accepted) = (
+            sales.clone(),
+            product.clone(),
+            next.clone(),
+            accepted.clone(),
+        );
+        let orders = args.orders;
+        tasks.spawn(async move {
+            loop {
+                let user = next.fetch_add(1, Ordering::Relaxed);
+                if user > orders {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let decision = sales
+                    .orders()
+                    .place(NewOrder {
+                        product: &product,
+                        user_id: UserId::new(user)?,
+                        quantity: Quantity::new(1)?,
+                        idempotency_key: None,
+                        vouched: Vouched::No,
+                    })
+                    .await;
+                if let Ok(Decision::Placed(_)) = decision {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let elapsed = started.elapsed();
+    let after = cpu(masters).await?;
+    let looks = sales.shards().look(&product).await?;
+    let moves = looks.iter().map(|l| l.moves_out).sum();
+    sales.lifecycle().remove(&product).await?;
+    Ok(Run {
+        shards,
+        accepted: accepted.load(Ordering::Relaxed),
+        elapsed,
+        us_by_master: before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| (a - b) * 1e6)
+            .collect(),
+        moves,
+    })
+}
+
+/// How long a move takes: `n` moves of one unit between two shards of a
+/// sale of their own (the take, the apply, the record dropped: three calls).
+async fn time_moves(sales: &Sales, n: u64) -> anyhow::Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let product: ProductId = super::bench_product("moves");
+    let mut spec = super::bench_spec(2 * n);
+    spec.shards = 2;
+    sales.lifecycle().open(&product, &spec).await?;
+    let mut took = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+        let t = Instant::now();
+        let moved = sales.shards().move_units(&product, (from, to), 1).await?;
+        took.push(t.elapsed());
+        anyhow::ensure!(moved == 1, "a move found no unit");
+    }
+    sales.lifecycle().remove(&product).await?;
+    took.sort();
+    let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
+    println!(
+        "  a move of units between two shards (take, apply, record dropped): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms over {n}",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+    Ok(())
+}

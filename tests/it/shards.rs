@@ -1,0 +1,366 @@
+//! A sale opened with several stock shards (`stock_shards`): its stock in
+//! as many slots, each buyer decided by one, units moving to where the
+//! buyers are; exactly its stock sold, every buyer's limit exact, no
+//! `sold_out` while units remain, books that balance.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use flashsale::bookkeeping::recover::Overwrite;
+use flashsale::domain::{OrderId, ProductId};
+use redis::AsyncCommands;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::helpers::{Backend, TestApp, product_body, spawn_app_on, status_code, unique};
+
+fn pid(sku: &str) -> ProductId {
+    ProductId::parse(sku).expect("a product id")
+}
+
+/// A sale of `stock` units over `shards` stock shards, `limit` a buyer.
+async fn sharded_sale(app: &TestApp, stock: u64, limit: u64, shards: u16) -> String {
+    let mut body = product_body(&unique("hot-"), stock, limit);
+    body["stock_shards"] = json!(shards);
+    app.sale_from(body).await
+}
+
+/// One answer the burst got: when its request left and when the answer
+/// came, its status, its error code or its order id.
+#[derive(Debug, Clone)]
+struct Answer {
+    user: u64,
+    quantity: u64,
+    sent: Instant,
+    received: Instant,
+    status: StatusCode,
+    code: String,
+    order_id: Option<String>,
+}
+
+async fn order(app: &TestApp, user: u64, sku: &str, quantity: u64, key: Option<&str>) -> Answer {
+    let body = json!({"user_id": user, "product_id": sku, "quantity": quantity});
+    let sent = Instant::now();
+    let resp = app.post_order(&body, key).await;
+    let received = Instant::now();
+    let status = resp.status();
+    let v: Value = resp.json().await.expect("a JSON answer");
+    Answer {
+        user,
+        quantity,
+        sent,
+        received,
+        status,
+        code: v["error"].as_str().unwrap_or_default().to_owned(),
+        order_id: v["order_id"].as_str().map(str::to_owned),
+    }
+}
+
+async fn a_burst_on_a_sharded_sale_sells_exactly_its_stock_with_exact_limits_and_no_phantom_sold_out(
+    backend: Backend,
+) {
+    let app = Arc::new(spawn_app_on(backend, |_| {}).await);
+    let (stock, shards) = (300u64, 3u16);
+    let sku = sharded_sale(&app, stock, 2, shards).await;
+    // 600 buyers, seven in ten of them at home on shard 0: that shard runs
+    // out first and takes units from the others, again and again.
+    let users: Vec<u64> = (0..600u64)
+        .map(|i| match i % 10 {
+            0..7 => 3 * (i + 1),
+            _ => 3 * (i + 1) + 1 + i % 2,
+        })
+        .collect();
+    let mut set = JoinSet::new();
+    for (i, user) in users.iter().copied().enumerate() {
+        let (app, sku) = (app.clone(), sku.clone());
+        set.spawn(async move {
+            // Mixed quantities, a keyed order retried with its key, then
+            // one more unit (over the limit for those who got 2).
+            let quantity = 1 + (i as u64 % 2);
+            let key = format!("k-{user}");
+            let first = order(&app, user, &sku, quantity, Some(&key)).await;
+            let retry = order(&app, user, &sku, quantity, Some(&key)).await;
+            let more = order(&app, user, &sku, 1, None).await;
+            (first, retry, more)
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(done) = set.join_next().await {
+        let (first, retry, more) = done.expect("a buyer");
+        // Every idempotent retry of an accepted order is answered with it.
+        if first.status == StatusCode::ACCEPTED {
+            assert_eq!(retry.status, StatusCode::ACCEPTED, "{retry:?}");
+            assert_eq!(retry.order_id, first.order_id, "user {}", first.user);
+            answers.extend([first, more]);
+        } else {
+            // A key whose order was refused is free: the retry is an order.
+            answers.extend([first, retry, more]);
+        }
+    }
+    for a in &answers {
+        assert!(
+            matches!(
+                (a.status, a.code.as_str()),
+                (StatusCode::ACCEPTED, _)
+                    | (
+                        StatusCode::CONFLICT,
+                        "sold_out" | "insufficient_stock" | "limit_exceeded"
+                    )
+            ),
+            "{a:?}"
+        );
+    }
+    let accepted: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::ACCEPTED)
+        .collect();
+    let sold: u64 = accepted.iter().map(|a| a.quantity).sum();
+    assert_eq!(sold, stock, "exactly the stock sold");
+    // No phantom sold-out: no order sent after a `sold_out` was received
+    // was accepted (nothing was given back meanwhile), so every `sold_out`
+    // came when the whole sale had no unit left.
+    let sold_outs: Vec<&Answer> = answers.iter().filter(|a| a.code == "sold_out").collect();
+    assert!(!sold_outs.is_empty());
+    for s in &sold_outs {
+        let later: Vec<_> = accepted.iter().filter(|a| a.sent > s.received).collect();
+        assert!(
+            later.is_empty(),
+            "user {} heard sold_out while units remained: {s:?} then {later:?}",
+            s.user
+        );
+    }
+
+    app.drained(&sku, stock as i64).await;
+    let rows = app.order_rows(&sku).await;
+    let mut by_user: HashMap<i64, i64> = HashMap::new();
+    for (id, user, quantity) in &rows {
+        *by_user.entry(*user).or_default() += quantity;
+        // Each buyer's orders are decided by their home shard, and the
+        // order's id says which.
+        let (_, of) = OrderId::parse(id).expect("an order id");
+        assert_eq!(of.sale(), pid(&sku));
+        assert_eq!(
+            u64::from(of.shard_index()),
+            *user as u64 % u64::from(shards),
+            "{id}"
+        );
+    }
+    assert!(
+        by_user.values().all(|units| *units <= 2),
+        "a buyer over the limit"
+    );
+    assert_eq!(app.persisted(&sku).await.2, stock as i64);
+
+    // Units moved, none is in flight, none is left.
+    let looks = app.sales.shards().look(&pid(&sku)).await.expect("shards");
+    assert_eq!(looks.len(), usize::from(shards));
+    assert!(
+        looks.iter().map(|l| l.moves_out).sum::<i64>() > 0,
+        "no move made"
+    );
+    assert!(looks.iter().all(|l| l.in_flight.is_empty()), "{looks:?}");
+    assert_eq!(looks.iter().filter_map(|l| l.stock).sum::<i64>(), 0);
+    app.books_balance(&sku).await;
+}
+
+async fn a_move_left_half_done_arrives_once_and_no_unit_is_made_or_lost(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 30, 1, 3).await;
+    let shards = app.sales.shards();
+    let product = pid(&sku);
+    // A caller takes 5 units off shard 0 for shard 1 and dies before they
+    // arrive.
+    assert_eq!(shards.take_only(&product, (0, 1), 5).await.unwrap(), 5);
+    let looks = shards.look(&product).await.unwrap();
+    let stocks: Vec<_> = looks.iter().map(|l| l.stock).collect();
+    assert_eq!(stocks, [Some(5), Some(10), Some(10)]);
+    assert_eq!(looks[0].in_flight.len(), 1);
+    // The audit counts them where they are: moving.
+    app.books_balance(&sku).await;
+    assert_eq!(app.sales.ledger().stock(&product).await.unwrap(), Some(30));
+    // Finished twice at once (the reconciler and a buyer's search for
+    // units), they arrive once.
+    let (a, b) = tokio::join!(shards.finish_moves(&product), shards.finish_moves(&product));
+    assert!(a.unwrap() + b.unwrap() >= 1);
+    let stocks: Vec<_> = shards
+        .look(&product)
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.stock)
+        .collect();
+    assert_eq!(stocks, [Some(5), Some(15), Some(10)]);
+    assert_eq!(shards.finish_moves(&product).await.unwrap(), 0);
+    // Every unit sells, and no more: 30 buyers of shard 2 (whose 10 run
+    // out first) buy them all, then a 31st hears sold out.
+    for user in 1..=30u64 {
+        let a = order(&app, user * 3 + 2, &sku, 1, None).await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{a:?}");
+    }
+    let (status, code) = status_code(app.place_order(31 * 3 + 2, &sku, 1).await).await;
+    assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "sold_out"));
+    app.drained(&sku, 30).await;
+    app.books_balance(&sku).await;
+}
+
+/// What a failover of one shard's master can do to a move with WAIT 0 (the
+/// new master lacks the last writes): lose the take (the units exist twice)
+/// or lose the apply (they exist nowhere). The reconciler's repair mends
+/// both from the other side's log.
+async fn a_move_a_failover_cut_in_two_is_mended_from_the_other_side(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 30, 1, 3).await;
+    let product = pid(&sku);
+    let shards = app.sales.shards();
+    let mut r = app.redis.clone();
+    let stocks = |looks: Vec<flashsale::sale::ShardLook>| -> Vec<Option<i64>> {
+        looks.iter().map(|l| l.stock).collect()
+    };
+    // A move of 4 from shard 0 to 1, then shard 0's master "loses" the take.
+    assert_eq!(shards.move_units(&product, (0, 1), 4).await.unwrap(), 4);
+    let gave: HashMap<String, String> = r.hgetall(app.key(&sku, "gave")).await.unwrap();
+    let (id, _) = gave.iter().next().expect("the move's log entry");
+    let _: () = r.hdel(app.key(&sku, "gave"), id).await.unwrap();
+    let _: () = r.incr(app.key(&sku, "stock"), 4).await.unwrap();
+    assert_eq!(
+        stocks(shards.look(&product).await.unwrap()),
+        [Some(10), Some(14), Some(10)]
+    );
+    assert_eq!(app.sales.ledger().stock(&product).await.unwrap(), Some(34));
+    assert_eq!(shards.repair_moves(&product).await.unwrap(), 1);
+    assert_eq!(
+        stocks(shards.look(&product).await.unwrap()),
+        [Some(6), Some(14), Some(10)]
+    );
+    // A move of 3 from shard 2 to 0, then shard 0's master "loses" the apply.
+    assert_eq!(shards.move_units(&product, (2, 0), 3).await.unwrap(), 3);
+    let moved_in: HashMap<String, String> = r.hgetall(app.key(&sku, "moved_in")).await.unwrap();
+    let (id, _) = moved_in.iter().next().expect("the move's arrival");
+    let _: () = r.hdel(app.key(&sku, "moved_in"), id).await.unwrap();
+    let _: () = r.decr(app.key(&sku, "stock"), 3).await.unwrap();
+    assert_eq!(app.sales.ledger().stock(&product).await.unwrap(), Some(27));
+    assert_eq!(shards.repair_moves(&product).await.unwrap(), 1);
+    assert_eq!(
+        stocks(shards.look(&product).await.unwrap()),
+        [Some(9), Some(14), Some(7)]
+    );
+    assert_eq!(shards.repair_moves(&product).await.unwrap(), 0);
+    app.books_balance(&sku).await;
+}
+
+async fn a_buyer_of_a_sharded_sale_cancels_and_the_units_go_back_to_their_shard(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 9, 2, 3).await;
+    let product = pid(&sku);
+    // User 4's home is shard 1.
+    let a = order(&app, 4, &sku, 2, None).await;
+    let id = a.order_id.expect("accepted");
+    assert!(id.starts_with(&format!("{sku}~1:")), "{id}");
+    // The order reads as the sale's.
+    app.drained(&sku, 2).await;
+    let (status, view) = app.get_json(&format!("/api/orders/{id}")).await;
+    assert_eq!(
+        (status, view["product_id"].as_str()),
+        (StatusCode::OK, Some(sku.as_str()))
+    );
+    let stocks = |looks: Vec<flashsale::sale::ShardLook>| -> Vec<Option<i64>> {
+        looks.iter().map(|l| l.stock).collect()
+    };
+    let shards = app.sales.shards();
+    assert_eq!(
+        stocks(shards.look(&product).await.unwrap()),
+        [Some(3), Some(1), Some(3)]
+    );
+    assert_eq!(app.cancel(&id, 4).await.status(), StatusCode::OK);
+    assert_eq!(
+        stocks(shards.look(&product).await.unwrap()),
+        [Some(3), Some(3), Some(3)]
+    );
+    // The buyer may buy again (their units are back on their home shard).
+    assert_eq!(
+        order(&app, 4, &sku, 2, None).await.status,
+        StatusCode::ACCEPTED
+    );
+    app.books_balance(&sku).await;
+}
+
+async fn a_sharded_sale_redis_lost_is_rebuilt_shard_by_shard_from_the_books(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 12, 2, 3).await;
+    let product = pid(&sku);
+    // Buyers on every shard; one keyed.
+    for user in [3u64, 4, 5] {
+        assert_eq!(
+            order(&app, user, &sku, 2, None).await.status,
+            StatusCode::ACCEPTED
+        );
+    }
+    let keyed = order(&app, 7, &sku, 1, Some("k7")).await;
+    let keyed_id = keyed.order_id.expect("accepted");
+    app.drained(&sku, 7).await;
+    app.books_balance(&sku).await;
+
+    // Redis loses every key of the sale, on every shard.
+    let mut r = app.redis.clone();
+    for k in 0..3 {
+        let tag = product.shard(k);
+        for key in app.sales.keys(&tag).all() {
+            let _: () = r.del(key).await.unwrap();
+        }
+    }
+    let done = app
+        .recovery()
+        .recover(&product, Overwrite::Refuse)
+        .await
+        .unwrap();
+    assert_eq!((done.stock, done.buyers), (5, 4));
+    let looks = app.sales.shards().look(&product).await.unwrap();
+    assert_eq!(looks.iter().filter_map(|l| l.stock).sum::<i64>(), 5);
+    // Limits and idempotency records are back on each buyer's home shard.
+    for user in [3u64, 4, 5] {
+        let a = order(&app, user, &sku, 1, None).await;
+        assert_eq!(a.code, "limit_exceeded", "{a:?}");
+    }
+    let replay = order(&app, 7, &sku, 1, Some("k7")).await;
+    assert_eq!(replay.order_id.as_deref(), Some(keyed_id.as_str()));
+    // The rest sells, exactly.
+    let mut sold = 0;
+    for user in 100..130u64 {
+        if order(&app, user, &sku, 1, None).await.status == StatusCode::ACCEPTED {
+            sold += 1;
+        }
+    }
+    assert_eq!(sold, 5);
+    app.drained(&sku, 12).await;
+    app.books_balance(&sku).await;
+}
+
+crate::on_both_backends!(
+    a_burst_on_a_sharded_sale_sells_exactly_its_stock_with_exact_limits_and_no_phantom_sold_out,
+    a_move_left_half_done_arrives_once_and_no_unit_is_made_or_lost,
+    a_move_a_failover_cut_in_two_is_mended_from_the_other_side,
+    a_buyer_of_a_sharded_sale_cancels_and_the_units_go_back_to_their_shard,
+    a_sharded_sale_redis_lost_is_rebuilt_shard_by_shard_from_the_books,
+);
+
+#[tokio::test]
+async fn a_sale_asks_for_one_to_64_shards_and_no_active_cap_with_several() {
+    let app = spawn_app_on(Backend::Single, |_| {}).await;
+    for bad in [0, 65] {
+        let mut body = product_body(&unique("hot-"), 10, 1);
+        body["stock_shards"] = json!(bad);
+        let (status, code) = status_code(app.create_product(&body).await).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        );
+    }
+    let mut body = product_body(&unique("hot-"), 10, 1);
+    body["stock_shards"] = json!(2);
+    body["waiting_room"] =
+        json!({"admit_per_sec": 10, "admission_secs": 60, "join_early_secs": 60, "active_cap": 5});
+    let (status, _) = status_code(app.create_product(&body).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
