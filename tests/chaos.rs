@@ -88,7 +88,13 @@ const WORKERS: usize = 2;
 /// Stock per sale: below the plan's demand (checked), so "sold exactly the
 /// stock" is what must happen; and sized to sell out late in the window,
 /// so orders are being accepted through most of the faults.
-const SALES: [(&str, u64); 3] = [("chaos-a", 700), ("chaos-b", 650), ("chaos-c", 600)];
+/// The last is opened with three stock shards: its units move between
+/// them through the faults (API instances killed mid-move among them).
+const SALES: [(&str, u64, u16); 3] = [
+    ("chaos-a", 700, 1),
+    ("chaos-b", 650, 1),
+    ("chaos-c", 600, 3),
+];
 const LIMIT_PER_USER: u64 = 2;
 const USERS: u64 = 800;
 const ATTEMPTS: usize = 2400;
@@ -138,13 +144,14 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
 
     let sales: Vec<Sale> = SALES
         .iter()
-        .map(|&(id, stock)| Sale {
+        .map(|&(id, stock, shards)| Sale {
             id: id.into(),
             stock,
+            shards,
         })
         .collect();
     for s in &sales {
-        world.open_sale(&s.id, s.stock, LIMIT_PER_USER).await;
+        world.open_sale(&s.id, s.stock, LIMIT_PER_USER, s.shards).await;
     }
     let shop = Shop::new(world.api_urls.clone(), sales.clone());
     let plan = load::plan(&mut rng.fork(), sales.len(), ATTEMPTS, USERS);

@@ -11,9 +11,30 @@ use tokio::time::Instant;
 use crate::load::{Book, Sale};
 use crate::world::World;
 
-fn keys(sale: &Sale) -> flashsale::sale::SaleKeys {
+/// The keys of each of the sale's stock shards, shard 0 (the sale) first.
+fn shard_keys(sale: &Sale) -> Vec<flashsale::sale::SaleKeys> {
     let product = flashsale::domain::ProductId::parse(&sale.id).expect("a valid product id");
-    flashsale::sale::SaleKeys::new("fs", &product)
+    (0..sale.shards.max(1))
+        .map(|k| flashsale::sale::SaleKeys::new("fs", &product.shard(k)))
+        .collect()
+}
+
+/// The sale's units in Redis: every shard's stock and the moves between
+/// them still in flight (None: the sale has no stock key).
+async fn units_left(r: &mut redis::aio::MultiplexedConnection, sale: &Sale) -> Option<i64> {
+    let mut total = None;
+    for keys in shard_keys(sale) {
+        let stock: Option<i64> = r.get(&keys.stock).await.expect("GET stock");
+        let moving: HashMap<String, String> = r.hgetall(&keys.moves).await.expect("moves");
+        let moving: i64 = moving
+            .values()
+            .filter_map(|m| m.split_once(':')?.1.parse::<i64>().ok())
+            .sum();
+        if let Some(s) = stock {
+            total = Some(total.unwrap_or(0) + s + moving);
+        }
+    }
+    total
 }
 
 pub async fn redis(world: &World) -> redis::aio::MultiplexedConnection {
@@ -105,25 +126,31 @@ async fn progress(
     db: &sqlx::MySqlPool,
     sale: &Sale,
 ) -> Progress {
-    let stream = keys(sale).orders;
-    let pending: redis::streams::StreamPendingReply = r
-        .xpending(&stream, flashsale::sale::keys::GROUP)
-        .await
-        .expect("XPENDING");
-    let groups: redis::streams::StreamInfoGroupsReply =
-        r.xinfo_groups(&stream).await.expect("XINFO GROUPS");
-    let lag = groups
-        .groups
-        .iter()
-        .find(|g| g.name == flashsale::sale::keys::GROUP)
-        .and_then(|g| g.lag);
+    // Every stock shard's stream.
+    let (mut pending_count, mut lag) = (0, Some(0));
+    for keys in shard_keys(sale) {
+        let stream = keys.orders;
+        let pending: redis::streams::StreamPendingReply = r
+            .xpending(&stream, flashsale::sale::keys::GROUP)
+            .await
+            .expect("XPENDING");
+        let groups: redis::streams::StreamInfoGroupsReply =
+            r.xinfo_groups(&stream).await.expect("XINFO GROUPS");
+        let shard_lag = groups
+            .groups
+            .iter()
+            .find(|g| g.name == flashsale::sale::keys::GROUP)
+            .and_then(|g| g.lag);
+        pending_count += pending.count();
+        lag = lag.zip(shard_lag).map(|(a, b)| a + b);
+    }
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tb_order WHERE product_id = ?")
         .bind(&sale.id)
         .fetch_one(db)
         .await
         .expect("count rows");
     Progress {
-        pending: pending.count(),
+        pending: pending_count,
         lag,
         rows,
     }
@@ -239,7 +266,7 @@ pub async fn verify(
             })
             .map(|(k, _)| k.order.qty)
             .sum();
-        let left: Option<i64> = r.get(keys(sale).stock).await.expect("GET stock");
+        let left = units_left(&mut r, sale).await;
         if sold > sale.stock {
             problems.push(format!(
                 "{}: OVERSOLD, {sold} units in orders not cancelled in tb_order of {}",
@@ -283,7 +310,7 @@ pub async fn stock_left(world: &World, sales: &[Sale]) -> Vec<Option<i64>> {
     let mut r = redis(world).await;
     let mut left = Vec::new();
     for sale in sales {
-        left.push(r.get(keys(sale).stock).await.expect("GET stock"));
+        left.push(units_left(&mut r, sale).await);
     }
     left
 }

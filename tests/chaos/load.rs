@@ -21,6 +21,8 @@ use crate::rng::Rng;
 pub struct Sale {
     pub id: String,
     pub stock: u64,
+    /// Its stock shards (1: one slot, as most sales).
+    pub shards: u16,
 }
 
 /// One order attempt: a key and the request it stands for.

@@ -154,7 +154,7 @@ impl World {
     }
 
     /// Creates and opens a sale through the admin API.
-    pub async fn open_sale(&self, product_id: &str, stock: u64, limit_per_user: u64) {
+    pub async fn open_sale(&self, product_id: &str, stock: u64, limit_per_user: u64, shards: u16) {
         let now = flashsale::domain::now_ms();
         let body = json!({
             "product_id": product_id,
@@ -164,6 +164,7 @@ impl World {
             "start_time": now - 60_000,
             "end_time": now + 3_600_000,
             "limit_per_user": limit_per_user,
+            "stock_shards": shards,
         });
         let base = &self.api_urls[0];
         let created = self

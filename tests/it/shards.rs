@@ -343,6 +343,8 @@ crate::on_both_backends!(
     a_move_a_failover_cut_in_two_is_mended_from_the_other_side,
     a_buyer_of_a_sharded_sale_cancels_and_the_units_go_back_to_their_shard,
     a_sharded_sale_redis_lost_is_rebuilt_shard_by_shard_from_the_books,
+    a_sharded_sales_room_counts_every_shards_units,
+    a_quiet_shards_drain_is_rung_awake_by_its_next_order,
 );
 
 #[tokio::test]
@@ -363,4 +365,73 @@ async fn a_sale_asks_for_one_to_64_shards_and_no_active_cap_with_several() {
         json!({"admit_per_sec": 10, "admission_secs": 60, "join_early_secs": 60, "active_cap": 5});
     let (status, _) = status_code(app.create_product(&body).await).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// A sharded sale's waiting room counts the whole sale's units: with shard
+/// 0 (which holds the room) emptied by a move, buyers still join, are
+/// admitted, and buy the units on the other shards.
+async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let mut body = product_body(&unique("hot-"), 6, 1);
+    body["stock_shards"] = json!(3);
+    body["waiting_room"] = json!({"admit_per_sec": 50, "admission_secs": 60, "join_early_secs": 60});
+    let sku = app.sale_from(body).await;
+    let product = pid(&sku);
+    assert_eq!(
+        app.sales.shards().move_units(&product, (0, 1), 2).await.unwrap(),
+        2
+    );
+    // User 3's home is shard 0, now empty.
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/sales/{sku}/queue")))
+        .json(&json!({"user_id": 3}))
+        .send()
+        .await
+        .expect("answered");
+    let (status, joined): (StatusCode, Value) = (resp.status(), resp.json().await.unwrap());
+    assert_eq!(status, StatusCode::OK, "{joined}");
+    let ticket = joined["ticket"].as_str().expect("a ticket").to_owned();
+    let admission = crate::helpers::eventually_some(
+        "admitted",
+        std::time::Duration::from_secs(10),
+        || async {
+            let (_, s) = app.get_json(&format!("/api/sales/{sku}/queue/{ticket}")).await;
+            (s["status"] == "admitted").then(|| s["admission"].as_str().unwrap().to_owned())
+        },
+    )
+    .await;
+    let resp = app
+        .client
+        .post(app.url("/api/orders"))
+        .header("Admission-Token", admission)
+        .json(&json!({"user_id": 3, "product_id": sku, "quantity": 1}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+}
+
+
+/// A stock shard's drain sleeps when its stream is quiet, and an order its
+/// shard decides rings it awake (the bell names the shard, `<pid>~<k>`).
+async fn a_quiet_shards_drain_is_rung_awake_by_its_next_order(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 9, 3, 3).await;
+    let asleep = || crate::helpers::metric(&app, &app.base, "flashsale_drains_asleep");
+    // Every shard's drain sleeps (three streams, nothing in them).
+    crate::helpers::eventually("the drains sleep", std::time::Duration::from_secs(10), || async {
+        asleep().await >= 3.0
+    })
+    .await;
+    // User 5's home is shard 2.
+    let ordered = Instant::now();
+    assert_eq!(order(&app, 5, &sku, 1, None).await.status, StatusCode::ACCEPTED);
+    app.drained(&sku, 1).await;
+    // A drain's own look comes minutes later: this is the bell.
+    assert!(
+        ordered.elapsed() < std::time::Duration::from_secs(5),
+        "persisted {:?} after the order",
+        ordered.elapsed()
+    );
 }

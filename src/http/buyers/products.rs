@@ -49,6 +49,8 @@ pub struct ProductView {
     /// A retired sale's final figures, as recorded at its retirement
     /// (`null` before).
     final_audit: Option<FinalFigures>,
+    /// Redis slots its stock is split across (1: one; docs/shards.md).
+    stock_shards: i16,
 }
 
 /// A retired sale's final figures.
@@ -99,6 +101,7 @@ impl From<ProductStatus> for ProductView {
             closed: p.closed,
             retired: p.retired,
             paused: p.paused,
+            stock_shards: p.stock_shards,
         }
     }
 }

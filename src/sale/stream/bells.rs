@@ -107,7 +107,8 @@ impl Bells {
         self.inner.heard.fetch_add(1, Ordering::Relaxed);
         let Some(product) = std::str::from_utf8(payload)
             .ok()
-            .and_then(|id| ProductId::parse(id).ok())
+            // A sale, or one of its stock shards (`<pid>~<k>`).
+            .and_then(ProductId::parse_sale_or_shard)
         else {
             return;
         };
