@@ -151,7 +151,9 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         })
         .collect();
     for s in &sales {
-        world.open_sale(&s.id, s.stock, LIMIT_PER_USER, s.shards).await;
+        world
+            .open_sale(&s.id, s.stock, LIMIT_PER_USER, s.shards)
+            .await;
     }
     let shop = Shop::new(world.api_urls.clone(), sales.clone());
     let plan = load::plan(&mut rng.fork(), sales.len(), ATTEMPTS, USERS);

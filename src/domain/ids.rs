@@ -18,6 +18,27 @@ pub struct ProductId(String);
 /// The most stock shards a sale may have.
 pub const MAX_SHARDS: u16 = 64;
 
+/// Salts tried for a shard's tag (see [`ProductId::shard`]); a band is an
+/// eighth of the slots or more, so the search ends within a few dozen.
+const MAX_SALT: u32 = 100_000;
+
+/// The Redis Cluster slot of keys whose hash tag is `tag` (CRC16/XMODEM
+/// of the tag, modulo 16384).
+pub fn key_slot(tag: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in tag.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 impl ProductId {
     pub fn parse(s: &str) -> Result<Self, Invalid> {
         Self::check(s)?;
@@ -58,14 +79,33 @@ impl ProductId {
         self.0
     }
 
-    /// Stock shard `k` of this sale: the sale itself for 0 (a sale of one
-    /// shard keeps the keys it always had), `<product_id>~<k>` else.
-    pub fn shard(&self, k: u16) -> ProductId {
+    /// Stock shard `k` of this sale's `n`: the sale itself for 0 (a sale
+    /// of one shard keeps the keys it always had), else `<product_id>~<k>`,
+    /// or `<product_id>~<k>.<j>` with the smallest `j` that puts its hash
+    /// slot in the middle half of the `(b + k) mod n`-th of `n` equal bands
+    /// of the 16,384 slots, `b` being the sale's own band: the shards are
+    /// spread evenly over the slots, so on a cluster of `n` masters holding
+    /// equal ranges (as `redis-cli --cluster create` makes them) each shard
+    /// is on a master of its own.
+    pub fn shard(&self, k: u16, n: u16) -> ProductId {
         let sale = self.sale_str();
-        if k == 0 {
+        if k == 0 || n <= 1 {
             return Self(sale.to_owned());
         }
-        Self(format!("{sale}~{k}"))
+        const RING: u32 = 16_384;
+        let n = u32::from(n);
+        let band = (u32::from(key_slot(sale)) * n / RING + u32::from(k)) % n;
+        let (lo, hi) = (band * RING / n, (band + 1) * RING / n);
+        let quarter = (hi - lo) / 4;
+        let fits = |tag: &str| (lo + quarter..hi - quarter).contains(&u32::from(key_slot(tag)));
+        let base = format!("{sale}~{k}");
+        if fits(&base) {
+            return Self(base);
+        }
+        (1..MAX_SALT)
+            .map(|j| format!("{base}.{j}"))
+            .find(|tag| fits(tag))
+            .map_or(Self(base), Self)
     }
 
     /// The sale this id names (itself, or the sale of a shard).
@@ -81,7 +121,7 @@ impl ProductId {
     pub fn shard_index(&self) -> u16 {
         self.0
             .split_once('~')
-            .and_then(|(_, k)| k.parse().ok())
+            .and_then(|(_, k)| k.split('.').next()?.parse().ok())
             .unwrap_or(0)
     }
 
@@ -94,10 +134,18 @@ impl ProductId {
     pub fn parse_sale_or_shard(s: &str) -> Option<Self> {
         match s.split_once('~') {
             None => Self::parse(s).ok(),
-            Some((sale, digits)) => {
+            Some((sale, shard)) => {
+                let (digits, salt) = match shard.split_once('.') {
+                    Some((k, j)) => (k, Some(j)),
+                    None => (shard, None),
+                };
                 let k: u16 = digits.parse().ok()?;
                 let canonical = (1..MAX_SHARDS).contains(&k) && k.to_string() == digits;
-                (canonical && Self::check(sale).is_ok()).then(|| Self(s.to_owned()))
+                let salt_ok = salt.is_none_or(|j| {
+                    j.parse::<u32>()
+                        .is_ok_and(|v| (1..MAX_SALT).contains(&v) && v.to_string() == j)
+                });
+                (canonical && salt_ok && Self::check(sale).is_ok()).then(|| Self(s.to_owned()))
             }
         }
     }

@@ -16,7 +16,7 @@ pub mod webhook;
 
 pub use chain::Chain;
 pub use hex::{hex, unhex};
-pub use ids::{MAX_SHARDS, OrderId, ProductId, Quantity, UserId};
+pub use ids::{MAX_SHARDS, OrderId, ProductId, Quantity, UserId, key_slot};
 pub use payment::{Currency, PaymentKind, PaymentResult};
 pub use room::{
     BoundsChange, MAX_ACTIVE_CAP, MAX_JOIN_DIFFICULTY, MAX_PACE, RoomBounds, WaitingRoom,
@@ -142,9 +142,10 @@ mod tests {
     #[test]
     fn a_shards_order_id_names_the_shard_and_its_sale() {
         let sale = ProductId::parse("sku-1").unwrap();
-        assert_eq!(sale.shard(0), sale);
-        let third = sale.shard(2);
-        assert_eq!(third.as_str(), "sku-1~2");
+        assert_eq!(sale.shard(0, 3), sale);
+        assert_eq!(sale.shard(2, 1), sale);
+        let third = sale.shard(2, 3);
+        assert!(third.as_str().starts_with("sku-1~2"), "{third}");
         assert_eq!((third.sale(), third.shard_index()), (sale.clone(), 2));
         let id = OrderId::generate(&third);
         let (parsed, of) = OrderId::parse(id.as_str()).unwrap();
@@ -152,13 +153,34 @@ mod tests {
         assert_eq!(of.sale(), sale);
         // Only what `shard` writes: no shard 0, no leading zero, no tilde
         // in a product id a client sends.
-        for bad in ["sku-1~0", "sku-1~02", "sku-1~x", "sku-1~64", "~1", "a~1~2"] {
+        for bad in [
+            "sku-1~0", "sku-1~02", "sku-1~x", "sku-1~64", "~1", "a~1~2", "a~1.0", "a~1.01", "a~1.",
+        ] {
             assert!(
                 OrderId::parse(&format!("{bad}:{}", "0".repeat(36))).is_none(),
                 "{bad}"
             );
         }
         assert!(ProductId::parse("sku-1~2").is_err());
+    }
+
+    #[test]
+    fn a_sales_shards_are_spread_evenly_over_the_slots() {
+        // On the 3 equal slot ranges of a 3-master cluster, the 3 shards of
+        // any sale land on 3 different masters, in the middle of each.
+        for i in 0..200 {
+            let sale = ProductId::parse(&format!("sale-{i}")).unwrap();
+            let mut masters: Vec<u32> = (0..3)
+                .map(|k| u32::from(key_slot(sale.shard(k, 3).as_str())) * 3 / 16_384)
+                .collect();
+            masters.sort();
+            assert_eq!(masters, [0, 1, 2], "{sale}");
+            for k in 1..3 {
+                let shard = sale.shard(k, 3);
+                assert_eq!((shard.sale(), shard.shard_index()), (sale.clone(), k));
+                assert_eq!(ProductId::parse_sale_or_shard(shard.as_str()), Some(shard));
+            }
+        }
     }
 
     #[test]

@@ -342,18 +342,7 @@ impl Redis {
 /// The Redis Cluster slot of keys whose hash tag is `tag` (CRC16/XMODEM
 /// of the tag, modulo 16384).
 pub fn key_slot(tag: &str) -> u16 {
-    let mut crc: u16 = 0;
-    for byte in tag.bytes() {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+    crate::domain::key_slot(tag)
 }
 
 #[cfg(test)]

@@ -43,6 +43,12 @@ script!(SHARD_LOOK, "shard_look");
 /// it gives up (each look that finds units moves some).
 const LOOKS: usize = 4;
 
+/// Shard `k`'s name, the sale's count as this process knows it (read by
+/// [`count`] before any of its shards is named).
+fn name(core: &Core, product: &ProductId, k: u16) -> ProductId {
+    product.shard(k, core.shards.known(product).unwrap_or(1))
+}
+
 /// A buyer's home shard among `n`.
 pub fn home(user: UserId, n: u16) -> u16 {
     (user.get() % u64::from(n.max(1))) as u16
@@ -91,7 +97,7 @@ impl Shards {
     /// Every shard of the sale, shard 0 (the sale) first.
     pub async fn of(&self, product: &ProductId) -> Result<Vec<ProductId>, SaleError> {
         let n = self.count(product).await?;
-        Ok((0..n).map(|k| product.shard(k)).collect())
+        Ok((0..n).map(|k| product.shard(k, n)).collect())
     }
 
     /// What each shard of the sale holds now, shard 0 first.
@@ -136,6 +142,8 @@ impl Shards {
         (from, to): (u16, u16),
         units: i64,
     ) -> Result<i64, SaleError> {
+        // (The shards' names need the count.)
+        self.count(product).await?;
         let Some(m) = take(&self.core, product, (from, to), units, 0).await? else {
             return Ok(0);
         };
@@ -152,6 +160,7 @@ impl Shards {
         (from, to): (u16, u16),
         units: i64,
     ) -> Result<i64, SaleError> {
+        self.count(product).await?;
         let m = take(&self.core, product, (from, to), units, 0).await?;
         Ok(m.map_or(0, |m| m.units))
     }
@@ -182,7 +191,7 @@ pub(super) async fn refill(
     (n, home): (u16, u16),
     need: u64,
 ) -> Result<bool, SaleError> {
-    let here = product.shard(home);
+    let here = product.shard(home, n);
     // The buyers of this shard who got here together: one searches, the
     // others ask their shard again once it is done.
     let search = core.shards.search(&here);
@@ -261,7 +270,7 @@ async fn look(
     product: &ProductId,
     (k, n): (u16, u16),
 ) -> Result<ShardLook, SaleError> {
-    let keys = core.keys(&product.shard(k));
+    let keys = core.keys(&product.shard(k, n));
     let reply: (i64, i64, Vec<String>, i64) = core
         .call(|mut c| async move {
             SHARD_LOOK
@@ -314,7 +323,7 @@ async fn take(
     keep: i64,
 ) -> Result<Option<Move>, SaleError> {
     // Unique without coordination, as an order's id is.
-    let id = OrderId::generate(&product.shard(to)).into_string();
+    let id = OrderId::generate(&name(core, product, to)).into_string();
     let taken = take_call(core, product, (from, to), (&id, units), (keep, false)).await?;
     Ok((taken > 0).then_some(Move {
         id,
@@ -331,7 +340,7 @@ async fn take_call(
     (id, units): (&str, i64),
     (keep, redo): (i64, bool),
 ) -> Result<i64, SaleError> {
-    let keys = core.keys(&product.shard(from));
+    let keys = core.keys(&name(core, product, from));
     let mut call = MOVE_TAKE.prepare_invoke();
     call.key(&keys.stock)
         .key(&keys.moves)
@@ -352,7 +361,7 @@ async fn take_call(
 /// `REDIS_WAIT_REPLICAS`, the record is dropped only once the taker's
 /// replicas have the units.
 async fn finish(core: &Core, product: &ProductId, m: &Move) -> Result<(), SaleError> {
-    let taker = core.keys(&product.shard(m.to));
+    let taker = core.keys(&name(core, product, m.to));
     let mut call = MOVE_APPLY.prepare_invoke();
     call.key(&taker.stock)
         .key(&taker.moved_in)
@@ -367,7 +376,7 @@ async fn finish(core: &Core, product: &ProductId, m: &Move) -> Result<(), SaleEr
         // for the audit to count.
         return Ok(());
     }
-    let moves = core.keys(&product.shard(m.from)).moves;
+    let moves = core.keys(&name(core, product, m.from)).moves;
     let id = m.id.clone();
     core.call(|mut c| async move { c.hdel::<_, _, ()>(&moves, &id).await })
         .await?;
@@ -388,7 +397,7 @@ pub(super) async fn repair_moves(
     let mut gave: Vec<HashMap<String, String>> = Vec::with_capacity(usize::from(n));
     let mut took: Vec<HashMap<String, String>> = Vec::with_capacity(usize::from(n));
     for k in 0..n {
-        let keys = core.keys(&product.shard(k));
+        let keys = core.keys(&product.shard(k, n));
         let (g, t) = (keys.gave.clone(), keys.moved_in.clone());
         gave.push(
             core.call(|mut c| async move { c.hgetall(&g).await })
@@ -481,7 +490,7 @@ pub(super) async fn in_flight(
 ) -> Result<i64, SaleError> {
     let mut units = 0;
     for m in looks.iter().flat_map(|l| &l.in_flight) {
-        let moved_in = core.keys(&product.shard(m.to)).moved_in;
+        let moved_in = core.keys(&name(core, product, m.to)).moved_in;
         let id = m.id.clone();
         let arrived: bool = core
             .call(|mut c| async move { c.hexists(&moved_in, &id).await })

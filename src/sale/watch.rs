@@ -183,7 +183,7 @@ impl Watch {
         let n = shards::count(&self.core, product).await?;
         let mut whole = self.view_of(product).await?;
         for k in 1..n {
-            let part = self.view_of(&product.shard(k)).await?;
+            let part = self.view_of(&product.shard(k, n)).await?;
             whole.add_shard(part);
         }
         if n > 1 {
@@ -243,7 +243,7 @@ impl Watch {
         let n = shards::count(&self.core, product).await?;
         let mut whole = self.backlog_of(product).await?;
         for k in 1..n {
-            let part = self.backlog_of(&product.shard(k)).await?;
+            let part = self.backlog_of(&product.shard(k, n)).await?;
             whole.unsettled = whole.unsettled.zip(part.unsettled).map(|(a, b)| a + b);
             whole.dead_letters += part.dead_letters;
         }

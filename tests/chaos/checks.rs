@@ -15,7 +15,7 @@ use crate::world::World;
 fn shard_keys(sale: &Sale) -> Vec<flashsale::sale::SaleKeys> {
     let product = flashsale::domain::ProductId::parse(&sale.id).expect("a valid product id");
     (0..sale.shards.max(1))
-        .map(|k| flashsale::sale::SaleKeys::new("fs", &product.shard(k)))
+        .map(|k| flashsale::sale::SaleKeys::new("fs", &product.shard(k, sale.shards)))
         .collect()
 }
 

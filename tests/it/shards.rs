@@ -257,7 +257,8 @@ async fn a_buyer_of_a_sharded_sale_cancels_and_the_units_go_back_to_their_shard(
     // User 4's home is shard 1.
     let a = order(&app, 4, &sku, 2, None).await;
     let id = a.order_id.expect("accepted");
-    assert!(id.starts_with(&format!("{sku}~1:")), "{id}");
+    let (_, of) = OrderId::parse(&id).expect("an order id");
+    assert_eq!((of.sale(), of.shard_index()), (product.clone(), 1), "{id}");
     // The order reads as the sale's.
     app.drained(&sku, 2).await;
     let (status, view) = app.get_json(&format!("/api/orders/{id}")).await;
@@ -305,7 +306,7 @@ async fn a_sharded_sale_redis_lost_is_rebuilt_shard_by_shard_from_the_books(back
     // Redis loses every key of the sale, on every shard.
     let mut r = app.redis.clone();
     for k in 0..3 {
-        let tag = product.shard(k);
+        let tag = product.shard(k, 3);
         for key in app.sales.keys(&tag).all() {
             let _: () = r.del(key).await.unwrap();
         }
@@ -374,11 +375,16 @@ async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
     let app = spawn_app_on(backend, |_| {}).await;
     let mut body = product_body(&unique("hot-"), 6, 1);
     body["stock_shards"] = json!(3);
-    body["waiting_room"] = json!({"admit_per_sec": 50, "admission_secs": 60, "join_early_secs": 60});
+    body["waiting_room"] =
+        json!({"admit_per_sec": 50, "admission_secs": 60, "join_early_secs": 60});
     let sku = app.sale_from(body).await;
     let product = pid(&sku);
     assert_eq!(
-        app.sales.shards().move_units(&product, (0, 1), 2).await.unwrap(),
+        app.sales
+            .shards()
+            .move_units(&product, (0, 1), 2)
+            .await
+            .unwrap(),
         2
     );
     // User 3's home is shard 0, now empty.
@@ -392,15 +398,14 @@ async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
     let (status, joined): (StatusCode, Value) = (resp.status(), resp.json().await.unwrap());
     assert_eq!(status, StatusCode::OK, "{joined}");
     let ticket = joined["ticket"].as_str().expect("a ticket").to_owned();
-    let admission = crate::helpers::eventually_some(
-        "admitted",
-        std::time::Duration::from_secs(10),
-        || async {
-            let (_, s) = app.get_json(&format!("/api/sales/{sku}/queue/{ticket}")).await;
+    let admission =
+        crate::helpers::eventually_some("admitted", std::time::Duration::from_secs(10), || async {
+            let (_, s) = app
+                .get_json(&format!("/api/sales/{sku}/queue/{ticket}"))
+                .await;
             (s["status"] == "admitted").then(|| s["admission"].as_str().unwrap().to_owned())
-        },
-    )
-    .await;
+        })
+        .await;
     let resp = app
         .client
         .post(app.url("/api/orders"))
@@ -412,7 +417,6 @@ async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
 }
 
-
 /// A stock shard's drain sleeps when its stream is quiet, and an order its
 /// shard decides rings it awake (the bell names the shard, `<pid>~<k>`).
 async fn a_quiet_shards_drain_is_rung_awake_by_its_next_order(backend: Backend) {
@@ -420,13 +424,18 @@ async fn a_quiet_shards_drain_is_rung_awake_by_its_next_order(backend: Backend) 
     let sku = sharded_sale(&app, 9, 3, 3).await;
     let asleep = || crate::helpers::metric(&app, &app.base, "flashsale_drains_asleep");
     // Every shard's drain sleeps (three streams, nothing in them).
-    crate::helpers::eventually("the drains sleep", std::time::Duration::from_secs(10), || async {
-        asleep().await >= 3.0
-    })
+    crate::helpers::eventually(
+        "the drains sleep",
+        std::time::Duration::from_secs(10),
+        || async { asleep().await >= 3.0 },
+    )
     .await;
     // User 5's home is shard 2.
     let ordered = Instant::now();
-    assert_eq!(order(&app, 5, &sku, 1, None).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        order(&app, 5, &sku, 1, None).await.status,
+        StatusCode::ACCEPTED
+    );
     app.drained(&sku, 1).await;
     // A drain's own look comes minutes later: this is the bell.
     assert!(

@@ -81,7 +81,7 @@ impl Ledger {
         if n > 1 {
             whole.stock = shards::total_stock(&self.core, product, n).await?;
             for k in 1..n {
-                let part = self.snapshot_of(&product.shard(k)).await?;
+                let part = self.snapshot_of(&product.shard(k, n)).await?;
                 whole.accepted.extend(part.accepted);
                 whole.dead_letters.extend(part.dead_letters);
                 whole.repairs.add(&part.repairs);
@@ -219,14 +219,19 @@ impl Ledger {
         let mut total = Restored::default();
         // Each order where it was decided: its id names its stock shard
         // (the sale itself for a sale of one).
-        let mut by_shard: BTreeMap<u16, Vec<Booked>> = BTreeMap::new();
+        let mut by_shard: BTreeMap<String, Vec<Booked>> = BTreeMap::new();
         for b in booked {
             let shard = crate::domain::OrderId::parse(b.order.order_id.as_str())
-                .map_or(0, |(_, of)| of.shard_index());
-            by_shard.entry(shard).or_default().push(b.clone());
+                .map_or_else(|| product.clone(), |(_, of)| of);
+            by_shard
+                .entry(shard.into_string())
+                .or_default()
+                .push(b.clone());
         }
         for (shard, booked) in &by_shard {
-            let keys = self.core.keys(&product.shard(*shard));
+            let shard = crate::domain::ProductId::parse_sale_or_shard(shard)
+                .unwrap_or_else(|| product.clone());
+            let keys = self.core.keys(&shard);
             for chunk in booked.chunks(RESTORE_CHUNK) {
                 let keys = keys.clone();
                 let done = self
@@ -238,7 +243,7 @@ impl Ledger {
                 total = total.add(done);
             }
         }
-        if by_shard.len() > 1 || by_shard.keys().any(|k| *k > 0) {
+        if by_shard.len() > 1 || by_shard.keys().any(|k| k.contains('~')) {
             // The sale's stock is all of its shards'.
             total.stock = self.units_left(product).await?.unwrap_or(0);
         }
@@ -285,7 +290,7 @@ impl Ledger {
         shards: u16,
     ) -> Result<(), SaleError> {
         for k in (0..shards.max(1)).rev() {
-            let keys = self.core.keys(&product.shard(k));
+            let keys = self.core.keys(&product.shard(k, shards.max(1)));
             let mut pipe = redis::pipe();
             pipe.atomic()
                 .del(&[

@@ -52,7 +52,7 @@ impl Lifecycle {
         let n = spec.shards.max(1);
         let mut opened = (false, 0);
         for k in (0..n).rev() {
-            let keys = core.keys(&product.shard(k));
+            let keys = core.keys(&product.shard(k, n));
             let share = (k, spec.share(spec.stock, k));
             let room_key = &room_key;
             let (now, left) =
@@ -67,7 +67,7 @@ impl Lifecycle {
         // between the two. A sale's shards k >= 1 are listed too, for the
         // workers to drain their streams.
         let registry = core.registry();
-        let names: Vec<String> = (0..n).map(|k| product.shard(k).into_string()).collect();
+        let names: Vec<String> = (0..n).map(|k| product.shard(k, n).into_string()).collect();
         core.call(|mut c| async move { c.sadd::<_, _, ()>(&registry, &names).await })
             .await?;
         if opened.0 {
@@ -88,7 +88,7 @@ impl Lifecycle {
         let n = super::shards::count(&self.core, product).await?;
         let mut end = None;
         for k in (0..n).rev() {
-            let keys = self.core.keys(&product.shard(k));
+            let keys = self.core.keys(&product.shard(k, n));
             end = self
                 .core
                 .call(|mut c| async move { clock::close_sale(&mut c, &keys).await })
@@ -110,7 +110,7 @@ impl Lifecycle {
         let n = super::shards::count(&self.core, product).await?;
         let mut paused = None;
         for k in (0..n).rev() {
-            let keys = self.core.keys(&product.shard(k));
+            let keys = self.core.keys(&product.shard(k, n));
             paused = self
                 .core
                 .call(|mut c| async move { pause::pause_sale(&mut c, &keys, pause).await })
@@ -246,7 +246,7 @@ impl Lifecycle {
         // Shards k >= 1 first: shard 0 names the count.
         let n = super::shards::count(&self.core, product).await?;
         for k in (0..n).rev() {
-            let keys = self.core.keys(&product.shard(k));
+            let keys = self.core.keys(&product.shard(k, n));
             self.core
                 .call(|mut c| async move { c.unlink::<_, ()>(&keys.all()[..]).await })
                 .await?;

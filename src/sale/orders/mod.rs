@@ -179,7 +179,7 @@ impl OrderPath {
     /// Where a buyer's orders of a sale of `shards` stock shards are decided.
     fn target(&self, product: &ProductId, user: UserId, shards: u16) -> ProductId {
         if shards > 1 {
-            product.shard(super::shards::home(user, shards))
+            product.shard(super::shards::home(user, shards), shards)
         } else {
             product.clone()
         }
