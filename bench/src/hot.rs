@@ -40,6 +40,11 @@ pub struct BenchHotArgs {
     /// Share of a core kept busy, for the projected ceilings.
     #[arg(long, default_value_t = 0.7)]
     pub busy: f64,
+    /// `--concurrency` per shard rather than per sale: each shard's calls
+    /// carry as many orders as the one-shard sale's (a hot sale's crowd
+    /// fills every shard's calls; a small load generator does not).
+    #[arg(long)]
+    pub per_shard: bool,
 }
 
 /// Every master's address, `host:port`.
@@ -96,6 +101,8 @@ struct Run {
     /// Each master's Redis CPU over the run, µs.
     us_by_master: Vec<f64>,
     moves: i64,
+    /// Orders per `place_order.lua` call (shared calls).
+    per_call: f64,
 }
 
 pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
@@ -113,9 +120,10 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
     );
     let masters = masters(&target).await?;
     println!(
-        "a hot sale of {} units sold out through the order path, {} in flight, on {} master(s):",
+        "a hot sale of {} units sold out through the order path, {} in flight{}, on {} master(s):",
         args.orders,
         args.concurrency,
+        if args.per_shard { " per shard" } else { "" },
         masters.len()
     );
     let mut runs = Vec::new();
@@ -128,10 +136,11 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
             .map(|us| format!("{:.2}", us / run.accepted.max(1) as f64))
             .collect();
         println!(
-            "  {} shard(s): {} accepted in {:.2} s, {} moves; Redis CPU per accepted order by master [{}] µs, {:.2} µs in all; busiest master {:.0}% of it",
+            "  {} shard(s): {} accepted in {:.2} s, {:.1} orders a call, {} moves; Redis CPU per accepted order by master [{}] µs, {:.2} µs in all; busiest master {:.0}% of it",
             run.shards,
             run.accepted,
             run.elapsed.as_secs_f64(),
+            run.per_call,
             run.moves,
             per_master.join(", "),
             total / run.accepted.max(1) as f64,
@@ -187,11 +196,18 @@ async fn sell_out(
     spec.shards = shards;
     sales.lifecycle().open(&product, &spec).await?;
     let before = cpu(masters).await?;
+    let counts = sales.counts();
+    let calls = counts.get(flashsale::sale::Counter::OrderCalls);
+    let sent = counts.get(flashsale::sale::Counter::OrdersSent);
     let next = Arc::new(AtomicU64::new(1));
     let accepted = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..args.concurrency.max(1) {
+    let in_flight = match args.per_shard {
+        true => args.concurrency * u64::from(shards),
+        false => args.concurrency,
+    };
+    for _ in 0..in_flight.max(1) {
         let (sales, product, next, accepted) = (
             sales.clone(),
             product.clone(),
@@ -226,6 +242,8 @@ async fn sell_out(
     }
     let elapsed = started.elapsed();
     let after = cpu(masters).await?;
+    let per_call = (counts.get(flashsale::sale::Counter::OrdersSent) - sent) as f64
+        / (counts.get(flashsale::sale::Counter::OrderCalls) - calls).max(1) as f64;
     let looks = sales.shards().look(&product).await?;
     let moves = looks.iter().map(|l| l.moves_out).sum();
     sales.lifecycle().remove(&product).await?;
@@ -239,6 +257,7 @@ async fn sell_out(
             .map(|(b, a)| (a - b) * 1e6)
             .collect(),
         moves,
+        per_call,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::time::Instant;
 
 use redis::AsyncCommands;
@@ -179,7 +179,7 @@ impl Core {
 /// from its open to its end.
 #[derive(Default)]
 pub(super) struct ShardCounts {
-    counts: Mutex<HashMap<ProductId, u16>>,
+    counts: RwLock<HashMap<ProductId, u16>>,
     /// One search for units at a time per shard in this process: the
     /// buyers of an empty shard who arrive together share its result.
     searches: Mutex<HashMap<ProductId, Arc<tokio::sync::Mutex<()>>>>,
@@ -189,19 +189,19 @@ impl ShardCounts {
     /// The sale's count, if known (no Redis call).
     pub(super) fn known(&self, product: &ProductId) -> Option<u16> {
         self.counts
-            .lock()
+            .read()
             .ok()
             .and_then(|c| c.get(product).copied())
     }
 
     pub(super) fn learn(&self, product: &ProductId, n: u16) {
-        if let Ok(mut counts) = self.counts.lock() {
+        if let Ok(mut counts) = self.counts.write() {
             counts.insert(product.clone(), n.max(1));
         }
     }
 
     pub(super) fn forget(&self, product: &ProductId) {
-        if let Ok(mut counts) = self.counts.lock() {
+        if let Ok(mut counts) = self.counts.write() {
             counts.remove(product);
         }
         if let Ok(mut searches) = self.searches.lock() {

@@ -339,7 +339,9 @@ impl Shop {
     fn accepted(&self, order: &Order, body: &Value) -> Answer {
         let sale = &self.sales[order.sale].id;
         let id = body["order_id"].as_str().unwrap_or_default().to_owned();
-        let matches = id.starts_with(&format!("{sale}:"))
+        // (A sale's stock shard k names its orders `<sale>~<k>...:`.)
+        let of = flashsale::domain::OrderId::parse(&id).map(|(_, of)| of.sale());
+        let matches = of.is_some_and(|of| of.as_str() == sale.as_str())
             && body["user_id"] == order.user
             && body["product_id"] == sale.as_str()
             && body["quantity"] == order.qty;

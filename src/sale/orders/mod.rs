@@ -19,6 +19,7 @@ mod release;
 mod sharing;
 mod void;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use accepted::Accepted;
@@ -176,12 +177,14 @@ impl OrderPath {
         }
     }
 
-    /// Where a buyer's orders of a sale of `shards` stock shards are decided.
-    fn target(&self, product: &ProductId, user: UserId, shards: u16) -> ProductId {
+    /// Where a buyer's orders of a sale of `shards` stock shards are
+    /// decided (the sale itself, borrowed, for a sale of one: no copy on
+    /// the common path).
+    fn target<'p>(&self, product: &'p ProductId, user: UserId, shards: u16) -> Cow<'p, ProductId> {
         if shards > 1 {
-            product.shard(super::shards::home(user, shards), shards)
+            Cow::Owned(product.shard(super::shards::home(user, shards), shards))
         } else {
-            product.clone()
+            Cow::Borrowed(product)
         }
     }
 
