@@ -45,7 +45,17 @@ pub struct BenchHotArgs {
     /// fills every shard's calls; a small load generator does not).
     #[arg(long)]
     pub per_shard: bool,
+    /// Straight to the order script instead of the order path: every call
+    /// carries 64 orders (the most a shared call takes), `--concurrency`
+    /// calls in flight per shard, each buyer sent to their home shard.
+    /// What a shard's own work costs when its calls are full, whatever the
+    /// load generator can fill.
+    #[arg(long)]
+    pub full_calls: bool,
 }
+
+/// Orders per call in `--full-calls` (the shared call's most).
+const FULL_CALL: u64 = 64;
 
 /// Every master's address, `host:port`.
 async fn masters(target: &RedisTarget) -> anyhow::Result<Vec<String>> {
@@ -113,7 +123,7 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
         16,
     )?;
     let sales = Sales::new(
-        redis,
+        redis.clone(),
         super::bench_prefix(&args.redis.key_prefix),
         MemorySettings::default(),
         None,
@@ -123,12 +133,16 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
         "a hot sale of {} units sold out through the order path, {} in flight{}, on {} master(s):",
         args.orders,
         args.concurrency,
-        if args.per_shard { " per shard" } else { "" },
+        match (args.full_calls, args.per_shard) {
+            (true, _) => " calls of 64 orders per shard, straight to the script",
+            (false, true) => " per shard",
+            (false, false) => "",
+        },
         masters.len()
     );
     let mut runs = Vec::new();
     for &shards in &args.shards {
-        let run = sell_out(&sales, &masters, shards, &args).await?;
+        let run = sell_out((&sales, &redis), &masters, shards, &args).await?;
         let total: f64 = run.us_by_master.iter().sum();
         let per_master: Vec<String> = run
             .us_by_master
@@ -186,7 +200,7 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
 }
 
 async fn sell_out(
-    sales: &Sales,
+    (sales, redis): (&Sales, &Redis),
     masters: &[String],
     shards: u16,
     args: &BenchHotArgs,
@@ -203,11 +217,15 @@ async fn sell_out(
     let accepted = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    let in_flight = match args.per_shard {
-        true => args.concurrency * u64::from(shards),
-        false => args.concurrency,
+    if args.full_calls {
+        full_calls((sales, redis), &product, &spec, &accepted, args).await?;
+    }
+    let in_flight = match (args.full_calls, args.per_shard) {
+        (true, _) => 0,
+        (false, true) => args.concurrency * u64::from(shards),
+        (false, false) => args.concurrency,
     };
-    for _ in 0..in_flight.max(1) {
+    for _ in 0..in_flight {
         let (sales, product, next, accepted) = (
             sales.clone(),
             product.clone(),
@@ -242,8 +260,13 @@ async fn sell_out(
     }
     let elapsed = started.elapsed();
     let after = cpu(masters).await?;
-    let per_call = (counts.get(flashsale::sale::Counter::OrdersSent) - sent) as f64
-        / (counts.get(flashsale::sale::Counter::OrderCalls) - calls).max(1) as f64;
+    let per_call = match args.full_calls {
+        true => FULL_CALL as f64,
+        false => {
+            (counts.get(flashsale::sale::Counter::OrdersSent) - sent) as f64
+                / (counts.get(flashsale::sale::Counter::OrderCalls) - calls).max(1) as f64
+        }
+    };
     let looks = sales.shards().look(&product).await?;
     let moves = looks.iter().map(|l| l.moves_out).sum();
     sales.lifecycle().remove(&product).await?;
@@ -259,6 +282,73 @@ async fn sell_out(
         moves,
         per_call,
     })
+}
+
+/// `--full-calls`: each shard's share sold in calls of 64 orders of its own
+/// buyers (`user_id mod N` = the shard), straight to `place_order.lua`.
+async fn full_calls(
+    (sales, redis): (&Sales, &Redis),
+    product: &ProductId,
+    spec: &flashsale::sale::SaleSpec,
+    accepted: &Arc<AtomicU64>,
+    args: &BenchHotArgs,
+) -> anyhow::Result<()> {
+    let n = spec.shards.max(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..n {
+        let share = spec.share(spec.stock, k);
+        let calls = Arc::new(AtomicU64::new(0));
+        let target = product.shard(k, n);
+        for _ in 0..args.concurrency.max(1) {
+            let (redis, target, calls, accepted) = (
+                redis.clone(),
+                target.clone(),
+                calls.clone(),
+                accepted.clone(),
+            );
+            let prefix = sales.prefix().to_owned();
+            tasks.spawn(async move {
+                loop {
+                    let call = calls.fetch_add(1, Ordering::Relaxed);
+                    let first = call * FULL_CALL;
+                    if first >= share {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let orders: Vec<flashsale::bench_support::OrderCall> = (first
+                        ..(first + FULL_CALL).min(share))
+                        .map(|i| {
+                            Ok(flashsale::bench_support::OrderCall {
+                                order_id: flashsale::domain::OrderId::generate(&target),
+                                user_id: UserId::new(
+                                    i * u64::from(n) + u64::from(k) + u64::from(n),
+                                )?,
+                                quantity: Quantity::new(1)?,
+                                idempotency_key: None,
+                                vouched: Vouched::No,
+                            })
+                        })
+                        .collect::<anyhow::Result<_>>()?;
+                    let mut conn = redis.shared().await?;
+                    let replies = redis
+                        .bounded(flashsale::bench_support::place_orders_on(
+                            &mut conn, &prefix, &target, &orders,
+                        ))
+                        .await?;
+                    let placed = replies
+                        .iter()
+                        .filter(|r| {
+                            matches!(r, flashsale::bench_support::PlaceReply::Accepted { .. })
+                        })
+                        .count();
+                    accepted.fetch_add(placed as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
 }
 
 /// How long a move takes: `n` moves of one unit between two shards of a
