@@ -134,16 +134,11 @@ impl Core {
         tokio::spawn(read(self.clone()));
     }
 
-    /// The sales listed in the registry.
+    /// The sales listed in the registry (its members less the stock shards).
     pub(super) async fn open_sales(&self) -> Result<Vec<ProductId>, SaleError> {
-        let registry = self.registry();
-        let ids: Vec<String> = self
-            .call(|mut c| async move { c.smembers(&registry).await })
-            .await?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| ProductId::parse(id).ok())
-            .collect())
+        let mut listed = self.open_streams().await?;
+        listed.retain(|p| !p.is_shard());
+        Ok(listed)
     }
 
     /// The registry's members: the open sales and their stock shards

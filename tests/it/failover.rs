@@ -143,7 +143,7 @@ async fn cancel_and_pay(
 /// Cuts the master on `port` off from its replica: the replica's link is
 /// killed, and the master refuses it the commands it reconnects with, so
 /// the master takes writes its replica never gets.
-async fn cut_replication(port: u16) {
+pub(crate) async fn cut_replication(port: u16) {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("ACL")

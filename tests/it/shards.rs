@@ -505,24 +505,7 @@ async fn a_master_dies_mid_moves(base: u16, replicas: u32) {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     if replicas == 0 {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("default")
-            .arg("-psync")
-            .arg("-sync")
-            .arg("-replconf")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("replica")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        crate::failover::cut_replication(port).await;
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     let before_kill = moved.load(std::sync::atomic::Ordering::Relaxed);
