@@ -40,7 +40,9 @@
 -- ARGV[4]  the workers' consumer group
 -- (ARGV[7], ARGV[8]: a sale of several stock shards, the units left on
 -- the others (moves in flight counted) and their initial units: the
--- room's stock is the sale's.)
+-- room's stock is the sale's; then pairs of <bucket>, <buyers>: the
+-- others' `room used`, summed by bucket (each shard counts the orders it
+-- decides; the caller drops their expired buckets).)
 -- ARGV[5]  strain: the age (ms) of the oldest unpersisted order that halves the pace
 -- ARGV[6]  a new join difficulty (bits; 0: none), or "" to keep it
 --
@@ -127,6 +129,11 @@ if cap > 0 then
   end
   if #gone > 0 then
     redis.call('HDEL', KEYS[6], unpack(gone))
+  end
+  for j = 9, #ARGV, 2 do
+    if tonumber(ARGV[j]) * log_gap > now_ms then
+      used = used + tonumber(ARGV[j + 1])
+    end
   end
   active = math.max(0, math.floor(served) - math.floor(served_then) - used)
 end

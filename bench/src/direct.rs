@@ -213,6 +213,7 @@ async fn pooled_order(
                 quantity: super::ONE,
                 idempotency_key: None,
                 vouched: flashsale::sale::Vouched::No,
+                shards: 1,
             }],
         ))
         .await?;

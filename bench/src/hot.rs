@@ -52,6 +52,12 @@ pub struct BenchHotArgs {
     /// load generator can fill.
     #[arg(long)]
     pub full_calls: bool,
+    /// The masters run under valgrind's callgrind
+    /// (`scripts/hot-sale-instructions.sh` starts such a cluster): each
+    /// master's instructions are read (`callgrind_control -e`) instead of
+    /// its CPU clock, a count the machine's other load does not change.
+    #[arg(long)]
+    pub callgrind: bool,
 }
 
 /// Orders per call in `--full-calls` (the shared call's most).
@@ -85,22 +91,63 @@ async fn masters(target: &RedisTarget) -> anyhow::Result<Vec<String>> {
     Ok(masters)
 }
 
-/// `used_cpu_sys + used_cpu_user` of each master, seconds.
-async fn cpu(masters: &[String]) -> anyhow::Result<Vec<f64>> {
+/// What each master has spent so far: its Redis CPU in µs
+/// (`used_cpu_sys + used_cpu_user`), or with `--callgrind` its instructions.
+async fn spent(masters: &[String], callgrind: bool) -> anyhow::Result<Vec<f64>> {
     let mut out = Vec::with_capacity(masters.len());
     for url in masters {
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
-        let field = |name: &str| -> f64 {
+        let section = if callgrind { "server" } else { "cpu" };
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut conn)
+            .await?;
+        let field = |name: &str| -> Option<f64> {
             info.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
-                .unwrap_or(0.0)
         };
-        out.push(field("used_cpu_sys") + field("used_cpu_user"));
+        out.push(match callgrind {
+            false => {
+                (field("used_cpu_sys").unwrap_or(0.0) + field("used_cpu_user").unwrap_or(0.0)) * 1e6
+            }
+            true => {
+                let pid = field("process_id")
+                    .ok_or_else(|| anyhow::anyhow!("{url}: no process_id in INFO server"))?;
+                instructions(pid as u32).await?
+            }
+        });
     }
     Ok(out)
+}
+
+/// The instructions a process under callgrind has run, all its threads.
+async fn instructions(pid: u32) -> anyhow::Result<f64> {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("callgrind_control")
+            .arg("-e")
+            .arg(pid.to_string())
+            .output()
+    })
+    .await??;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let threads: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("Th")?;
+            rest.split_whitespace()
+                .nth(1)?
+                .replace(',', "")
+                .parse()
+                .ok()
+        })
+        .collect();
+    anyhow::ensure!(
+        !threads.is_empty(),
+        "pid {pid} is not under callgrind (callgrind_control -e said: {text})"
+    );
+    Ok(threads.iter().sum())
 }
 
 /// One sale's run.
@@ -108,8 +155,9 @@ struct Run {
     shards: u16,
     accepted: u64,
     elapsed: Duration,
-    /// Each master's Redis CPU over the run, µs.
-    us_by_master: Vec<f64>,
+    /// What each master spent over the run: Redis CPU in µs, or
+    /// instructions (`--callgrind`).
+    spent_by_master: Vec<f64>,
     moves: i64,
     /// Orders per `place_order.lua` call (shared calls).
     per_call: f64,
@@ -140,17 +188,21 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
         },
         masters.len()
     );
+    let (what, unit) = match args.callgrind {
+        true => ("Redis instructions", ""),
+        false => ("Redis CPU", " µs"),
+    };
     let mut runs = Vec::new();
     for &shards in &args.shards {
         let run = sell_out((&sales, &redis), &masters, shards, &args).await?;
-        let total: f64 = run.us_by_master.iter().sum();
+        let total: f64 = run.spent_by_master.iter().sum();
         let per_master: Vec<String> = run
-            .us_by_master
+            .spent_by_master
             .iter()
-            .map(|us| format!("{:.2}", us / run.accepted.max(1) as f64))
+            .map(|x| format!("{:.2}", x / run.accepted.max(1) as f64))
             .collect();
         println!(
-            "  {} shard(s): {} accepted in {:.2} s, {:.1} orders a call, {} moves; Redis CPU per accepted order by master [{}] µs, {:.2} µs in all; busiest master {:.0}% of it",
+            "  {} shard(s): {} accepted in {:.2} s, {:.1} orders a call, {} moves; {what} per accepted order by master [{}]{unit}, {:.2}{unit} in all; busiest master {:.0}% of it",
             run.shards,
             run.accepted,
             run.elapsed.as_secs_f64(),
@@ -158,18 +210,18 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
             run.moves,
             per_master.join(", "),
             total / run.accepted.max(1) as f64,
-            100.0 * run.us_by_master.iter().cloned().fold(0.0, f64::max) / total.max(1e-9),
+            100.0 * run.spent_by_master.iter().cloned().fold(0.0, f64::max) / total.max(1e-9),
         );
         runs.push(run);
     }
     if let Some(one) = runs.iter().find(|r| r.shards == 1) {
-        let base = one.us_by_master.iter().sum::<f64>() / one.accepted.max(1) as f64;
+        let base = one.spent_by_master.iter().sum::<f64>() / one.accepted.max(1) as f64;
         for r in runs.iter().filter(|r| r.shards > 1) {
-            let total = r.us_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64;
+            let total = r.spent_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64;
             let busiest =
-                r.us_by_master.iter().cloned().fold(0.0, f64::max) / r.accepted.max(1) as f64;
+                r.spent_by_master.iter().cloned().fold(0.0, f64::max) / r.accepted.max(1) as f64;
             println!(
-                "  {} shards against 1: {:+.1}% Redis CPU in all (the moves and the shards' own calls), busiest master {:.2} µs = {:.2} of the one-shard figure (1/{} = {:.2})",
+                "  {} shards against 1: {:+.1}% {what} in all (the moves and the shards' own calls), busiest master {:.2}{unit} = {:.2} of the one-shard figure (1/{} = {:.2})",
                 r.shards,
                 100.0 * (total / base - 1.0),
                 busiest,
@@ -178,14 +230,16 @@ pub async fn run_hot_bench(args: BenchHotArgs) -> anyhow::Result<()> {
                 1.0 / f64::from(r.shards)
             );
         }
-        for n in [8u16, 16] {
+        // The ceilings need time; instructions are not.
+        let ceilings: &[u16] = if args.callgrind { &[] } else { &[8, 16] };
+        for &n in ceilings {
             // Each shard a core of its own, its orders' CPU divided by n
             // (the moves scale with the shards too: their share measured
             // above is kept).
             let worst = runs
                 .iter()
                 .filter(|r| r.shards > 1)
-                .map(|r| r.us_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64 / base)
+                .map(|r| r.spent_by_master.iter().sum::<f64>() / r.accepted.max(1) as f64 / base)
                 .fold(1.0, f64::max);
             println!(
                 "  projected ceiling of one sale with {n} shards on {n} masters: {:.0} accepted orders/s at {:.0}% busy (one shard: {:.0})",
@@ -209,7 +263,7 @@ async fn sell_out(
     let mut spec = super::bench_spec(args.orders);
     spec.shards = shards;
     sales.lifecycle().open(&product, &spec).await?;
-    let before = cpu(masters).await?;
+    let before = spent(masters, args.callgrind).await?;
     let counts = sales.counts();
     let calls = counts.get(flashsale::sale::Counter::OrderCalls);
     let sent = counts.get(flashsale::sale::Counter::OrdersSent);
@@ -259,7 +313,7 @@ async fn sell_out(
         done??;
     }
     let elapsed = started.elapsed();
-    let after = cpu(masters).await?;
+    let after = spent(masters, args.callgrind).await?;
     let per_call = match args.full_calls {
         true => FULL_CALL as f64,
         false => {
@@ -274,11 +328,7 @@ async fn sell_out(
         shards,
         accepted: accepted.load(Ordering::Relaxed),
         elapsed,
-        us_by_master: before
-            .iter()
-            .zip(&after)
-            .map(|(b, a)| (a - b) * 1e6)
-            .collect(),
+        spent_by_master: before.iter().zip(&after).map(|(b, a)| a - b).collect(),
         moves,
         per_call,
     })
@@ -325,6 +375,7 @@ async fn full_calls(
                                 quantity: Quantity::new(1)?,
                                 idempotency_key: None,
                                 vouched: Vouched::No,
+                                shards: n,
                             })
                         })
                         .collect::<anyhow::Result<_>>()?;

@@ -113,6 +113,15 @@ impl ProductId {
         Self(self.sale_str().to_owned())
     }
 
+    /// [`Self::sale`], taking this id: no copy (an order's answer names
+    /// its sale; a sale of one shard's id is its sale's).
+    pub fn into_sale(mut self) -> ProductId {
+        if let Some(at) = self.0.find('~') {
+            self.0.truncate(at);
+        }
+        self
+    }
+
     fn sale_str(&self) -> &str {
         self.0.split_once('~').map_or(&self.0, |(sale, _)| sale)
     }

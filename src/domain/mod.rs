@@ -151,6 +151,8 @@ mod tests {
         let (parsed, of) = OrderId::parse(id.as_str()).unwrap();
         assert_eq!((parsed, of.clone()), (id, third));
         assert_eq!(of.sale(), sale);
+        assert_eq!(of.into_sale(), sale);
+        assert_eq!(sale.clone().into_sale(), sale);
         // Only what `shard` writes: no shard 0, no leading zero, no tilde
         // in a product id a client sends.
         for bad in [

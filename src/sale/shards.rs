@@ -25,7 +25,7 @@
 //!   looks at every shard in a row found no unit, no move in flight, and no
 //!   move made between them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use redis::AsyncCommands;
@@ -466,19 +466,67 @@ pub(super) async fn total_stock(
     Ok(Some(stock + in_flight(core, product, &looks).await?))
 }
 
-/// A sale of several stock shards: the units left on shards 1.. (their
-/// moves in flight counted) and their initial units, for the waiting room,
-/// which lives on shard 0 and counts the sale's units; (0, 0) for a sale of
-/// one shard (no Redis call once its count is known).
-pub(super) async fn elsewhere(core: &Core, product: &ProductId) -> Result<(i64, i64), SaleError> {
+/// What the waiting room, which lives on shard 0 and counts the whole
+/// sale, needs of a sale's other stock shards (nothing for a sale of one
+/// shard: no Redis call once its count is known).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Elsewhere {
+    /// The other shards' count (0: a sale of one).
+    pub shards: u16,
+    /// Units left on shards 1.. (their moves in flight counted).
+    pub units: i64,
+    /// Their initial units.
+    pub initial: i64,
+    /// Buyers who ordered on them with an admission counted against an
+    /// active cap, by bucket of the admission's expiry (their `room_used`,
+    /// summed: each shard counts the orders it decides).
+    pub used: BTreeMap<i64, i64>,
+}
+
+pub(super) async fn elsewhere(core: &Core, product: &ProductId) -> Result<Elsewhere, SaleError> {
     let n = count(core, product).await?;
-    let (mut units, mut initial) = (0, 0);
+    let mut out = Elsewhere::default();
     for k in 1..n {
         let l = look(core, product, (k, n)).await?;
-        units += l.stock.unwrap_or(0) + l.in_flight.iter().map(|m| m.units).sum::<i64>();
-        initial += l.initial;
+        out.units += l.stock.unwrap_or(0) + l.in_flight.iter().map(|m| m.units).sum::<i64>();
+        out.initial += l.initial;
+        let room_used = core.keys(&name(core, product, k)).room_used;
+        let used: HashMap<i64, i64> = core
+            .call(|mut c| async move { c.hgetall(&room_used).await })
+            .await?;
+        for (bucket, buyers) in used {
+            *out.used.entry(bucket).or_default() += buyers;
+        }
     }
-    Ok((units, initial))
+    out.shards = n.saturating_sub(1);
+    Ok(out)
+}
+
+/// Drops the `room_used` buckets of shards 1.. that ran out by `now_ms`
+/// (`bucket_ms` wide, as `room_tick.lua` drops shard 0's).
+pub(super) async fn drop_used(
+    core: &Core,
+    product: &ProductId,
+    elsewhere: &Elsewhere,
+    (now_ms, bucket_ms): (i64, i64),
+) -> Result<(), SaleError> {
+    let gone: Vec<i64> = elsewhere
+        .used
+        .keys()
+        .copied()
+        .filter(|b| (b + 1) * bucket_ms <= now_ms)
+        .collect();
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let n = elsewhere.shards + 1;
+    for k in 1..n {
+        let room_used = core.keys(&name(core, product, k)).room_used;
+        let gone = gone.clone();
+        core.call(|mut c| async move { c.hdel::<_, _, ()>(&room_used, &gone).await })
+            .await?;
+    }
+    Ok(())
 }
 
 /// The units of the moves in flight at `looks` that have not arrived (a

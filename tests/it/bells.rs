@@ -98,6 +98,7 @@ async fn an_order_rung_while_nobody_listens_is_persisted_when_the_subscription_i
         quantity: Quantity::new(1).unwrap(),
         idempotency_key: None,
         vouched: Vouched::No,
+        shards: 1,
     };
     let mut conn = direct.shared().await.unwrap();
     let reply = flashsale::sale::place_orders_on(&mut conn, &app.prefix, &product, &[call]).await;

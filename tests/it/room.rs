@@ -915,6 +915,50 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
     assert!(room_metric(&app, &sku, "room_active").await <= 10);
 }
 
+/// A sale of several stock shards: a buyer who orders frees their place in
+/// the active cap whichever shard decided the order (each shard counts the
+/// orders it decides; the room, on shard 0, reads them all).
+#[tokio::test]
+async fn the_active_cap_of_a_sharded_sale_frees_a_place_per_order_on_any_shard() {
+    let app = spawn_app().await;
+    let mut body = product_body(&unique("room-"), 1_000, 1);
+    body["start_time"] = json!(now_ms() + 1_000);
+    body["stock_shards"] = json!(3);
+    body["waiting_room"] = json!({"ceiling_per_sec": 100, "active_cap": 6, "admission_secs": 60});
+    let sku = app.sale_from(body).await;
+    let tickets = line_up(&app, &sku, 1..=30).await;
+    let admitted = || holding(&app, &sku, &tickets);
+    eventually("the cap reached", Duration::from_secs(10), || async {
+        admitted().await.len() >= 6
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = admitted().await;
+    assert_eq!(first.len(), 6, "{first:?}");
+    // Some at home on shards 1 and 2 (user_id mod 3; early joiners are
+    // admitted in a drawn order: all six on shard 0 once in 729 draws).
+    assert!(first.iter().any(|(u, _)| u % 3 != 0), "{first:?}");
+    // A bucket long run out on shard 1 (admissions that expired in 1970):
+    // it counts for nothing, and the room's next tick drops it.
+    let product = flashsale::domain::ProductId::parse(&sku).unwrap();
+    let used_1 = app.key(product.shard(1, 3).as_str(), "room_used");
+    let mut r = app.redis.clone();
+    let _: () = redis::AsyncCommands::hset(&mut r, &used_1, 1, 5)
+        .await
+        .unwrap();
+    order_each(&app, &sku, &first, 1).await;
+    // Six orders, six places freed, on whichever shard: the line moves on
+    // by six (with shard 0's orders counted alone, by two).
+    until_admitted(&app, &sku, 12, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(room_metric(&app, &sku, "room_admitted").await, 12);
+    assert_eq!(room_metric(&app, &sku, "room_active").await, 6);
+    let old: Option<i64> = redis::AsyncCommands::hget(&mut r, &used_1, 1)
+        .await
+        .unwrap();
+    assert_eq!(old, None, "the expired bucket dropped");
+}
+
 /// With buyers ordering as soon as they are admitted, admissions running
 /// out every 3 s: the room's count of unused admissions (`room_active`)
 /// never reads above the cap (it read 13 for a cap of 10: buyers who had

@@ -55,6 +55,7 @@ async fn one_call_decides_each_of_its_orders_in_turn(backend: Backend) {
         quantity: Quantity::new(quantity).unwrap(),
         idempotency_key: key.map(str::to_owned),
         vouched: Vouched::No,
+        shards: 1,
     };
     let orders = [
         order(1, 2, None),

@@ -88,16 +88,6 @@ impl CreateProduct {
                 domain::MAX_SHARDS
             )));
         }
-        if self.stock_shards > 1
-            && self
-                .waiting_room
-                .as_ref()
-                .is_some_and(|r| r.active_cap.is_some())
-        {
-            return Err(Invalid(
-                "a waiting room's active_cap needs a sale of one stock shard".into(),
-            ));
-        }
         Ok(NewProduct {
             product_id,
             title: title.to_owned(),

@@ -113,29 +113,62 @@ impl OrderPath {
     /// The order through its sale's shared call (see [`sharing`]): sent at
     /// once when no call of the sale is in flight, else in the next call.
     /// A sale of several stock shards: to the buyer's home shard, with
-    /// units looked for on the others when it has too few (see
-    /// [`super::shards`]).
+    /// units looked for on the others when it has too few ([`Self::search`]).
     async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
         let product = order.product;
-        let mut shards = self.core.shards.known(product).unwrap_or(1);
-        let mut target = self.target(product, order.user_id, shards);
-        let mut call = OrderCall {
+        let shards = self.core.shards.known(product).unwrap_or(1);
+        let target = self.target(product, order.user_id, shards);
+        let call = OrderCall {
             order_id: OrderId::generate(&target),
             user_id: order.user_id,
             quantity: order.quantity,
             idempotency_key: order.idempotency_key.map(str::to_owned),
             vouched: order.vouched,
+            shards,
         };
+        // The order comes back with its answer: its id and key become the
+        // accepted order's, with no copy.
+        let (call, sent) = self.share_call(&target, call).await?;
+        let short = matches!(
+            sent.reply,
+            Ok(PlaceReply::Rejected(
+                Rejection::SoldOut | Rejection::InsufficientStock { .. }
+            ))
+        );
+        let elsewhere = matches!(sent.reply, Ok(PlaceReply::Shards(_)));
+        if elsewhere || (short && (shards > 1 || self.core.shards.known(product) != Some(1))) {
+            // Boxed: what the search holds is not carried by every order's
+            // future (the one-shard order path's instructions, BENCHMARKS.md
+            // "What does a hot sale cost?").
+            return Box::pin(self.search(order, (shards, target), call, sent)).await;
+        }
+        self.decide(sent.reply?, &order, call, (sent.sent, sent.received))
+    }
+
+    /// An order whose answer (`sent`) sends it on: to its home shard of a
+    /// sale of shards this process did not know of, or, out of units on its
+    /// shard, to look for units on the others (see [`super::shards`]) and
+    /// ask again.
+    async fn search<'p>(
+        &self,
+        order: NewOrder<'p>,
+        (mut shards, mut target): (u16, Cow<'p, ProductId>),
+        mut call: OrderCall,
+        mut sent: Sent,
+    ) -> Result<Decision, SaleError> {
+        let product = order.product;
         let mut searches = 0;
         loop {
-            // The order comes back with its answer: its id and key become
-            // the accepted order's, with no copy.
-            let (back, sent) = self.share_call(&target, call).await?;
-            call = back;
             match &sent.reply {
-                // The sale has shards this process did not know of: to the
-                // buyer's home shard.
-                Ok(PlaceReply::Shards(n)) if *n != shards => {
+                // Routed for another count of shards than the sale's (this
+                // process did not know of them, or the order shared its call
+                // with one routed before it learnt): to the buyer's home
+                // shard.
+                Ok(PlaceReply::Shards(n)) => {
+                    if searches == MAX_SEARCHES {
+                        return Err(SaleError::Contended(searches));
+                    }
+                    searches += 1;
                     shards = *n;
                     self.core.shards.learn(product, shards);
                 }
@@ -174,6 +207,8 @@ impl OrderPath {
                 target = next;
                 call.order_id = OrderId::generate(&target);
             }
+            call.shards = shards;
+            (call, sent) = self.share_call(&target, call).await?;
         }
     }
 
@@ -314,9 +349,8 @@ impl OrderPath {
                 });
                 Decision::refused(Rejection::outside_window(start_ms, now_ms))
             }
-            // Asked of a shard that is not the buyer's home, again and
-            // again: the sale's shards changed under this order (a sale
-            // removed and opened again meanwhile).
+            // (Not given: an order routed for another count of shards is
+            // sent on by `search`.)
             PlaceReply::Shards(_) => {
                 return Err(SaleError::Corrupt(format!(
                     "{product}: the buyer's home shard kept changing"

@@ -54,6 +54,10 @@ pub struct OrderCall {
     pub idempotency_key: Option<String>,
     /// Whether the API checked the buyer's admission from the sale's room.
     pub vouched: Vouched,
+    /// The stock shards of its sale the order was routed for (1: a sale of
+    /// one, or not known to have several): a call's orders routed for
+    /// another count than the sale's go back (`PlaceReply::Shards`).
+    pub shards: u16,
 }
 
 impl OrderCall {
@@ -161,7 +165,14 @@ fn place_order_cmd(prefix: &str, product: &ProductId, orders: &[OrderCall]) -> r
     if counted {
         cmd.arg(key("room_used"));
     }
-    cmd.arg(product.as_str());
+    // The count the call's orders were routed for; orders routed for
+    // different counts (an instance learning a sale's shards meanwhile):
+    // none, and every order goes back to be routed again.
+    let shards = match orders.first() {
+        Some(first) if orders.iter().all(|o| o.shards == first.shards) => first.shards,
+        _ => 0,
+    };
+    cmd.arg(product.as_str()).arg(shards);
     for order in orders {
         let keyed = order.idempotency_key.is_some();
         let flags = match (order.vouched, keyed) {
@@ -386,6 +397,7 @@ mod tests {
             quantity: Quantity::new(2).unwrap(),
             idempotency_key: key.map(str::to_owned),
             vouched,
+            shards: 3,
         };
         let admitted = |counted_in| Vouched::Admitted { counted_in };
         let orders = [
@@ -399,7 +411,7 @@ mod tests {
         let keys = SaleKeys::new("fs", &product);
         // The invocation of the first `n` orders: `room_used` among the
         // keys only when one of them counts against a cap.
-        let invocation = |n: usize| {
+        let invocation = |n: usize, shards: u16| {
             let mut invocation = PLACE_ORDER.prepare_invoke();
             for key in [
                 &keys.sale,
@@ -415,7 +427,7 @@ mod tests {
             if n > 4 {
                 invocation.key(&keys.room_used);
             }
-            invocation.arg("sku-1");
+            invocation.arg("sku-1").arg(shards);
             for (o, user, flags, keyed, until) in [
                 (&orders[0], 42, "ak", Some(("42:k-1", "k-1")), None),
                 (&orders[1], 7, "", None, None),
@@ -452,9 +464,17 @@ mod tests {
         for n in [4, 6] {
             assert_eq!(
                 place_order_cmd("fs", &product, &orders[..n]).get_packed_command(),
-                invocation(n),
+                invocation(n, 3),
                 "{n} orders"
             );
         }
+        // Orders routed for different counts of stock shards: the call says
+        // none (the script sends every order back to be routed again).
+        let mut mixed = orders.clone();
+        mixed[2].shards = 1;
+        assert_eq!(
+            place_order_cmd("fs", &product, &mixed[..4]).get_packed_command(),
+            invocation(4, 0),
+        );
     }
 }

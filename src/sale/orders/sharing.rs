@@ -120,6 +120,7 @@ mod tests {
             quantity: Quantity::new(1).unwrap(),
             idempotency_key: None,
             vouched: Vouched::No,
+            shards: 1,
         }
     }
 

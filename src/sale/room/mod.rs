@@ -150,7 +150,7 @@ impl Room {
         let keys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
         // A sale of several stock shards: the units on the others count.
-        let (elsewhere, _) = shards::elsewhere(&self.core, product).await?;
+        let elsewhere = shards::elsewhere(&self.core, product).await?.units;
         let reply = self
             .core
             .call(|mut c| async move { join::join(&mut c, &keys, user_id, elsewhere).await })
@@ -380,12 +380,25 @@ impl Room {
         let keys: SaleKeys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
         // A sale of several stock shards: the room counts the sale's units.
+        // (and their buyers' orders count against the room's active cap).
         let elsewhere = shards::elsewhere(&self.core, product).await?;
         let reply = self
             .core
-            .call(|mut c| async move { tick::tick(&mut c, &keys, change, elsewhere).await })
+            .call(|mut c| {
+                let elsewhere = &elsewhere;
+                async move { tick::tick(&mut c, &keys, change, elsewhere).await }
+            })
             .await?;
         let (exists, room) = tick::decode(reply)?;
+        if let Some(room) = &room {
+            shards::drop_used(
+                &self.core,
+                product,
+                &elsewhere,
+                (room.now_ms, room.bucket_ms),
+            )
+            .await?;
+        }
         let room = room.map(Arc::new);
         if !exists {
             // No such sale: nothing to remember (ids nobody opened would

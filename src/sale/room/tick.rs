@@ -16,6 +16,7 @@ pub const STRAIN_MS: u64 = 2_000;
 use crate::sale::error::SaleError;
 use crate::sale::keys::{GROUP, SaleKeys};
 use crate::sale::lua::script;
+use crate::sale::shards::Elsewhere;
 
 script!(ROOM_TICK, "room_tick");
 
@@ -24,9 +25,10 @@ pub(super) async fn tick(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,
     change: BoundsChange,
-    (elsewhere, initial_elsewhere): (i64, i64),
+    elsewhere: &Elsewhere,
 ) -> RedisResult<Value> {
-    ROOM_TICK
+    let mut invocation = ROOM_TICK.prepare_invoke();
+    invocation
         .key(&keys.sale)
         .key(&keys.stock)
         .key(&keys.room)
@@ -40,10 +42,12 @@ pub(super) async fn tick(
         .arg(GROUP)
         .arg(STRAIN_MS)
         .arg(text(change.join_difficulty))
-        .arg(elsewhere)
-        .arg(initial_elsewhere)
-        .invoke_async(conn)
-        .await
+        .arg(elsewhere.units)
+        .arg(elsewhere.initial);
+    for (bucket, buyers) in &elsewhere.used {
+        invocation.arg(bucket).arg(buyers);
+    }
+    invocation.invoke_async(conn).await
 }
 
 /// `(the sale exists, its room)`, from the script's reply.

@@ -275,7 +275,11 @@ fn placed_answer(placed: Placed, quantity: Quantity) -> Answer {
         true => Placement::Replayed,
         false => Placement::New,
     };
-    order_answer(placed.order.into(), placement, AnsweredBy::Redis)
+    order_answer(
+        OrderView::of_sale(placed.order),
+        placement,
+        AnsweredBy::Redis,
+    )
 }
 
 /// 202 with the order; a replay says so (`Idempotent-Replayed: true`).
