@@ -529,6 +529,33 @@ pub(super) async fn drop_used(
     Ok(())
 }
 
+/// A sale of several stock shards: moves units from shards 1.. to shard 0
+/// until it holds `units` (or every shard gave what it had), for a restock
+/// that takes units away, which shard 0 decides. Nothing for a sale of one
+/// shard (no Redis call once its count is known).
+pub(super) async fn gather(core: &Core, product: &ProductId, units: i64) -> Result<(), SaleError> {
+    let n = count(core, product).await?;
+    if n <= 1 {
+        return Ok(());
+    }
+    let looks = look_all(core, product, n).await?;
+    let mut short = units - looks[0].stock.unwrap_or(0);
+    for (k, look) in (1..n).zip(&looks[1..]) {
+        let have = look.stock.unwrap_or(0);
+        if short <= 0 {
+            break;
+        }
+        if have <= 0 {
+            continue;
+        }
+        if let Some(m) = take(core, product, (k, 0), short.min(have), 0).await? {
+            finish(core, product, &m).await?;
+            short -= m.units;
+        }
+    }
+    Ok(())
+}
+
 /// The units of the moves in flight at `looks` that have not arrived (a
 /// move applied whose record is not yet dropped counts where it arrived).
 pub(super) async fn in_flight(

@@ -390,7 +390,41 @@ async fn a_call_routed_for_another_count_of_shards_is_written_nowhere(backend: B
     app.drained(&sku, 4).await;
 }
 
+/// Taking units away from a sharded sale takes them wherever they are:
+/// shard 0 (which decides a restock) gathers them from the others first.
+async fn units_taken_away_from_a_sharded_sale_come_from_every_shard(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    let sku = sharded_sale(&app, 30, 1, 3).await;
+    let restock = |units: i64, key: &'static str| {
+        app.client
+            .post(app.url(&format!("/api/admin/products/{sku}/restock")))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .header("Idempotency-Key", key)
+            .json(&json!({"units": units}))
+            .send()
+    };
+    // Shard 0 holds 10 of the 30.
+    let resp = restock(-25, "take-25").await.expect("answered");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(app.sales.ledger().stock(&pid(&sku)).await.unwrap(), Some(5));
+    // More than are left: refused, nothing taken.
+    let resp = restock(-6, "take-6").await.expect("answered");
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(app.sales.ledger().stock(&pid(&sku)).await.unwrap(), Some(5));
+    // The five left sell, to buyers of every shard.
+    let mut sold = 0;
+    for user in 1..=12u64 {
+        if order(&app, user, &sku, 1, None).await.status == StatusCode::ACCEPTED {
+            sold += 1;
+        }
+    }
+    assert_eq!(sold, 5);
+    app.drained(&sku, 5).await;
+    app.books_balance(&sku).await;
+}
+
 crate::on_both_backends!(
+    units_taken_away_from_a_sharded_sale_come_from_every_shard,
     a_call_routed_for_another_count_of_shards_is_written_nowhere,
     a_burst_on_a_sharded_sale_sells_exactly_its_stock_with_exact_limits_and_no_phantom_sold_out,
     a_move_left_half_done_arrives_once_and_no_unit_is_made_or_lost,

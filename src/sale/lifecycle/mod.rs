@@ -132,6 +132,11 @@ impl Lifecycle {
         id: &str,
         by: RestockBy,
     ) -> Result<RestockAnswer, SaleError> {
+        if units < 0 {
+            // A sale of several stock shards: the units taken away are
+            // gathered on shard 0 first (moves, as a buyer's search makes).
+            super::shards::gather(&self.core, product, -units).await?;
+        }
         let keys = self.core.keys(product);
         let done = self
             .core
