@@ -134,12 +134,25 @@ impl From<Key<'_>> for String {
 
 impl redis::ToRedisArgs for Key<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        use std::io::Write;
-        let mut arg = out.writer_for_next_arg();
+        // Joined on the stack, written as one argument (no `io::Write`
+        // per piece: the order path writes seven keys a call).
+        let mut buf = [0u8; 256];
+        let mut len = 0;
         for p in self.pieces() {
-            // Writing into the command's own buffer cannot fail.
-            let _ = arg.write_all(p.as_bytes());
+            let Some(to) = buf.get_mut(len..len + p.len()) else {
+                // Longer than any key of a valid prefix and product id.
+                use std::io::Write;
+                let mut arg = out.writer_for_next_arg();
+                for p in self.pieces() {
+                    // Writing into the command's own buffer cannot fail.
+                    let _ = arg.write_all(p.as_bytes());
+                }
+                return;
+            };
+            to.copy_from_slice(p.as_bytes());
+            len += p.len();
         }
+        out.write_arg(&buf[..len]);
     }
 }
 
@@ -228,6 +241,17 @@ mod tests {
             })
             .get_packed_command();
         assert!(written.ends_with(b"$16\r\nfs:{sku-1}:stock\r\n"));
+        // A key longer than the stack's buffer is written whole too.
+        let (prefix, long) = ("p".repeat(200), ProductId::parse(&"x".repeat(128)).unwrap());
+        let key = Key {
+            prefix: &prefix,
+            product: &long,
+            name: "stock",
+        };
+        let text = String::from(key);
+        let written = redis::cmd("X").arg(key).get_packed_command();
+        let expected = format!("${}\r\n{text}\r\n", text.len());
+        assert!(written.ends_with(expected.as_bytes()), "{text}");
         for key in keys.all() {
             let tag = key
                 .split_once('{')

@@ -107,16 +107,22 @@ impl OrderPath {
         // every caller's future would otherwise carry and copy, for the
         // answers from memory above too (BENCHMARKS.md, "What does a
         // refusal cost?").
-        Box::pin(self.place_in_redis(order)).await
+        let shards = self.core.shards.known(order.product).unwrap_or(1);
+        Box::pin(self.place_in_redis(order, shards, 0)).await
     }
 
     /// The order through its sale's shared call (see [`sharing`]): sent at
     /// once when no call of the sale is in flight, else in the next call.
-    /// A sale of several stock shards: to the buyer's home shard, with
-    /// units looked for on the others when it has too few ([`Self::search`]).
-    async fn place_in_redis(&self, order: NewOrder<'_>) -> Result<Decision, SaleError> {
+    /// A sale of several stock shards: to the buyer's home shard (of
+    /// `shards` as this process knows them), with units looked for on the
+    /// others when it has too few ([`Self::search`], `searches` made).
+    async fn place_in_redis(
+        &self,
+        order: NewOrder<'_>,
+        shards: u16,
+        searches: usize,
+    ) -> Result<Decision, SaleError> {
         let product = order.product;
-        let shards = self.core.shards.known(product).unwrap_or(1);
         let target = self.target(product, order.user_id, shards);
         let call = OrderCall {
             order_id: OrderId::generate(&target),
@@ -128,88 +134,92 @@ impl OrderPath {
         };
         // The order comes back with its answer: its id and key become the
         // accepted order's, with no copy.
-        let (call, sent) = self.share_call(&target, call).await?;
+        let (call, sent) = match self.sharing.join(&target, call) {
+            Turn::Alone(call) => {
+                let _next = Handoff {
+                    orders: self,
+                    product: &target,
+                };
+                let mut sent = self.send(&target, std::slice::from_ref(&call)).await;
+                (call, sent.pop().ok_or(SaleError::Dropped)?)
+            }
+            Turn::Next(answer) => {
+                // The call in flight, then this order's: each bounded by
+                // the Redis timeout.
+                let bound = 2 * self.core.redis.timeout();
+                match tokio::time::timeout(bound, answer).await {
+                    Ok(Ok(answered)) => answered,
+                    Ok(Err(_)) => return Err(SaleError::Dropped),
+                    Err(_) => return Err(SaleError::Timeout(bound)),
+                }
+            }
+        };
         let short = matches!(
             sent.reply,
             Ok(PlaceReply::Rejected(
                 Rejection::SoldOut | Rejection::InsufficientStock { .. }
             ))
         );
-        let elsewhere = matches!(sent.reply, Ok(PlaceReply::Shards(_)));
-        if elsewhere || (short && (shards > 1 || self.core.shards.known(product) != Some(1))) {
+        let misrouted = matches!(sent.reply, Ok(PlaceReply::Shards(_)));
+        if misrouted || (short && (shards > 1 || self.core.shards.known(product) != Some(1))) {
             // Boxed: what the search holds is not carried by every order's
             // future (the one-shard order path's instructions, BENCHMARKS.md
             // "What does a hot sale cost?").
-            return Box::pin(self.search(order, (shards, target), call, sent)).await;
+            return Box::pin(self.search(order, (shards, searches), call, sent)).await;
         }
         self.decide(sent.reply?, &order, call, (sent.sent, sent.received))
     }
 
     /// An order whose answer (`sent`) sends it on: to its home shard of a
-    /// sale of shards this process did not know of, or, out of units on its
-    /// shard, to look for units on the others (see [`super::shards`]) and
-    /// ask again.
-    async fn search<'p>(
+    /// sale of shards this process did not know of (or a call routed for
+    /// another count), or, out of units on its shard, to look for units on
+    /// the others (see [`super::shards`]); then it is placed again.
+    async fn search(
         &self,
-        order: NewOrder<'p>,
-        (mut shards, mut target): (u16, Cow<'p, ProductId>),
-        mut call: OrderCall,
-        mut sent: Sent,
+        order: NewOrder<'_>,
+        (shards, searches): (u16, usize),
+        call: OrderCall,
+        sent: Sent,
     ) -> Result<Decision, SaleError> {
         let product = order.product;
-        let mut searches = 0;
-        loop {
-            match &sent.reply {
-                // Routed for another count of shards than the sale's (this
-                // process did not know of them, or the order shared its call
-                // with one routed before it learnt): to the buyer's home
-                // shard.
-                Ok(PlaceReply::Shards(n)) => {
-                    if searches == MAX_SEARCHES {
-                        return Err(SaleError::Contended(searches));
-                    }
-                    searches += 1;
-                    shards = *n;
-                    self.core.shards.learn(product, shards);
-                }
-                Ok(PlaceReply::Rejected(
-                    Rejection::SoldOut | Rejection::InsufficientStock { .. },
-                )) if shards > 1 => {
-                    if searches == MAX_SEARCHES {
-                        return Err(SaleError::Contended(searches));
-                    }
-                    searches += 1;
-                    let home = super::shards::home(order.user_id, shards);
-                    let need = order.quantity.get();
-                    if !super::shards::refill(&self.core, product, (shards, home), need).await? {
-                        return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
-                    }
-                }
-                // Out of units where this process thought the sale had one
-                // shard, not knowing (its first orders, all at once): it
-                // asks the sale (once: remembered, for a sale of one too).
-                // (Or it learnt of the shards while this order was sent.)
-                Ok(PlaceReply::Rejected(
-                    Rejection::SoldOut | Rejection::InsufficientStock { .. },
-                )) if shards == 1 => {
-                    shards = match self.core.shards.known(product) {
-                        Some(n) => n,
-                        None => super::shards::count(&self.core, product).await?,
-                    };
-                    if shards == 1 {
-                        return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
-                    }
-                }
-                _ => return self.decide(sent.reply?, &order, call, (sent.sent, sent.received)),
-            }
-            let next = self.target(product, order.user_id, shards);
-            if next != target {
-                target = next;
-                call.order_id = OrderId::generate(&target);
-            }
-            call.shards = shards;
-            (call, sent) = self.share_call(&target, call).await?;
+        if searches == MAX_SEARCHES {
+            return Err(SaleError::Contended(searches));
         }
+        let shards = match &sent.reply {
+            // Routed for another count of shards than the sale's (this
+            // process did not know of them, or the order shared its call
+            // with one routed before it learnt): to the buyer's home shard.
+            Ok(PlaceReply::Shards(n)) => {
+                self.core.shards.learn(product, *n);
+                *n
+            }
+            Ok(PlaceReply::Rejected(Rejection::SoldOut | Rejection::InsufficientStock { .. }))
+                if shards > 1 =>
+            {
+                let home = super::shards::home(order.user_id, shards);
+                let need = order.quantity.get();
+                if !super::shards::refill(&self.core, product, (shards, home), need).await? {
+                    return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
+                }
+                shards
+            }
+            // Out of units where this process thought the sale had one
+            // shard, not knowing (its first orders, all at once): it asks
+            // the sale (once: remembered, for a sale of one too). (Or it
+            // learnt of the shards while this order was sent.)
+            Ok(PlaceReply::Rejected(_)) => {
+                let n = match self.core.shards.known(product) {
+                    Some(n) => n,
+                    None => super::shards::count(&self.core, product).await?,
+                };
+                if n == 1 {
+                    return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
+                }
+                n
+            }
+            _ => return self.decide(sent.reply?, &order, call, (sent.sent, sent.received)),
+        };
+        Box::pin(self.place_in_redis(order, shards, searches + 1)).await
     }
 
     /// Where a buyer's orders of a sale of `shards` stock shards are
@@ -220,35 +230,6 @@ impl OrderPath {
             Cow::Owned(product.shard(super::shards::home(user, shards), shards))
         } else {
             Cow::Borrowed(product)
-        }
-    }
-
-    /// One order through the shared call of `target` (a sale, or one of
-    /// its stock shards).
-    async fn share_call(
-        &self,
-        target: &ProductId,
-        call: OrderCall,
-    ) -> Result<(OrderCall, Sent), SaleError> {
-        match self.sharing.join(target, call) {
-            Turn::Alone(call) => {
-                let _next = Handoff {
-                    orders: self,
-                    product: target,
-                };
-                let mut sent = self.send(target, std::slice::from_ref(&call)).await;
-                Ok((call, sent.pop().ok_or(SaleError::Dropped)?))
-            }
-            Turn::Next(answer) => {
-                // The call in flight, then this order's: each bounded by
-                // the Redis timeout.
-                let bound = 2 * self.core.redis.timeout();
-                match tokio::time::timeout(bound, answer).await {
-                    Ok(Ok(answered)) => Ok(answered),
-                    Ok(Err(_)) => Err(SaleError::Dropped),
-                    Err(_) => Err(SaleError::Timeout(bound)),
-                }
-            }
         }
     }
 
