@@ -238,14 +238,28 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     assert!(ids[0].starts_with("galera:"), "{ids:?}");
     assert!(ids.iter().all(|id| *id == ids[0]), "one books: {ids:?}");
 
-    // Node 2 records first (its id), holding its transaction; node 1
-    // records 2.5 s later, before it has seen node 2's row: a lower id,
+    // The node of higher ids records first (its id), holding its
+    // transaction; the other records 2.5 s later, before it has seen that
+    // row: a lower id,
     // younger.
     let connect = |i: usize| {
         let url = format!("{}/{db_name}", galera.nodes[i].server());
         async move { MySqlConnection::connect(&url).await.unwrap() }
     };
-    let (mut one, mut two) = (connect(1).await, connect(2).await);
+    // Which of nodes 1 and 2 hands out the lower ids (Galera gives each
+    // node an `auto_increment_offset` by its place in the cluster, which
+    // the order the nodes joined decides): `one` writes the lower.
+    let mut offsets = Vec::new();
+    for i in [1, 2] {
+        let offset: i64 = sqlx::query_scalar("SELECT CAST(@@auto_increment_offset AS SIGNED)")
+            .fetch_one(&mut connect(i).await)
+            .await
+            .unwrap();
+        offsets.push((offset, i));
+    }
+    offsets.sort();
+    let (one_node, two_node) = (offsets[0].1, offsets[1].1);
+    let (mut one, mut two) = (connect(one_node).await, connect(two_node).await);
     sqlx::query("BEGIN").execute(&mut one).await.unwrap();
     sqlx::query("BEGIN").execute(&mut two).await.unwrap();
     let high = event(&mut two, "sku-two", 0).await;
@@ -288,7 +302,7 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     // then node 1 commits a lower one that node 0 cannot apply yet. A
     // read on node 0 that lists the higher would skip the lower for good;
     // the causal read waits instead (and gives up at the call's bound).
-    let (mut one, mut two) = (connect(1).await, connect(2).await);
+    let (mut one, mut two) = (connect(one_node).await, connect(two_node).await);
     sqlx::query("BEGIN").execute(&mut one).await.unwrap();
     sqlx::query("BEGIN").execute(&mut two).await.unwrap();
     let high = event(&mut two, "sku-two", 60_000).await;
