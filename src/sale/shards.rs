@@ -483,13 +483,22 @@ pub(super) struct Elsewhere {
     pub used: BTreeMap<i64, i64>,
 }
 
-pub(super) async fn elsewhere(core: &Core, product: &ProductId) -> Result<Elsewhere, SaleError> {
+/// `used`: whether to read the other shards' `room_used` too (the room's
+/// tick; a buyer's join needs only the units).
+pub(super) async fn elsewhere(
+    core: &Core,
+    product: &ProductId,
+    used: bool,
+) -> Result<Elsewhere, SaleError> {
     let n = count(core, product).await?;
     let mut out = Elsewhere::default();
     for k in 1..n {
         let l = look(core, product, (k, n)).await?;
         out.units += l.stock.unwrap_or(0) + l.in_flight.iter().map(|m| m.units).sum::<i64>();
         out.initial += l.initial;
+        if !used {
+            continue;
+        }
         let room_used = core.keys(&name(core, product, k)).room_used;
         let used: HashMap<i64, i64> = core
             .call(|mut c| async move { c.hgetall(&room_used).await })

@@ -150,7 +150,7 @@ impl Room {
         let keys = self.core.keys(product);
         self.core.counts.add(Counter::RoomCalls, 1);
         // A sale of several stock shards: the units on the others count.
-        let elsewhere = shards::elsewhere(&self.core, product).await?.units;
+        let elsewhere = shards::elsewhere(&self.core, product, false).await?.units;
         let reply = self
             .core
             .call(|mut c| async move { join::join(&mut c, &keys, user_id, elsewhere).await })
@@ -381,7 +381,7 @@ impl Room {
         self.core.counts.add(Counter::RoomCalls, 1);
         // A sale of several stock shards: the room counts the sale's units.
         // (and their buyers' orders count against the room's active cap).
-        let elsewhere = shards::elsewhere(&self.core, product).await?;
+        let elsewhere = shards::elsewhere(&self.core, product, true).await?;
         let reply = self
             .core
             .call(|mut c| {
