@@ -16,9 +16,26 @@
 //! Every call is bounded by a timeout, so a stalled or unreachable Redis gives
 //! the caller an error in bounded time, never a hang. Connections are made
 //! lazily: the service starts while Redis is down and answers 503 until it is up.
+//!
+//! **A cluster connection that stops answering is rebuilt.** redis-rs's
+//! `ClusterConnection` (1.8) can wedge for good in a failover: its slot
+//! refresh waits for the write half of its connection map's lock while a
+//! request or a reconnect it no longer polls during the refresh holds (or
+//! has been granted) the read half. Every call on it then times out,
+//! forever, whichever master it is for (issue 68: a `serve` with 100+ streams
+//! open after its first seed node died; the more streams, the more requests
+//! in flight when the refresh starts). So when no call on the shared
+//! connection has succeeded for [`HEAL_AFTER_TIMEOUTS`] times the Redis
+//! timeout and some timed out, the next caller drops it and connects
+//! afresh (the wedged one's task is left behind: a few sockets per
+//! failover that wedged one). Meanwhile `/readyz` fails (its `PING` on
+//! every master times out), so a load balancer sends no buyer there; the
+//! pools' connections are checked with a `PING` at checkout and replaced
+//! when they fail it.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
@@ -26,7 +43,6 @@ use redis::aio::{
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
-use tokio::sync::OnceCell;
 
 use super::error::SaleError;
 use crate::config::{RedisSettings, RedisTarget};
@@ -37,6 +53,9 @@ pub enum Conn {
     Managed(ConnectionManager),
     Direct(MultiplexedConnection),
     Cluster(ClusterConnection),
+    /// The shared cluster connection, each request's answer noted (see
+    /// [`Healing`]).
+    Watched(ClusterConnection, Arc<Healing>),
 }
 
 impl ConnectionLike for Conn {
@@ -45,6 +64,7 @@ impl ConnectionLike for Conn {
             Self::Managed(c) => c.req_packed_command(cmd),
             Self::Direct(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Watched(c, healing) => healing.watch(c.req_packed_command(cmd)),
         }
     }
 
@@ -58,6 +78,7 @@ impl ConnectionLike for Conn {
             Self::Managed(c) => c.req_packed_commands(cmd, offset, count),
             Self::Direct(c) => c.req_packed_commands(cmd, offset, count),
             Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Watched(c, healing) => healing.watch(c.req_packed_commands(cmd, offset, count)),
         }
     }
 
@@ -65,7 +86,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Managed(c) => c.get_db(),
             Self::Direct(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
+            Self::Cluster(c) | Self::Watched(c, _) => c.get_db(),
         }
     }
 }
@@ -128,8 +149,9 @@ impl bb8::ManageConnection for BlockingConnections {
 pub struct Redis {
     /// Single server: the ConnectionManager, made at once (it connects lazily).
     managed: Option<ConnectionManager>,
-    /// Cluster: the ClusterConnection, made on first use.
-    cluster: Option<(ClusterClient, Arc<OnceCell<ClusterConnection>>)>,
+    /// Cluster: the ClusterConnection, made on first use and made again
+    /// when it stops answering.
+    cluster: Option<Arc<Healing>>,
     pool: Pool,
     /// Connections an order holds alone while it WAITs for replicas.
     exclusive: Pool,
@@ -180,7 +202,7 @@ impl Redis {
                     .build()?;
                 (
                     None,
-                    Some((client.clone(), Arc::new(OnceCell::new()))),
+                    Some(Arc::new(Healing::new(client.clone(), timeout))),
                     Client::Cluster(Box::new(client)),
                 )
             }
@@ -231,14 +253,19 @@ impl Redis {
         if let Some(managed) = &self.managed {
             return Ok(Conn::Managed(managed.clone()));
         }
-        let Some((client, cell)) = &self.cluster else {
+        let Some(healing) = &self.cluster else {
             unreachable!("a Redis handle is either single or cluster");
         };
-        let connect = cell.get_or_try_init(|| client.get_async_connection());
-        match tokio::time::timeout(self.timeout, connect).await {
-            Ok(conn) => Ok(Conn::Cluster(conn?.clone())),
-            Err(_) => Err(SaleError::Timeout(self.timeout)),
-        }
+        let conn = healing.connection().await?;
+        Ok(Conn::Watched(conn, healing.clone()))
+    }
+
+    /// How many times the shared cluster connection was made again after it
+    /// stopped answering (0 on a single server).
+    pub fn rebuilds(&self) -> u64 {
+        self.cluster
+            .as_ref()
+            .map_or(0, |h| h.rebuilds.load(Ordering::Relaxed))
     }
 
     /// True on a Redis Cluster.
@@ -336,6 +363,123 @@ impl Redis {
         self.bounded(redis::cmd("PING").query_async::<Value>(&mut conn))
             .await
             .map(|_| ())
+    }
+}
+
+/// After how many Redis timeouts without an answer the shared cluster
+/// connection is made again (see the module's documentation).
+pub const HEAL_AFTER_TIMEOUTS: u32 = 2;
+
+/// The shared cluster connection, and what tells that it stopped answering.
+pub struct Healing {
+    client: ClusterClient,
+    timeout: Duration,
+    /// The connection, once made; `None` until then, or after it was dropped.
+    conn: RwLock<Option<ClusterConnection>>,
+    /// One caller connects at a time; the others wait for its connection.
+    connecting: tokio::sync::Mutex<()>,
+    /// When this handle was made (the clock of the two below).
+    epoch: Instant,
+    /// Microseconds since `epoch` of the last request answered (an error
+    /// is an answer, the connection is alive; the client's own response
+    /// timeout is not).
+    last_answer_us: AtomicU64,
+    /// Microseconds since `epoch` of the first request sent since then
+    /// (0: none).
+    stalled_since_us: AtomicU64,
+    rebuilds: AtomicU64,
+}
+
+impl Healing {
+    fn new(client: ClusterClient, timeout: Duration) -> Self {
+        Self {
+            client,
+            timeout,
+            conn: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            epoch: Instant::now(),
+            last_answer_us: AtomicU64::new(0),
+            stalled_since_us: AtomicU64::new(0),
+            rebuilds: AtomicU64::new(0),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        // At least 1: 0 means "none".
+        (self.epoch.elapsed().as_micros() as u64).max(1)
+    }
+
+    /// A request on the shared connection: noted when sent, and when
+    /// answered (a caller that stops waiting drops it unanswered).
+    fn watch<'a, T: 'a>(self: &Arc<Self>, request: RedisFuture<'a, T>) -> RedisFuture<'a, T> {
+        let _ = self.stalled_since_us.compare_exchange(
+            0,
+            self.now_us(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let healing = self.clone();
+        Box::pin(async move {
+            let answer = request.await;
+            // The client's own response timeout is no answer.
+            if !matches!(&answer, Err(e) if e.is_timeout()) {
+                healing
+                    .last_answer_us
+                    .store(healing.now_us(), Ordering::Relaxed);
+                healing.stalled_since_us.store(0, Ordering::Relaxed);
+            }
+            answer
+        })
+    }
+
+    /// True when requests were sent, and none answered, for
+    /// [`HEAL_AFTER_TIMEOUTS`] Redis timeouts.
+    fn stalled(&self) -> bool {
+        let since = self.stalled_since_us.load(Ordering::Relaxed);
+        let bound = (self.timeout * HEAL_AFTER_TIMEOUTS).as_micros() as u64;
+        since != 0
+            && self.last_answer_us.load(Ordering::Relaxed) < since
+            && self.now_us().saturating_sub(since) >= bound
+    }
+
+    fn current(&self) -> Option<ClusterConnection> {
+        self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The shared connection: the one made before, unless it stopped
+    /// answering; else a new one (bounded by the Redis timeout).
+    async fn connection(&self) -> Result<ClusterConnection, SaleError> {
+        if !self.stalled()
+            && let Some(conn) = self.current()
+        {
+            return Ok(conn);
+        }
+        let connect = async {
+            let _turn = self.connecting.lock().await;
+            // Another caller may have connected meanwhile.
+            if self.stalled() {
+                let dropped = self.conn.write().unwrap_or_else(|e| e.into_inner()).take();
+                // The clock starts again with the new connection.
+                self.stalled_since_us.store(0, Ordering::Relaxed);
+                if dropped.is_some() {
+                    self.rebuilds.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        after = ?self.timeout * HEAL_AFTER_TIMEOUTS,
+                        "the Redis Cluster connection stopped answering: connecting afresh"
+                    );
+                }
+            }
+            if let Some(conn) = self.current() {
+                return Ok(conn);
+            }
+            let conn = self.client.get_async_connection().await?;
+            *self.conn.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+            Ok::<_, SaleError>(conn)
+        };
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(conn) => conn,
+            Err(_) => Err(SaleError::Timeout(self.timeout)),
+        }
     }
 }
 

@@ -180,17 +180,30 @@ pub(super) async fn count(core: &Core, product: &ProductId) -> Result<u16, SaleE
     Ok(n)
 }
 
+/// What a search for units ([`refill`]) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refill {
+    /// Units may have arrived at the home shard, or the search could not
+    /// settle (other buyers' searches moved units under it every look):
+    /// the order is worth asking its home shard again (bounded by the
+    /// order path's searches, then 503, never a `sold_out` it cannot
+    /// prove).
+    Again,
+    /// Two looks in a row found fewer units than the order asks for in the
+    /// whole sale (`left`, every shard's), no move in flight and none made
+    /// between them: `0`, the sale is sold out; more, `insufficient_stock`.
+    Settled { left: i64 },
+}
+
 /// Looks for units for an order of `need` units that shard `home` of a
-/// sale of `n` shards could not serve, and moves them there. True when
-/// units may have arrived (the order is worth asking again); false when
-/// the whole sale has no unit left outside moves in flight, by two looks
-/// in a row.
+/// sale of `n` shards could not serve, and moves them there; see
+/// [`Refill`].
 pub(super) async fn refill(
     core: &Core,
     product: &ProductId,
     (n, home): (u16, u16),
     need: u64,
-) -> Result<bool, SaleError> {
+) -> Result<Refill, SaleError> {
     let here = product.shard(home, n);
     // The buyers of this shard who got here together: one searches, the
     // others ask their shard again once it is done.
@@ -202,7 +215,7 @@ pub(super) async fn refill(
         let looks = look_all(core, product, n).await?;
         let home_stock = looks[usize::from(home)].stock.unwrap_or(0);
         if home_stock >= need {
-            return Ok(true);
+            return Ok(Refill::Again);
         }
         // Moves in flight first (a caller died, or is between its take and
         // its apply): applying one twice does nothing.
@@ -214,18 +227,23 @@ pub(super) async fn refill(
                 here_now |= m.to == home;
             }
             if here_now {
-                return Ok(true);
+                return Ok(Refill::Again);
             }
             last_counts = None;
             continue;
         }
+        // Units only where the whole sale has enough: a buyer who cannot
+        // be served takes none (taking them would only send them round
+        // between buyers who all lack some, to no one's order).
+        let total: i64 = looks.iter().map(|l| l.stock.unwrap_or(0).max(0)).sum();
         let richest = looks
             .iter()
             .enumerate()
             .filter(|(k, _)| *k != usize::from(home))
             .map(|(k, l)| (k as u16, l.stock.unwrap_or(0)))
             .max_by_key(|(_, stock)| *stock);
-        if let Some((from, stock)) = richest
+        if total >= need
+            && let Some((from, stock)) = richest
             && stock > 0
         {
             // Half of what the richest has, at least what the order lacks:
@@ -234,21 +252,31 @@ pub(super) async fn refill(
             let units = (need - home_stock).max((stock + 1) / 2).min(stock);
             if let Some(m) = take(core, product, (from, home), units, 0).await? {
                 finish(core, product, &m).await?;
-                return Ok(true);
+                return Ok(Refill::Again);
             }
             last_counts = None;
             continue;
         }
-        // No unit anywhere, by this look. A unit moving between two shards
-        // while the look went from one to the other could have hidden from
-        // it: a second look that sees no move made since settles it.
+        // Fewer units than asked in the whole sale, by this look. A unit
+        // moving between two shards while the look went from one to the
+        // other could have hidden from it: a second look that sees no move
+        // made since (and none in flight) settles it. A unit then on a
+        // shard was on it when the second look read it, or left a shard
+        // read after it left: the second look's units are at least what
+        // the sale has once it ends.
         let counts: Vec<i64> = looks.iter().map(|l| l.moves_out).collect();
         if last_counts.as_ref() == Some(&counts) {
-            return Ok(false);
+            // None (sold out), or fewer than asked: `insufficient_stock`,
+            // not `sold_out`, whatever the home shard answered first
+            // (another buyer's search may have brought units since).
+            return Ok(Refill::Settled { left: total });
         }
         last_counts = Some(counts);
     }
-    Ok(false)
+    // Every look found something moving (other buyers' searches, moves in
+    // flight): nothing proves the sale sold out, so the order asks again
+    // (a `sold_out` here was the phantom: issue 68).
+    Ok(Refill::Again)
 }
 
 /// What every shard holds, shard 0 first (one call per shard: they are

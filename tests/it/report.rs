@@ -879,6 +879,27 @@ async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_overs
             .sum()
     };
     assert_eq!((total(returned), total(restocks)), (2, 3), "{csv}");
+    // As docs/report.md says: a second without any leaves them out of the
+    // JSON (read as 0), and the CSV writes its 0.
+    let seconds = r["seconds"].as_array().unwrap();
+    let quiet = seconds
+        .iter()
+        .filter(|s| s.get("returned").is_none() && s.get("restocked").is_none())
+        .count();
+    assert!(quiet > 0 && quiet < seconds.len(), "{r}");
+    assert!(
+        seconds
+            .iter()
+            .all(|s| s.get("returned") != Some(&serde_json::json!(0))
+                && s.get("restocked") != Some(&serde_json::json!(0))),
+        "a 0 written in the JSON: {r}"
+    );
+    assert!(
+        csv.lines()
+            .skip(1)
+            .all(|l| !l.split(',').nth(returned).unwrap().is_empty()),
+        "the CSV writes every second's figure: {csv}"
+    );
 
     let cookie = crate::dashboard::session_cookie(&app).await;
     let page = app

@@ -423,6 +423,166 @@ async fn units_taken_away_from_a_sharded_sale_come_from_every_shard(backend: Bac
     app.books_balance(&sku).await;
 }
 
+/// One answer of the paced crowd: its sale, when it left and came back,
+/// what it was.
+#[derive(Debug, Clone)]
+struct Heard {
+    sale: usize,
+    user: u64,
+    quantity: u64,
+    sent: Instant,
+    received: Instant,
+    status: StatusCode,
+    code: String,
+}
+
+/// Sharded sales sold out by a paced crowd (issue 68): 24 buyers' loops
+/// over two instances, every order keyed, quantities 1-3, a pause of
+/// 5-25 ms between a loop's orders; one sale at a time, until it is sold
+/// out and heard so for 300 ms. The end of each sale is the moment its
+/// last units are spread over shards and several shards' buyers search at
+/// once, from both instances. Nothing is given back, so no answer sent
+/// after a `sold_out` was received may be an order accepted, nor
+/// `insufficient_stock` (units left): either is a `sold_out` given while
+/// units remained. (Before the fix: a search whose looks kept finding
+/// other buyers' moves gave up as "sold out", and a search that found its
+/// units already home, fewer than asked, answered the shard's first
+/// `sold_out`.)
+async fn a_paced_crowd_sells_out_sharded_sales_with_no_phantom_sold_out(backend: Backend) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let app = Arc::new(spawn_app_on(backend, |_| {}).await);
+    let other = app.serve_beside(|_| {}).await;
+    let bases = Arc::new([app.url(""), other.base.clone()]);
+    let stock = 60u64;
+    let mut skus = Vec::new();
+    for i in 0..12u16 {
+        skus.push(sharded_sale(&app, stock, 3, if i % 2 == 0 { 6 } else { 3 }).await);
+    }
+    let skus = Arc::new(skus);
+    // The sale the crowd is on; past the last, the crowd stops.
+    let on = Arc::new(AtomicUsize::new(0));
+    let mut crowd = JoinSet::new();
+    for task in 0..24u64 {
+        let (app, skus, bases, on) = (app.clone(), skus.clone(), bases.clone(), on.clone());
+        crowd.spawn(async move {
+            // A generator of the task's own (xorshift), seeded by the task.
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (task + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let mut next = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut heard = Vec::new();
+            let mut n = 0u64;
+            loop {
+                let sale = on.load(Ordering::Relaxed);
+                let Some(sku) = skus.get(sale) else { break };
+                n += 1;
+                let user = 1 + next(1000);
+                let quantity = 1 + next(3);
+                let body = json!({"user_id": user, "product_id": sku, "quantity": quantity});
+                let url = format!("{}/api/orders", bases[next(2) as usize]);
+                let sent = Instant::now();
+                let resp = app
+                    .client
+                    .post(url)
+                    .header("Idempotency-Key", format!("t{task}-{n}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("answered");
+                let received = Instant::now();
+                let status = resp.status();
+                let v: Value = resp.json().await.expect("a JSON answer");
+                heard.push(Heard {
+                    sale,
+                    user,
+                    quantity,
+                    sent,
+                    received,
+                    status,
+                    code: v["error"].as_str().unwrap_or_default().to_owned(),
+                });
+                tokio::time::sleep(Duration::from_millis(5 + next(20))).await;
+            }
+            heard
+        });
+    }
+    // Each sale until it is sold out (its units all taken), then 300 ms
+    // more of the crowd hearing it; 30 s at most a sale.
+    for (i, sku) in skus.iter().enumerate() {
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let left = app.sales.ledger().stock(&pid(sku)).await.ok().flatten();
+            if left == Some(0) || started.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        on.store(i + 1, Ordering::Relaxed);
+    }
+    let mut heard: Vec<Heard> = Vec::new();
+    while let Some(task) = crowd.join_next().await {
+        heard.extend(task.expect("a buyer's loop"));
+    }
+    for h in &heard {
+        assert!(
+            matches!(
+                (h.status, h.code.as_str()),
+                (StatusCode::ACCEPTED, _)
+                    | (
+                        StatusCode::CONFLICT,
+                        "sold_out" | "insufficient_stock" | "limit_exceeded"
+                    )
+            ),
+            "{h:?}"
+        );
+    }
+    let mut phantoms = Vec::new();
+    for (sale, sku) in skus.iter().enumerate() {
+        let of: Vec<&Heard> = heard.iter().filter(|h| h.sale == sale).collect();
+        let sold: u64 = of
+            .iter()
+            .filter(|h| h.status == StatusCode::ACCEPTED)
+            .map(|h| h.quantity)
+            .sum();
+        assert_eq!(sold, stock, "{sku}: exactly the stock sold");
+        let first_sold_out = of
+            .iter()
+            .filter(|h| h.code == "sold_out")
+            .min_by_key(|h| h.received);
+        let Some(s) = first_sold_out else {
+            panic!("{sku}: nobody heard sold_out");
+        };
+        let later: Vec<&&Heard> = of
+            .iter()
+            .filter(|h| h.sent > s.received)
+            .filter(|h| h.status == StatusCode::ACCEPTED || h.code == "insufficient_stock")
+            .collect();
+        if !later.is_empty() {
+            phantoms.push(format!(
+                "{sku}: user {} (quantity {}) heard sold_out, then {} answers sent later \
+                 found units: {:?}",
+                s.user,
+                s.quantity,
+                later.len(),
+                later.first()
+            ));
+        }
+    }
+    assert!(phantoms.is_empty(), "phantom sold-outs: {phantoms:#?}");
+    for sku in skus.iter() {
+        app.drained(sku, stock as i64).await;
+        app.books_balance(sku).await;
+        let looks = app.sales.shards().look(&pid(sku)).await.expect("shards");
+        assert!(looks.iter().all(|l| l.in_flight.is_empty()), "{looks:?}");
+        assert_eq!(looks.iter().filter_map(|l| l.stock).sum::<i64>(), 0);
+    }
+}
+
 crate::on_both_backends!(
     units_taken_away_from_a_sharded_sale_come_from_every_shard,
     a_call_routed_for_another_count_of_shards_is_written_nowhere,
@@ -433,6 +593,7 @@ crate::on_both_backends!(
     a_sharded_sale_redis_lost_is_rebuilt_shard_by_shard_from_the_books,
     a_sharded_sales_room_counts_every_shards_units,
     a_quiet_shards_drain_is_rung_awake_by_its_next_order,
+    a_paced_crowd_sells_out_sharded_sales_with_no_phantom_sold_out,
 );
 
 #[tokio::test]

@@ -34,6 +34,7 @@ use super::memory::clock::Reading;
 use super::memory::{Heard, Keyed};
 use super::rejection::Rejection;
 use super::room::Room;
+use super::shards::Refill;
 use crate::domain::{OrderId, ProductId, UserId};
 use record::AcceptedRecord;
 use sharing::{Sent, Sharing, Turn, Waiting};
@@ -198,10 +199,19 @@ impl OrderPath {
             {
                 let home = super::shards::home(order.user_id, shards);
                 let need = order.quantity.get();
-                if !super::shards::refill(&self.core, product, (shards, home), need).await? {
-                    return self.decide(sent.reply?, &order, call, (sent.sent, sent.received));
+                match super::shards::refill(&self.core, product, (shards, home), need).await? {
+                    Refill::Again => shards,
+                    // The search's verdict, not the home shard's first
+                    // answer: units may have arrived there since.
+                    Refill::Settled { left } => {
+                        let refusal = match u64::try_from(left) {
+                            Ok(left @ 1..) => Rejection::InsufficientStock { left },
+                            _ => Rejection::SoldOut,
+                        };
+                        let reply = PlaceReply::Rejected(refusal);
+                        return self.decide(reply, &order, call, (sent.sent, sent.received));
+                    }
                 }
-                shards
             }
             // Out of units where this process thought the sale had one
             // shard, not knowing (its first orders, all at once): it asks
