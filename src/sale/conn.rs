@@ -260,14 +260,6 @@ impl Redis {
         Ok(Conn::Watched(conn, healing.clone()))
     }
 
-    /// How many times the shared cluster connection was made again after it
-    /// stopped answering (0 on a single server).
-    pub fn rebuilds(&self) -> u64 {
-        self.cluster
-            .as_ref()
-            .map_or(0, |h| h.rebuilds.load(Ordering::Relaxed))
-    }
-
     /// True on a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()
@@ -387,7 +379,6 @@ pub struct Healing {
     /// Microseconds since `epoch` of the first request sent since then
     /// (0: none).
     stalled_since_us: AtomicU64,
-    rebuilds: AtomicU64,
 }
 
 impl Healing {
@@ -400,7 +391,6 @@ impl Healing {
             epoch: Instant::now(),
             last_answer_us: AtomicU64::new(0),
             stalled_since_us: AtomicU64::new(0),
-            rebuilds: AtomicU64::new(0),
         }
     }
 
@@ -462,7 +452,6 @@ impl Healing {
                 // The clock starts again with the new connection.
                 self.stalled_since_us.store(0, Ordering::Relaxed);
                 if dropped.is_some() {
-                    self.rebuilds.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         after = ?self.timeout * HEAL_AFTER_TIMEOUTS,
                         "the Redis Cluster connection stopped answering: connecting afresh"

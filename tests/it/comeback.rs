@@ -175,3 +175,47 @@ async fn with_200_streams_the_first_seed_node_dies_and_every_process_takes_order
 async fn with_200_streams_another_master_dies_and_every_process_takes_orders_within_5_s() {
     every_process_takes_orders_again_after_a_master_dies(8300, 1).await;
 }
+
+/// While a master does not answer (SIGSTOP, shorter than the cluster's node
+/// timeout: no failover), `/readyz` says 503 (its `PING` to every master
+/// times out), and once it answers again, ready, and orders on its sales
+/// are taken.
+#[tokio::test]
+async fn while_a_master_does_not_answer_readyz_says_unready_then_ready() {
+    let base = 8400;
+    let _cluster = OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        s.redis.timeout = Duration::from_millis(500);
+    })
+    .await;
+    let sku = app.new_sale(100, 100).await;
+    let redis = app.redis_below();
+    let master = master_of(&redis, &app.key(&sku, "orders")).await;
+    let base_url = app.url("");
+    until_accepted(&app.client, &base_url, &sku, 1).await;
+    let ready = |app: &TestApp| {
+        let url = app.url("/readyz");
+        let client = app.client.clone();
+        async move { client.get(url).send().await.map(|r| r.status()).ok() }
+    };
+    assert_eq!(ready(&app).await, Some(StatusCode::OK));
+    let pid = server_pid(port_of(&master)).await;
+    signal(pid, "-STOP");
+    let unready = ready(&app).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(pid, "-CONT");
+    assert_eq!(
+        unready,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "ready while a master was frozen"
+    );
+    crate::helpers::eventually("ready again", COMEBACK, || async {
+        ready(&app).await == Some(StatusCode::OK)
+    })
+    .await;
+    let took = until_accepted(&app.client, &base_url, &sku, 2).await;
+    assert!(
+        took < COMEBACK,
+        "orders {took:?} after the master answered again"
+    );
+}

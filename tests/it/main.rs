@@ -27,6 +27,7 @@ mod books_outage;
 mod browser;
 mod buyer_page;
 mod cluster;
+mod cluster_trial;
 mod comeback;
 mod connections;
 mod dashboard;

@@ -575,6 +575,59 @@ async fn closed_before_its_start_keeps_its_planned_start(app: &TestApp) {
     assert_eq!(product_row(app, &later).await.start_time, planned);
 }
 
+/// A sale of stock shards retires with a move between two shards left half
+/// done (taken on one, not applied on the other: its caller died): the
+/// books balance (the units in flight counted where they left), and every
+/// shard's keys go, the move's record with them (issue 68, never tried).
+async fn a_sharded_sale_retires_with_a_move_in_flight(backend: Backend) {
+    let app = spawn_app_on(backend, |s| {
+        s.workers = Some(retiring(fast_workers("w")));
+    })
+    .await;
+    let mut body = crate::helpers::product_body(&crate::helpers::unique("hot-"), 12, 12);
+    body["stock_shards"] = json!(3);
+    let sku = app.sale_from(body).await;
+    let product = pid(&sku);
+    // A buyer of each shard, paid.
+    let mut orders = Vec::new();
+    for user in [3u64, 4, 5] {
+        let resp = app.place_order(user, &sku, 1).await;
+        orders.push((order_id(resp).await, user));
+    }
+    app.drained(&sku, 3).await;
+    for (id, user) in &orders {
+        assert_eq!(app.act(id, "pay", *user).await.0, StatusCode::OK);
+    }
+    let taken = app
+        .sales
+        .shards()
+        .take_only(&product, (1, 2), 2)
+        .await
+        .expect("a take");
+    assert_eq!(taken, 2);
+    let looks = app.sales.shards().look(&product).await.expect("shards");
+    assert_eq!(looks[1].in_flight.len(), 1, "{looks:?}");
+    assert_eq!(app.audit(&sku).await["ok"], true, "in flight, counted");
+    let shards: Vec<ProductId> = app.sales.shards().of(&product).await.expect("shards");
+
+    assert_eq!(close(&app, &sku).await.0, StatusCode::OK);
+    eventually(
+        "the sale retired and purged",
+        Duration::from_secs(20),
+        || async { product_row(&app, &sku).await.purged.is_some() },
+    )
+    .await;
+    assert_eq!(app.audit(&sku).await["ok"], true);
+    let mut r = app.redis.clone();
+    let open = app.sales.lifecycle().open_sales().await.unwrap();
+    for shard in &shards {
+        for key in app.sales.keys(shard).all() {
+            assert!(!r.exists::<_, bool>(key).await.unwrap(), "{key} left");
+        }
+        assert!(!open.contains(shard), "{shard} still registered");
+    }
+}
+
 crate::on_both_backends!(
     an_ended_sale_names_what_holds_it_from_its_first_moment,
     a_sale_retires_only_once_settled,
@@ -583,4 +636,5 @@ crate::on_both_backends!(
     a_retired_sale_is_answered_from_the_books,
     a_sale_closed_early_refuses_orders_at_once_and_retires,
     one_pass_retires_and_purges_every_ended_sale_page_by_page,
+    a_sharded_sale_retires_with_a_move_in_flight,
 );

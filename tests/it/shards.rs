@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::helpers::{Backend, TestApp, product_body, spawn_app_on, status_code, unique};
 
-fn pid(sku: &str) -> ProductId {
+pub(crate) fn pid(sku: &str) -> ProductId {
     ProductId::parse(sku).expect("a product id")
 }
 
