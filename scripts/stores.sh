@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The stores the service and its tests talk to, made to answer: Redis on
 # 127.0.0.1:${REDIS_PORT:-6379} and MariaDB on 127.0.0.1:${MYSQL_PORT:-3306}
-# (user root, empty password). What already answers is left alone; what
-# does not is installed from Debian's packages when missing, and started.
+# (user root, empty password). What already answers is left alone (but
+# for root@localhost as an earlier version of this script left it, which
+# the service's driver cannot sign in with: mend_machine_root); what does
+# not is installed from Debian's packages when missing, and started.
 #
 #   scripts/stores.sh            # the README's two commands call it first; .ci/run too
 #   REDIS_PORT=6390 MYSQL_PORT=3310 scripts/stores.sh   # elsewhere (a private data directory)
@@ -61,25 +63,56 @@ start_redis() {
     --logfile "$STORES_DIR/redis-$REDIS_PORT/redis.log"
 }
 
-# MariaDB on 3306: the machine's own server (Debian's data directory and
-# settings). The account root@localhost of a fresh Debian install signs in
-# only through the socket (unix_socket): it is given an empty password
-# for TCP too, as the service's default DATABASE_URL and the tests expect.
+# MariaDB on 3306: the machine's own server, started as Debian starts it
+# (its init script: mysqld_safe running mariadbd as the user mysql on
+# Debian's data directory, which the package initialised; under systemd the
+# script hands over to systemctl). The account root@localhost of a fresh
+# Debian install signs in only through the socket (unix_socket): it is given
+# an empty password for TCP too, as the service's default DATABASE_URL and
+# the tests expect, mysql_native_password first: a client that answers an
+# auth switch with a scramble of the empty password (sqlx does) is refused
+# when the server tries unix_socket first. root@127.0.0.1 and root@::1 the
+# same, for a server that resolves no names (skip_name_resolve).
+ROOT_OVER_TCP="
+ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket;
+CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED BY '';
+GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS root@'::1' IDENTIFIED BY '';
+GRANT ALL PRIVILEGES ON *.* TO root@'::1' WITH GRANT OPTION;"
 start_machine_mariadb() {
   install_missing mariadbd mariadb-server mariadb mariadb-client
-  as_root mkdir -p /run/mysqld
-  as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+  if ! as_root test -d /var/lib/mysql/mysql; then
+    echo "initialising /var/lib/mysql"
+    as_root mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db >/dev/null
+  fi
+  as_root install -d -o mysql -g root -m 755 /run/mysqld
   echo "starting mariadb (the machine's) on 127.0.0.1:3306"
-  as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  if [ -x /etc/init.d/mariadb ]; then
+    as_root /etc/init.d/mariadb start || { echo "/etc/init.d/mariadb start failed" >&2; return 1; }
+  else
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+  fi
   for _ in $(seq 1 60); do
     mysql_up && return 0
     if as_root mariadb -uroot -e 'SELECT 1' >/dev/null 2>&1; then
-      echo "root@localhost: an empty password over TCP too"
-      as_root mariadb -uroot -e "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')"
+      echo "root: an empty password over TCP too"
+      as_root mariadb -uroot -e "$ROOT_OVER_TCP"
       return 0
     fi
     sleep 1
   done
+}
+
+# What an earlier version of this script made of root@localhost (unix_socket
+# tried first): the mariadb client gets in over TCP, the service's driver
+# does not (1045, "using password: YES"). Put right, and nothing else.
+mend_machine_root() {
+  local account
+  account=$(mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -uroot -N -e 'SHOW CREATE USER CURRENT_USER()' 2>/dev/null || true)
+  if [[ $account == *"IDENTIFIED VIA unix_socket OR mysql_native_password" ]]; then
+    echo "root: mysql_native_password tried before unix_socket"
+    mariadb -h 127.0.0.1 -P "$MYSQL_PORT" -uroot -e "$ROOT_OVER_TCP"
+  fi
 }
 
 # MariaDB on another port: a data directory of its own, root with an
@@ -127,3 +160,4 @@ if ! mysql_up; then
   if [ "$MYSQL_PORT" = 3306 ]; then start_machine_mariadb; else start_private_mariadb; fi
 fi
 wait_for "mariadb on 127.0.0.1:$MYSQL_PORT" mysql_up
+if [ "$MYSQL_PORT" = 3306 ]; then mend_machine_root; fi

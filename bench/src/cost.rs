@@ -87,6 +87,14 @@ pub fn local_mysql_pid(database_url: &str) -> Option<String> {
         if !matches!(comm.trim(), "mariadbd" | "mysqld") {
             return None;
         }
+        // A zombie (a server that failed to start, not yet reaped) serves
+        // nothing, and its empty command line would read as port 3306: its
+        // state, the field after the command's closing parenthesis, is Z.
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let state = stat.rsplit_once(')')?.1.trim_start().chars().next();
+        if matches!(state, Some('Z' | 'X')) {
+            return None;
+        }
         let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
         let listens = cmdline
             .split(|b| *b == 0)
