@@ -376,8 +376,8 @@ pub struct Healing {
     /// is an answer, the connection is alive; the client's own response
     /// timeout is not).
     last_answer_us: AtomicU64,
-    /// Microseconds since `epoch` of the first request sent since then
-    /// (0: none).
+    /// Microseconds since `epoch` of when the first request since then that
+    /// went unanswered for the Redis timeout was sent (0: none).
     stalled_since_us: AtomicU64,
 }
 
@@ -399,20 +399,23 @@ impl Healing {
         (self.epoch.elapsed().as_micros() as u64).max(1)
     }
 
-    /// A request on the shared connection: noted when sent, and when
-    /// answered (a caller that stops waiting drops it unanswered).
+    /// A request on the shared connection, watched: an answer (an error
+    /// is one, the client's own response timeout is not) clears the
+    /// stall; no answer within (most of) the Redis timeout (timed out, or
+    /// dropped by a caller who waited that long) is a sign of one, dated
+    /// from when the request was sent. A caller who stops waiting sooner (its
+    /// client went away) says nothing either way.
     fn watch<'a, T: 'a>(self: &Arc<Self>, request: RedisFuture<'a, T>) -> RedisFuture<'a, T> {
-        let _ = self.stalled_since_us.compare_exchange(
-            0,
-            self.now_us(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        let healing = self.clone();
+        let mut watched = Watched {
+            healing: self.clone(),
+            sent_us: self.now_us(),
+            answered: false,
+        };
         Box::pin(async move {
             let answer = request.await;
-            // The client's own response timeout is no answer.
             if !matches!(&answer, Err(e) if e.is_timeout()) {
+                watched.answered = true;
+                let healing = &watched.healing;
                 healing
                     .last_answer_us
                     .store(healing.now_us(), Ordering::Relaxed);
@@ -422,8 +425,9 @@ impl Healing {
         })
     }
 
-    /// True when requests were sent, and none answered, for
-    /// [`HEAL_AFTER_TIMEOUTS`] Redis timeouts.
+    /// True when a request went unanswered for the Redis timeout, and none
+    /// sent since it was answered, for [`HEAL_AFTER_TIMEOUTS`] Redis
+    /// timeouts.
     fn stalled(&self) -> bool {
         let since = self.stalled_since_us.load(Ordering::Relaxed);
         let bound = (self.timeout * HEAL_AFTER_TIMEOUTS).as_micros() as u64;
@@ -468,6 +472,34 @@ impl Healing {
         match tokio::time::timeout(self.timeout, connect).await {
             Ok(conn) => conn,
             Err(_) => Err(SaleError::Timeout(self.timeout)),
+        }
+    }
+}
+
+/// A request in flight on the shared cluster connection (see
+/// [`Healing::watch`]).
+struct Watched {
+    healing: Arc<Healing>,
+    sent_us: u64,
+    answered: bool,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let healing = &self.healing;
+        let waited = healing.now_us().saturating_sub(self.sent_us);
+        // Most of the timeout: a caller's own bound starts a little before
+        // its request is sent.
+        let most = (healing.timeout * 3 / 4).as_micros() as u64;
+        // A sign only if nothing was answered since it was sent; it dates
+        // the stall unless a sign sent earlier, after the last answer, does.
+        let last_answer = healing.last_answer_us.load(Ordering::Relaxed);
+        if !self.answered && waited >= most && self.sent_us > last_answer {
+            let _ = healing.stalled_since_us.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |since| (since <= last_answer || since > self.sent_us).then_some(self.sent_us),
+            );
         }
     }
 }
