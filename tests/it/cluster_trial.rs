@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::helpers::{Backend, OwnCluster, product_body, spawn_app_on, unique};
+use crate::comeback::until_accepted;
+use crate::helpers::{Backend, OwnCluster, draws, product_body, spawn_app_on, unique};
 use crate::nodes::{await_failover, master_of, restart_node, server_pid, signal};
 
 const COMEBACK: Duration = Duration::from_secs(5);
@@ -109,26 +110,6 @@ async fn order_until_answered(
     }
 }
 
-/// Orders on `sku` through `base` until one is accepted; how long it took.
-async fn until_accepted(client: &reqwest::Client, base: &str, sku: &str, user: u64) -> Duration {
-    let start = Instant::now();
-    let body = json!({"user_id": user, "product_id": sku, "quantity": 1});
-    let mut n = 0;
-    loop {
-        n += 1;
-        if let Some((StatusCode::ACCEPTED, _)) =
-            order_once(client, base, &body, &format!("probe-{user}-{n}")).await
-        {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{base}: no order on {sku} accepted in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn a_cluster_trial(base: u16, replicas: u32) {
     let _cluster = OwnCluster::start(base);
     let tweak = move |s: &mut flashsale::config::Settings| {
@@ -183,13 +164,7 @@ async fn a_cluster_trial(base: u16, replicas: u32) {
             stop.clone(),
         );
         crowd.spawn(async move {
-            let mut x = 0x2545_F491_4F6C_DD1Du64 ^ (task + 7).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let mut next = move |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut next = draws(task + 7);
             let mut fates = Vec::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {

@@ -33,7 +33,12 @@ async fn open_sales(app: &TestApp, one: usize, sharded: usize) -> Vec<String> {
 }
 
 /// Orders on `sku` through `base` until one is accepted; the time it took.
-async fn until_accepted(client: &reqwest::Client, base: &str, sku: &str, user: u64) -> Duration {
+pub(crate) async fn until_accepted(
+    client: &reqwest::Client,
+    base: &str,
+    sku: &str,
+    user: u64,
+) -> Duration {
     let start = Instant::now();
     let mut tries = 0u64;
     let mut last;

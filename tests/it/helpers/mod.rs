@@ -125,6 +125,31 @@ where
 }
 
 /// A product body with an open window around now; override fields with `extra`.
+/// A crowd task's own generator (xorshift), seeded by `seed`: `next(n)`
+/// draws from `0..n`.
+pub fn draws(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (seed + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    }
+}
+
+/// What a buyer of a sale with stock may hear: an order accepted, or
+/// refused for want of units or allowance.
+pub fn a_buyers_answer(status: StatusCode, code: &str) -> bool {
+    matches!(
+        (status, code),
+        (StatusCode::ACCEPTED, _)
+            | (
+                StatusCode::CONFLICT,
+                "sold_out" | "insufficient_stock" | "limit_exceeded"
+            )
+    )
+}
+
 pub fn product_body(product_id: &str, stock: u64, limit: u64) -> Value {
     let now = now_ms();
     json!({
