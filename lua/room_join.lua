@@ -4,18 +4,19 @@
 -- is drawn at the start: see sale::room::places), `l<n>` for the n-th after
 -- it (served in that order, after every early joiner).
 --
--- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms
+-- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms, paused_ms
 -- KEYS[2]  stock        fs:{pid}:stock
--- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); pace, served, at_ms, limit
---                                        (the line, as room_tick.lua keeps it); ceiling
---                                        (or rate, its earlier name) when no pace is set
+-- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); pace, served, at_ms, limit,
+--                                        served_at (the line, as room_tick.lua keeps it);
+--                                        ceiling (or rate, its earlier name) when no pace
+--                                        is set
 -- KEYS[4]  joined hash  fs:{pid}:joined  user_id -> number
 -- ARGV[1]  user_id
 --
 -- Returns {"joined", number, new (1/0)}, or {"no_sale"}, {"no_room"},
 -- {"not_open", opens_ms}, {"ended"}, {"sold_out"}.
 
-local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_early_ms')
+local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_early_ms', 'paused_ms')
 if not sale[1] then
   return {'no_sale'}
 end
@@ -48,19 +49,30 @@ else
   -- credit for the newcomer: after a quiet hour, a burst of joiners still
   -- goes through at the pace.
   -- At the pace room_tick.lua set, and no further than its active cap lets
-  -- the line go before its next tick.
+  -- the line go before its next tick; not while the sale is paused (the
+  -- line stands still: room_tick.lua).
   local room = redis.call('HMGET', KEYS[3], 'ceiling', 'served', 'at_ms', 'early', 'late', 'pace',
     'limit', 'rate')
-  local served = tonumber(room[2] or '0')
+  local before = tonumber(room[2] or '0')
   local at_ms = tonumber(room[3] or sale[1])
   local from = math.max(at_ms, start_ms)
-  if now_ms > from then
-    local moved = tonumber(room[6] or room[1] or room[8] or '1') * (now_ms - from) / 1000
-    served = math.min(served + moved, tonumber(room[4] or '0') + tonumber(room[5] or '0'))
+  if now_ms > from and not sale[4] then
+    local pace = tonumber(room[6] or room[1] or room[8] or '1')
+    local paced = pace * (now_ms - from) / 1000
+    local served = math.min(before + paced, tonumber(room[4] or '0') + tonumber(room[5] or '0'))
     if room[7] then
-      served = math.max(tonumber(room[2] or '0'), math.min(served, tonumber(room[7])))
+      served = math.max(before, math.min(served, tonumber(room[7])))
     end
     redis.call('HSET', KEYS[3], 'served', tostring(served), 'at_ms', now_ms)
+    if served > before then
+      -- When it got there (room_tick.lua's `served_at`): stopped short of
+      -- the pace, before now.
+      local reached_ms = now_ms
+      if served - before < paced then
+        reached_ms = from + math.floor((served - before) / pace * 1000)
+      end
+      redis.call('HSET', KEYS[3], 'served_at', reached_ms .. ':' .. tostring(served))
+    end
   end
   number = 'l' .. redis.call('HINCRBY', KEYS[3], 'late', 1)
 end

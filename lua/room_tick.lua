@@ -29,7 +29,11 @@
 -- KEYS[3]  room hash  fs:{pid}:room     ceiling, served, at_ms, early, late, floor, cap,
 --                                       pace, adj_ms, limit, pow; rate: the ceiling's
 --                                       earlier name (read when ceiling is missing:
---                                       a room an earlier version opened)
+--                                       a room an earlier version opened);
+--                                       served_at: "<ms>:<served>", when the line
+--                                       reached where it stands (at_ms moves on at
+--                                       every call, the line not always: caught up
+--                                       with the joiners, paused, stopped by the cap)
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
 -- KEYS[6]  room used  fs:{pid}:room_used <admission expiry / gap> -> buyers who ordered
@@ -51,7 +55,9 @@
 -- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
 -- (with a cap; newest first), join difficulty, the pause (now, or the
 -- last one: when it began, -1: never; when it ended, -1: not yet), the
--- gap of the log and of `room used`'s buckets (ms)}, or
+-- gap of the log and of `room used`'s buckets (ms), when the line reached
+-- where it stands (ms: an admission runs from the moment the line reached
+-- its place)}, or
 -- {"no_sale"}, {"no_room"}.
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
@@ -63,7 +69,7 @@ if not sale[4] then
   return {'no_room'}
 end
 local room = redis.call('HMGET', KEYS[3], 'ceiling', 'served', 'at_ms', 'early', 'late',
-  'floor', 'cap', 'pace', 'adj_ms', 'pow', 'rate')
+  'floor', 'cap', 'pace', 'adj_ms', 'pow', 'rate', 'served_at')
 -- A room opened by an earlier version has its ceiling as `rate` only.
 room[1] = room[1] or room[11]
 local t = redis.call('TIME')
@@ -80,6 +86,16 @@ local cap = tonumber(room[7] or '0')
 local pace = tonumber(room[8] or room[1] or '1')
 local adj_ms = tonumber(room[9] or '0')
 local pow = tonumber(room[10] or '0')
+-- When the line reached where it stands: `served_at`'s, while it names
+-- the line as it stands (one an earlier version moved has none, or an
+-- older one: then the last call's, written below).
+local reached_ms
+do
+  local ms, at_served = string.match(room[12] or '', '^(%d+):(.+)$')
+  if ms and at_served == room[2] then
+    reached_ms = tonumber(ms)
+  end
+end
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0') + tonumber(ARGV[7] or '0')
 local sold = tonumber(sale[5] or '0') + tonumber(ARGV[8] or '0') - stock
 
@@ -175,7 +191,8 @@ if now_ms > from then
   -- Paused (pause_sale.lua): the line stands still, and moves on from
   -- where it stood at the resume.
   if stock > 0 and now_ms < end_ms and not sale[6] then
-    local moved = pace * (now_ms - from) / 1000
+    local paced = pace * (now_ms - from) / 1000
+    local moved = paced
     if cap > 0 then
       moved = math.min(moved, math.max(0, cap - active))
     end
@@ -183,6 +200,19 @@ if now_ms > from then
     served = math.min(served + moved, early + late)
     -- The places it reached hold their admission from now.
     active = active + math.floor(served) - math.floor(before)
+    if served > before then
+      -- Stopped short of the pace (by the joiners' count, or the cap), it
+      -- got there before now: at the pace, from where it stood.
+      reached_ms = now_ms
+      if served - before < paced then
+        reached_ms = from + math.floor((served - before) / pace * 1000)
+      end
+      redis.call('HSET', KEYS[3], 'served_at', reached_ms .. ':' .. tostring(served))
+    end
+  end
+  if not reached_ms then
+    reached_ms = at_ms
+    redis.call('HSET', KEYS[3], 'served_at', reached_ms .. ':' .. tostring(served))
   end
   at_ms = now_ms
   redis.call('HSET', KEYS[3], 'served', tostring(served), 'at_ms', at_ms)
@@ -257,4 +287,5 @@ if cap > 0 and shown > cap then
 end
 return {'room', start_ms, end_ms, admission_ms, sale[4], tostring(pace),
   tostring(served), at_ms, early, late, stock, now_ms, ceiling, floor, cap, shown, age, log, pow,
-  tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1'), log_gap}
+  tonumber(sale[6] or sale[7] or '-1'), tonumber((not sale[6]) and sale[8] or '-1'), log_gap,
+  reached_ms or at_ms}

@@ -225,6 +225,29 @@ impl SaleCounts {
     }
 }
 
+impl SaleCounts {
+    /// Second `at` itself, begun in its place if it is new (`None`: the
+    /// flush took it).
+    fn exactly(&mut self, at: i64) -> Option<&mut Second> {
+        if at < self.untaken {
+            return None;
+        }
+        let i = match self.seconds.binary_search_by_key(&at, |s| s.second) {
+            Ok(i) => i,
+            Err(i) => {
+                if i == self.seconds.len() {
+                    // An order counted next reckons its second anew (not
+                    // this one's, if it was answered before).
+                    self.until = None;
+                }
+                self.seconds.insert(i, Second::new(at));
+                i
+            }
+        };
+        self.seconds.get_mut(i)
+    }
+}
+
 impl Timeline {
     /// Epoch seconds now, by the timelines' clock (the flush's `before`).
     pub fn now_s(&self) -> i64 {
@@ -258,6 +281,20 @@ impl Timeline {
         let mut sales = self.sales.write().unwrap_or_else(|e| e.into_inner());
         let sale = sales.entry(product.to_owned()).or_default();
         add(sale.get_mut().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Readings for the sale in the second of `at` (the highest of each
+    /// stands), or nowhere when the flush has taken that second: a later
+    /// second would date them wrong.
+    pub fn gauges_at(&self, product: &str, at: Instant, readings: &[(&'static str, i64)]) {
+        let second = self.clock.second_of(at);
+        self.sale_at(product, |sale| {
+            if let Some(s) = sale.exactly(second) {
+                for (name, value) in readings {
+                    s.gauge(name, *value);
+                }
+            }
+        });
     }
 
     /// Counts `n` of `name` for the sale this second.
@@ -374,6 +411,7 @@ pub fn merge_of(name: &str) -> Merge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_count_for_a_second_taken_goes_to_the_next_one() {
@@ -394,6 +432,45 @@ mod tests {
         // Idle a while, the sale's entry goes; a new count begins anew.
         assert!(t.take_settled(103 + IDLE_SECS).is_empty());
         assert!(t.sales.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_reading_is_dated_by_when_it_was_read_not_when_it_was_sampled() {
+        let t = Timeline::default();
+        let p = "sku-1";
+        // "Now" a while after the timeline's clock began.
+        let now = Instant::now() + Duration::from_secs(10);
+        let second = t.clock.second_of(now);
+        let line = |taken: &[(String, Second)]| -> Vec<(i64, i64)> {
+            taken
+                .iter()
+                .filter_map(|(_, s)| {
+                    Some((
+                        s.second,
+                        *s.gauges
+                            .iter()
+                            .find(|(n, _)| *n == "line")
+                            .map(|(_, v)| v)?,
+                    ))
+                })
+                .collect()
+        };
+        // Read 3 s ago and 1 s ago, sampled now (each twice: every tick
+        // while fresh): each in its own second, not this one.
+        for _ in 0..2 {
+            t.gauges_at(p, now - Duration::from_secs(3), &[("line", 10)]);
+            t.gauges_at(p, now - Duration::from_secs(1), &[("line", 14)]);
+        }
+        t.gauges_at(p, now, &[("line", 15)]);
+        let taken = t.take_settled(second + 1);
+        assert_eq!(
+            line(&taken),
+            [(second - 3, 10), (second - 1, 14), (second, 15)]
+        );
+        // A reading of a second the flush took goes nowhere (later, it
+        // would say the line stood still until then).
+        t.gauges_at(p, now - Duration::from_secs(2), &[("line", 12)]);
+        assert!(t.take_settled(i64::MAX).is_empty());
     }
 
     #[test]

@@ -553,6 +553,71 @@ async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out()
     assert_eq!(from_csv, 4);
 }
 
+/// Issue 68: with the room read only now and then (nobody polling most
+/// seconds), the admissions the line made between two readings run out in
+/// the seconds the buyers were told, not bunched in the second after the
+/// next reading (a reading was counted in every second it stayed fresh, as
+/// if the line had stood still until the next one).
+#[tokio::test]
+async fn admissions_between_sparse_readings_run_out_when_their_buyers_were_told() {
+    let app = spawn_sale_service(Duration::from_secs(30)).await;
+    let sku = unique("rsparse-");
+    let mut body = product_body(&sku, 20, 1);
+    body["start_time"] = json!(now_ms() - 1_000);
+    body["end_time"] = json!(now_ms() + 60_000);
+    body["waiting_room"] = json!({"ceiling_per_sec": 1, "floor_per_sec": 1, "admission_secs": 2});
+    app.sale_from(body).await;
+    let base = app.url("");
+    // Ten buyers join at once: the line reaches one place a second.
+    let mut tickets = Vec::new();
+    for user in 1..=10u64 {
+        tickets.push(join(&app, &base, &sku, user).await);
+        eprintln!(
+            "JOIN {} {}",
+            tickets.last().unwrap(),
+            standing(&app, &base, &sku, tickets.last().unwrap()).await
+        );
+    }
+    // One look at the room every 4 s (each look renews the reading, 4 s
+    // apart: fresh for 5), until every place was reached; nobody orders.
+    let last = tickets.last().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while standing(&app, &base, &sku, last).await["status"] == "waiting" {
+        assert!(std::time::Instant::now() < deadline, "the line stalled");
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    // What each buyer was told: when their admission ran out.
+    let mut told = Vec::new();
+    for ticket in &tickets {
+        let s = eventually_some("ran out", Duration::from_secs(10), || async {
+            let s = standing(&app, &base, &sku, ticket).await;
+            s["expired_at"].as_i64()
+        })
+        .await;
+        told.push(s.div_euclid(1000));
+    }
+    eventually(
+        "the admissions run out",
+        Duration::from_secs(20),
+        || async { report(&app, &sku).await["summary"]["funnel"]["expired"] == 10 },
+    )
+    .await;
+    let r = report(&app, &sku).await;
+    let mut counted = Vec::new();
+    for s in r["seconds"].as_array().unwrap() {
+        for _ in 0..s["expired"].as_u64().unwrap() {
+            counted.push(s["t"].as_i64().unwrap());
+        }
+    }
+    told.sort_unstable();
+    // Each within a second of what its buyer was told (the report dates
+    // the line by its readings, at a second's grain).
+    assert_eq!(counted.len(), told.len(), "{counted:?} vs told {told:?}");
+    for (c, t) in counted.iter().zip(&told) {
+        assert!((c - t).abs() <= 1, "counted {counted:?}, told {told:?}");
+    }
+}
+
 /// Two instances, each with its workers: orders and joins through both,
 /// the report counts each once.
 #[tokio::test]

@@ -1086,6 +1086,46 @@ async fn the_active_cap_counts_admissions_a_pause_lengthened() {
     assert_eq!(room_metric(&app, &sku, "room_admitted").await, 20);
 }
 
+/// While a sale is paused its line stands still, whoever joins meanwhile
+/// (a join moved the line on over the buyers in it, at the pace since the
+/// last reading: joins during a pause went on admitting).
+#[tokio::test]
+async fn joins_during_a_pause_do_not_move_the_line() {
+    let app = spawn_app().await;
+    let sku = room_sale_with(
+        &app,
+        1_000,
+        -1_000,
+        json!({"ceiling_per_sec": 2, "admission_secs": 60}),
+    )
+    .await;
+    for user in 1..=10 {
+        ticket(&app, &sku, user).await;
+    }
+    until_admitted(&app, &sku, 2, Duration::from_secs(10)).await;
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/admin/products/{sku}/pause")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let admitted = || async {
+        let (status, room) = set_room(&app, &sku, json!({"join_difficulty": 0})).await;
+        assert_eq!(status, StatusCode::OK, "{room}");
+        room["admitted"].as_u64().unwrap()
+    };
+    let at_pause = admitted().await;
+    // 3 s of joins, one every 150 ms (at 2/s, the line would have moved
+    // on 6 places).
+    for user in 11..=30 {
+        ticket(&app, &sku, user).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(admitted().await, at_pause);
+}
+
 /// Units an operator adds to a sold-out room sale (a restock) go to the
 /// next places in line, as many as were added: the line moves again from
 /// where it stood, and a bot without an admission gets none.

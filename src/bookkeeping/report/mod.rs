@@ -185,8 +185,9 @@ impl Reports {
                 .funnel
                 .admitted
                 .map(|a| a.saturating_sub(s.funnel.ordered));
-            let reached = room::reached(&seconds, joined);
-            s.wait = room::wait_in_line(&seconds, product.start_time.div_euclid(1000), &reached);
+            let start_s = product.start_time.div_euclid(1000);
+            let reached = room::reached(&seconds, joined, start_s);
+            s.wait = room::wait_in_line(&seconds, start_s, &reached);
             // Which admitted buyers ordered: the room's places (while its
             // keys are there: the report kept at retirement has them).
             if let (Some(places), Some(window)) =

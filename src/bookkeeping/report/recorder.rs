@@ -51,16 +51,28 @@ impl Recorder {
         }
     }
 
-    /// The room's line, pace and ceiling as this process last read them.
+    /// The room's line, pace and ceiling as this process last read them,
+    /// in the second it read them: a reading is sampled at every tick while
+    /// it is fresh, and put in a later second it would say the line stood
+    /// still until then (the report spreads the places the line passed
+    /// between two readings over the seconds between them: `report::room`),
+    /// and bunch the places it passed meanwhile in the next reading's
+    /// second (issue 68: admissions told to run out over 5 s all counted in
+    /// one).
     fn sample_rooms(&self) {
         let Some(room) = &self.room else { return };
         let timeline = &self.metrics.timeline;
-        for (product, r) in room.readings() {
-            let p = product.as_str();
-            timeline.gauge(p, "line", r.admitted_places() as i64);
-            timeline.gauge(p, "pace", r.pace.round() as i64);
-            timeline.gauge(p, "ceiling", i64::from(r.ceiling));
-            timeline.gauge(p, "joined", r.joined() as i64);
+        for (product, read_at, r) in room.readings() {
+            timeline.gauges_at(
+                product.as_str(),
+                read_at,
+                &[
+                    ("line", r.admitted_places() as i64),
+                    ("pace", r.pace.round() as i64),
+                    ("ceiling", i64::from(r.ceiling)),
+                    ("joined", r.joined() as i64),
+                ],
+            );
         }
     }
 

@@ -7,37 +7,59 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::figures::{LineWait, SecondView, second_at};
 
+/// When each buyer joined: the buyers who joined before the start (all
+/// placed at it, by the draw), and the second each later one's join was
+/// counted (the `n`-th late joiner holds place `early + n`).
+struct Joins {
+    early: u64,
+    late: Vec<i64>,
+    start_s: i64,
+}
+
+impl Joins {
+    fn of(seconds: &[SecondView], start_s: i64) -> Self {
+        let mut joins = Self {
+            early: 0,
+            late: Vec::new(),
+            start_s,
+        };
+        for s in seconds {
+            if s.t < start_s {
+                joins.early += s.joins;
+            } else {
+                joins
+                    .late
+                    .extend(std::iter::repeat_n(s.t, s.joins as usize));
+            }
+        }
+        joins
+    }
+
+    /// The second the buyer of `place` (from 1) could first be admitted.
+    fn place_from(&self, place: u64) -> Option<i64> {
+        if place <= self.early {
+            return Some(self.start_s);
+        }
+        self.late.get((place - self.early - 1) as usize).copied()
+    }
+}
+
 /// The wait in line, from the room's numbers a second at a time: the
 /// `k`-th place was reached in the first second the line stood at `k` or
 /// more; the buyers who joined before the start (drawn at it) waited from
-/// the start, the later ones from the second their join was counted (the
-/// `n`-th late joiner holds place `early + n`); `reached`: [`reached`]'s.
+/// the start, the later ones from the second their join was counted;
+/// `reached`: [`reached`]'s.
 pub(super) fn wait_in_line(
     seconds: &[SecondView],
     start_s: i64,
     reached: &[i64],
 ) -> Option<LineWait> {
-    let early: u64 = seconds
-        .iter()
-        .filter(|s| s.t < start_s)
-        .map(|s| s.joins)
-        .sum();
-    let mut joins = Vec::new(); // late joiner n (from 1) -> second
-    for s in seconds {
-        if s.t >= start_s {
-            joins.extend(std::iter::repeat_n(s.t, s.joins as usize));
-        }
-    }
+    let joins = Joins::of(seconds, start_s);
     let mut waits: Vec<i64> = reached
         .iter()
         .enumerate()
         .filter_map(|(i, at)| {
-            let place = i as u64 + 1;
-            let from = if place <= early {
-                start_s
-            } else {
-                *joins.get((place - early - 1) as usize)?
-            };
+            let from = joins.place_from(i as u64 + 1)?;
             Some((at - from).max(0) * 1000)
         })
         .collect();
@@ -55,28 +77,40 @@ pub(super) fn wait_in_line(
 
 /// The second the line reached each place (from 1: index 0 is place 1),
 /// by the timeline's readings of the line. Readings are sparse when nobody
-/// polls (an instance reads the room when asked): the places the line
-/// passed between two readings are spread evenly over the seconds between
-/// them, as the room itself dates them by its pace, rather than all given
-/// the later reading's second (which put admissions told +13, +14 and
-/// +15 s all at +15).
-pub(super) fn reached(seconds: &[SecondView], joined: u64) -> Vec<i64> {
+/// polls (an instance reads the room when asked). The places the line
+/// passed between two readings are dated as the room itself moves it: at
+/// the pace read before, from the earlier reading, never before their
+/// buyer joined nor after the later reading (the line stops when it
+/// catches up with the joiners, and moves on as they come). Without a
+/// pace read, they are spread evenly over the seconds between. (Given all
+/// the later reading's second, admissions told +13, +14 and +15 s were all
+/// put at +15; spread evenly, a line that had caught up at +10 was dated
+/// up to the next reading.)
+pub(super) fn reached(seconds: &[SecondView], joined: u64, start_s: i64) -> Vec<i64> {
+    let joins = Joins::of(seconds, start_s);
     let mut reached = Vec::new();
-    // The previous reading: its second and the line then.
-    let mut previous: Option<(i64, u64)> = None;
+    // The previous reading: its second, the line and the pace then.
+    let mut previous: Option<(i64, u64, Option<i64>)> = None;
     for s in seconds {
         let Some(l) = s.line else { continue };
         let l = (l.max(0) as u64).min(joined);
         let line = reached.len() as u64;
-        let (t0, l0) = match previous {
-            Some((t0, l0)) if t0 < s.t && l0 <= line => (t0, l0),
-            _ => (s.t, line),
+        let (t0, l0, pace) = match previous {
+            Some((t0, l0, pace)) if t0 < s.t && l0 <= line => (t0, l0, pace),
+            _ => (s.t, line, None),
         };
         for place in line + 1..=l {
-            let share = (place - l0) as i64 * (s.t - t0);
-            reached.push(t0 + share / (l - l0).max(1) as i64);
+            let to_go = (place - l0) as i64;
+            let at = match pace {
+                Some(pace) if pace > 0 => {
+                    let paced = t0 + (to_go + pace - 1) / pace;
+                    paced.max(joins.place_from(place).unwrap_or(t0))
+                }
+                _ => t0 + to_go * (s.t - t0) / (l - l0).max(1) as i64,
+            };
+            reached.push(at.clamp(t0, s.t));
         }
-        previous = Some((s.t, l.max(line)));
+        previous = Some((s.t, l.max(line), s.pace));
     }
     reached
 }
@@ -156,7 +190,7 @@ mod tests {
             second(101, None),
             second(102, Some(4)),
         ];
-        let reached = reached(&seconds, 10);
+        let reached = reached(&seconds, 10, 0);
         assert_eq!(
             reached,
             [100, 100, 101, 102],
@@ -195,6 +229,26 @@ mod tests {
     }
 
     #[test]
+    fn places_passed_between_sparse_readings_are_dated_at_the_pace_and_their_joins() {
+        // The sale started at 0; two buyers joined at 10, one at 16; the
+        // line, at 1 a second, was read at 10 and at 18 only.
+        let at = |t, line, joins| SecondView {
+            t,
+            line,
+            pace: line.map(|_| 1),
+            joins,
+            ..SecondView::default()
+        };
+        let seconds = [at(10, Some(0), 2), at(16, None, 1), at(18, Some(3), 0)];
+        // Places 1 and 2 at the pace; place 3 when its buyer came (the
+        // line had caught up, and stood until then).
+        assert_eq!(reached(&seconds, 3, 0), [11, 12, 16]);
+        // Never after the reading that saw them passed.
+        let slow = [at(10, Some(0), 3), at(12, Some(3), 0)];
+        assert_eq!(reached(&slow, 3, 0), [11, 12, 12]);
+    }
+
+    #[test]
     fn places_passed_between_sparse_readings_are_spread_over_the_seconds_between() {
         // Nobody polled between 10 and 13: the line went from 0 to 3.
         let seconds = [
@@ -202,12 +256,12 @@ mod tests {
             second(13, Some(3)),
             second(14, Some(3)),
         ];
-        assert_eq!(reached(&seconds, 10), [11, 12, 13]);
+        assert_eq!(reached(&seconds, 10, 0), [11, 12, 13]);
         // A reading at the first second has nothing before it.
-        assert_eq!(reached(&[second(5, Some(2))], 10), [5, 5]);
+        assert_eq!(reached(&[second(5, Some(2))], 10, 0), [5, 5]);
         // Never past those who joined.
         assert_eq!(
-            reached(&[second(1, Some(0)), second(3, Some(9))], 2),
+            reached(&[second(1, Some(0)), second(3, Some(9))], 2, 0),
             [2, 3]
         );
     }

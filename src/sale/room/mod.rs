@@ -246,9 +246,9 @@ impl Room {
         }
     }
 
-    /// The rooms this process has read in the last few seconds, as read
-    /// (for the sales' timelines: `bookkeeping::report`).
-    pub fn readings(&self) -> Vec<(ProductId, Arc<RoomState>)> {
+    /// The rooms this process has read in the last few seconds, as read,
+    /// and when (for the sales' timelines: `bookkeeping::report`).
+    pub fn readings(&self) -> Vec<(ProductId, std::time::Instant, Arc<RoomState>)> {
         self.rooms.fresh(Duration::from_secs(5))
     }
 

@@ -51,6 +51,10 @@ pub struct RoomState {
     pub served: f64,
     /// When `served` was computed (Redis's clock).
     pub at_ms: i64,
+    /// When the line reached `served` (Redis's clock): `at_ms` while it
+    /// moves at the pace, earlier once it stands (caught up with the
+    /// joiners, paused, held by the cap).
+    pub served_at_ms: i64,
     /// Buyers who joined before the start, and after it.
     pub early: u64,
     pub late: u64,
@@ -188,19 +192,24 @@ impl RoomState {
     /// When the line reached `place` (epoch ms). With an active cap the
     /// line stops and starts: from the room's log, between the entries
     /// around the moment it passed the place (to within an entry's gap).
-    /// Otherwise, or before the log: by its pace back from the reading;
-    /// while it stood (sold out, or nobody left waiting) the admission's
-    /// time stands too.
+    /// Otherwise, or before the log: by its pace back from when it reached
+    /// where it stands (`served_at_ms`: a line that caught up with the
+    /// joiners stands, and its last admissions run out as the others',
+    /// where reckoned from the reading they ran from every new one).
     fn reached_ms(&self, place: u64) -> f64 {
         let p = place as f64;
-        let mut newer = (self.at_ms as f64, self.served);
+        // The earliest moment the line stood where it stands, then each
+        // older entry of the log (newest first): the line as it stood then.
+        let mut newer = (self.served_at_ms as f64, self.served);
         for &(at, served) in &self.log {
             if served < p {
                 let (newer_at, newer_served) = newer;
                 let share = ((p - served) / (newer_served - served).max(1e-9)).min(1.0);
                 return at as f64 + share * (newer_at - at as f64);
             }
-            newer = (at as f64, served);
+            if (at as f64) < newer.0 {
+                newer = (at as f64, served);
+            }
         }
         let (at, served) = newer;
         at - (served - p) / self.pace.max(1e-9) * 1000.0
@@ -299,15 +308,18 @@ impl Rooms {
             .clone()
     }
 
-    /// Every room read within `fresh`, as read.
-    pub(super) fn fresh(&self, fresh: std::time::Duration) -> Vec<(ProductId, Arc<RoomState>)> {
+    /// Every room read within `fresh`, as read, and when.
+    pub(super) fn fresh(
+        &self,
+        fresh: std::time::Duration,
+    ) -> Vec<(ProductId, Instant, Arc<RoomState>)> {
         let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
         sales
             .iter()
             .filter_map(|(product, slot)| {
                 let read = slot.state.read().unwrap_or_else(|e| e.into_inner());
                 let read = read.as_ref().filter(|r| r.at.elapsed() < fresh)?;
-                Some((product.clone(), read.room.clone()?))
+                Some((product.clone(), read.at, read.room.clone()?))
             })
             .collect()
     }
@@ -353,6 +365,7 @@ mod tests {
             join_difficulty: 0,
             served,
             at_ms,
+            served_at_ms: at_ms,
             early: 0,
             late: 100,
             stock: 100,
@@ -391,6 +404,40 @@ mod tests {
             panic!("waiting")
         };
         assert_eq!(wait_range_ms, (500, 4_000), "never below the floor");
+    }
+
+    #[test]
+    fn once_the_line_caught_up_with_the_joiners_the_last_admissions_still_run_out() {
+        let product = ProductId::parse("p").expect("id");
+        // 100 joined; the line reached the last of them at 40 s and stood
+        // there; read at 50 s (every read moves `at_ms` on).
+        let mut r = room(Vec::new(), 100.0, 50_000);
+        r.served_at_ms = 40_000;
+        // Place 100 reached at 40 s, place 90 a second before (10/s):
+        // their admissions (10 s) ran out at 50 s and 49 s, whenever the
+        // buyer asks, not 10 s after every new reading.
+        assert_eq!(
+            r.standing(&product, late(100), 49_000),
+            Standing::Admitted {
+                place: 100,
+                admission: r.key.admission(&product, 100, 50_000),
+                expires_ms: 50_000
+            }
+        );
+        assert_eq!(
+            r.standing(&product, late(90), 50_000),
+            Standing::Expired {
+                place: 90,
+                expired_ms: 49_000
+            }
+        );
+        assert_eq!(
+            r.standing(&product, late(100), 50_000),
+            Standing::Expired {
+                place: 100,
+                expired_ms: 50_000
+            }
+        );
     }
 
     #[test]

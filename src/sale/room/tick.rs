@@ -99,6 +99,7 @@ pub(super) fn decode(reply: Value) -> Result<(bool, Option<RoomState>), SaleErro
                 (from >= 0).then_some((from, (to >= 0).then_some(to)))
             },
             bucket_ms: next::<i64>(&mut parts)?.max(1),
+            served_at_ms: next(&mut parts)?,
         }),
     ))
 }
