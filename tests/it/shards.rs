@@ -558,7 +558,45 @@ async fn a_paced_crowd_sells_out_sharded_sales_with_no_phantom_sold_out(backend:
     }
 }
 
+/// An order whose search can never settle is answered 503 `unavailable`
+/// after its 16 searches, and takes nothing: never a `sold_out` it cannot
+/// prove. Here every look finds a move in flight that no one can finish
+/// (its taking shard's hash is gone), a stand-in for other buyers moving
+/// units under the search look after look (issue 68: that 503 had never
+/// been seen).
+async fn an_order_whose_search_never_settles_is_answered_503_and_takes_nothing(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    // One unit a shard; the buyer (3: home shard 0) asks for two.
+    let sku = sharded_sale(&app, 3, 2, 3).await;
+    let shards = app.sales.shards();
+    let product = pid(&sku);
+    assert_eq!(shards.take_only(&product, (1, 2), 1).await.unwrap(), 1);
+    let sale_2 = app.sales.keys(&product.shard(2, 3)).sale;
+    let mut r = app.redis.clone();
+    let kept: Vec<(String, String)> = r.hgetall(&sale_2).await.unwrap();
+    let _: () = r.del(&sale_2).await.unwrap();
+
+    let a = order(&app, 3, &sku, 2, None).await;
+    assert_eq!(
+        (a.status, a.code.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "{a:?}"
+    );
+    let looks = shards.look(&product).await.unwrap();
+    assert_eq!(looks[0].stock, Some(1), "nothing taken: {looks:?}");
+    assert_eq!(looks[1].in_flight.len(), 1, "{looks:?}");
+
+    // The move can finish again: the same buyer's two units (their limit
+    // untouched by the 503), and the books balance.
+    let _: () = r.hset_multiple(&sale_2, &kept).await.unwrap();
+    let a = order(&app, 3, &sku, 2, None).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{a:?}");
+    app.drained(&sku, 2).await;
+    app.books_balance(&sku).await;
+}
+
 crate::on_both_backends!(
+    an_order_whose_search_never_settles_is_answered_503_and_takes_nothing,
     units_taken_away_from_a_sharded_sale_come_from_every_shard,
     a_call_routed_for_another_count_of_shards_is_written_nowhere,
     a_burst_on_a_sharded_sale_sells_exactly_its_stock_with_exact_limits_and_no_phantom_sold_out,
