@@ -14,13 +14,16 @@ ARG RUNTIME_BASE=debian:bookworm-slim
 
 FROM rust:1.88-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations
 # The benchmarks' crate is a workspace member: cargo reads its manifest, but
 # only the service's binary is built.
 COPY bench ./bench
+# The commit `flashsale --version` names (no .git in the context):
+# docker build --build-arg FLASHSALE_COMMIT=$(git rev-parse --short=12 HEAD) .
+ARG FLASHSALE_COMMIT=
 RUN cargo build --release --locked --bin flashsale \
     && strip target/release/flashsale
 

@@ -71,6 +71,9 @@ pub struct Metrics {
     /// What the books run on: 1 for the topology the server described at
     /// start (`single`, `async_replicas`, `semi_sync`, `galera`, `unknown`).
     pub books_topology: IntGaugeVec,
+    /// 1, labelled with this process's release (`version`, `commit`):
+    /// which releases a fleet runs, mid-upgrade.
+    pub build_info: IntGaugeVec,
     /// Drains sleeping on their sale's bell now (see `sale::bells`).
     pub drains_asleep: IntGauge,
     /// Sleeping drains woken, by why (`bell`: an order; `check`: the
@@ -361,6 +364,24 @@ impl Metrics {
                     &["topology"],
                 ),
             ),
+            build_info: {
+                let info = register(
+                    &registry,
+                    IntGaugeVec::new(
+                        Opts::new(
+                            "build_info",
+                            "1, labelled with the release this process runs (its version and commit)",
+                        ),
+                        &["version", "commit"],
+                    ),
+                );
+                info.with_label_values(&[
+                    crate::domain::release::VERSION,
+                    crate::domain::release::COMMIT,
+                ])
+                .set(1);
+                info
+            },
             drains_asleep: register(
                 &registry,
                 IntGauge::new(

@@ -447,3 +447,42 @@ fn an_endpoint_given_twice_is_delivered_to_once() {
         assert!(!env(bad).ok, "{bad} accepted");
     }
 }
+
+/// `flashsale --version`: the release (the crate's version, as the
+/// CHANGELOG names it) and the commit it was built from, as `git` names
+/// the checkout's HEAD (when the build had one).
+#[test]
+fn the_version_names_the_release_and_its_commit() {
+    let out = Command::new(BIN)
+        .arg("--version")
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let expected_start = format!("flashsale {} (commit ", env!("CARGO_PKG_VERSION"));
+    let commit = printed
+        .strip_prefix(&expected_start)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{printed:?}"));
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match (std::env::var("FLASHSALE_COMMIT"), head) {
+        (Ok(set), _) if !set.is_empty() => assert_eq!(commit, set),
+        (_, Some(head)) => assert_eq!(commit, head, "{printed:?}"),
+        _ => assert_eq!(commit, "unknown"),
+    }
+    // The CHANGELOG has the release (released, or the next one).
+    let changelog = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md"))
+        .expect("CHANGELOG.md");
+    let version = env!("CARGO_PKG_VERSION");
+    let named = match version.strip_suffix("-dev") {
+        Some(_) => changelog.contains("## [Unreleased]"),
+        None => changelog.contains(&format!("## [{version}]")),
+    };
+    assert!(named, "CHANGELOG.md names {version}");
+}

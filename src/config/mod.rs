@@ -32,7 +32,7 @@ pub use self::worker::{
 #[derive(Debug, Parser)]
 #[command(
     name = "flashsale",
-    version,
+    version = crate::domain::release::LONG,
     about = "A flash-sale order service: Redis decides, MySQL keeps the books."
 )]
 pub struct Cli {

@@ -9,6 +9,7 @@ mod chain;
 mod hex;
 mod ids;
 mod payment;
+pub mod release;
 mod room;
 mod status;
 mod valid;

@@ -56,5 +56,6 @@ mod shards;
 mod sharing;
 mod slow_clients;
 mod soldout;
+mod upgrade;
 mod validation;
 mod workers;
