@@ -8,7 +8,9 @@
 //! after any ambiguous answer) while a seeded schedule of faults runs:
 //! kill -9 of APIs, workers (same or new consumer name), MariaDB and Redis,
 //! SIGSTOP of MariaDB and of a worker (past `CLAIM_IDLE_MS`), and restarts of
-//! APIs and workers while MariaDB is down or frozen.
+//! APIs and workers while MariaDB is down or frozen. One sale has three
+//! stock shards, and an API is killed as it takes units from one of them
+//! (seen in Redis's MONITOR feed), between the move's take and its apply.
 //!
 //! Beside the buyers, the payment side pays every order it was told about
 //! (a signed `payment.succeeded` to a random API, resent under the same
@@ -29,7 +31,11 @@
 //!    cancelled;
 //! 2. `tb_order` holds no order that no client was told about;
 //! 3. each sale sold exactly its stock: no oversell, no undersell (Redis
-//!    stock 0, units of the orders not cancelled == stock);
+//!    stock 0, units of the orders not cancelled == stock); no move between
+//!    the sharded sale's shards is left in flight, each was given once and
+//!    applied once where it went; and at least one kill -9 of an API left
+//!    a move of its own in flight (the moves in flight are read right after
+//!    every API kill, before its restart: each fault's line gives them);
 //! 4. no user is over the per-user limit (orders not cancelled);
 //! 5. `flashsale audit` finds the books balanced for every sale;
 //! 6. no process panicked, and no client nor the payment side saw a 5xx
@@ -60,6 +66,8 @@ mod events;
 mod faults;
 #[path = "chaos/load.rs"]
 mod load;
+#[path = "chaos/moves.rs"]
+mod moves;
 #[path = "chaos/payments.rs"]
 mod payments;
 #[path = "chaos/procs.rs"]
@@ -88,12 +96,17 @@ const WORKERS: usize = 2;
 /// Stock per sale: below the plan's demand (checked), so "sold exactly the
 /// stock" is what must happen; and sized to sell out late in the window,
 /// so orders are being accepted through most of the faults.
-/// The last is opened with three stock shards: its units move between
-/// them through the faults (API instances killed mid-move among them).
+/// The last is opened with three stock shards and half the stock: units
+/// move between shards only once one runs short, so it sells out a third
+/// of the way in, and from then on the units its payment timeouts give
+/// back move between its shards (a move every second or two) through the
+/// rest of the faults, API instances killed mid-move among them (see
+/// `faults`: the mid-move kill waits for a take; a kill at a random moment
+/// all but never lands in a move, which lasts about a millisecond).
 const SALES: [(&str, u64, u16); 3] = [
     ("chaos-a", 700, 1),
     ("chaos-b", 650, 1),
-    ("chaos-c", 600, 3),
+    ("chaos-c", 300, 3),
 ];
 const LIMIT_PER_USER: u64 = 2;
 const USERS: u64 = 800;
@@ -181,9 +194,11 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         rng.fork(),
     ));
     let chaos_t0 = Instant::now();
+    let sharded = sales.iter().find(|s| s.shards > 1).expect("a sharded sale");
     let chaos = faults::run(
         &mut world,
         &shop,
+        sharded.clone(),
         rng.fork(),
         chaos_t0 + CHAOS_WINDOW,
         MAX_FAULTS,
@@ -195,6 +210,16 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
 
     // Calm: everything up, every ambiguous attempt settled.
     let mut problems = chaos.failures.clone();
+    // An API killed mid-move, for real: the move it had just taken was
+    // still in flight once it was dead (check 3b then proves that another
+    // finished it, units in place).
+    if !chaos.api_kills.iter().any(faults::ApiKill::left_its_move) {
+        problems.push(format!(
+            "none of the {} kill(s) -9 of an API left a move of its own in flight: the kill \
+             between a move's take and its apply was not tested",
+            chaos.api_kills.len()
+        ));
+    }
     problems.extend(world.ensure_up().await);
     problems.extend(world.await_ready(READY_LIMIT).await);
     let unsettled = shop.ledger.unsettled().len();
@@ -232,6 +257,10 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         shop.settle(&mut settle_rng).await;
     }
     let book = shop.ledger.book().clone();
+    let moves_given = {
+        let mut r = checks::redis(&world).await;
+        moves::given(&mut r, sharded).await.ok()
+    };
 
     let told = checks::told_per_sale(&book, &sales);
     let drained = checks::wait_drained(&world, &sales, &told, DRAIN_LIMIT).await;
@@ -265,6 +294,7 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         took: t0.elapsed(),
         chaos_took,
         chaos: &chaos,
+        moves_given,
         book: &book,
         sent,
         unsettled,
@@ -307,6 +337,7 @@ struct Report<'a> {
     took: Duration,
     chaos_took: Duration,
     chaos: &'a faults::ChaosReport,
+    moves_given: Option<usize>,
     book: &'a load::Book,
     sent: usize,
     unsettled: usize,
@@ -340,6 +371,20 @@ fn report(r: &Report) {
     for f in &r.chaos.injected {
         println!("  +{:>5.1}s {:?}: {}", f.at.as_secs_f64(), f.fault, f.what);
     }
+    let kills = &r.chaos.api_kills;
+    let aimed = kills.iter().filter(|k| k.aimed_at.is_some()).count();
+    let caught = kills.iter().filter(|k| !k.in_flight.is_empty()).count();
+    let own: Vec<_> = kills.iter().filter_map(|k| k.own_move()).collect();
+    println!(
+        "API kills: {} ({aimed} at a take of the sharded sale), {caught} with moves in flight; \
+         {} left their own move in flight ({} not applied, {} applied and not dropped); \
+         the sharded sale made {} moves in all",
+        kills.len(),
+        own.len(),
+        own.iter().filter(|m| !m.applied).count(),
+        own.iter().filter(|m| m.applied).count(),
+        r.moves_given.map_or("?".into(), |n| n.to_string())
+    );
     println!("answers seen by clients:");
     for (status, n) in &r.book.statuses {
         println!("  {status:<28} {n}");

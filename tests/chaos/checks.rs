@@ -12,7 +12,7 @@ use crate::load::{Book, Sale};
 use crate::world::World;
 
 /// The keys of each of the sale's stock shards, shard 0 (the sale) first.
-fn shard_keys(sale: &Sale) -> Vec<flashsale::sale::SaleKeys> {
+pub fn shard_keys(sale: &Sale) -> Vec<flashsale::sale::SaleKeys> {
     let product = flashsale::domain::ProductId::parse(&sale.id).expect("a valid product id");
     (0..sale.shards.max(1))
         .map(|k| flashsale::sale::SaleKeys::new("fs", &product.shard(k, sale.shards)))
@@ -285,6 +285,16 @@ pub async fn verify(
                 "{}: clients were told of {told_units} units in orders not cancelled, of {}",
                 sale.id, sale.stock
             ));
+        }
+        // 3b. Every move between the sale's stock shards finished: none
+        //     left in flight (the units above count a move in flight, and
+        //     one applied whose record was not dropped counts twice), and
+        //     each given once and applied once where it went.
+        if sale.shards > 1 {
+            match crate::moves::unfinished(&mut r, sale).await {
+                Ok(unfinished) => problems.extend(unfinished),
+                Err(e) => problems.push(format!("{}: moves unread: {e}", sale.id)),
+            }
         }
     }
     // 4. No user over the per-user limit (a cancelled order's units are

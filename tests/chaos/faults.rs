@@ -3,12 +3,23 @@
 //! window lasts. Each fault undoes itself before the next one starts
 //! (SIGCONT, restart), and after each the world is checked: a process that
 //! died on its own is a failure, restarted so the run can go on.
+//!
+//! Every kill -9 of an API is followed at once (before its restart) by a
+//! look at the sharded sale's moves in flight: a move the killed process
+//! left between its take and its apply shows there until a search for
+//! units or the reconciler finishes it. A move lasts about a millisecond
+//! and the sale makes a few dozen, so a kill at a random moment all but
+//! never lands in one: the mid-move kill waits for an API's take in
+//! Redis's MONITOR feed and kills that API then. It comes once units have
+//! begun to move (the sale selling its last units), and again among the
+//! extras until one has caught a move between its take and its apply.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::load::{Answer, Order, Shop};
+use crate::load::{Answer, Order, Sale, Shop};
+use crate::moves::{self, Flying};
 use crate::rng::Rng;
 use crate::world::{API_START_LIMIT, CLAIM_IDLE_MS, World};
 
@@ -16,6 +27,10 @@ use crate::world::{API_START_LIMIT, CLAIM_IDLE_MS, World};
 pub enum Fault {
     /// kill -9 an API, restart it on the same port.
     KillApi,
+    /// kill -9 the API that has just taken units from a stock shard of the
+    /// sharded sale (a take seen in Redis's MONITOR feed), before it
+    /// applies them where they go; restart it on the same port.
+    KillApiMidMove,
     /// kill -9 a worker, restart it under the same consumer name (it resumes
     /// its own pending entries at once).
     KillWorkerSameName,
@@ -35,8 +50,9 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::KillApi,
+        Fault::KillApiMidMove,
         Fault::KillWorkerSameName,
         Fault::KillWorkerNewName,
         Fault::StopWorker,
@@ -59,7 +75,68 @@ pub struct Injected {
 pub struct ChaosReport {
     pub injected: Vec<Injected>,
     pub failures: Vec<String>,
+    /// Every kill -9 of an API, with the moves in flight right after it.
+    pub api_kills: Vec<ApiKill>,
 }
+
+/// One kill -9 of an API and what the sharded sale had in flight then.
+#[derive(Debug, Clone)]
+pub struct ApiKill {
+    /// Every shard's moves in flight, read right after the kill.
+    pub in_flight: Vec<Flying>,
+    /// The move the killed API had just taken (a mid-move kill), if any.
+    pub aimed_at: Option<String>,
+}
+
+impl ApiKill {
+    /// The move this API had just taken, if it was still in flight after
+    /// its kill: the killed process left it between its take and its
+    /// apply (or before it dropped the record), for another to finish.
+    pub fn own_move(&self) -> Option<&Flying> {
+        let id = self.aimed_at.as_ref()?;
+        self.in_flight.iter().find(|m| &m.id == id)
+    }
+
+    pub fn left_its_move(&self) -> bool {
+        self.own_move().is_some()
+    }
+
+    /// Its own move was left not applied: its units between two shards.
+    pub fn left_it_in_transit(&self) -> bool {
+        self.own_move().is_some_and(|m| !m.applied)
+    }
+
+    /// For the fault's line: the moves in flight, and whose.
+    fn describe(&self) -> String {
+        let units: i64 = self.in_flight.iter().map(|m| m.units).sum();
+        let applied = self.in_flight.iter().filter(|m| m.applied).count();
+        let mut line = format!(
+            "{} move(s) in flight at the kill ({units} units, {applied} applied and not dropped)",
+            self.in_flight.len()
+        );
+        if let Some(id) = &self.aimed_at {
+            line += &match self.own_move() {
+                Some(m) => format!(
+                    ", its own among them: {id}, shard {}->{}, {} units, {}",
+                    m.from,
+                    m.to,
+                    m.units,
+                    if m.applied {
+                        "applied, record not dropped"
+                    } else {
+                        "not applied"
+                    }
+                ),
+                None => format!(", not its own {id} (done before the kill landed)"),
+            };
+        }
+        line
+    }
+}
+
+/// How long a mid-move kill waits for a take before it kills an API
+/// anyway (as `KillApi`).
+const AIM_LIMIT: Duration = Duration::from_secs(8);
 
 /// Injects faults until every kind has run once and `until` has passed (or
 /// `max` faults), with a random pause before each. `shop` sends the probe
@@ -67,6 +144,7 @@ pub struct ChaosReport {
 pub async fn run(
     world: &mut World,
     shop: &Shop,
+    sharded: Sale,
     mut rng: Rng,
     until: Instant,
     max: usize,
@@ -77,16 +155,33 @@ pub async fn run(
     let mut chaos = Chaos {
         world,
         shop,
+        sharded,
+        redis: None,
         probes: 0,
         rng,
         report: ChaosReport::default(),
     };
     for n in 0..max {
         let pause = chaos.rng.millis(1500, 4000);
+        // The mid-move kill once units move (the sharded sale selling its
+        // last units): until then, the next kind of the list goes first.
+        let moving = chaos.moves_begun().await;
+        if !moving && must.get(n) == Some(&Fault::KillApiMidMove) && n + 1 < must.len() {
+            must.swap(n, n + 1);
+        }
+        // And among the extras until one caught a move between its take and
+        // its apply (a kill that lands after the apply, before the record's
+        // drop, leaves the move in flight too, its units already arrived).
+        let in_transit = chaos
+            .report
+            .api_kills
+            .iter()
+            .any(ApiKill::left_it_in_transit);
         let fault = match must.get(n) {
             Some(&f) => f,
-            None if Instant::now() + pause < until => Fault::ALL[chaos.rng.index(Fault::ALL.len())],
-            None => break,
+            None if Instant::now() + pause >= until => break,
+            None if moving && !in_transit => Fault::KillApiMidMove,
+            None => Fault::ALL[chaos.rng.index(Fault::ALL.len())],
         };
         tokio::time::sleep(pause).await;
         let at = t0.elapsed();
@@ -102,6 +197,10 @@ pub async fn run(
 struct Chaos<'w> {
     world: &'w mut World,
     shop: &'w Shop,
+    /// The sale of several stock shards.
+    sharded: Sale,
+    /// A connection to read its moves with at once after a kill.
+    redis: Option<redis::aio::MultiplexedConnection>,
     probes: u64,
     rng: Rng,
     report: ChaosReport,
@@ -111,6 +210,7 @@ impl Chaos<'_> {
     async fn inject(&mut self, fault: Fault) -> String {
         match fault {
             Fault::KillApi => self.kill_api().await,
+            Fault::KillApiMidMove => self.kill_api_mid_move().await,
             Fault::KillWorkerSameName => self.kill_worker(false).await,
             Fault::KillWorkerNewName => self.kill_worker(true).await,
             Fault::StopWorker => self.stop_worker().await,
@@ -130,12 +230,102 @@ impl Chaos<'_> {
     async fn kill_api(&mut self) -> String {
         let i = self.rng.index(self.world.apis.len());
         self.world.apis[i].kill9();
+        self.api_killed(i, None, String::new()).await
+    }
+
+    /// Waits (up to AIM_LIMIT) for an API to take units from a shard of
+    /// the sharded sale, and kills it as the take goes by: before it
+    /// applies them, or at least before it drops the move's record (the
+    /// kill's line says which).
+    async fn kill_api_mid_move(&mut self) -> String {
+        let url = self.world.redis_url.clone();
+        let sale = self.sharded.clone();
+        let pids: Vec<Option<u32>> = self.world.apis.iter().map(|p| p.pid()).collect();
+        let aimed = moves::kill_at_take(&url, &sale, &pids, AIM_LIMIT).await;
+        match aimed {
+            Ok(Some(a)) => {
+                let i = a.process;
+                // (Reaps it: SIGKILL is sent.)
+                self.world.apis[i].kill9();
+                let what = format!(
+                    " as it took move {} from shard {} (waited {:.1?}, killed {} after the take)",
+                    a.move_id,
+                    a.from,
+                    a.after,
+                    a.after_take
+                        .map_or("?".into(), |d| format!("{} µs", d.as_micros()))
+                );
+                self.api_killed(i, Some(a.move_id), what).await
+            }
+            Ok(None) => {
+                let i = self.rng.index(self.world.apis.len());
+                self.world.apis[i].kill9();
+                let why = format!(" (no take of the sharded sale within {AIM_LIMIT:?})");
+                self.api_killed(i, None, why).await
+            }
+            Err(e) => self.fail(format!("MONITOR of the test's redis: {e}")),
+        }
+    }
+
+    /// API `i` was just killed: the moves in flight read at once, then its
+    /// restart after a random time down.
+    async fn api_killed(&mut self, i: usize, aimed_at: Option<String>, what: String) -> String {
+        let in_flight = match self.in_flight().await {
+            Some(flying) => flying,
+            None => {
+                let failure = format!("the moves in flight unread after the kill of api-{i}");
+                self.fail(failure);
+                Vec::new()
+            }
+        };
         let down = self.rng.millis(200, 1500);
         tokio::time::sleep(down).await;
         self.world.apis[i].start();
+        let kill = ApiKill {
+            in_flight,
+            aimed_at,
+        };
+        let moves = kill.describe();
+        self.report.api_kills.push(kill);
         match self.world.await_api(i, API_START_LIMIT).await {
-            Ok(up) => format!("kill -9 api-{i}, down {down:?}, /healthz after {up:.1?}"),
+            Ok(up) => {
+                format!("kill -9 api-{i}{what}; {moves}; down {down:?}, /healthz after {up:.1?}")
+            }
             Err(e) => self.fail(e),
+        }
+    }
+
+    /// The sharded sale's moves in flight now (None: Redis did not answer).
+    async fn in_flight(&mut self) -> Option<Vec<Flying>> {
+        for _ in 0..2 {
+            if self.redis.is_none() {
+                let client = redis::Client::open(self.world.redis_url.as_str()).ok()?;
+                self.redis = client.get_multiplexed_async_connection().await.ok();
+            }
+            let r = self.redis.as_mut()?;
+            match moves::in_flight(r, &self.sharded).await {
+                Ok(flying) => return Some(flying),
+                // Redis was restarted since: once more on a new connection.
+                Err(_) => self.redis = None,
+            }
+        }
+        None
+    }
+
+    /// Whether the sharded sale has moved units between its shards yet.
+    async fn moves_begun(&mut self) -> bool {
+        if self.redis.is_none() {
+            self.in_flight().await;
+        }
+        let Some(r) = self.redis.as_mut() else {
+            return false;
+        };
+        match moves::given(r, &self.sharded).await {
+            Ok(n) => n > 0,
+            Err(_) => {
+                self.redis = None;
+                false
+            }
         }
     }
 
