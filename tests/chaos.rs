@@ -76,6 +76,8 @@ mod procs;
 mod receiver;
 #[path = "chaos/rng.rs"]
 mod rng;
+#[path = "chaos/upgrade.rs"]
+mod upgrade;
 #[path = "chaos/world.rs"]
 mod world;
 
@@ -85,7 +87,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use load::{Sale, Shop};
+use load::{Apis, Sale, Shop};
 use payments::Payer;
 use receiver::Receiver;
 use rng::Rng;
@@ -141,14 +143,65 @@ const DELIVERY_LIMIT: Duration = Duration::from_secs(240);
 /// Problems shown in the failure message (all of them go to a file).
 const SHOWN_PROBLEMS: usize = 60;
 
+/// The two runs of this binary, one at a time (cargo runs a binary's tests
+/// side by side; each is the whole machine's load).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    scenario(Disruption::Faults).await;
+}
+
+/// A rolling upgrade from the previous release during the live sale, a
+/// rollback and forward again: the fleet runs two releases side by side
+/// throughout, and nothing a client, the payment side or the shop was told
+/// is lost or doubled (docs/operations.md "Upgrading").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_and_a_rollback_during_a_live_sale_lose_nothing() {
+    let previous = previous_release();
+    let _one = ONE_AT_A_TIME.lock().await;
+    scenario(Disruption::Upgrade { previous }).await;
+}
+
+/// The previous release's binary (scripts/previous-release.sh: built once
+/// per commit, cached), or `FLASHSALE_PREVIOUS_BIN`.
+fn previous_release() -> std::ffi::OsString {
+    if let Some(bin) = std::env::var_os("FLASHSALE_PREVIOUS_BIN") {
+        return bin;
+    }
+    let out = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/previous-release.sh"
+    ))
+    .stderr(std::process::Stdio::inherit())
+    .output()
+    .expect("scripts/previous-release.sh runs");
+    assert!(out.status.success(), "scripts/previous-release.sh failed");
+    let path = String::from_utf8(out.stdout).expect("a path");
+    path.trim().into()
+}
+
+/// What the run does to the fleet while the load runs.
+enum Disruption {
+    /// The seeded faults (`faults`).
+    Faults,
+    /// The fleet starts on `previous` and is upgraded to this tree's binary
+    /// (`upgrade`).
+    Upgrade { previous: std::ffi::OsString },
+}
+
+async fn scenario(disruption: Disruption) {
     let seed = rng::seed_from_env();
     println!("chaos seed {seed} (CHAOS_SEED={seed} replays this run's schedule)");
     let t0 = Instant::now();
     let mut rng = Rng::new(seed);
     let receiver = Receiver::start(rng.fork(), RECEIVER_FAILS_PERCENT).await;
-    let mut world = World::start(APIS, WORKERS, PAYMENT_TIMEOUT, &receiver.url).await;
+    let first = match &disruption {
+        Disruption::Faults => std::ffi::OsStr::new(world::FLASHSALE),
+        Disruption::Upgrade { previous } => previous.as_os_str(),
+    };
+    let mut world = World::start(first, APIS, WORKERS, PAYMENT_TIMEOUT, &receiver.url).await;
     println!(
         "chaos: started in {:.1?}, dir {}",
         t0.elapsed(),
@@ -168,7 +221,7 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
             .open_sale(&s.id, s.stock, LIMIT_PER_USER, s.shards)
             .await;
     }
-    let shop = Shop::new(world.api_urls.clone(), sales.clone());
+    let shop = Shop::new(Apis::new(world.api_urls.clone()), sales.clone());
     let plan = load::plan(&mut rng.fork(), sales.len(), ATTEMPTS, USERS);
     let demand = load::demand(&plan, sales.len(), LIMIT_PER_USER);
     for (sale, units) in sales.iter().zip(&demand) {
@@ -177,7 +230,7 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
 
     // The load, its payments and the faults, side by side, until the
     // window closes.
-    let payer = Payer::new(world.api_urls.clone(), world::PRICE, PAY_DELAY_MAX);
+    let payer = Payer::new(shop.apis.clone(), world::PRICE, PAY_DELAY_MAX);
     let paying = Arc::new(AtomicBool::new(false));
     let follow = tokio::spawn(payer.clone().follow(
         shop.ledger.clone(),
@@ -195,30 +248,58 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
     ));
     let chaos_t0 = Instant::now();
     let sharded = sales.iter().find(|s| s.shards > 1).expect("a sharded sale");
-    let chaos = faults::run(
-        &mut world,
-        &shop,
-        sharded.clone(),
-        rng.fork(),
-        chaos_t0 + CHAOS_WINDOW,
-        MAX_FAULTS,
-    )
-    .await;
+    let (chaos, swaps) = match &disruption {
+        Disruption::Faults => {
+            let chaos = faults::run(
+                &mut world,
+                &shop,
+                sharded.clone(),
+                rng.fork(),
+                chaos_t0 + CHAOS_WINDOW,
+                MAX_FAULTS,
+            )
+            .await;
+            (Some(chaos), None)
+        }
+        Disruption::Upgrade { previous } => {
+            let this = std::ffi::OsStr::new(world::FLASHSALE);
+            let swaps = upgrade::run(
+                &mut world,
+                &shop.apis,
+                (previous.as_os_str(), this),
+                chaos_t0 + CHAOS_WINDOW,
+            )
+            .await;
+            (None, Some(swaps))
+        }
+    };
     stop.store(true, Ordering::Relaxed);
     let sent = load.await.expect("the load ran");
     let chaos_took = chaos_t0.elapsed();
 
     // Calm: everything up, every ambiguous attempt settled.
-    let mut problems = chaos.failures.clone();
-    // An API killed mid-move, for real: the move it had just taken was
-    // still in flight once it was dead (check 3b then proves that another
-    // finished it, units in place).
-    if !chaos.api_kills.iter().any(faults::ApiKill::left_its_move) {
-        problems.push(format!(
-            "none of the {} kill(s) -9 of an API left a move of its own in flight: the kill \
-             between a move's take and its apply was not tested",
-            chaos.api_kills.len()
-        ));
+    let dead = checks::dead_letters(&world, &sales).await;
+    assert!(
+        dead.is_empty(),
+        "entries dead-lettered in the window: {dead:?}; logs: {:?}",
+        world.all_logs()
+    );
+    let mut problems = Vec::new();
+    if let Some(chaos) = &chaos {
+        problems.extend(chaos.failures.iter().cloned());
+        // An API killed mid-move, for real: the move it had just taken was
+        // still in flight once it was dead (check 3b then proves that
+        // another finished it, units in place).
+        if !chaos.api_kills.iter().any(faults::ApiKill::left_its_move) {
+            problems.push(format!(
+                "none of the {} kill(s) -9 of an API left a move of its own in flight: the \
+                 kill between a move's take and its apply was not tested",
+                chaos.api_kills.len()
+            ));
+        }
+    }
+    if let Some(swaps) = &swaps {
+        problems.extend(swaps.failures.iter().cloned());
     }
     problems.extend(world.ensure_up().await);
     problems.extend(world.await_ready(READY_LIMIT).await);
@@ -272,6 +353,32 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
     problems.extend(audit_problems);
     let pay_book = std::mem::take(&mut *payer.book());
     problems.extend(pay_book.failures.iter().cloned());
+    if swaps.is_some() {
+        // Two releases side by side, and neither finds anything wrong with
+        // what the other wrote: an entry one cannot read is retried, and
+        // may well end up in the books through the other (reclaimed, or its
+        // dead letters taken home), but the reader says so at each delivery.
+        for (log, n) in checks::error_lines(&world) {
+            if n > 0 {
+                problems.push(format!("{n} ERROR line(s) in {log} across the swaps"));
+            }
+        }
+        for (log, n) in checks::unreadable_entries(&world) {
+            if n > 0 {
+                problems.push(format!("{log}: {n} stream entries it could not read"));
+            }
+        }
+        // A swap resets no request and leaves none hanging: every request
+        // of a client or the payment side was answered (an API out of the
+        // rotation gets none; what it had, it answers before it exits).
+        for (status, n) in book.statuses.iter().chain(&pay_book.statuses) {
+            if status.starts_with("transport") {
+                problems.push(format!(
+                    "{n} request(s) unanswered across the swaps: {status}"
+                ));
+            }
+        }
+    }
     let (paid, pay_problems) = checks::payments(&world, &book, &pay_book.answers).await;
     problems.extend(pay_problems);
     if paid.late() == 0 {
@@ -293,7 +400,8 @@ async fn chaos_loses_no_order_and_sells_exactly_the_stock() {
         seed,
         took: t0.elapsed(),
         chaos_took,
-        chaos: &chaos,
+        chaos: chaos.as_ref(),
+        swaps: swaps.as_ref(),
         moves_given,
         book: &book,
         sent,
@@ -336,7 +444,8 @@ struct Report<'a> {
     seed: u64,
     took: Duration,
     chaos_took: Duration,
-    chaos: &'a faults::ChaosReport,
+    chaos: Option<&'a faults::ChaosReport>,
+    swaps: Option<&'a upgrade::UpgradeReport>,
     moves_given: Option<usize>,
     book: &'a load::Book,
     sent: usize,
@@ -357,34 +466,21 @@ struct Report<'a> {
 /// What happened, for the person reading the test output.
 fn report(r: &Report) {
     println!("\n=== chaos report (seed {}) ===", r.seed);
-    println!(
-        "wall time {:.1?}; chaos window {:.1?}, {} faults",
-        r.took,
-        r.chaos_took,
-        r.chaos.injected.len()
-    );
-    let mut kinds = std::collections::BTreeMap::new();
-    for f in &r.chaos.injected {
-        *kinds.entry(format!("{:?}", f.fault)).or_insert(0) += 1;
+    if let Some(swaps) = r.swaps {
+        println!(
+            "wall time {:.1?}; window {:.1?}, {} swaps ({} failed)",
+            r.took,
+            r.chaos_took,
+            swaps.steps.len() + swaps.failures.len(),
+            swaps.failures.len()
+        );
+        for (at, step) in &swaps.steps {
+            println!("  +{:>5.1}s {step}", at.as_secs_f64());
+        }
     }
-    println!("faults by kind: {kinds:?}");
-    for f in &r.chaos.injected {
-        println!("  +{:>5.1}s {:?}: {}", f.at.as_secs_f64(), f.fault, f.what);
+    if let Some(chaos) = r.chaos {
+        report_faults(r, chaos);
     }
-    let kills = &r.chaos.api_kills;
-    let aimed = kills.iter().filter(|k| k.aimed_at.is_some()).count();
-    let caught = kills.iter().filter(|k| !k.in_flight.is_empty()).count();
-    let own: Vec<_> = kills.iter().filter_map(|k| k.own_move()).collect();
-    println!(
-        "API kills: {} ({aimed} at a take of the sharded sale), {caught} with moves in flight; \
-         {} left their own move in flight ({} not applied, {} applied and not dropped); \
-         the sharded sale made {} moves in all",
-        kills.len(),
-        own.len(),
-        own.iter().filter(|m| !m.applied).count(),
-        own.iter().filter(|m| m.applied).count(),
-        r.moves_given.map_or("?".into(), |n| n.to_string())
-    );
     println!("answers seen by clients:");
     for (status, n) in &r.book.statuses {
         println!("  {status:<28} {n}");
@@ -444,4 +540,35 @@ fn report(r: &Report) {
     }
     println!("ERROR log lines per process: {:?}", r.errors);
     print!("{}", r.audit);
+}
+
+fn report_faults(r: &Report, chaos: &faults::ChaosReport) {
+    println!(
+        "wall time {:.1?}; chaos window {:.1?}, {} faults",
+        r.took,
+        r.chaos_took,
+        chaos.injected.len()
+    );
+    let mut kinds = std::collections::BTreeMap::new();
+    for f in &chaos.injected {
+        *kinds.entry(format!("{:?}", f.fault)).or_insert(0) += 1;
+    }
+    println!("faults by kind: {kinds:?}");
+    for f in &chaos.injected {
+        println!("  +{:>5.1}s {:?}: {}", f.at.as_secs_f64(), f.fault, f.what);
+    }
+    let kills = &chaos.api_kills;
+    let aimed = kills.iter().filter(|k| k.aimed_at.is_some()).count();
+    let caught = kills.iter().filter(|k| !k.in_flight.is_empty()).count();
+    let own: Vec<_> = kills.iter().filter_map(|k| k.own_move()).collect();
+    println!(
+        "API kills: {} ({aimed} at a take of the sharded sale), {caught} with moves in flight; \
+         {} left their own move in flight ({} not applied, {} applied and not dropped); \
+         the sharded sale made {} moves in all",
+        kills.len(),
+        own.len(),
+        own.iter().filter(|m| !m.applied).count(),
+        own.iter().filter(|m| m.applied).count(),
+        r.moves_given.map_or("?".into(), |n| n.to_string())
+    );
 }

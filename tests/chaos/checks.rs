@@ -45,6 +45,25 @@ pub async fn redis(world: &World) -> redis::aio::MultiplexedConnection {
         .expect("the test's redis answers")
 }
 
+/// Entries the workers gave up on (each shard's dead letters), by sale:
+/// none in these runs. Looked at as soon as the window closes: with some,
+/// the run stops there (what follows would wait minutes for orders that
+/// never reach the books: a release that cannot read another's entries).
+pub async fn dead_letters(world: &World, sales: &[Sale]) -> Vec<String> {
+    let mut r = redis(world).await;
+    let mut found = Vec::new();
+    for sale in sales {
+        let mut n = 0u64;
+        for keys in shard_keys(sale) {
+            n += r.xlen::<_, u64>(&keys.dead).await.unwrap_or(0);
+        }
+        if n > 0 {
+            found.push(format!("{}: {n} entries dead-lettered", sale.id));
+        }
+    }
+    found
+}
+
 pub async fn mysql(world: &World) -> sqlx::MySqlPool {
     sqlx::MySqlPool::connect(&world.database_url)
         .await
@@ -508,6 +527,20 @@ pub fn panics_in_logs(world: &World) -> Vec<String> {
 /// ERROR lines per flashsale log (reported, not failed: some are expected
 /// while a store is down).
 pub fn error_lines(world: &World) -> Vec<(String, usize)> {
+    lines_per_log(world, |l| l.contains("\"level\":\"ERROR\""))
+}
+
+/// Lines saying a worker could not read an entry (it leaves it pending for
+/// another delivery, and after the last one moves it to the dead letters),
+/// per flashsale log: never, unless a release cannot read what another
+/// wrote.
+pub fn unreadable_entries(world: &World) -> Vec<(String, usize)> {
+    lines_per_log(world, |l| {
+        l.contains("entry cannot be persisted") || l.contains("entry moved to dead letters")
+    })
+}
+
+fn lines_per_log(world: &World, wanted: impl Fn(&str) -> bool) -> Vec<(String, usize)> {
     world
         .flashsale_logs()
         .into_iter()
@@ -515,7 +548,7 @@ pub fn error_lines(world: &World) -> Vec<(String, usize)> {
             let text = std::fs::read(log).unwrap_or_default();
             let n = String::from_utf8_lossy(&text)
                 .lines()
-                .filter(|l| l.contains("\"level\":\"ERROR\""))
+                .filter(|l| wanted(l))
                 .count();
             let name = log
                 .file_name()

@@ -16,6 +16,59 @@ use tokio::time::Instant;
 
 use crate::rng::Rng;
 
+/// The APIs the clients send to, as a load balancer keeps them: one taken
+/// out of service (before an upgrade's SIGTERM, back once it is ready
+/// again) gets no new request; a request already sent is answered by it.
+#[derive(Clone)]
+pub struct Apis {
+    urls: Arc<Vec<String>>,
+    serving: Arc<Vec<AtomicBool>>,
+}
+
+impl Apis {
+    pub fn new(urls: Vec<String>) -> Self {
+        let serving = urls.iter().map(|_| AtomicBool::new(true)).collect();
+        Self {
+            urls: Arc::new(urls),
+            serving: Arc::new(serving),
+        }
+    }
+
+    pub fn url(&self, i: usize) -> &str {
+        &self.urls[i]
+    }
+
+    /// Takes API `i` out of service, or puts it back.
+    pub fn set_serving(&self, i: usize, serving: bool) {
+        self.serving[i].store(serving, Ordering::SeqCst);
+    }
+
+    /// The APIs in service (every one, should none be).
+    fn in_service(&self) -> Vec<&str> {
+        let serving: Vec<&str> = (0..self.urls.len())
+            .filter(|&i| self.serving[i].load(Ordering::SeqCst))
+            .map(|i| self.urls[i].as_str())
+            .collect();
+        if serving.is_empty() {
+            self.urls.iter().map(String::as_str).collect()
+        } else {
+            serving
+        }
+    }
+
+    /// One API in service, at random.
+    pub fn pick(&self, rng: &mut Rng) -> &str {
+        let serving = self.in_service();
+        serving[rng.index(serving.len())]
+    }
+
+    /// The first and the last API in service (the same when one is).
+    fn two(&self) -> (&str, &str) {
+        let serving = self.in_service();
+        (serving[0], serving[serving.len() - 1])
+    }
+}
+
 /// One sale of the run.
 #[derive(Debug, Clone)]
 pub struct Sale {
@@ -177,13 +230,13 @@ impl Ledger {
 #[derive(Clone)]
 pub struct Shop {
     http: reqwest::Client,
-    apis: Arc<Vec<String>>,
+    pub apis: Apis,
     sales: Arc<Vec<Sale>>,
     pub ledger: Arc<Ledger>,
 }
 
 impl Shop {
-    pub fn new(apis: Vec<String>, sales: Vec<Sale>) -> Self {
+    pub fn new(apis: Apis, sales: Vec<Sale>) -> Self {
         Self {
             // Above the service's REQUEST_TIMEOUT_MS: a slow answer is its
             // 503, a client timeout means the process is gone or stuck.
@@ -192,7 +245,7 @@ impl Shop {
                 .connect_timeout(Duration::from_millis(500))
                 .build()
                 .expect("http client"),
-            apis: Arc::new(apis),
+            apis,
             sales: Arc::new(sales),
             ledger: Arc::default(),
         }
@@ -230,16 +283,14 @@ impl Shop {
     }
 
     fn api(&self, rng: &mut Rng) -> &str {
-        &self.apis[rng.index(self.apis.len())]
+        self.apis.pick(rng)
     }
 
     /// The same request to every API at once (a client's duplicate send):
     /// each definitive answer is recorded.
     async fn try_twice(&self, order: &Order) -> Answer {
-        let (a, b) = tokio::join!(
-            self.try_once(&self.apis[0], order),
-            self.try_once(&self.apis[self.apis.len() - 1], order)
-        );
+        let (first, last) = self.apis.two();
+        let (a, b) = tokio::join!(self.try_once(first, order), self.try_once(last, order));
         for answer in [&a, &b] {
             self.ledger.settle(order, answer);
         }
@@ -266,7 +317,7 @@ impl Shop {
     pub async fn probe(&self, api: usize, order: &Order) -> Answer {
         self.ledger.begin(order);
         for _ in 0..5 {
-            let answer = self.try_once(&self.apis[api], order).await;
+            let answer = self.try_once(self.apis.url(api), order).await;
             if answer != Answer::Ambiguous {
                 self.ledger.settle(order, &answer);
                 return answer;

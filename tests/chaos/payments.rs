@@ -19,7 +19,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::load::{Ledger, Told};
+use crate::load::{Apis, Ledger, Told};
 use crate::rng::Rng;
 
 /// The secret the payment side signs with (`PAYMENT_WEBHOOK_SECRETS`).
@@ -74,7 +74,7 @@ enum Sent {
 #[derive(Clone)]
 pub struct Payer {
     http: reqwest::Client,
-    apis: Arc<Vec<String>>,
+    apis: Apis,
     secret: Arc<flashsale::domain::webhook::Secret>,
     price: Decimal,
     /// The longest delay before a payment is sent.
@@ -87,14 +87,14 @@ pub struct Payer {
 }
 
 impl Payer {
-    pub fn new(apis: Vec<String>, price: &str, max_delay: Duration) -> Self {
+    pub fn new(apis: Apis, price: &str, max_delay: Duration) -> Self {
         Self {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(3))
                 .connect_timeout(Duration::from_millis(500))
                 .build()
                 .expect("http client"),
-            apis: Arc::new(apis),
+            apis,
             secret: Arc::new(
                 flashsale::domain::webhook::Secret::parse(PAYMENT_SECRET).expect("a secret"),
             ),
@@ -217,8 +217,8 @@ impl Payer {
         let mut tries = 0;
         loop {
             tries += 1;
-            let api = &self.apis[rng.index(self.apis.len())];
-            match self.send(api, &told.order_id, amount, tries).await {
+            let api = self.apis.pick(&mut rng).to_owned();
+            match self.send(&api, &told.order_id, amount, tries).await {
                 Sent::Answered(answer) => {
                     self.book().answers.insert(told.order_id.clone(), answer);
                     return;

@@ -24,7 +24,11 @@ pub const API_START_LIMIT: Duration = Duration::from_secs(10);
 /// no port: it would have exited by then if it refused to start).
 pub const WORKER_START_GRACE: Duration = Duration::from_millis(1500);
 
-const FLASHSALE: &str = env!("CARGO_BIN_EXE_flashsale");
+/// This tree's binary.
+pub const FLASHSALE: &str = env!("CARGO_BIN_EXE_flashsale");
+/// How long a process replaced by an upgrade has to exit after its SIGTERM
+/// (it answers what it holds, a worker finishes its batch).
+pub const STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// Every sale's price (a payment is price × quantity).
 pub const PRICE: &str = "4999.00";
@@ -54,6 +58,7 @@ impl World {
     /// `payment_timeout`, pushing the events to `events_url`), and waits
     /// until every API is ready (Redis and MySQL answering).
     pub async fn start(
+        program: &std::ffi::OsStr,
         apis: usize,
         workers: usize,
         payment_timeout: Duration,
@@ -77,7 +82,7 @@ impl World {
             .map(|i| {
                 let addr = format!("127.0.0.1:{}", free_port());
                 api_urls.push(format!("http://{addr}"));
-                let mut spec = Spec::new(FLASHSALE).arg("serve");
+                let mut spec = Spec::new(program).arg("serve");
                 spec.env = env.clone();
                 spec.set_env("LISTEN_ADDR", addr);
                 spec.set_env("WORKERS", "false");
@@ -87,7 +92,7 @@ impl World {
             .collect();
         let worker_procs = (0..workers)
             .map(|i| {
-                let mut spec = Spec::new(FLASHSALE).arg("worker");
+                let mut spec = Spec::new(program).arg("worker");
                 spec.env = env.clone();
                 spec.set_env("CONSUMER_NAME", format!("worker-{i}-g0"));
                 spec.set_env(
@@ -216,6 +221,86 @@ impl World {
             "{} gave no /healthz 200 within {limit:?}; log tail:\n{}",
             self.apis[i].name,
             self.apis[i].log_tail(20)
+        ))
+    }
+
+    /// Replaces a process by one of `program`, as a rolling upgrade does: an
+    /// API is taken out of service first (`apis`: no new request reaches
+    /// it), then each gets SIGTERM and must exit within [`STOP_LIMIT`]
+    /// (exit 0), and its replacement starts with the same settings; an API
+    /// goes back into service once its `/readyz` answers 200. Ok(what
+    /// happened), Err(why it went wrong).
+    pub async fn replace(
+        &mut self,
+        role: Role,
+        i: usize,
+        program: &std::ffi::OsStr,
+        apis: &crate::load::Apis,
+    ) -> Result<String, String> {
+        let started = Instant::now();
+        if role == Role::Api {
+            apis.set_serving(i, false);
+            // What was sent before it left the rotation is answered by it.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let proc = match role {
+            Role::Api => &mut self.apis[i],
+            Role::Worker => &mut self.workers[i],
+        };
+        let name = proc.name.clone();
+        proc.signal("TERM");
+        let mut status = None;
+        while started.elapsed() < STOP_LIMIT {
+            status = proc.reap();
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let Some(status) = status else {
+            proc.kill9();
+            return Err(format!(
+                "{name} still running {STOP_LIMIT:?} after its SIGTERM"
+            ));
+        };
+        let stopped = started.elapsed();
+        if !status.success() {
+            return Err(format!(
+                "{name} exited {status} after its SIGTERM; log tail:\n{}",
+                proc.log_tail(20)
+            ));
+        }
+        let from = proc.spec.program.clone();
+        proc.spec.program = program.to_owned();
+        proc.start();
+        let ready = match role {
+            Role::Api => {
+                let url = format!("{}/readyz", self.api_urls[i]);
+                let http = self.http.clone();
+                let ready = poll(Duration::from_secs(60), || answers_200(&http, &url)).await;
+                if !ready {
+                    return Err(format!(
+                        "{name} not ready within 60 s of its start; log tail:\n{}",
+                        self.apis[i].log_tail(20)
+                    ));
+                }
+                apis.set_serving(i, true);
+                started.elapsed()
+            }
+            Role::Worker => {
+                self.await_worker(i).await?;
+                started.elapsed()
+            }
+        };
+        Ok(format!(
+            "{name}: {} -> {}, exited {stopped:.1?} after its SIGTERM, {} {ready:.1?} after",
+            release_of(&from),
+            release_of(program),
+            if role == Role::Api {
+                "ready"
+            } else {
+                "running"
+            }
         ))
     }
 
@@ -490,4 +575,22 @@ async fn mysql_answers(server: &str) -> bool {
         tokio::time::timeout(Duration::from_secs(2), select).await,
         Ok(Some(()))
     )
+}
+
+/// An API or a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Api,
+    Worker,
+}
+
+/// What `<program> --version` says, after the name.
+pub fn release_of(program: &std::ffi::OsStr) -> String {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .and_then(|v| v.strip_prefix("flashsale ").map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }

@@ -595,7 +595,37 @@ async fn an_order_whose_search_never_settles_is_answered_503_and_takes_nothing(b
     app.books_balance(&sku).await;
 }
 
+/// The same keyed order sent twice at once (a client's retry racing its
+/// first try) when its units are on another shard and the sale has no
+/// more: one searches, brings them home and is accepted; the other's
+/// search then finds the sale empty. Both answers are the one order: the
+/// refusal a search settles on is given only after the home shard's script
+/// has looked at the key (the chaos test saw a key both accepted and told
+/// `sold_out`).
+async fn the_same_keyed_order_sent_twice_at_once_is_one_order_at_the_sell_out(backend: Backend) {
+    let app = spawn_app_on(backend, |_| {}).await;
+    for round in 0..5u64 {
+        // Two units, one a shard; the buyer's (home: shard 0) moved away.
+        let sku = sharded_sale(&app, 2, 2, 2).await;
+        let product = pid(&sku);
+        let moved = app.sales.shards().move_units(&product, (0, 1), 1).await;
+        assert_eq!(moved.unwrap(), 1);
+        let (user, key) = (2 * (round + 1), format!("twice-{round}"));
+        let (a, b) = tokio::join!(
+            order(&app, user, &sku, 2, Some(&key)),
+            order(&app, user, &sku, 2, Some(&key))
+        );
+        assert_eq!(
+            (a.status, b.status),
+            (StatusCode::ACCEPTED, StatusCode::ACCEPTED),
+            "round {round}: {a:?} {b:?}"
+        );
+        assert_eq!(a.order_id, b.order_id, "round {round}");
+    }
+}
+
 crate::on_both_backends!(
+    the_same_keyed_order_sent_twice_at_once_is_one_order_at_the_sell_out,
     an_order_whose_search_never_settles_is_answered_503_and_takes_nothing,
     units_taken_away_from_a_sharded_sale_come_from_every_shard,
     a_call_routed_for_another_count_of_shards_is_written_nowhere,

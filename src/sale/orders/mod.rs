@@ -109,7 +109,7 @@ impl OrderPath {
         // answers from memory above too (BENCHMARKS.md, "What does a
         // refusal cost?").
         let shards = self.core.shards.known(order.product).unwrap_or(1);
-        Box::pin(self.place_in_redis(order, shards, 0)).await
+        Box::pin(self.place_in_redis(order, shards, 0, None)).await
     }
 
     /// The order through its sale's shared call (see [`sharing`]): sent at
@@ -117,11 +117,14 @@ impl OrderPath {
     /// A sale of several stock shards: to the buyer's home shard (of
     /// `shards` as this process knows them), with units looked for on the
     /// others when it has too few ([`Self::search`], `searches` made).
+    /// `settled`: the refusal a search for units settled on, for a keyed
+    /// order asked once more of its home shard (see [`Self::search`]).
     async fn place_in_redis(
         &self,
         order: NewOrder<'_>,
         shards: u16,
         searches: usize,
+        settled: Option<Rejection>,
     ) -> Result<Decision, SaleError> {
         let product = order.product;
         let target = self.target(product, order.user_id, shards);
@@ -162,6 +165,10 @@ impl OrderPath {
             ))
         );
         let misrouted = matches!(sent.reply, Ok(PlaceReply::Shards(_)));
+        if short && let Some(verdict) = settled {
+            let reply = PlaceReply::Rejected(verdict);
+            return self.decide(reply, &order, call, (sent.sent, sent.received));
+        }
         if misrouted || (short && (shards > 1 || self.core.shards.known(product) != Some(1))) {
             // Boxed: what the search holds is not carried by every order's
             // future (the one-shard order path's instructions, BENCHMARKS.md
@@ -208,6 +215,18 @@ impl OrderPath {
                             Ok(left @ 1..) => Rejection::InsufficientStock { left },
                             _ => Rejection::SoldOut,
                         };
+                        if order.idempotency_key.is_some() {
+                            // Its key may have been accepted meanwhile (the
+                            // same request sent twice at once, the other
+                            // searching too): only the home shard's script,
+                            // which looks at the key first, answers a keyed
+                            // order; a refusal there is this one (seen in
+                            // the chaos test: a key both accepted and told
+                            // `sold_out`).
+                            let again =
+                                self.place_in_redis(order, shards, searches + 1, Some(refusal));
+                            return Box::pin(again).await;
+                        }
                         let reply = PlaceReply::Rejected(refusal);
                         return self.decide(reply, &order, call, (sent.sent, sent.received));
                     }
@@ -229,7 +248,7 @@ impl OrderPath {
             }
             _ => return self.decide(sent.reply?, &order, call, (sent.sent, sent.received)),
         };
-        Box::pin(self.place_in_redis(order, shards, searches + 1)).await
+        Box::pin(self.place_in_redis(order, shards, searches + 1, None)).await
     }
 
     /// Where a buyer's orders of a sale of `shards` stock shards are
