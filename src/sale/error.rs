@@ -34,6 +34,16 @@ pub enum SaleError {
 }
 
 impl SaleError {
+    /// No answer in time, by this process's bound or the client's own:
+    /// what was sent may have run.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Redis(e) => e.is_timeout(),
+            _ => false,
+        }
+    }
+
     /// True when Redis is down, slow or refusing service (a 503, not a bug).
     pub fn is_unavailable(&self) -> bool {
         use redis::{ErrorKind, ServerErrorKind};

@@ -243,6 +243,53 @@ async fn a_keyed_retry_gets_its_202_only_once_the_replica_has_the_order() {
     app.drained(&sku, 1).await;
 }
 
+/// With WAIT on, an order whose call (the script and its WAIT) is not
+/// answered within `REDIS_TIMEOUT_MS` is answered 503, and the 503 is true:
+/// the order is taken back on the same connection after the call, and
+/// never reaches the books (it did, once the replica was back, when the
+/// call's timeout left it standing: seen under load in CI).
+#[tokio::test]
+async fn an_order_whose_call_outlasts_the_timeout_is_taken_back_and_never_persisted() {
+    let base = 8700;
+    let _cluster = crate::helpers::OwnCluster::start(base);
+    let app = spawn_app_on(Backend::OwnCluster(base), |s| {
+        // The WAIT's own bound past the call's: the call times out while
+        // the script has placed the order and WAIT still waits.
+        s.redis.timeout = std::time::Duration::from_millis(300);
+        s.redis.wait = Some(flashsale::config::ReplicaWait {
+            replicas: 1,
+            timeout: std::time::Duration::from_millis(1000),
+        });
+    })
+    .await;
+    let sku = app.new_sale(10, 2).await;
+    let replica = replica_pid(&app, &sku).await;
+    app.order_until_accepted(2, &sku).await;
+    app.drained(&sku, 1).await;
+
+    // Paused for less than the cluster's node timeout (2 s).
+    signal(replica, "-STOP");
+    let body = json!({"user_id": 1, "product_id": sku, "quantity": 1});
+    let first = app.post_order(&body, Some("k1")).await.status();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    signal(replica, "-CONT");
+    assert_eq!(first, StatusCode::SERVICE_UNAVAILABLE);
+    eventually(
+        "the stream settled",
+        std::time::Duration::from_secs(10),
+        || async { app.pending(&sku).await == 0 },
+    )
+    .await;
+    // Long enough for a worker to have persisted it, had it stood.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(
+        app.persisted(&sku).await.0,
+        1,
+        "persisted an order answered 503"
+    );
+    assert_eq!(app.stock(&sku).await, Some(9), "its unit back");
+}
+
 /// With WAIT on, a worker persists an entry only once the replica has it:
 /// while the sale's replica is paused, MySQL stays behind the stream.
 #[tokio::test]

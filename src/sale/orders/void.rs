@@ -25,7 +25,8 @@ pub(super) async fn place_and_wait(
     wait: ReplicaWait,
 ) -> Result<Vec<Result<PlaceReply, SaleError>>, SaleError> {
     let mut pooled = core.alone().await?;
-    let (replies, acked) = core
+    let keys = core.keys(product);
+    let placed = core
         .redis
         .bounded(place_orders_and_wait(
             &mut pooled,
@@ -34,9 +35,51 @@ pub(super) async fn place_and_wait(
             orders,
             wait,
         ))
-        .await?;
+        .await;
+    let (replies, acked) = match placed {
+        Ok(placed) => placed,
+        Err(e) if e.is_timeout() => {
+            // No answer in time: the script may have placed the orders,
+            // which the replicas may lack. Each is taken back on the same
+            // connection, after the call (a connection's commands run in
+            // order): one the script placed is voided (or found claimed by
+            // a worker after its WAIT: the replicas have it, and a retry
+            // with its key gets the 202), one it did not is unknown. So the
+            // 503 says what happened (seen under load: an order answered
+            // 503 persisted once the replica came back). All within one
+            // more Redis timeout past the WAIT's own (the WAIT holds the
+            // connection until then): what is not taken back by then
+            // stands, as when Redis does not answer a void.
+            let behind_the_call = async {
+                // A read in the sale's slot, queued behind the call: its
+                // answer comes once the WAIT is over (asked again while the
+                // client's own timeout cuts it short).
+                loop {
+                    let read: RedisResult<Option<i64>> = redis::cmd("GET")
+                        .arg(&keys.stock)
+                        .query_async(&mut *pooled)
+                        .await;
+                    match read {
+                        Ok(_) => return true,
+                        Err(e) if e.is_timeout() => continue,
+                        Err(_) => return false,
+                    }
+                }
+            };
+            let bound = wait.timeout + core.redis.timeout();
+            if tokio::time::timeout(bound, behind_the_call).await == Ok(true) {
+                let take_back = async {
+                    for order in orders {
+                        void(core, &mut pooled, &keys, product, order).await;
+                    }
+                };
+                let _ = tokio::time::timeout(core.redis.timeout(), take_back).await;
+            }
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let confirmed = confirmed(wait, acked);
-    let keys = core.keys(product);
     let mut answers = Vec::with_capacity(replies.len());
     for (reply, order) in replies.into_iter().zip(orders) {
         answers.push(match (&reply, &confirmed) {
