@@ -323,7 +323,11 @@ async fn in_a_browser_at_a_phones_width_a_turn_left_unused_runs_out() {
     let id = unique("room-");
     let mut body = product_body(&id, 5, 1);
     body["waiting_room"] =
-        json!({"ceiling_per_sec": 50, "admission_secs": 2, "join_early_secs": 600});
+        // 5 s: an admission runs from when the line reached the buyer, and a
+        // loaded machine's page may poll a second or two late (at 2 s it
+        // could miss its whole turn; it was robust only while a caught-up
+        // line moved the expiry on at every reading, issue 68).
+        json!({"ceiling_per_sec": 50, "admission_secs": 5, "join_early_secs": 600});
     let sku = app.sale_from(body).await;
 
     browser.set_window_size(360, 780).await;
