@@ -19,7 +19,7 @@ use crate::http::transport::conn::Connections;
 use crate::http::transport::limits::{Guards, sweep_buckets};
 use crate::http::{self, Wings};
 use crate::metrics::Metrics;
-use crate::sale::{SaleError, Sales};
+use crate::sale::{SaleError, Sales, fleet};
 use crate::store::{Db, StoreError};
 use crate::worker::{Workers, every};
 
@@ -207,6 +207,16 @@ impl App {
     ) -> std::io::Result<()> {
         let token = CancellationToken::new();
         start_dependencies(&self.sales, &self.db, &token);
+        let role = match self.workers {
+            Some(_) => fleet::Role::ApiAndWorkers,
+            None => fleet::Role::Api,
+        };
+        let roll = tokio::spawn(
+            self.sales
+                .fleet()
+                .clone()
+                .attend(fleet::Member::this_process(role), token.clone()),
+        );
         let workers = self.workers.map(|w| tokio::spawn(w.run(token.clone())));
         let metrics = self.wings.operators.metrics.clone();
         let recorder = Recorder {
@@ -215,7 +225,10 @@ impl App {
             room: Some(self.sales.room().clone()),
             source: Recorder::source_name(),
         };
-        let recorded = tokio::spawn(recorder.run(token.clone()));
+        // The recorder stops after the workers: the rows of their last
+        // batch are counted in the timeline's last second.
+        let recorder_stop = CancellationToken::new();
+        let recorded = tokio::spawn(recorder.run(recorder_stop.clone()));
         tokio::spawn(sweep_buckets(
             self.wings.buyers.guards.clone(),
             Duration::from_secs(10),
@@ -236,7 +249,10 @@ impl App {
             every::report_exit("stream workers", w, panics).await;
         }
         // The timeline's last seconds written (bounded by the books' timeout).
+        recorder_stop.cancel();
         every::report_exit("timeline recorder", recorded, panics).await;
+        // Off the fleet's roll (bounded by the Redis timeout).
+        every::report_exit("fleet roll", roll, panics).await;
         served
     }
 }
@@ -343,11 +359,19 @@ pub async fn run_workers(
         room: None,
         source: Recorder::source_name(),
     };
-    let recorded = tokio::spawn(recorder.run(token.clone()));
+    // Stopped after the workers, so that their last batch is counted.
+    let recorder_stop = CancellationToken::new();
+    let recorded = tokio::spawn(recorder.run(recorder_stop.clone()));
+    let roll = tokio::spawn(sales.fleet().clone().attend(
+        fleet::Member::this_process(fleet::Role::Worker),
+        token.clone(),
+    ));
     Workers::new(&sales, &db, cfg)
         .with_metrics(metrics.clone())
         .run(token)
         .await;
+    recorder_stop.cancel();
     every::report_exit("timeline recorder", recorded, &metrics.task_panics).await;
+    every::report_exit("fleet roll", roll, &metrics.task_panics).await;
     Ok(())
 }

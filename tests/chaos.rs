@@ -3,7 +3,8 @@
 //! It starts a private Redis (append-only file, fsync on every write) and a
 //! private MariaDB on free loopback ports, two API-only `flashsale serve`s and
 //! two `flashsale worker`s against them, opens three sales with less stock
-//! than demand and a per-user limit, and sends orders from concurrent buyers
+//! than demand and a per-user limit (one behind a waiting room: its buyers
+//! join, poll and order with their admission), and sends orders from concurrent buyers
 //! (each attempt with its own `Idempotency-Key`, retried under the same key
 //! after any ambiguous answer) while a seeded schedule of faults runs:
 //! kill -9 of APIs, workers (same or new consumer name), MariaDB and Redis,
@@ -39,7 +40,8 @@
 //! 4. no user is over the per-user limit (orders not cancelled);
 //! 5. `flashsale audit` finds the books balanced for every sale;
 //! 6. no process panicked, and no client nor the payment side saw a 5xx
-//!    other than 503 (nor any other answer a payment cannot have);
+//!    other than 503, nor a 503 without `Retry-After` (nor any other
+//!    answer a payment cannot have);
 //! 7. every order told 202 has exactly one payment in `tb_payment`, its own,
 //!    recorded with the result the payment side was answered: `paid` or
 //!    `paid_again` and the order `paid`, or `refund_due` and the order
@@ -105,10 +107,13 @@ const WORKERS: usize = 2;
 /// rest of the faults, API instances killed mid-move among them (see
 /// `faults`: the mid-move kill waits for a take; a kill at a random moment
 /// all but never lands in a move, which lasts about a millisecond).
-const SALES: [(&str, u64, u16); 3] = [
-    ("chaos-a", 700, 1),
-    ("chaos-b", 650, 1),
-    ("chaos-c", 300, 3),
+/// The second has a waiting room (a pace well above the crowd's: its
+/// buyers join, poll and order with their admission, across the faults or
+/// the swaps).
+const SALES: [(&str, u64, u16, bool); 3] = [
+    ("chaos-a", 700, 1, false),
+    ("chaos-b", 650, 1, true),
+    ("chaos-c", 300, 3, false),
 ];
 const LIMIT_PER_USER: u64 = 2;
 const USERS: u64 = 800;
@@ -140,6 +145,8 @@ const END_ROUNDS: u64 = 6;
 /// and a few back-offs), at most DELIVERY_LIMIT.
 const DELIVERY_STALL: Duration = Duration::from_secs(30);
 const DELIVERY_LIMIT: Duration = Duration::from_secs(240);
+/// The workers' `BATCH_SIZE` (world.rs).
+const WORKER_BATCH: u64 = 20;
 /// Problems shown in the failure message (all of them go to a file).
 const SHOWN_PROBLEMS: usize = 60;
 
@@ -210,15 +217,16 @@ async fn scenario(disruption: Disruption) {
 
     let sales: Vec<Sale> = SALES
         .iter()
-        .map(|&(id, stock, shards)| Sale {
+        .map(|&(id, stock, shards, room)| Sale {
             id: id.into(),
             stock,
             shards,
+            room,
         })
         .collect();
     for s in &sales {
         world
-            .open_sale(&s.id, s.stock, LIMIT_PER_USER, s.shards)
+            .open_sale(&s.id, s.stock, LIMIT_PER_USER, (s.shards, s.room))
             .await;
     }
     let shop = Shop::new(Apis::new(world.api_urls.clone()), sales.clone());
@@ -353,7 +361,7 @@ async fn scenario(disruption: Disruption) {
     problems.extend(audit_problems);
     let pay_book = std::mem::take(&mut *payer.book());
     problems.extend(pay_book.failures.iter().cloned());
-    if swaps.is_some() {
+    if let Some(swaps) = &swaps {
         // Two releases side by side, and neither finds anything wrong with
         // what the other wrote: an entry one cannot read is retried, and
         // may well end up in the books through the other (reclaimed, or its
@@ -363,6 +371,9 @@ async fn scenario(disruption: Disruption) {
                 problems.push(format!("{n} ERROR line(s) in {log} across the swaps"));
             }
         }
+        // The report, counted by both releases' processes, equals the books.
+        let short = swaps.previous_worker_stops * WORKER_BATCH;
+        problems.extend(checks::report_equals_books(&world, &sales, &told, short).await);
         for (log, n) in checks::unreadable_entries(&world) {
             if n > 0 {
                 problems.push(format!("{log}: {n} stream entries it could not read"));

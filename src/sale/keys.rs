@@ -91,6 +91,13 @@ pub fn registry(prefix: &str) -> String {
     format!("{prefix}:sales")
 }
 
+/// The fleet's roll: a hash, one field per `serve`/`worker` process, the
+/// process's name and release (JSON; see `sale::fleet`). Not a sale's: its
+/// own slot, written once per process every few seconds.
+pub fn fleet(prefix: &str) -> String {
+    format!("{prefix}:fleet")
+}
+
 /// The pub/sub channel on which an order rings a sleeping sale's bell
 /// (payload: the product id; see `sale::bells`). A channel, not a key: no
 /// cluster slot.

@@ -18,6 +18,7 @@
 //! | [`Ledger`] | what the audit reads; restoring what Redis lost; a reset before a rebuild | `ledger/` |
 //! | [`Streams`] | the workers' side of each sale's stream: read, claim, ack, reclaim, dead letters, sleep | `stream/` |
 //! | [`Shards`] | a sale's stock shards: how many, what each holds, moving units between them | `shards.rs` |
+//! | [`Fleet`] | the roll of the deployment's processes and their releases, for the dashboard | `fleet.rs` |
 //! | [`Bells`] | what wakes a quiet sale's sleeping drains: its first order's `PUBLISH` | `stream/bells.rs` |
 //!
 //! Underneath: the connection ([`conn`], [`wait`] for `WAIT`), the one
@@ -28,6 +29,7 @@ pub mod conn;
 mod core;
 pub mod durability;
 mod error;
+pub mod fleet;
 pub mod keys;
 mod ledger;
 mod lifecycle;
@@ -46,6 +48,7 @@ use std::sync::Arc;
 pub use conn::{Conn, Pool, Redis};
 pub use core::{Counter, Counts};
 pub use error::SaleError;
+pub use fleet::Fleet;
 pub use keys::SaleKeys;
 pub use ledger::restore::{Booked, BookedState, Repairs, Restore, Restored};
 pub use ledger::{DeadLetter, Ledger, SaleSnapshot};
@@ -81,6 +84,7 @@ pub struct Sales {
     streams: Streams,
     bells: Bells,
     shards: Shards,
+    fleet: Fleet,
     core: Arc<core::Core>,
 }
 
@@ -126,6 +130,7 @@ impl Sales {
             ledger: Ledger::new(core.clone()),
             streams: Streams::new(core.clone()),
             shards: Shards::new(core.clone()),
+            fleet: Fleet::new(core.clone()),
             room,
             core,
         }
@@ -161,6 +166,10 @@ impl Sales {
 
     pub fn streams(&self) -> &Streams {
         &self.streams
+    }
+
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
     }
 
     pub fn bells(&self) -> &Bells {

@@ -559,3 +559,86 @@ fn lines_per_log(world: &World, wanted: impl Fn(&str) -> bool) -> Vec<(String, u
         })
         .collect()
 }
+
+/// How long the report may take to count what the processes did: each
+/// writes its timeline a second after each second (later on a loaded machine).
+const REPORT_LIMIT: Duration = Duration::from_secs(30);
+
+/// The sale's report, as the operators read it (`GET
+/// /api/admin/products/{id}/report`), equals the books: orders accepted
+/// (the timeline every process of either release wrote) and persisted,
+/// orders and units sold (`tb_order`), and the books balanced. Only where
+/// no process was killed: a kill -9 loses its last second of counts, by
+/// design. `persisted` may fall short by at most `short` (what clean stops
+/// of a release that lost its workers' last batch may have left out).
+pub async fn report_equals_books(
+    world: &World,
+    sales: &[Sale],
+    told: &BTreeMap<String, usize>,
+    short: u64,
+) -> Vec<String> {
+    let db = mysql(world).await;
+    let mut problems = Vec::new();
+    for sale in sales {
+        let (orders, units_paid): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(IF(status = 'paid', quantity, 0)), 0) AS SIGNED) \
+             FROM tb_order WHERE product_id = ?",
+        )
+        .bind(&sale.id)
+        .fetch_one(&db)
+        .await
+        .expect("count the books");
+        let told = told.get(&sale.id).copied().unwrap_or(0) as i64;
+        let expected = serde_json::json!({
+            "accepted": told,
+            "orders": orders,
+            "persisted": orders,
+            "units_sold": units_paid,
+            "books_ok": true,
+        });
+        let deadline = Instant::now() + REPORT_LIMIT;
+        loop {
+            let url = format!(
+                "{}/api/admin/products/{}/report",
+                world.api_urls[0], sale.id
+            );
+            let got = match world.admin_get(&url).await {
+                Ok(report) => {
+                    let s = &report["summary"];
+                    serde_json::json!({
+                        "accepted": s["accepted"],
+                        "orders": s["orders"],
+                        "persisted": s["persisted"],
+                        "units_sold": s["units_sold"],
+                        "books_ok": s["books_ok"],
+                    })
+                }
+                Err(e) => serde_json::json!({ "error": e }),
+            };
+            let persisted = got["persisted"].as_i64().unwrap_or(-1);
+            let close_enough = {
+                let mut g = got.clone();
+                g["persisted"] = expected["persisted"].clone();
+                g == expected && persisted <= orders && persisted + short as i64 >= orders
+            };
+            if got == expected || (close_enough && Instant::now() >= deadline) {
+                if got != expected {
+                    println!(
+                        "{}: the report's persisted {persisted} of {orders} rows (N−1's stops)",
+                        sale.id
+                    );
+                }
+                break;
+            }
+            if Instant::now() >= deadline {
+                problems.push(format!(
+                    "{}: the report says {got}, the books and the clients {expected}",
+                    sale.id
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    problems
+}

@@ -56,6 +56,17 @@ impl Apis {
         }
     }
 
+    /// `api` while it is in service, else one that is: where a client's
+    /// next request goes after a wait (the balancer's rotation now).
+    pub fn still<'a>(&'a self, api: &'a str) -> &'a str {
+        let serving = self.in_service();
+        if serving.contains(&api) {
+            api
+        } else {
+            serving[0]
+        }
+    }
+
     /// One API in service, at random.
     pub fn pick(&self, rng: &mut Rng) -> &str {
         let serving = self.in_service();
@@ -76,6 +87,9 @@ pub struct Sale {
     pub stock: u64,
     /// Its stock shards (1: one slot, as most sales).
     pub shards: u16,
+    /// With a waiting room: a buyer joins, polls until admitted, and orders
+    /// with the admission (`Admission-Token`).
+    pub room: bool,
 }
 
 /// One order attempt: a key and the request it stands for.
@@ -233,7 +247,14 @@ pub struct Shop {
     pub apis: Apis,
     sales: Arc<Vec<Sale>>,
     pub ledger: Arc<Ledger>,
+    /// The admissions the buyers hold, by (user, sale).
+    admissions: Arc<Mutex<HashMap<(u64, usize), String>>>,
 }
+
+/// How long a buyer polls its place in a waiting room before the attempt
+/// counts as unanswered (retried).
+const ADMISSION_LIMIT: Duration = Duration::from_secs(10);
+const POLL_EVERY: Duration = Duration::from_millis(250);
 
 impl Shop {
     pub fn new(apis: Apis, sales: Vec<Sale>) -> Self {
@@ -248,6 +269,7 @@ impl Shop {
             apis,
             sales: Arc::new(sales),
             ledger: Arc::default(),
+            admissions: Arc::default(),
         }
     }
 
@@ -290,6 +312,14 @@ impl Shop {
     /// each definitive answer is recorded.
     async fn try_twice(&self, order: &Order) -> Answer {
         let (first, last) = self.apis.two();
+        // Behind a waiting room the buyer is admitted first, once: the
+        // two sends carry the same admission.
+        if self.sales[order.sale].room
+            && let Err(answer) = self.admission(first, order).await
+        {
+            self.ledger.settle(order, &answer);
+            return answer;
+        }
         let (a, b) = tokio::join!(self.try_once(first, order), self.try_once(last, order));
         for answer in [&a, &b] {
             self.ledger.settle(order, answer);
@@ -331,18 +361,149 @@ impl Shop {
         self.sales.len()
     }
 
+    /// The buyer's admission to the sale's waiting room: held from before,
+    /// or joined (the same ticket on every join) and polled on `api` until
+    /// admitted. Err: the answer the attempt gets instead (the room says
+    /// the sale is sold out, or no answer yet: retried).
+    async fn admission(&self, api: &str, order: &Order) -> Result<String, Answer> {
+        let held = self
+            .lock_admissions()
+            .get(&(order.user, order.sale))
+            .cloned();
+        if let Some(admission) = held {
+            return Ok(admission);
+        }
+        let sale = &self.sales[order.sale].id;
+        let joined = self
+            .room_call(
+                self.http
+                    .post(format!("{}/api/sales/{sale}/queue", self.apis.still(api)))
+                    .json(&json!({"user_id": order.user})),
+                order,
+                "join",
+            )
+            .await?;
+        let Some(ticket) = joined["ticket"].as_str() else {
+            self.ledger
+                .failure(format!("{api}: a join without a ticket: {joined}"));
+            return Err(Answer::Ambiguous);
+        };
+        let deadline = Instant::now() + ADMISSION_LIMIT;
+        while Instant::now() < deadline {
+            let standing = self
+                .room_call(
+                    self.http.get(format!(
+                        "{}/api/sales/{sale}/queue/{ticket}",
+                        self.apis.still(api)
+                    )),
+                    order,
+                    "poll",
+                )
+                .await?;
+            match standing["status"].as_str() {
+                Some("admitted") => {
+                    let Some(admission) = standing["admission"].as_str() else {
+                        self.ledger
+                            .failure(format!("{api}: admitted without an admission: {standing}"));
+                        return Err(Answer::Ambiguous);
+                    };
+                    self.lock_admissions()
+                        .insert((order.user, order.sale), admission.to_owned());
+                    return Ok(admission.to_owned());
+                }
+                Some("waiting") => tokio::time::sleep(POLL_EVERY).await,
+                Some("sold_out") => {
+                    self.ledger.status("room sold_out".into());
+                    return Err(Answer::Refused("sold_out".into()));
+                }
+                _ => {
+                    // `expired` or `ended`: neither can happen in this run
+                    // (admissions last longer than it, the sale too).
+                    self.ledger
+                        .failure(format!("{api}: a buyer's place in the room: {standing}"));
+                    return Err(Answer::Ambiguous);
+                }
+            }
+        }
+        self.ledger.status("room not admitted in time".into());
+        Err(Answer::Ambiguous)
+    }
+
+    fn lock_admissions(&self) -> MutexGuard<'_, HashMap<(u64, usize), String>> {
+        self.admissions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A join or a poll of the room, as the buyer: its JSON on a 200; a
+    /// `sold_out` refusal as the order's; anything else unanswered (a 503
+    /// with its `Retry-After`; other answers are wrong).
+    async fn room_call(
+        &self,
+        req: reqwest::RequestBuilder,
+        order: &Order,
+        what: &str,
+    ) -> Result<Value, Answer> {
+        let resp = match req.bearer_auth(buyer_token(order.user)).send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.ledger.status(transport_label(&e));
+                return Err(Answer::Ambiguous);
+            }
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().contains_key("retry-after");
+        let Ok(body) = resp.json::<Value>().await else {
+            self.ledger
+                .status(format!("room {what} {status} (body lost)"));
+            return Err(Answer::Ambiguous);
+        };
+        let code = body["error"].as_str().unwrap_or_default();
+        match status {
+            200 => Ok(body),
+            409 if code == "sold_out" => {
+                self.ledger.status(format!("room {what} 409 sold_out"));
+                Err(Answer::Refused("sold_out".into()))
+            }
+            503 => {
+                self.ledger.status(format!("room {what} 503 {code}"));
+                if !retry_after {
+                    self.ledger
+                        .failure(format!("room {what}: 503 {code} without Retry-After"));
+                }
+                Err(Answer::Ambiguous)
+            }
+            _ => {
+                self.ledger.status(format!("room {what} {status} {code}"));
+                self.ledger.failure(format!(
+                    "room {what} answered {status} {body} for {order:?}"
+                ));
+                Err(Answer::Ambiguous)
+            }
+        }
+    }
+
     /// One request to one API, as its buyer, classified.
     async fn try_once(&self, api: &str, order: &Order) -> Answer {
         let sale = &self.sales[order.sale].id;
+        let admission = match self.sales[order.sale].room {
+            true => match self.admission(api, order).await {
+                Ok(admission) => Some(admission),
+                Err(answer) => return answer,
+            },
+            false => None,
+        };
+        // (Polling for an admission takes a while: the order goes where
+        // the balancer sends it now.)
+        let api = self.apis.still(api);
         let body = json!({"user_id": order.user, "product_id": sale, "quantity": order.qty});
-        let sent = self
+        let mut req = self
             .http
             .post(format!("{api}/api/orders"))
             .bearer_auth(buyer_token(order.user))
-            .header("Idempotency-Key", &order.key)
-            .json(&body)
-            .send()
-            .await;
+            .header("Idempotency-Key", &order.key);
+        if let Some(admission) = &admission {
+            req = req.header("Admission-Token", admission);
+        }
+        let sent = req.json(&body).send().await;
         let resp = match sent {
             Ok(resp) => resp,
             Err(e) => {
@@ -352,6 +513,7 @@ impl Shop {
         };
         let status = resp.status().as_u16();
         let replayed = resp.headers().contains_key("idempotent-replayed");
+        let retry_after = resp.headers().contains_key("retry-after");
         let Ok(body) = resp.json::<Value>().await else {
             self.ledger.status(format!("{status} (body lost)"));
             return Answer::Ambiguous;
@@ -369,6 +531,12 @@ impl Shop {
             }
             503 => {
                 self.ledger.status(format!("503 {code}"));
+                // A 503 says when to come back: a client of a swap or of a
+                // fault is never left to guess.
+                if !retry_after {
+                    self.ledger
+                        .failure(format!("{api} answered 503 {code} without Retry-After"));
+                }
                 Answer::Ambiguous
             }
             _ => {

@@ -270,6 +270,7 @@ impl Payer {
             }
         };
         let status = resp.status().as_u16();
+        let retry_after = resp.headers().contains_key("retry-after");
         let Ok(answer) = resp.json::<Value>().await else {
             self.status(format!("{status} (body lost)"));
             return Sent::Again;
@@ -283,6 +284,11 @@ impl Payer {
             }
             503 => {
                 self.status(format!("503 {code}"));
+                if !retry_after {
+                    self.failure(format!(
+                        "{api} answered 503 {code} without Retry-After to the payment of {order_id}"
+                    ));
+                }
                 Sent::Again
             }
             _ => {

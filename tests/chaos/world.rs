@@ -158,10 +158,34 @@ impl World {
         logs
     }
 
-    /// Creates and opens a sale through the admin API.
-    pub async fn open_sale(&self, product_id: &str, stock: u64, limit_per_user: u64, shards: u16) {
+    /// An admin API's JSON answer to a GET, or why there is none.
+    pub async fn admin_get(&self, url: &str) -> Result<serde_json::Value, String> {
+        let resp = self
+            .http
+            .get(url)
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{status}: {body}"));
+        }
+        serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))
+    }
+
+    /// Creates and opens a sale through the admin API. With `room`, a waiting room whose pace outruns the crowd (500
+    /// buyers a second) and whose admissions outlast the run.
+    pub async fn open_sale(
+        &self,
+        product_id: &str,
+        stock: u64,
+        limit_per_user: u64,
+        (shards, room): (u16, bool),
+    ) {
         let now = flashsale::domain::now_ms();
-        let body = json!({
+        let mut body = json!({
             "product_id": product_id,
             "title": "Chaos phone",
             "price": PRICE,
@@ -171,6 +195,9 @@ impl World {
             "limit_per_user": limit_per_user,
             "stock_shards": shards,
         });
+        if room {
+            body["waiting_room"] = json!({"ceiling_per_sec": 500, "admission_secs": 1800});
+        }
         let base = &self.api_urls[0];
         let created = self
             .http

@@ -348,6 +348,17 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
     )
     .await;
 
+    // The fleet: this process (API and workers), with its release.
+    eventually("the fleet shown", Duration::from_secs(10), || async {
+        let row = browser.text("#fleet tbody tr").await.unwrap_or_default();
+        let releases = browser.text("#fleet-releases").await.unwrap_or_default();
+        row.contains(flashsale::domain::release::VERSION)
+            && row.contains(flashsale::domain::release::COMMIT)
+            && row.contains("API + workers")
+            && releases.starts_with("One release running")
+    })
+    .await;
+
     // The admin log on the page: this sign-in, from this address.
     eventually("the admin log shown", Duration::from_secs(10), || async {
         browser

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use flashsale::domain::release;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{eventually, eventually_some, spawn_app};
 
 /// `/metrics` names the release the process runs, as `--version` does:
 /// mid-upgrade, which processes run which release.
@@ -50,4 +50,130 @@ async fn a_migration_of_a_later_release_does_not_stop_this_one() {
     tokio::time::timeout(Duration::from_secs(20), beside.db.wait_ready())
         .await
         .expect("ready beside a later release's migration");
+}
+
+/// Mid-upgrade, the dashboard lists every `serve` and `worker` process of
+/// the deployment with the release it runs: the fleet's roll in Redis,
+/// which each process writes every few seconds and leaves when it stops.
+/// A process that stopped beating shows as gone; one long gone, or a field
+/// that is not a process of ours, leaves the roll; a later release's
+/// member with fields this one does not know is listed all the same.
+#[tokio::test]
+async fn the_dashboard_lists_every_process_and_its_release() {
+    let app = spawn_app().await;
+    let beside = app.serve_beside(|_| {}).await;
+    let cookie = crate::dashboard::session_cookie(&app).await;
+    let roll = flashsale::sale::keys::fleet(&app.prefix);
+
+    // Both processes (this test's), with this build's release, none gone.
+    let listed = |snapshot: &serde_json::Value| -> Vec<(String, String)> {
+        snapshot["fleet"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter(|m| m["gone"] == false && m["pid"] == std::process::id())
+                    .map(|m| {
+                        assert_eq!(m["version"], release::VERSION, "{m}");
+                        assert_eq!(m["commit"], release::COMMIT, "{m}");
+                        (
+                            m["role"].as_str().unwrap_or("?").to_owned(),
+                            m["name"].as_str().unwrap_or("?").to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut roles: Vec<String> =
+        eventually_some("both on the roll", Duration::from_secs(10), || async {
+            let roles: Vec<String> = listed(&crate::dashboard::data(&app, &cookie).await)
+                .into_iter()
+                .map(|(role, _)| role)
+                .collect();
+            (roles.len() == 2).then_some(roles)
+        })
+        .await;
+    roles.sort();
+    assert_eq!(roles, ["api", "api_and_workers"]);
+
+    // A later release beside them, with a field this one does not know; a
+    // process killed 20 s ago; one gone 11 minutes ago; and a stray field.
+    let now = flashsale::domain::now_ms();
+    let member = |name: &str, seen_ms: i64| {
+        serde_json::json!({
+            "name": name, "role": "worker", "version": "0.3.0", "commit": "0123456789ab",
+            "host": "elsewhere", "pid": 7, "started_ms": now - 3_600_000, "seen_ms": seen_ms,
+            "zone": "eu-west-1a",
+        })
+        .to_string()
+    };
+    let mut r = app.redis.clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&roll)
+        .arg("later")
+        .arg(member("later", now))
+        .arg("killed")
+        .arg(member("killed", now - 20_000))
+        .arg("forgotten")
+        .arg(member("forgotten", now - 11 * 60_000))
+        .arg("stray")
+        .arg("not json")
+        .query_async(&mut r)
+        .await
+        .expect("HSET");
+    let snapshot = eventually_some(
+        "the later release listed",
+        Duration::from_secs(5),
+        || async {
+            let s = crate::dashboard::data(&app, &cookie).await;
+            s["fleet"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|m| m["name"] == "later"))
+                .then_some(s)
+        },
+    )
+    .await;
+    let by_name = |name: &str| {
+        snapshot["fleet"]
+            .as_array()
+            .and_then(|f| f.iter().find(|m| m["name"] == name).cloned())
+    };
+    let later = by_name("later").expect("listed");
+    assert_eq!(
+        (later["version"].as_str(), later["gone"].as_bool()),
+        (Some("0.3.0"), Some(false))
+    );
+    assert_eq!(by_name("killed").expect("listed")["gone"], true);
+    assert!(by_name("forgotten").is_none() && by_name("stray").is_none());
+    let kept: Vec<String> = redis::cmd("HKEYS")
+        .arg(&roll)
+        .query_async(&mut r)
+        .await
+        .expect("HKEYS");
+    assert!(
+        !kept.iter().any(|k| k == "forgotten" || k == "stray"),
+        "the long gone and the stray stay on the roll: {kept:?}"
+    );
+
+    // A process that stops cleanly leaves the roll.
+    let beside_name = listed(&crate::dashboard::data(&app, &cookie).await)
+        .into_iter()
+        .find(|(role, _)| role == "api")
+        .map(|(_, name)| name)
+        .expect("the API beside is listed");
+    drop(beside);
+    eventually(
+        "the stopped one off the roll",
+        Duration::from_secs(10),
+        || async {
+            let on: bool = redis::cmd("HEXISTS")
+                .arg(&roll)
+                .arg(&beside_name)
+                .query_async(&mut app.redis.clone())
+                .await
+                .expect("HEXISTS");
+            !on
+        },
+    )
+    .await;
 }

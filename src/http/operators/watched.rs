@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sale::{Counts, Lifecycle, Room, Sales, Watch};
+use crate::sale::{Counts, Fleet, Lifecycle, Room, Sales, Watch};
 use crate::store::{Db, OutageCounts, SeenTopology, Topology};
 
 /// The handles the operator's views read.
@@ -15,6 +15,7 @@ pub struct Watched {
     lifecycle: Lifecycle,
     watch: Watch,
     room: Room,
+    fleet: Fleet,
     /// The books' database's retries after contention.
     db_retries: Arc<AtomicU64>,
     /// The books' database's calls refused for an outage.
@@ -33,6 +34,7 @@ impl Watched {
             lifecycle: sales.lifecycle().clone(),
             watch: sales.watch().clone(),
             room: sales.room().clone(),
+            fleet: sales.fleet().clone(),
         }
     }
 }
@@ -53,6 +55,11 @@ impl Watched {
 
     pub fn room(&self) -> &Room {
         &self.room
+    }
+
+    /// The roll of the deployment's processes.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
     }
 
     /// MySQL calls and transactions this process tried again after contention.

@@ -18,6 +18,7 @@ use crate::domain::{ProductId, now_ms};
 use crate::http::operators::watched::Watched;
 use crate::metrics::{self, Metrics};
 use crate::sale::StreamView;
+use crate::sale::fleet::{self, Member};
 use crate::sale::room::RoomFigures;
 
 /// How often the numbers are read (the page polls at this pace).
@@ -85,6 +86,20 @@ pub struct Snapshot {
     pub sales: Vec<SaleView>,
     /// Open sales beyond [`MAX_SALES_SHOWN`].
     pub sales_not_shown: usize,
+    /// Every `serve` and `worker` process on the fleet's roll, newest beat
+    /// first, with its release (empty when Redis could not be read).
+    pub fleet: Vec<FleetView>,
+}
+
+/// One process of the deployment, as it last wrote itself on the roll
+/// (processes of releases before 0.2.0 do not write themselves there).
+#[derive(Debug, Serialize)]
+pub struct FleetView {
+    #[serde(flatten)]
+    pub member: Member,
+    /// Not heard from for [`fleet::GONE_AFTER`] (killed, frozen, or cut
+    /// off from Redis); a process that stops cleanly leaves the roll.
+    pub gone: bool,
 }
 
 /// This process's counters: the answers it gave, the rows its workers wrote.
@@ -260,6 +275,20 @@ impl Board {
             }
             sales.push(sale);
         }
+        let members = match &redis_error {
+            Some(_) => Ok(Vec::new()),
+            None => self.sales.fleet().members().await,
+        };
+        let fleet = match members {
+            Ok(members) => members
+                .into_iter()
+                .map(|member| FleetView {
+                    gone: at_ms - member.seen_ms > fleet::GONE_AFTER.as_millis() as i64,
+                    member,
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
         Snapshot {
             at_ms,
             tick_ms: self.tick.as_millis() as u64,
@@ -267,6 +296,7 @@ impl Board {
             instance,
             sales,
             sales_not_shown,
+            fleet,
         }
     }
 

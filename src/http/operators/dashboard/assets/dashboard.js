@@ -66,6 +66,43 @@ function renderInstance(inst) {
   events.classList.toggle("bad", !!e && e.dead_letters > 0);
 }
 
+const roles = { api: "API", api_and_workers: "API + workers", worker: "workers" };
+// The deployment's processes, and which releases run (the gone ones aside).
+function renderFleet(fleet, now) {
+  const body = document.querySelector("#fleet tbody");
+  const rows = fleet.map((m) => {
+    const tr = document.createElement("tr");
+    tr.dataset.process = m.name;
+    tr.classList.toggle("bad", m.gone);
+    const cells = [
+      `${m.host} · pid ${m.pid}`,
+      roles[m.role] || m.role,
+      m.version,
+      m.commit,
+      duration(Math.max(0, now - m.started_ms)),
+      m.gone ? `gone (${duration(Math.max(0, now - m.seen_ms))} ago)` : `${duration(Math.max(0, now - m.seen_ms))} ago`,
+    ];
+    for (const [i, value] of cells.entries()) {
+      const td = document.createElement("td");
+      td.dataset.field = ["process", "role", "version", "commit", "up", "seen"][i];
+      td.textContent = value;
+      tr.appendChild(td);
+    }
+    return tr;
+  });
+  body.replaceChildren(...rows);
+  const releases = new Map();
+  for (const m of fleet.filter((m) => !m.gone)) {
+    const release = `${m.version} (${m.commit})`;
+    releases.set(release, (releases.get(release) || 0) + 1);
+  }
+  const summary = [...releases].map(([r, n]) => `${r} × ${n}`).join(", ");
+  const el = document.getElementById("fleet-releases");
+  text(el, releases.size === 0 ? "No process heard from."
+    : `${releases.size === 1 ? "One release" : `${releases.size} releases`} running: ${summary}.`);
+  el.classList.toggle("bad", releases.size > 1);
+}
+
 // The stock over the history kept (up to 5 minutes), on at least a minute.
 function chart(svg, caption, history, initial, now) {
   const oldest = history.length ? history[0][0] : now;
@@ -462,6 +499,7 @@ async function poll() {
     const snapshot = await response.json();
     next = snapshot.tick_ms || next;
     renderInstance(snapshot.instance);
+    renderFleet(snapshot.fleet || [], snapshot.at_ms);
     renderSales(snapshot);
     ticks += 1;
     document.body.dataset.ticks = String(ticks);
