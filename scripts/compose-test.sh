@@ -19,6 +19,12 @@
 #   8. the monitoring profile's Prometheus: the alert rules loaded, the API
 #      (with the admin token) and the three workers scraped, a rule's query
 #      answered with data
+#  8b. the upgrade runbook (docs/operations.md "Upgrading", compose), as
+#      written, under a burst of orders on a new sale: the fleet rolled back
+#      to the previous release's image (scripts/previous-release.sh's binary)
+#      one process at a time, then forward to this one; every 202 of the
+#      burst in the database once, the books balanced, every container on
+#      the image it should run
 #   9. compose down -v leaves no container, volume or network of the project
 #
 # Everything the test starts is stopped on exit, whatever happens; requests
@@ -266,6 +272,75 @@ wait_until 30 "the books rule's query ($BOOKS_EXPR) with data" has_data "$BOOKS_
 wait_until 30 "the upcoming sale's stock from the API (the token's view)" \
   has_data "flashsale_sale_stock{job=\"flashsale-api\",product_id=\"$SKU-later\"}"
 step "Prometheus: $RULES rules, API and 3 workers up, '$BOOKS_EXPR' answered, the upcoming sale seen through the token"
+
+# 8b. The upgrade runbook, as docs/operations.md writes it for compose: the
+# new release's image built (`compose build`: flashsale's tag moves), then
+# each worker replaced by one of the new image (a replica added, then the
+# old one stopped with SIGTERM and removed), then the API recreated on it
+# (`up -d --no-deps flashsale`: SIGTERM, drained, the new one started).
+# Here back to the previous release and forward again, under a burst.
+running_workers() {
+  podman ps -q --filter "label=com.docker.compose.project=$PROJECT" \
+    --filter "label=com.docker.compose.service=worker"
+}
+roll_to() { # image id
+  local want=$1 c n
+  for c in $(running_workers); do
+    [ "$(podman inspect "$c" --format '{{.Image}}')" = "$want" ] && continue
+    n=$(running_workers | wc -l)
+    dc up -d --no-deps --no-recreate --scale worker=$((n + 1)) worker 2>/dev/null
+    podman stop -t 30 "$c" >/dev/null && podman rm "$c" >/dev/null   # docker stop / docker rm
+  done
+  dc up -d --no-deps flashsale 2>/dev/null
+  wait_until 60 "the API ready on the new image" ready
+  for c in $(running_workers) $(podman ps -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.service=flashsale"); do
+    [ "$(podman inspect "$c" --format '{{.Image}}')" = "$want" ] \
+      || fail "$(podman inspect "$c" --format '{{.Name}}') runs $(podman inspect "$c" --format '{{.Image}}'), not $want"
+  done
+  [ "$(running_workers | wc -l)" = 3 ] || fail "$(running_workers | wc -l) workers after the roll, not 3"
+}
+step "the upgrade runbook: the previous release's image"
+PREV_BIN=$(scripts/previous-release.sh)
+install -D -m 755 "$PREV_BIN" target/prebuilt/flashsale-previous
+strip target/prebuilt/flashsale-previous
+N_IMAGE=$(podman image inspect "$IMAGE" --format '{{.Id}}')
+FS_PREBUILT=target/prebuilt/flashsale-previous dc build -q flashsale
+P_IMAGE=$(podman image inspect "$IMAGE" --format '{{.Id}}')
+[ "$P_IMAGE" != "$N_IMAGE" ] || fail "the previous release's image is this one's"
+UP_SKU=$SKU-up
+UP_ORDERS=${UP_ORDERS:-3000}
+UP_RATE=${UP_RATE:-60}
+UP_OUT=$STATE/upgrade-orders.jsonl
+client admin "$FLASHSALE_PORT" POST /api/admin/products \
+  "{\"product_id\":\"$UP_SKU\",\"title\":\"Upgrade\",\"price\":\"10.00\",\"available_qty\":$((UP_ORDERS * 3 / 4)),\"start_time\":$((NOW - 1000)),\"end_time\":$((NOW + 3600000)),\"limit_per_user\":1}" >/dev/null
+client admin "$FLASHSALE_PORT" POST "/api/admin/products/$UP_SKU/open" >/dev/null
+step "burst 3 on $UP_SKU: $UP_ORDERS users at ${UP_RATE}/s; the fleet rolled back to the previous release, then forward"
+client burst "$FLASHSALE_PORT" "$UP_SKU" 1 "$UP_ORDERS" "$UP_RATE" "$UP_OUT" &
+BURST=$!
+sleep 3
+R0=$(date +%s)
+roll_to "$P_IMAGE"
+step "rolled back in $(($(date +%s) - R0))s: every container on the previous release's image"
+dc build -q flashsale
+[ "$(podman image inspect "$IMAGE" --format '{{.Id}}')" = "$N_IMAGE" ] || fail "this release's image rebuilt differently"
+R0=$(date +%s)
+roll_to "$N_IMAGE"
+step "forward in $(($(date +%s) - R0))s: every container on this release's image"
+wait $BURST
+BURST=
+ORDERS_OUT=$UP_OUT SKU=$UP_SKU
+ACCEPTED=$(accepted_ids | wc -l)
+wait_until 60 "every accepted order of the burst in the database" all_persisted
+ROWS=$(db_ids | wc -l)
+DISTINCT=$(db_ids | uniq | wc -l)
+EXTRA=$(comm -13 <(accepted_ids) <(db_ids) | wc -l)
+UNANSWERED=$(unanswered_keys)
+step "burst 3: accepted $ACCEPTED, rows $ROWS ($DISTINCT distinct), rows not answered 202: $EXTRA (orders with no answer, the API's swaps: $UNANSWERED)"
+[ "$ROWS" = "$DISTINCT" ] || fail "an order persisted twice across the upgrade"
+[ "$EXTRA" -le "$UNANSWERED" ] || fail "rows for orders never sent"
+[ "$ACCEPTED" -gt $((UP_ORDERS / 2)) ] || fail "fewer than half the burst's orders accepted"
+wait_until 30 "the sale's audit balanced after the upgrade" audit_ok
+step "the books balance after the upgrade (admin audit ok)"
 
 # 9. Down, and nothing left.
 step "compose down -v"

@@ -62,6 +62,12 @@ impl OrderLife {
         tokio::join!(self.accepted.ping(), self.orders.ping())
     }
 
+    /// Whether the books were reached and migrated once since this process
+    /// started (however they answer now).
+    pub fn books_migrated(&self) -> bool {
+        self.orders.is_ready()
+    }
+
     /// An order, wherever it is: Redis first, then MySQL (a worker persists
     /// an order before it may forget it in Redis, so an accepted order is
     /// always in one of the two). While MySQL is unavailable, an order Redis

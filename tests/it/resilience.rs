@@ -151,6 +151,90 @@ async fn serve_starts_while_mysql_is_down_and_gets_ready_when_it_returns() {
     app.drained(&sku, 3).await;
 }
 
+/// `/readyz?for=orders` (the readiness the Kubernetes manifests route on):
+/// not ready until the books were reached once (a process with a wrong
+/// `DATABASE_URL` never takes traffic), then ready through an outage of the
+/// books, which the plain `/readyz` reports, since the order path needs
+/// only Redis; an unknown scope is a 400 with the usual body.
+#[tokio::test]
+async fn ready_for_orders_once_the_books_were_reached_and_through_their_outage() {
+    let app = spawn_app_with(|s| s.workers = None).await;
+    let sku = app.new_sale(10, 1).await;
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    proxy.set_on(false);
+    let Beside { base, .. } = &serve_beside(&app, &proxy).await;
+    let status = |path: &'static str| {
+        let req = app.client.get(format!("{base}{path}")).send();
+        async move { req.await.map(|r| r.status()).ok() }
+    };
+    // Never reached: not ready, either way.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        status("/readyz?for=orders").await,
+        Some(StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(
+        status("/readyz").await,
+        Some(StatusCode::SERVICE_UNAVAILABLE)
+    );
+    let bad = app
+        .client
+        .get(format!("{base}/readyz?for=everything"))
+        .send()
+        .await
+        .unwrap();
+    assert_refused(bad, StatusCode::BAD_REQUEST, "invalid_request").await;
+
+    proxy.set_on(true);
+    eventually(
+        "ready once the books answer",
+        Duration::from_secs(20),
+        || async {
+            status("/readyz").await == Some(StatusCode::OK)
+                && status("/readyz?for=orders").await == Some(StatusCode::OK)
+        },
+    )
+    .await;
+
+    // The books go away: unready for everything, still ready for orders,
+    // and orders are taken.
+    proxy.set_on(false);
+    eventually(
+        "/readyz reports the outage",
+        Duration::from_secs(10),
+        || async { status("/readyz").await == Some(StatusCode::SERVICE_UNAVAILABLE) },
+    )
+    .await;
+    let ready = app
+        .client
+        .get(format!("{base}/readyz?for=orders"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), StatusCode::OK);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(
+        (&body["for"], &body["redis"]),
+        (&json!("orders"), &json!("ok"))
+    );
+    assert!(
+        body["mysql"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("unavailable")),
+        "{body}"
+    );
+    let resp = app
+        .client
+        .post(format!("{base}/api/orders"))
+        .json(&json!({"user_id": 1, "product_id": sku, "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    proxy.set_on(true);
+    app.drained(&sku, 1).await;
+}
+
 /// A frozen MySQL (accepts, never answers) holds nothing up at start.
 #[tokio::test]
 async fn serve_starts_while_mysql_is_frozen() {
