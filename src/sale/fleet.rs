@@ -163,11 +163,13 @@ impl Fleet {
     }
 
     /// Keeps `member` on the roll until `stop`, then takes it off. A beat
-    /// that fails is logged and the next one retries it.
+    /// that fails is retried at the next one, and logged at debug only: a
+    /// Redis that does not answer is reported where it matters (orders,
+    /// readiness), and the dashboard shows the process as gone.
     pub async fn attend(self, member: Member, stop: CancellationToken) {
         loop {
             if let Err(e) = self.beat(&member).await {
-                tracing::warn!(error = %Chain(&e), "could not write this process on the fleet's roll; the next beat retries");
+                tracing::debug!(error = %Chain(&e), "could not write this process on the fleet's roll; the next beat retries");
             }
             tokio::select! {
                 _ = stop.cancelled() => break,

@@ -68,18 +68,22 @@ pub(super) async fn place_and_wait(
             };
             let bound = wait.timeout + core.redis.timeout();
             if tokio::time::timeout(bound, behind_the_call).await == Ok(true) {
+                let until = tokio::time::Instant::now() + bound;
                 let take_back = async {
                     for order in orders {
-                        void(core, &mut pooled, &keys, product, order).await;
+                        void(core, &mut pooled, &keys, (product, order), until).await;
                     }
                 };
-                let _ = tokio::time::timeout(core.redis.timeout(), take_back).await;
+                // (A void cut short by the client's timeout is asked again,
+                // within the same bound: see `void`.)
+                let _ = tokio::time::timeout(bound, take_back).await;
             }
             return Err(e);
         }
         Err(e) => return Err(e),
     };
     let confirmed = confirmed(wait, acked);
+    let until = tokio::time::Instant::now() + wait.timeout + core.redis.timeout();
     let mut answers = Vec::with_capacity(replies.len());
     for (reply, order) in replies.into_iter().zip(orders) {
         answers.push(match (&reply, &confirmed) {
@@ -94,7 +98,7 @@ pub(super) async fn place_and_wait(
             // a worker claimed it meanwhile, after its own WAIT: then
             // the replicas have it after all.)
             (PlaceReply::Accepted { .. }, Err(e)) => {
-                match void(core, &mut pooled, &keys, product, order).await {
+                match void(core, &mut pooled, &keys, (product, order), until).await {
                     Some(Voided::Claimed) => Ok(reply),
                     _ => Err(e.clone()),
                 }
@@ -105,21 +109,30 @@ pub(super) async fn place_and_wait(
 }
 
 /// Takes back an order whose WAIT failed (see `lua/void_order.lua`), on
-/// the connection that placed it; `None` when Redis did not answer (the
-/// order then stands, like one a keyed retry answered: see the docs).
+/// the connection that placed it, asked again while the client's own
+/// timeout cuts it short until `until` (`void_order.lua` is idempotent: a
+/// cluster client reconnecting to a frozen node holds the connection for
+/// a while, seen under load); `None` when Redis did not answer by then
+/// (the order then stands, like one a keyed retry answered: see the docs).
 async fn void(
     core: &Core,
     conn: &mut Conn,
     keys: &SaleKeys,
-    product: &ProductId,
-    order: &OrderCall,
+    (product, order): (&ProductId, &OrderCall),
+    until: tokio::time::Instant,
 ) -> Option<Voided> {
     let order_id = &order.order_id;
     let field = order.idempotency_field();
-    let voided = core
-        .redis
-        .bounded(void_order(conn, keys, order_id, field.as_deref()))
-        .await;
+    let voided = loop {
+        let voided = core
+            .redis
+            .bounded(void_order(conn, keys, order_id, field.as_deref()))
+            .await;
+        match voided {
+            Err(ref e) if e.is_timeout() && tokio::time::Instant::now() < until => continue,
+            voided => break voided,
+        }
+    };
     match voided {
         Ok(Voided::Void) => {
             core.memory
