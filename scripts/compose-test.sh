@@ -229,17 +229,24 @@ db_ids() {
   podman exec "${PROJECT}_db_1" mariadb -uroot -N -e \
     "SELECT order_id FROM flashsale.tb_order WHERE product_id = '$SKU'" | sort
 }
-ACCEPTED=$(accepted_ids | wc -l)
 all_persisted() { [ -z "$(comm -23 <(accepted_ids) <(db_ids))" ]; }
-wait_until 60 "every accepted order in the database" all_persisted
-ROWS=$(db_ids | wc -l)
-DISTINCT=$(db_ids | uniq | wc -l)
-EXTRA=$(comm -13 <(accepted_ids) <(db_ids) | wc -l)
-UNANSWERED=$(unanswered_keys)
-step "accepted $ACCEPTED, rows $ROWS ($DISTINCT distinct), rows not answered 202: $EXTRA (orders with no answer: $UNANSWERED)"
-[ "$ROWS" = "$DISTINCT" ] || fail "an order persisted twice"
-[ "$EXTRA" -le "$UNANSWERED" ] || fail "rows for orders never sent"
-[ "$ACCEPTED" -gt $((ORDERS / 2)) ] || fail "fewer than half the orders accepted"
+# The orders of $ORDERS_OUT (sale $SKU) against the database: every 202
+# there once, no row but those and the unanswered ones, more than half of
+# the $1 sent accepted. $2 names them. Sets ACCEPTED and ROWS.
+books_hold() { # sent, what
+  ACCEPTED=$(accepted_ids | wc -l)
+  wait_until 60 "every accepted order of $2 in the database" all_persisted
+  ROWS=$(db_ids | wc -l)
+  local distinct extra unanswered
+  distinct=$(db_ids | uniq | wc -l)
+  extra=$(comm -13 <(accepted_ids) <(db_ids) | wc -l)
+  unanswered=$(unanswered_keys)
+  step "$2: accepted $ACCEPTED, rows $ROWS ($distinct distinct), rows not answered 202: $extra (orders with no answer: $unanswered)"
+  [ "$ROWS" = "$distinct" ] || fail "an order of $2 persisted twice"
+  [ "$extra" -le "$unanswered" ] || fail "rows for orders of $2 never sent"
+  [ "$ACCEPTED" -gt $(($1 / 2)) ] || fail "fewer than half the orders of $2 accepted"
+}
+books_hold "$ORDERS" "bursts 1 and 2"
 PER_USER=$(podman exec "${PROJECT}_db_1" mariadb -uroot -N -e \
   "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM flashsale.tb_order WHERE product_id = '$SKU' GROUP BY user_id) t")
 [ "$PER_USER" -le 1 ] || fail "a buyer holds $PER_USER orders (limit 1)"
@@ -329,16 +336,7 @@ step "forward in $(($(date +%s) - R0))s: every container on this release's image
 wait $BURST
 BURST=
 ORDERS_OUT=$UP_OUT SKU=$UP_SKU
-ACCEPTED=$(accepted_ids | wc -l)
-wait_until 60 "every accepted order of the burst in the database" all_persisted
-ROWS=$(db_ids | wc -l)
-DISTINCT=$(db_ids | uniq | wc -l)
-EXTRA=$(comm -13 <(accepted_ids) <(db_ids) | wc -l)
-UNANSWERED=$(unanswered_keys)
-step "burst 3: accepted $ACCEPTED, rows $ROWS ($DISTINCT distinct), rows not answered 202: $EXTRA (orders with no answer, the API's swaps: $UNANSWERED)"
-[ "$ROWS" = "$DISTINCT" ] || fail "an order persisted twice across the upgrade"
-[ "$EXTRA" -le "$UNANSWERED" ] || fail "rows for orders never sent"
-[ "$ACCEPTED" -gt $((UP_ORDERS / 2)) ] || fail "fewer than half the burst's orders accepted"
+books_hold "$UP_ORDERS" "burst 3, across the upgrade (no answer: the API's swaps)"
 wait_until 30 "the sale's audit balanced after the upgrade" audit_ok
 step "the books balance after the upgrade (admin audit ok)"
 

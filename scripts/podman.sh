@@ -21,6 +21,9 @@ podman_install() {
   command -v runc >/dev/null 2>&1 || missing+=(runc)
   command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
   command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+  # The pods' pause process (`podman kube play`): only recommended by
+  # Debian's podman, so missing where recommends are not installed.
+  command -v catatonit >/dev/null 2>&1 || missing+=(catatonit)
   if ((${#missing[@]})); then
     echo "installing ${missing[*]}"
     apt-get update -qq
