@@ -13,7 +13,10 @@
 //! column of a hot table is refused outright: a stricter type or a new name
 //! breaks the release before, still running beside the new one; add a
 //! column, write both, and drop the old one a release later (expand/contract,
-//! docs/operations.md "Upgrading").
+//! docs/operations.md "Upgrading"). A new migration that alters a hot table
+//! is one statement: one that gives way to an open transaction on its table
+//! (it waits `TABLE_LOCK_WAIT_SECS` for the table's lock) is then tried again
+//! from the start (src/store/migrate.rs).
 //!
 //! Reads `migrations/`; no database needed.
 
@@ -329,11 +332,25 @@ fn check_file(name: &str, sql: &str) -> Vec<String> {
     if GRANDFATHERED.contains(&name) {
         return Vec::new();
     }
-    statements(sql)
+    let stmts = statements(sql);
+    let mut found: Vec<String> = stmts
         .iter()
         .flat_map(|s| violations(s))
         .map(|v| format!("{name}: {v}"))
-        .collect()
+        .collect();
+    let alters_hot = stmts
+        .iter()
+        .any(|s| ddl(s).is_some_and(|d| HOT.contains(&d.table.as_str())));
+    if alters_hot && stmts.len() > 1 {
+        found.push(format!(
+            "{name}: {} statements, one of which alters a hot table: such a migration is one \
+             statement, so that when it gives way to an open transaction on its table it is \
+             tried again from the start (src/store/migrate.rs); put the others in a \
+             migration of their own",
+            stmts.len()
+        ));
+    }
+    found
 }
 
 fn migration_files(dir: &Path) -> Vec<(String, String)> {
@@ -473,8 +490,12 @@ fn a_grandfathered_file_passes_and_the_same_text_under_a_new_name_does_not() {
     let sql = std::fs::read_to_string(migrations_dir().join(name)).expect("the migration");
     assert!(check_file(name, &sql).is_empty());
     let found = check_file("20991231000001_order_lifecycle_again.sql", &sql);
-    assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].contains("tb_order"), "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].contains("tb_order") && found[0].contains("ALGORITHM"),
+        "{found:?}"
+    );
+    assert!(found[1].contains("3 statements"), "{found:?}");
     let name = "20261207000001_idempotency_key_length.sql";
     let sql = std::fs::read_to_string(migrations_dir().join(name)).expect("the migration");
     assert!(check_file(name, &sql).is_empty());
@@ -494,7 +515,14 @@ fn comments_and_strings_do_not_fool_the_parser() {
                ALGORITHM=INSTANT;\n\
                ALTER TABLE tb_event ADD COLUMN `lock` INT NULL, ALGORITHM=INSTANT;";
     assert_eq!(statements(sql).len(), 2, "{:?}", statements(sql));
-    assert!(check_file("20991231000001_new.sql", sql).is_empty());
+    assert!(statements(sql).iter().all(|s| violations(s).is_empty()));
+    // Two statements on hot tables: online each, but not one migration.
+    let found = check_file("20991231000001_new.sql", sql);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("2 statements"), "{found:?}");
+    for one in statements(sql) {
+        assert!(check_file("20991231000001_new.sql", &one).is_empty());
+    }
     // A column named like an option is not the option.
     let found = check_file(
         "20991231000001_new.sql",
@@ -529,4 +557,26 @@ fn a_crafted_blocking_migration_fails_the_directory_check() {
         found[0].starts_with("20991231000001_status_by_user.sql: "),
         "{found:?}"
     );
+}
+
+/// The service counts a migration's statements to know whether one that
+/// gave way to an open transaction can be tried again from the start
+/// (src/store/migrate.rs): it counts as this test's parser does.
+#[test]
+fn the_service_counts_statements_as_this_parser_does() {
+    let mut texts: Vec<String> = migration_files(&migrations_dir())
+        .into_iter()
+        .map(|(_, sql)| sql)
+        .collect();
+    texts.push(
+        "-- a; b\nALTER TABLE t ADD COLUMN c TEXT DEFAULT 'x;y''z;', ALGORITHM=INSTANT;".into(),
+    );
+    texts.push("/* ; */ SELECT \"a;\"; # ;\n SELECT `b;`".into());
+    for sql in texts {
+        assert_eq!(
+            flashsale::store::count_statements(&sql),
+            statements(&sql).len(),
+            "{sql}"
+        );
+    }
 }

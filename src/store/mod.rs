@@ -31,6 +31,7 @@ mod db;
 mod error;
 mod events;
 mod fault;
+mod migrate;
 mod orders;
 mod payments;
 mod products;
@@ -40,12 +41,13 @@ mod topology;
 
 pub use admin_log::{AdminEntry, AdminLog};
 pub use audits::{Audits, FinalAudit, PutBack};
-pub use db::{Db, migration_lock};
+pub use db::Db;
 pub use error::StoreError;
 pub use events::{
     DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events, SKIP_AHEAD_ROWS, SLOTS,
 };
 pub use fault::{Fault, Outage, OutageCounts};
+pub use migrate::{TABLE_LOCK_WAIT_SECS, count_statements, migration_lock};
 pub use orders::{OrderRow, Orders, Persisted, Transition};
 pub use payments::{Locked, NewPayment, Payments, Recorded, RefundDueRow};
 pub use products::{NewProduct, Product, Products};

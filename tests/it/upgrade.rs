@@ -177,3 +177,111 @@ async fn the_dashboard_lists_every_process_and_its_release() {
     )
     .await;
 }
+
+/// A release's migration meets a long transaction on the table it alters
+/// (a report's read, a batch held open by a stalled worker). An `ALTER`
+/// waits for the table's metadata lock behind it, and every write to the
+/// table queues behind the `ALTER`: the sale's writes would stop until the
+/// transaction ends. The migration gives way instead, within
+/// `TABLE_LOCK_WAIT_SECS`, so the writes go on; it is not left recorded as
+/// "partially applied" (which would refuse every later start), and is
+/// applied once the transaction is over.
+#[tokio::test]
+async fn a_migration_gives_way_to_a_long_transaction_and_the_writes_go_on() {
+    use flashsale::store::Db;
+    use sqlx::Connection;
+    let db = crate::helpers::unique("fs_test_");
+    let url = format!("{}/{db}", crate::helpers::MYSQL_SERVER);
+    let connect = || sqlx::MySqlConnection::connect(&url);
+    let store = Db::connect_lazy(&url, Duration::from_secs(5), 2).unwrap();
+    store.create_and_migrate().await.unwrap();
+    // The books as the release before left them: its newest migration of a
+    // hot table not applied yet.
+    let mut admin = connect().await.unwrap();
+    for sql in [
+        "ALTER TABLE tb_sale_second DROP COLUMN buyers",
+        "DELETE FROM _sqlx_migrations WHERE version = 20261210000003",
+    ] {
+        sqlx::query(sql).execute(&mut admin).await.unwrap();
+    }
+    // A transaction that read the table and stays open.
+    let mut holder = connect().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT COUNT(*) FROM tb_sale_second")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    // The new release starts and migrates.
+    let migrating = tokio::spawn({
+        let store = store.clone();
+        async move { store.create_and_migrate().await }
+    });
+    // Once its ALTER waits for the table, a write comes (the workers' row
+    // of a second).
+    let waiting = "SELECT COUNT(*) FROM information_schema.processlist \
+                   WHERE db = ? AND state LIKE 'Waiting for table metadata lock' \
+                   AND info LIKE '%ALTER TABLE tb_sale_second%'";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = sqlx::query_scalar(waiting)
+            .bind(&db)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        if n == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the migration's ALTER never waited for the table"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut writer = connect().await.unwrap();
+    let wrote = tokio::time::timeout(
+        Duration::from_secs(20),
+        sqlx::query(
+            "INSERT INTO tb_sale_second (product_id, second, source, counts, gauges, latency) \
+             VALUES ('p', 1, 's', '{}', '{}', '{}')",
+        )
+        .execute(&mut writer),
+    )
+    .await;
+    assert!(
+        matches!(wrote, Ok(Ok(_))),
+        "the write waited behind the migration for as long as the transaction stayed open: {wrote:?}"
+    );
+    let gave_way = tokio::time::timeout(Duration::from_secs(20), migrating)
+        .await
+        .expect("the migration gave way")
+        .unwrap();
+    assert!(
+        gave_way.is_err(),
+        "applied while the transaction held the table"
+    );
+    let dirty: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = FALSE")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert_eq!(
+        dirty, 0,
+        "the migration that gave way is recorded as partially applied"
+    );
+    // The transaction ends: the next attempt applies it.
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    store.create_and_migrate().await.unwrap();
+    let applied: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.columns \
+         WHERE table_schema = ? AND table_name = 'tb_sale_second' AND column_name = 'buyers'",
+    )
+    .bind(&db)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(applied, 1);
+    sqlx::query(&format!("DROP DATABASE `{db}`"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+}
