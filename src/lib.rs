@@ -35,7 +35,9 @@
 //!   (`metrics::timeline`, written to the books each second, with the
 //!   buyers who tried counted in a sketch: `metrics::distinct`).
 //! - [`domain`]: validated ids and values shared by all layers, the clock,
-//!   a waiting room's bounds, and signed messages (`webhook`: Standard
+//!   a waiting room's bounds, what the API answers (`answer`: every error
+//!   code and an order's outcome, one type from where an answer is decided
+//!   to where it is counted), and signed messages (`webhook`: Standard
 //!   Webhooks).
 //! - [`config`]: every setting, once: the command line and the environment
 //!   parsed into the plain settings types each layer takes (`Limits`,
@@ -56,7 +58,7 @@
 //!     -> http, worker      (both -> metrics)
 //!       -> bookkeeping
 //!         -> sale, store
-//!           -> config
+//!           -> config, metrics
 //!             -> domain
 //! ```
 //!

@@ -13,6 +13,8 @@
 
 use std::sync::OnceLock;
 
+use crate::domain::answer::{Class, Outcome};
+
 pub mod distinct;
 mod process;
 pub mod timeline;
@@ -146,20 +148,6 @@ pub struct Metrics {
     pub timeline: timeline::Timeline,
 }
 
-/// The outcomes a sale's crowd gets by the thousand, and who gives them.
-const HOT_OUTCOMES: [&str; 10] = [
-    "accepted",
-    "replayed",
-    "sold_out",
-    "limit_exceeded",
-    "sale_not_started",
-    "sale_ended",
-    "product_not_found",
-    "insufficient_stock",
-    "rate_limited",
-    "overloaded",
-];
-
 /// Who decided an order's answer: this process's memory of Redis's
 /// answers, Redis itself, or the service before asking the sale (bad
 /// input, identity, limits, shedding). The label `answered_by`.
@@ -181,17 +169,25 @@ impl AnsweredBy {
         }
     }
 }
-const CLASSES: [&str; 3] = ["accepted", "refused", "shed"];
-
 /// The order path's series, each resolved on first use and kept: a label
 /// lookup hashes the values under a lock, a measurable part of an answer
 /// from memory (BENCHMARKS.md, "What does a refusal cost?").
 /// Created lazily, so a series appears on `/metrics` only once it counted
 /// something, as before.
-#[derive(Default)]
 struct OrderSeries {
-    requests: [OnceLock<IntCounter>; HOT_OUTCOMES.len() * AnsweredBy::ALL.len()],
-    latency: [OnceLock<Histogram>; CLASSES.len()],
+    /// By [`Outcome::index`] and [`AnsweredBy`].
+    requests: [OnceLock<IntCounter>; Outcome::COUNT * AnsweredBy::ALL.len()],
+    /// By [`Class`].
+    latency: [OnceLock<Histogram>; Class::ALL.len()],
+}
+
+impl Default for OrderSeries {
+    fn default() -> Self {
+        Self {
+            requests: std::array::from_fn(|_| OnceLock::new()),
+            latency: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
 }
 
 fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -200,29 +196,23 @@ fn buckets(from: f64, factor: f64, n: usize) -> Vec<f64> {
 }
 
 impl Metrics {
-    /// Counts an answer to `POST /api/orders` (`outcome`: `accepted`,
-    /// `replayed` or the error code) and times it by class.
-    pub fn count_order(&self, outcome: &'static str, answered_by: AnsweredBy, seconds: f64) {
-        let class = match outcome {
-            "accepted" | "replayed" => 0,
-            "rate_limited" | "overloaded" => 2,
-            _ => 1,
-        };
-        let labels = [outcome, answered_by.label()];
-        match HOT_OUTCOMES.iter().position(|o| *o == outcome) {
-            Some(o) => self.order_series.requests[o * AnsweredBy::ALL.len() + answered_by as usize]
-                .get_or_init(|| self.order_requests.with_label_values(&labels))
-                .inc(),
-            None => self.order_requests.with_label_values(&labels).inc(),
-        }
-        self.order_series.latency[class]
-            .get_or_init(|| self.order_latency.with_label_values(&[CLASSES[class]]))
+    /// Counts an answer to `POST /api/orders` and times it by its class.
+    pub fn count_order(&self, outcome: Outcome, answered_by: AnsweredBy, seconds: f64) {
+        let class = outcome.class();
+        self.order_series.requests[outcome.index() * AnsweredBy::ALL.len() + answered_by as usize]
+            .get_or_init(|| {
+                self.order_requests
+                    .with_label_values(&[outcome.label(), answered_by.label()])
+            })
+            .inc();
+        self.order_series.latency[class as usize]
+            .get_or_init(|| self.order_latency.with_label_values(&[class.label()]))
             .observe(seconds);
     }
 
     /// Every answer to `POST /api/orders` counted so far: its outcome (as
     /// [`Metrics::count_order`] took it), who answered, how many.
-    pub fn order_counts(&self) -> Vec<(String, AnsweredBy, u64)> {
+    pub fn order_counts(&self) -> Vec<(Outcome, AnsweredBy, u64)> {
         let mut counts = Vec::new();
         for family in prometheus::core::Collector::collect(&self.order_requests) {
             for metric in family.get_metric() {
@@ -235,9 +225,9 @@ impl Metrics {
                 };
                 let by = label("answered_by")
                     .and_then(|v| AnsweredBy::ALL.into_iter().find(|b| b.label() == v));
-                if let (Some(outcome), Some(by)) = (label("outcome"), by) {
+                if let (Some(outcome), Some(by)) = (label("outcome").and_then(Outcome::parse), by) {
                     let n = metric.get_counter().get_value() as u64;
-                    counts.push((outcome.to_owned(), by, n));
+                    counts.push((outcome, by, n));
                 }
             }
         }

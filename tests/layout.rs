@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// one. Every module `lib.rs` declares must be here.
 const LEVELS: [(&str, u8); 11] = [
     ("domain", 0),
-    ("metrics", 0),
+    ("metrics", 1),
     ("config", 1),
     ("sale", 2),
     ("store", 2),

@@ -19,7 +19,7 @@ use clap::Args;
 
 use flashsale::config::{MemorySettings, RedisArgs, RedisTarget};
 use flashsale::domain::{ProductId, Quantity, UserId};
-use flashsale::sale::{Decision, NewOrder, Redis, Sales, Vouched};
+use flashsale::sale::{Decision, NewOrder, Redis, Route, Sales, Vouched};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchHotArgs {
@@ -416,7 +416,10 @@ async fn time_moves(sales: &Sales, n: u64) -> anyhow::Result<()> {
     for i in 0..n {
         let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
         let t = Instant::now();
-        let moved = sales.shards().move_units(&product, (from, to), 1).await?;
+        let moved = sales
+            .shards()
+            .move_units(&product, Route { from, to }, 1)
+            .await?;
         took.push(t.elapsed());
         anyhow::ensure!(moved == 1, "a move found no unit");
     }

@@ -40,6 +40,10 @@ pub fn key_slot(tag: &str) -> u16 {
 }
 
 impl ProductId {
+    /// The rule [`ProductId::parse`] applies, as a regular expression (the
+    /// OpenAPI document's and the pages' `pattern`).
+    pub const PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
+
     pub fn parse(s: &str) -> Result<Self, Invalid> {
         Self::check(s)?;
         Ok(Self(s.to_owned()))
@@ -391,5 +395,30 @@ impl redis::ToSingleRedisArg for Quantity {}
 impl std::fmt::Display for Quantity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pattern says what `parse` does: its length and its characters.
+    #[test]
+    fn the_product_id_pattern_is_the_parse_rule() {
+        assert!(
+            ProductId::PATTERN.ends_with(&format!("]{{1,{MAX_PRODUCT_ID_LEN}}}$")),
+            "{}",
+            ProductId::PATTERN
+        );
+        let class = "A-Za-z0-9._-";
+        assert!(ProductId::PATTERN.contains(&format!("[{class}]")));
+        for b in 0u8..128 {
+            let c = b as char;
+            let in_class = c.is_ascii_alphanumeric() || ".-_".contains(c);
+            assert_eq!(ProductId::parse(&c.to_string()).is_ok(), in_class, "{c:?}");
+        }
+        assert!(ProductId::parse(&"a".repeat(MAX_PRODUCT_ID_LEN)).is_ok());
+        assert!(ProductId::parse(&"a".repeat(MAX_PRODUCT_ID_LEN + 1)).is_err());
+        assert!(ProductId::parse("").is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! tag; an `OrderId` carries its product id, so any instance can find an order's
 //! sale (and so its cluster slot) from the id alone.
 
+pub mod answer;
 pub mod backoff;
 mod chain;
 mod hex;

@@ -11,6 +11,7 @@ use subtle::ConstantTimeEq;
 
 use super::auth::{Auth, Caller};
 use super::error::ApiError;
+use crate::domain::ProductId;
 
 /// A JSON body. Unlike `axum::Json`, a rejection names the offending field
 /// (`quantity: invalid type: string "x", expected u64`) and uses the API's
@@ -136,6 +137,47 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct PathParam<T>(pub T);
+
+/// The sale a route's path names (`{product_id}`). An id the service could
+/// never have created is simply not found: 404 `product_not_found`. Its
+/// OpenAPI parameter states [`ProductId::PATTERN`], the domain's rule.
+pub struct SalePath(pub ProductId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SalePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let PathParam(text) = PathParam::<String>::from_request_parts(parts, state).await?;
+        product_in_path(&text).map(Self)
+    }
+}
+
+/// The product id of a path with more parameters than [`SalePath`]'s.
+pub fn product_in_path(text: &str) -> Result<ProductId, ApiError> {
+    ProductId::parse(text).map_err(|_| ApiError::ProductNotFound("no product with this id"))
+}
+
+impl utoipa::IntoParams for SalePath {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::{ObjectBuilder, Required, Type};
+        vec![
+            ParameterBuilder::new()
+                .name("product_id")
+                .parameter_in(ParameterIn::Path)
+                .required(Required::True)
+                .description(Some("The sale's product id"))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some(ProductId::PATTERN)),
+                ))
+                .build(),
+        ]
+    }
+}
 
 /// Query parameters, rejected in the API's error format.
 #[derive(FromRequestParts)]

@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use utoipa::openapi::link::{Link, LinkBuilder};
 use utoipa::openapi::path::{HttpMethod, Operation};
@@ -20,8 +20,9 @@ use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, R
 use utoipa::{Modify, OpenApi};
 
 use super::buyers::{health, orders, payments, products, room};
-use super::error::Code;
+use super::error::{Code, status};
 use super::operators::{admin_log, events, report, room_pace, sales};
+use crate::sale::SCRIPT_REFUSALS;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -147,6 +148,9 @@ impl Modify for CommonAnswers {
                 (HttpMethod::Post, item.post.as_mut()),
             ] {
                 if let Some(op) = op {
+                    if path == "/api/orders" && method == HttpMethod::Post {
+                        name_the_sales_refusals(op);
+                    }
                     add_common(path, method, op);
                 }
             }
@@ -242,6 +246,24 @@ impl Applies {
             Self::Poll => path == "/api/sales/{product_id}/queue/{ticket}",
             Self::PlaceOrder => place_order,
         }
+    }
+}
+
+/// `POST /api/orders`'s 409: the refusals the order script decides, named
+/// from its table ([`SCRIPT_REFUSALS`]), so a refusal added there is
+/// documented here.
+fn name_the_sales_refusals(op: &mut Operation) {
+    let conflict = StatusCode::CONFLICT;
+    let codes: Vec<String> = SCRIPT_REFUSALS
+        .iter()
+        .filter(|(_, code)| status(*code) == conflict)
+        .map(|(_, code)| format!("`{}`", code.as_str()))
+        .collect();
+    if let Some(RefOr::T(response)) = op.responses.responses.get_mut("409") {
+        response.description = format!(
+            "Refused by the sale: {}. `sale_not_started` carries `starts_at` (epoch ms); it and `sale_paused` carry a `Retry-After` header",
+            codes.join(", ")
+        );
     }
 }
 
@@ -402,5 +424,35 @@ fn camel_case_links(doc: &mut serde_json::Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(camel_case_links),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order's 409 names every refusal of the script's table that
+    /// answers 409, from the table itself.
+    #[test]
+    fn the_orders_conflict_names_every_refusal_of_the_script() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let description = doc["paths"]["/api/orders"]["post"]["responses"]["409"]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for code in [
+            Code::SaleNotStarted,
+            Code::SaleEnded,
+            Code::SalePaused,
+            Code::SoldOut,
+            Code::InsufficientStock,
+            Code::LimitExceeded,
+        ] {
+            assert!(
+                description.contains(&format!("`{}`", code.as_str())),
+                "{description}"
+            );
+        }
+        assert!(!description.contains("admission_required"), "{description}");
     }
 }

@@ -17,6 +17,8 @@ use std::sync::{Mutex, RwLock};
 use std::time::Instant;
 
 use super::distinct;
+use crate::domain::PaymentResult;
+use crate::domain::answer::Outcome;
 
 /// This process's clock for its timelines: epoch milliseconds read once,
 /// at start, and the monotonic clock since (the order path times its
@@ -52,12 +54,12 @@ impl Clock {
     }
 }
 
-/// An answer of the order route: its outcome (`accepted`, `replayed` or
-/// the error code), the units it took, when it was answered and how long
-/// it took (the route's own timing: no clock read here).
+/// An answer of the order route: its outcome, the units it took, when it
+/// was answered and how long it took (the route's own timing: no clock
+/// read here).
 #[derive(Debug, Clone, Copy)]
 pub struct Answered {
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub units: u64,
     pub at: Instant,
     pub micros: u64,
@@ -66,13 +68,86 @@ pub struct Answered {
 /// Buckets of the latency histogram: four an octave from 1 µs, to ~68 s.
 pub const LATENCY_BUCKETS: usize = 4 * 26;
 
-/// How a figure of a second merges across processes.
+/// A figure a process counts for a sale, second by second. What it is
+/// written under in the books ([`Count::name`]) is what the report reads
+/// back: one definition. The processes' counts of a second add up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Merge {
-    /// Counted: the processes' counts add up.
-    Sum,
-    /// Read (a gauge): the highest reading stands.
-    Max,
+pub enum Count {
+    /// Units new orders took (the order route).
+    Units,
+    /// Buyers who joined the waiting room.
+    Joins,
+    /// Orders a worker persisted into the books.
+    Persisted,
+    /// The persisted orders' waits from acceptance (ms, summed), and how
+    /// many were timed.
+    PersistWaitMs,
+    PersistWaited,
+    /// Orders their payment timeout cancelled.
+    TimedOut,
+    /// Orders their buyers cancelled.
+    Cancelled,
+    /// Events delivered to the shop, and given up on.
+    EventsDelivered,
+    EventsDead,
+    /// Payment notifications heard, by result.
+    Payment(PaymentResult),
+}
+
+/// The names of [`Count::Payment`] start so; the report lists them by it.
+pub const PAYMENT_PREFIX: &str = "payment.";
+
+impl Count {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Units => "units",
+            Self::Joins => "joins",
+            Self::Persisted => "persisted",
+            Self::PersistWaitMs => "persist_wait_ms",
+            Self::PersistWaited => "persist_waited",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+            Self::EventsDelivered => "events_delivered",
+            Self::EventsDead => "events_dead",
+            Self::Payment(result) => match result {
+                PaymentResult::Paid => "payment.paid",
+                PaymentResult::PaidAgain => "payment.paid_again",
+                PaymentResult::RefundDue => "payment.refund_due",
+                PaymentResult::AmountMismatch => "payment.amount_mismatch",
+                PaymentResult::Failed => "payment.failed",
+                PaymentResult::Refunded => "payment.refunded",
+                PaymentResult::RefundSettled => "payment.refund_settled",
+                PaymentResult::Unmatched => "payment.unmatched",
+            },
+        }
+    }
+}
+
+/// A reading a process takes for a sale: the highest of a second stands,
+/// across processes too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gauge {
+    /// The waiting room's places admitted so far.
+    Line,
+    /// The room's pace now, and the operator's ceiling (buyers a second).
+    Pace,
+    Ceiling,
+    /// Buyers who joined the room so far.
+    Joined,
+    /// The longest accept-to-persist wait of a batch (ms).
+    PersistLagMaxMs,
+}
+
+impl Gauge {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Line => "line",
+            Self::Pace => "pace",
+            Self::Ceiling => "ceiling",
+            Self::Joined => "joined",
+            Self::PersistLagMaxMs => "persist_lag_max_ms",
+        }
+    }
 }
 
 /// One second of one sale, as this process counted it.
@@ -80,13 +155,13 @@ pub enum Merge {
 pub struct Second {
     /// Epoch seconds.
     pub second: i64,
-    /// Counted figures, by name (`units`, `joins`, ...).
-    pub counts: Vec<(&'static str, u64)>,
-    /// The order route's answers, by outcome (`accepted`, `replayed` or
-    /// the error code: see [`answer_name`]).
-    pub answers: Vec<(&'static str, u64)>,
-    /// Readings, by name (`line`, `pace`, ...): the highest this second.
-    pub gauges: Vec<(&'static str, i64)>,
+    /// Counted figures.
+    pub counts: Vec<(Count, u64)>,
+    /// The order route's answers, by outcome (written under
+    /// [`Outcome::timeline_name`]).
+    pub answers: Vec<(Outcome, u64)>,
+    /// Readings: the highest this second.
+    pub gauges: Vec<(Gauge, i64)>,
     /// The order route's answers by latency bucket ([`bucket`]).
     pub latency: Vec<u32>,
     /// The distinct-buyers registers this second raised, with their new
@@ -107,14 +182,14 @@ impl Second {
         }
     }
 
-    fn count(&mut self, name: &'static str, n: u64) {
-        add(&mut self.counts, name, n);
+    fn count(&mut self, what: Count, n: u64) {
+        add(&mut self.counts, what, n);
     }
 
-    fn gauge(&mut self, name: &'static str, value: i64) {
-        match self.gauges.iter_mut().find(|(k, _)| *k == name) {
+    fn gauge(&mut self, what: Gauge, value: i64) {
+        match self.gauges.iter_mut().find(|(k, _)| *k == what) {
             Some((_, v)) => *v = (*v).max(value),
-            None => self.gauges.push((name, value)),
+            None => self.gauges.push((what, value)),
         }
     }
 
@@ -126,16 +201,12 @@ impl Second {
     }
 }
 
-/// Adds `n` to `name` in `to`. A few names a second: a scan beats
-/// hashing (the same literal is most often the same pointer: compared
-/// first).
-fn add(to: &mut Vec<(&'static str, u64)>, name: &'static str, n: u64) {
-    match to
-        .iter_mut()
-        .find(|(k, _)| std::ptr::eq(*k, name) || *k == name)
-    {
+/// Adds `n` to `what` in `to`. A few figures a second: a scan beats
+/// hashing.
+fn add<K: PartialEq>(to: &mut Vec<(K, u64)>, what: K, n: u64) {
+    match to.iter_mut().find(|(k, _)| *k == what) {
         Some((_, v)) => *v += n,
-        None => to.push((name, n)),
+        None => to.push((what, n)),
     }
 }
 
@@ -286,27 +357,27 @@ impl Timeline {
     /// Readings for the sale in the second of `at` (the highest of each
     /// stands), or nowhere when the flush has taken that second: a later
     /// second would date them wrong.
-    pub fn gauges_at(&self, product: &str, at: Instant, readings: &[(&'static str, i64)]) {
+    pub fn gauges_at(&self, product: &str, at: Instant, readings: &[(Gauge, i64)]) {
         let second = self.clock.second_of(at);
         self.sale_at(product, |sale| {
             if let Some(s) = sale.exactly(second) {
-                for (name, value) in readings {
-                    s.gauge(name, *value);
+                for (what, value) in readings {
+                    s.gauge(*what, *value);
                 }
             }
         });
     }
 
-    /// Counts `n` of `name` for the sale this second.
-    pub fn count(&self, product: &str, name: &'static str, n: u64) {
+    /// Counts `n` of `what` for the sale this second.
+    pub fn count(&self, product: &str, what: Count, n: u64) {
         if n > 0 {
-            self.with_now(product, |s| s.count(name, n));
+            self.with_now(product, |s| s.count(what, n));
         }
     }
 
-    /// A reading of `name` for the sale this second (the highest stands).
-    pub fn gauge(&self, product: &str, name: &'static str, value: i64) {
-        self.with_now(product, |s| s.gauge(name, value));
+    /// A reading of `what` for the sale this second (the highest stands).
+    pub fn gauge(&self, product: &str, what: Gauge, value: i64) {
+        self.with_now(product, |s| s.gauge(what, value));
     }
 
     /// An answer of the order route to `buyer` (verified) for the sale.
@@ -334,7 +405,7 @@ impl Timeline {
             }
             add(&mut s.answers, answer.outcome, 1);
             if answer.units > 0 {
-                s.count("units", answer.units);
+                s.count(Count::Units, answer.units);
             }
             s.latency(answer.micros);
         });
@@ -376,38 +447,6 @@ impl Timeline {
     }
 }
 
-/// The written name of an order answer's outcome (counted as it comes,
-/// no mapping on the order path): `accepted`, `replayed`, or
-/// `refused.<code>`.
-pub fn answer_name(outcome: &str) -> &'static str {
-    match outcome {
-        "accepted" => "accepted",
-        "replayed" => "replayed",
-        "sold_out" => "refused.sold_out",
-        "insufficient_stock" => "refused.insufficient_stock",
-        "limit_exceeded" => "refused.limit_exceeded",
-        "sale_not_started" => "refused.sale_not_started",
-        "sale_ended" => "refused.sale_ended",
-        "sale_paused" => "refused.sale_paused",
-        "admission_required" => "refused.admission_required",
-        "admission_expired" => "refused.admission_expired",
-        "rate_limited" => "refused.rate_limited",
-        "overloaded" => "refused.overloaded",
-        "unavailable" => "refused.unavailable",
-        "idempotency_key_reused" => "refused.idempotency_key_reused",
-        "forbidden" => "refused.forbidden",
-        _ => "refused.other",
-    }
-}
-
-/// How the figure `name` merges across processes.
-pub fn merge_of(name: &str) -> Merge {
-    match name {
-        "line" | "pace" | "ceiling" | "joined" | "waiting" | "persist_lag_max_ms" => Merge::Max,
-        _ => Merge::Sum,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,12 +461,12 @@ mod tests {
                 .map(|(_, s)| (s.second, s.counts.iter().map(|(_, n)| n).sum()))
                 .collect()
         };
-        t.at("sku-1", 100, |s| s.count("units", 5));
+        t.at("sku-1", 100, |s| s.count(Count::Units, 5));
         assert_eq!(units(t.take_settled(101)), [(100, 5)]);
         // Answered in second 100, counted once the flush took it: written
         // again, 100's row would say 1 where it said 5.
-        t.at("sku-1", 100, |s| s.count("units", 1));
-        t.at("sku-1", 102, |s| s.count("units", 2));
+        t.at("sku-1", 100, |s| s.count(Count::Units, 1));
+        t.at("sku-1", 102, |s| s.count(Count::Units, 2));
         assert_eq!(units(t.take_settled(103)), [(101, 1), (102, 2)]);
         // Idle a while, the sale's entry goes; a new count begins anew.
         assert!(t.take_settled(103 + IDLE_SECS).is_empty());
@@ -449,7 +488,7 @@ mod tests {
                         s.second,
                         *s.gauges
                             .iter()
-                            .find(|(n, _)| *n == "line")
+                            .find(|(n, _)| *n == Gauge::Line)
                             .map(|(_, v)| v)?,
                     ))
                 })
@@ -458,10 +497,10 @@ mod tests {
         // Read 3 s ago and 1 s ago, sampled now (each twice: every tick
         // while fresh): each in its own second, not this one.
         for _ in 0..2 {
-            t.gauges_at(p, now - Duration::from_secs(3), &[("line", 10)]);
-            t.gauges_at(p, now - Duration::from_secs(1), &[("line", 14)]);
+            t.gauges_at(p, now - Duration::from_secs(3), &[(Gauge::Line, 10)]);
+            t.gauges_at(p, now - Duration::from_secs(1), &[(Gauge::Line, 14)]);
         }
-        t.gauges_at(p, now, &[("line", 15)]);
+        t.gauges_at(p, now, &[(Gauge::Line, 15)]);
         let taken = t.take_settled(second + 1);
         assert_eq!(
             line(&taken),
@@ -469,7 +508,7 @@ mod tests {
         );
         // A reading of a second the flush took goes nowhere (later, it
         // would say the line stood still until then).
-        t.gauges_at(p, now - Duration::from_secs(2), &[("line", 12)]);
+        t.gauges_at(p, now - Duration::from_secs(2), &[(Gauge::Line, 12)]);
         assert!(t.take_settled(i64::MAX).is_empty());
     }
 
@@ -486,7 +525,7 @@ mod tests {
                 let (t, done) = (&t, &done);
                 scope.spawn(move || {
                     for i in 0..each {
-                        t.count(&format!("sku-{w}-{}", i % 7), "units", 1);
+                        t.count(&format!("sku-{w}-{}", i % 7), Count::Units, 1);
                     }
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 });
@@ -524,6 +563,45 @@ mod tests {
         assert_eq!(bucket(u64::MAX), LATENCY_BUCKETS - 1);
     }
 
+    /// Each figure has a name of its own, the one the report reads back.
+    #[test]
+    fn every_figure_has_its_own_name() {
+        use PaymentResult as P;
+        let payments = [
+            P::Paid,
+            P::PaidAgain,
+            P::RefundDue,
+            P::AmountMismatch,
+            P::Failed,
+            P::Refunded,
+            P::RefundSettled,
+            P::Unmatched,
+        ];
+        let mut names: Vec<&str> = [
+            Count::Units,
+            Count::Joins,
+            Count::Persisted,
+            Count::PersistWaitMs,
+            Count::PersistWaited,
+            Count::TimedOut,
+            Count::Cancelled,
+            Count::EventsDelivered,
+            Count::EventsDead,
+        ]
+        .into_iter()
+        .chain(payments.map(Count::Payment))
+        .map(Count::name)
+        .chain(Outcome::all().map(Outcome::timeline_name))
+        .collect();
+        for p in payments {
+            assert!(Count::Payment(p).name().starts_with(PAYMENT_PREFIX));
+        }
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "two figures share a name");
+    }
+
     #[test]
     fn a_second_once_over_is_taken_once_and_counts_add() {
         let t = Timeline::default();
@@ -534,12 +612,13 @@ mod tests {
             at: Instant::now(),
             micros,
         };
-        t.order(p, 7, answer("accepted", 2, 800));
-        t.order(p, 7, answer("sold_out", 0, 50));
-        t.order(p, 8, answer("sold_out", 0, 50));
-        t.count(p, "joins", 3);
-        t.gauge(p, "line", 5);
-        t.gauge(p, "line", 4);
+        let sold_out = Outcome::Refused(crate::domain::answer::Code::SoldOut);
+        t.order(p, 7, answer(Outcome::Accepted, 2, 800));
+        t.order(p, 7, answer(sold_out, 0, 50));
+        t.order(p, 8, answer(sold_out, 0, 50));
+        t.count(p, Count::Joins, 3);
+        t.gauge(p, Gauge::Line, 5);
+        t.gauge(p, Gauge::Line, 4);
         assert!(t.take_settled(0).is_empty(), "not over yet");
         let now = t.now_s();
         let taken = t.take_settled(now + 2);
@@ -547,14 +626,21 @@ mod tests {
         let counts: u64 = taken
             .iter()
             .flat_map(|(_, s)| s.counts.iter())
-            .filter(|(k, _)| *k == "units")
+            .filter(|(k, _)| *k == Count::Units)
             .map(|(_, v)| v)
             .sum();
         assert_eq!(counts, 2);
+        let answers: u64 = taken
+            .iter()
+            .flat_map(|(_, s)| s.answers.iter())
+            .filter(|(o, _)| *o == sold_out)
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(answers, 2);
         let line = taken
             .iter()
             .flat_map(|(_, s)| s.gauges.iter())
-            .find(|(k, _)| *k == "line")
+            .find(|(k, _)| *k == Gauge::Line)
             .map(|(_, v)| *v);
         assert_eq!(line, Some(5));
         // Each buyer raised its register once: two buyers, two raises.

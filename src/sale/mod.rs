@@ -59,9 +59,9 @@ pub use orders::{
 };
 #[cfg(feature = "bench")]
 pub use orders::{OrderCall, PlaceReply, place::place_orders as place_orders_on};
-pub use rejection::Rejection;
+pub use rejection::{Rejection, SCRIPT_REFUSALS};
 pub use room::Room;
-pub use shards::{Move, ShardLook, Shards};
+pub use shards::{Move, Route, ShardLook, Shards};
 pub use stream::bells::Bells;
 pub use stream::entry::Entry;
 pub use stream::{Claimed, SaleStream, Streams};

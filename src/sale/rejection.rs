@@ -1,6 +1,28 @@
 //! Why the order path refuses an order: the order script's answers, which
 //! this process's memory (`sale::memory`) and the waiting room also give
 //! without asking Redis.
+//!
+//! [`SCRIPT_REFUSALS`] is the one table between the order script's codes
+//! and the API's: adding a refusal touches the script, this table and
+//! [`Rejection`]; the compiler names every other place (the decoding in
+//! `orders/place.rs`, the memory, the API's error, the dashboard).
+
+use crate::domain::answer::Code;
+
+/// The order script's refusals (`lua/place_order.lua`): the code the
+/// script answers, and the API's code for it (docs/api.md). The script's
+/// other answers are an acceptance, `repeat` (a keyed retry), `shard` (the
+/// caller's shard count is stale) and `no_sale` (the API's
+/// `product_not_found`).
+pub const SCRIPT_REFUSALS: [(&str, Code); 7] = [
+    ("not_started", Code::SaleNotStarted),
+    ("ended", Code::SaleEnded),
+    ("paused", Code::SalePaused),
+    ("admission_required", Code::AdmissionRequired),
+    ("sold_out", Code::SoldOut),
+    ("limit", Code::LimitExceeded),
+    ("insufficient", Code::InsufficientStock),
+];
 
 /// Why the order script refused an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +53,20 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The API's code for this refusal.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::NoSale => Code::ProductNotFound,
+            Self::NotStarted { .. } => Code::SaleNotStarted,
+            Self::Ended => Code::SaleEnded,
+            Self::SoldOut => Code::SoldOut,
+            Self::InsufficientStock { .. } => Code::InsufficientStock,
+            Self::LimitExceeded { .. } => Code::LimitExceeded,
+            Self::AdmissionRequired => Code::AdmissionRequired,
+            Self::Paused { .. } => Code::SalePaused,
+        }
+    }
+
     /// The refusal of an order Redis's clock (`now_ms`) puts outside the
     /// sale's window, which starts at `start_ms`.
     pub fn outside_window(start_ms: i64, now_ms: i64) -> Self {

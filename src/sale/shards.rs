@@ -68,6 +68,24 @@ pub struct ShardLook {
     pub initial: i64,
 }
 
+/// Two shards of one sale, units going `from` one `to` the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub from: u16,
+    pub to: u16,
+}
+
+/// The giving half of a move as the take script is asked it: the move's
+/// `id`, up to `units`, leaving the giver `keep` at least; `redo`: the
+/// move was given before and is taken again (the giver's master lost it).
+struct TakeCall<'a> {
+    route: Route,
+    id: &'a str,
+    units: i64,
+    keep: i64,
+    redo: bool,
+}
+
 /// A move of units from one shard to another.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Move {
@@ -139,12 +157,12 @@ impl Shards {
     pub async fn move_units(
         &self,
         product: &ProductId,
-        (from, to): (u16, u16),
+        route: Route,
         units: i64,
     ) -> Result<i64, SaleError> {
         // (The shards' names need the count.)
         self.count(product).await?;
-        let Some(m) = take(&self.core, product, (from, to), units, 0).await? else {
+        let Some(m) = take(&self.core, product, route, units, 0).await? else {
             return Ok(0);
         };
         finish(&self.core, product, &m).await?;
@@ -157,11 +175,11 @@ impl Shards {
     pub async fn take_only(
         &self,
         product: &ProductId,
-        (from, to): (u16, u16),
+        route: Route,
         units: i64,
     ) -> Result<i64, SaleError> {
         self.count(product).await?;
-        let m = take(&self.core, product, (from, to), units, 0).await?;
+        let m = take(&self.core, product, route, units, 0).await?;
         Ok(m.map_or(0, |m| m.units))
     }
 }
@@ -201,7 +219,8 @@ pub(super) enum Refill {
 pub(super) async fn refill(
     core: &Core,
     product: &ProductId,
-    (n, home): (u16, u16),
+    n: u16,
+    home: u16,
     need: u64,
 ) -> Result<Refill, SaleError> {
     let here = product.shard(home, n);
@@ -250,7 +269,7 @@ pub(super) async fn refill(
             // the next buyers of this shard find units here, and the
             // richest keeps some for its own.
             let units = (need - home_stock).max((stock + 1) / 2).min(stock);
-            if let Some(m) = take(core, product, (from, home), units, 0).await? {
+            if let Some(m) = take(core, product, Route { from, to: home }, units, 0).await? {
                 finish(core, product, &m).await?;
                 return Ok(Refill::Again);
             }
@@ -288,16 +307,13 @@ pub(super) async fn look_all(
 ) -> Result<Vec<ShardLook>, SaleError> {
     let mut looks = Vec::with_capacity(usize::from(n));
     for k in 0..n {
-        looks.push(look(core, product, (k, n)).await?);
+        looks.push(look(core, product, k, n).await?);
     }
     Ok(looks)
 }
 
-async fn look(
-    core: &Core,
-    product: &ProductId,
-    (k, n): (u16, u16),
-) -> Result<ShardLook, SaleError> {
+/// Shard `k` of the sale's `n`, as one script reads it.
+async fn look(core: &Core, product: &ProductId, k: u16, n: u16) -> Result<ShardLook, SaleError> {
     let keys = core.keys(&product.shard(k, n));
     let reply: (i64, i64, Vec<String>, i64) = core
         .call(|mut c| async move {
@@ -346,13 +362,21 @@ async fn look(
 async fn take(
     core: &Core,
     product: &ProductId,
-    (from, to): (u16, u16),
+    route: Route,
     units: i64,
     keep: i64,
 ) -> Result<Option<Move>, SaleError> {
+    let Route { from, to } = route;
     // Unique without coordination, as an order's id is.
     let id = OrderId::generate(&name(core, product, to)).into_string();
-    let taken = take_call(core, product, (from, to), (&id, units), (keep, false)).await?;
+    let asked = TakeCall {
+        route,
+        id: &id,
+        units,
+        keep,
+        redo: false,
+    };
+    let taken = take_call(core, product, asked).await?;
     Ok((taken > 0).then_some(Move {
         id,
         from,
@@ -364,10 +388,15 @@ async fn take(
 async fn take_call(
     core: &Core,
     product: &ProductId,
-    (from, to): (u16, u16),
-    (id, units): (&str, i64),
-    (keep, redo): (i64, bool),
+    asked: TakeCall<'_>,
 ) -> Result<i64, SaleError> {
+    let TakeCall {
+        route: Route { from, to },
+        id,
+        units,
+        keep,
+        redo,
+    } = asked;
     let keys = core.keys(&name(core, product, from));
     let mut call = MOVE_TAKE.prepare_invoke();
     call.key(&keys.stock)
@@ -472,7 +501,17 @@ pub(super) async fn repair_moves(
                 continue;
             }
             tracing::warn!(product_id = %product, move_id = %id, from, to, units, "a stock shard's master lost a move it gave; taken again");
-            take_call(core, product, (from, to as u16), (id, units), (0, true)).await?;
+            let asked = TakeCall {
+                route: Route {
+                    from,
+                    to: to as u16,
+                },
+                id,
+                units,
+                keep: 0,
+                redo: true,
+            };
+            take_call(core, product, asked).await?;
             repaired += 1;
         }
     }
@@ -521,7 +560,7 @@ pub(super) async fn elsewhere(
     let n = count(core, product).await?;
     let mut out = Elsewhere::default();
     for k in 1..n {
-        let l = look(core, product, (k, n)).await?;
+        let l = look(core, product, k, n).await?;
         out.units += l.stock.unwrap_or(0) + l.in_flight.iter().map(|m| m.units).sum::<i64>();
         out.initial += l.initial;
         if !used {
@@ -545,7 +584,8 @@ pub(super) async fn drop_used(
     core: &Core,
     product: &ProductId,
     elsewhere: &Elsewhere,
-    (now_ms, bucket_ms): (i64, i64),
+    now_ms: i64,
+    bucket_ms: i64,
 ) -> Result<(), SaleError> {
     let gone: Vec<i64> = elsewhere
         .used
@@ -585,7 +625,7 @@ pub(super) async fn gather(core: &Core, product: &ProductId, units: i64) -> Resu
         if have <= 0 {
             continue;
         }
-        if let Some(m) = take(core, product, (k, 0), short.min(have), 0).await? {
+        if let Some(m) = take(core, product, Route { from: k, to: 0 }, short.min(have), 0).await? {
             finish(core, product, &m).await?;
             short -= m.units;
         }

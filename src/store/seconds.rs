@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::db::Db;
 use super::error::StoreError;
 use crate::domain::ProductId;
-use crate::metrics::timeline::{self, Second};
+use crate::metrics::timeline::Second;
 
 /// Rows written at once.
 const CHUNK: usize = 200;
@@ -54,11 +54,13 @@ impl Seconds {
             let rows: Vec<(&str, i64, [String; 4])> = chunk
                 .iter()
                 .map(|(product, s)| {
-                    let mut counts: BTreeMap<&str, u64> = s.counts.iter().copied().collect();
+                    let mut counts: BTreeMap<&str, u64> =
+                        s.counts.iter().map(|(c, n)| (c.name(), *n)).collect();
                     for (outcome, n) in &s.answers {
-                        *counts.entry(timeline::answer_name(outcome)).or_default() += n;
+                        *counts.entry(outcome.timeline_name()).or_default() += n;
                     }
-                    let gauges: BTreeMap<&str, i64> = s.gauges.iter().copied().collect();
+                    let gauges: BTreeMap<&str, i64> =
+                        s.gauges.iter().map(|(g, v)| (g.name(), *v)).collect();
                     let latency: BTreeMap<String, u32> = s
                         .latency
                         .iter()

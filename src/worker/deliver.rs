@@ -23,6 +23,7 @@ use crate::config::DeliverySettings;
 use crate::domain::backoff;
 use crate::domain::{Chain, now_ms};
 use crate::metrics::Metrics;
+use crate::metrics::timeline::Count;
 use crate::store::{Deliveries, Delivery, EventRow, Events, StoreError};
 
 /// Why a deliverer's HTTP client cannot be made.
@@ -197,7 +198,7 @@ impl Deliverer {
             if sent.is_ok() {
                 self.metrics
                     .timeline
-                    .count(&e.product_id, "events_delivered", 1);
+                    .count(&e.product_id, Count::EventsDelivered, 1);
             }
         }
         Ok(())
@@ -246,7 +247,7 @@ impl Deliverer {
                 }
                 Err(why) => {
                     attempts += 1;
-                    if let Some(at) = self.failed(&e, (acked, attempts), &why).await? {
+                    if let Some(at) = self.failed(&e, acked, attempts, &why).await? {
                         return Ok(Next::At(at));
                     }
                     // Given up: a dead letter, and delivery moves on.
@@ -268,7 +269,7 @@ impl Deliverer {
         self.count("delivered");
         self.metrics
             .timeline
-            .count(&e.product_id, "events_delivered", 1);
+            .count(&e.product_id, Count::EventsDelivered, 1);
         self.lags.update(&self.endpoint, &self.metrics, |l| *l -= 1);
     }
 
@@ -278,7 +279,8 @@ impl Deliverer {
     async fn failed(
         &self,
         e: &EventRow,
-        (acked, attempts): (Option<i64>, u32),
+        acked: Option<i64>,
+        attempts: u32,
         why: &str,
     ) -> Result<Option<i64>, StoreError> {
         self.count("failed");
@@ -295,7 +297,9 @@ impl Deliverer {
             .dead_letter_event(&self.endpoint, &self.owner, e.id, attempts, why, now_ms())
             .await?;
         self.count("dead_lettered");
-        self.metrics.timeline.count(&e.product_id, "events_dead", 1);
+        self.metrics
+            .timeline
+            .count(&e.product_id, Count::EventsDead, 1);
         self.metrics.event_dead_letters.inc();
         Ok(None)
     }

@@ -16,6 +16,7 @@ use super::reconciler::Reconciler;
 use super::repair::Repairer;
 use crate::bookkeeping::{self, BookkeepingError};
 use crate::domain::{Chain, now_ms};
+use crate::metrics::timeline::Count;
 use crate::sale::watch::BooksVerdict;
 
 /// Starts the passes; they stop at `shutdown`.
@@ -54,10 +55,10 @@ async fn sweeping(workers: Workers, stop: CancellationToken) {
             .await
             .map(|swept| {
                 for (sale, n) in &swept.expired_by_sale {
-                    workers.metrics.timeline.count(sale, "timed_out", *n);
+                    workers.metrics.timeline.count(sale, Count::TimedOut, *n);
                 }
                 for (sale, n) in &swept.cancelled_by_sale {
-                    workers.metrics.timeline.count(sale, "cancelled", *n);
+                    workers.metrics.timeline.count(sale, Count::Cancelled, *n);
                 }
             })
     })

@@ -8,6 +8,7 @@ use flashsale::bookkeeping::retire::{Blocker, Step};
 use flashsale::config::RetireSettings;
 use flashsale::config::WorkerConfig;
 use flashsale::domain::{OrderId, ProductId, SaleState};
+use flashsale::sale::Route;
 use flashsale::worker::Workers;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
@@ -601,7 +602,7 @@ async fn a_sharded_sale_retires_with_a_move_in_flight(backend: Backend) {
     let taken = app
         .sales
         .shards()
-        .take_only(&product, (1, 2), 2)
+        .take_only(&product, Route { from: 1, to: 2 }, 2)
         .await
         .expect("a take");
     assert_eq!(taken, 2);

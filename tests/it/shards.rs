@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use flashsale::bookkeeping::recover::Overwrite;
 use flashsale::domain::{OrderId, ProductId};
+use flashsale::sale::Route;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -165,7 +166,13 @@ async fn a_move_left_half_done_arrives_once_and_no_unit_is_made_or_lost(backend:
     let product = pid(&sku);
     // A caller takes 5 units off shard 0 for shard 1 and dies before they
     // arrive.
-    assert_eq!(shards.take_only(&product, (0, 1), 5).await.unwrap(), 5);
+    assert_eq!(
+        shards
+            .take_only(&product, Route { from: 0, to: 1 }, 5)
+            .await
+            .unwrap(),
+        5
+    );
     let looks = shards.look(&product).await.unwrap();
     let stocks: Vec<_> = looks.iter().map(|l| l.stock).collect();
     assert_eq!(stocks, [Some(5), Some(10), Some(10)]);
@@ -212,7 +219,13 @@ async fn a_move_a_failover_cut_in_two_is_mended_from_the_other_side(backend: Bac
         looks.iter().map(|l| l.stock).collect()
     };
     // A move of 4 from shard 0 to 1, then shard 0's master "loses" the take.
-    assert_eq!(shards.move_units(&product, (0, 1), 4).await.unwrap(), 4);
+    assert_eq!(
+        shards
+            .move_units(&product, Route { from: 0, to: 1 }, 4)
+            .await
+            .unwrap(),
+        4
+    );
     let gave: HashMap<String, String> = r.hgetall(app.key(&sku, "gave")).await.unwrap();
     let (id, _) = gave.iter().next().expect("the move's log entry");
     let _: () = r.hdel(app.key(&sku, "gave"), id).await.unwrap();
@@ -228,7 +241,13 @@ async fn a_move_a_failover_cut_in_two_is_mended_from_the_other_side(backend: Bac
         [Some(6), Some(14), Some(10)]
     );
     // A move of 3 from shard 2 to 0, then shard 0's master "loses" the apply.
-    assert_eq!(shards.move_units(&product, (2, 0), 3).await.unwrap(), 3);
+    assert_eq!(
+        shards
+            .move_units(&product, Route { from: 2, to: 0 }, 3)
+            .await
+            .unwrap(),
+        3
+    );
     let moved_in: HashMap<String, String> = r.hgetall(app.key(&sku, "moved_in")).await.unwrap();
     let (id, _) = moved_in.iter().next().expect("the move's arrival");
     let _: () = r.hdel(app.key(&sku, "moved_in"), id).await.unwrap();
@@ -570,7 +589,13 @@ async fn an_order_whose_search_never_settles_is_answered_503_and_takes_nothing(b
     let sku = sharded_sale(&app, 3, 2, 3).await;
     let shards = app.sales.shards();
     let product = pid(&sku);
-    assert_eq!(shards.take_only(&product, (1, 2), 1).await.unwrap(), 1);
+    assert_eq!(
+        shards
+            .take_only(&product, Route { from: 1, to: 2 }, 1)
+            .await
+            .unwrap(),
+        1
+    );
     let sale_2 = app.sales.keys(&product.shard(2, 3)).sale;
     let mut r = app.redis.clone();
     let kept: Vec<(String, String)> = r.hgetall(&sale_2).await.unwrap();
@@ -608,7 +633,11 @@ async fn the_same_keyed_order_sent_twice_at_once_is_one_order_at_the_sell_out(ba
         // Two units, one a shard; the buyer's (home: shard 0) moved away.
         let sku = sharded_sale(&app, 2, 2, 2).await;
         let product = pid(&sku);
-        let moved = app.sales.shards().move_units(&product, (0, 1), 1).await;
+        let moved = app
+            .sales
+            .shards()
+            .move_units(&product, Route { from: 0, to: 1 }, 1)
+            .await;
         assert_eq!(moved.unwrap(), 1);
         let (user, key) = (2 * (round + 1), format!("twice-{round}"));
         let (a, b) = tokio::join!(
@@ -674,7 +703,7 @@ async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
     assert_eq!(
         app.sales
             .shards()
-            .move_units(&product, (0, 1), 2)
+            .move_units(&product, Route { from: 0, to: 1 }, 2)
             .await
             .unwrap(),
         2
@@ -775,7 +804,12 @@ async fn a_master_dies_mid_moves(base: u16, replicas: u32) {
             (app.clone(), product.clone(), stop.clone(), moved.clone());
         tasks.spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(1) = app.sales.shards().move_units(&product, (a, b), 1).await {
+                if let Ok(1) = app
+                    .sales
+                    .shards()
+                    .move_units(&product, Route { from: a, to: b }, 1)
+                    .await
+                {
                     moved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

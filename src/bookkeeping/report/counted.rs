@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::figures::{SecondView, Summary};
 use crate::bookkeeping::error::BookkeepingError;
+use crate::domain::PaymentResult;
+use crate::domain::answer::{Outcome, REFUSED_PREFIX};
 use crate::metrics::distinct;
-use crate::metrics::timeline::{self, LATENCY_BUCKETS, Merge};
+use crate::metrics::timeline::{self, Count, Gauge, LATENCY_BUCKETS, PAYMENT_PREFIX};
 use crate::store::SecondRow;
 
 /// The timeline as the report reads it.
@@ -67,14 +69,14 @@ struct Totals {
 impl Totals {
     fn add(&mut self, t: i64, m: &Merged) {
         let s = &mut self.s;
-        let accepted = m.count("accepted");
+        let accepted = m.answered(Outcome::Accepted);
         if accepted > s.peak_accepted_per_sec {
             (s.peak_accepted_per_sec, s.peak_at) = (accepted, Some(t));
         }
         s.accepted += accepted;
-        s.funnel.requests += accepted + m.count("replayed") + m.refused();
+        s.funnel.requests += accepted + m.answered(Outcome::Replayed) + m.refused();
         for (k, v) in &m.counts {
-            if let Some(code) = k.strip_prefix("refused.") {
+            if let Some(code) = k.strip_prefix(REFUSED_PREFIX) {
                 *s.refused.entry(code.to_owned()).or_default() += v;
             }
         }
@@ -84,15 +86,15 @@ impl Totals {
         for (l, n) in self.latency.iter_mut().zip(&m.latency) {
             *l += n;
         }
-        s.persisted += m.count("persisted");
-        self.waited += m.count("persist_waited");
-        self.wait_ms += m.count("persist_wait_ms");
-        self.joined += m.count("joins");
-        s.events_delivered += m.count("events_delivered");
-        s.events_dead += m.count("events_dead");
-        s.payments.timed_out += m.count("timed_out");
-        s.payments.cancelled_by_buyers += m.count("cancelled");
-        let lag = m.gauges.get("persist_lag_max_ms").copied();
+        s.persisted += m.count(Count::Persisted);
+        self.waited += m.count(Count::PersistWaited);
+        self.wait_ms += m.count(Count::PersistWaitMs);
+        self.joined += m.count(Count::Joins);
+        s.events_delivered += m.count(Count::EventsDelivered);
+        s.events_dead += m.count(Count::EventsDead);
+        s.payments.timed_out += m.count(Count::TimedOut);
+        s.payments.cancelled_by_buyers += m.count(Count::Cancelled);
+        let lag = m.reading(Gauge::PersistLagMaxMs);
         s.persist_wait_max_ms = s.persist_wait_max_ms.max(lag);
     }
 
@@ -118,10 +120,9 @@ struct Room {
 
 impl Room {
     fn read(&mut self, m: &Merged) {
-        let reading = |name: &str| m.gauges.get(name).copied();
-        self.line = reading("line").or(self.line).max(self.line);
-        self.pace = reading("pace").or(self.pace);
-        self.ceiling = reading("ceiling").or(self.ceiling);
+        self.line = m.reading(Gauge::Line).or(self.line).max(self.line);
+        self.pace = m.reading(Gauge::Pace).or(self.pace);
+        self.ceiling = m.reading(Gauge::Ceiling).or(self.ceiling);
     }
 }
 
@@ -141,12 +142,11 @@ impl Merged {
         for (k, v) in counts {
             *self.counts.entry(k).or_default() += v;
         }
+        // Readings: the highest stands (a name this release does not know
+        // too: every figure of this column is a reading).
         for (k, v) in gauges {
-            let slot = self.gauges.entry(k.clone()).or_insert(v);
-            *slot = match timeline::merge_of(&k) {
-                Merge::Max => (*slot).max(v),
-                Merge::Sum => *slot + v,
-            };
+            let slot = self.gauges.entry(k).or_insert(v);
+            *slot = (*slot).max(v);
         }
         if !latency.is_empty() && self.latency.is_empty() {
             self.latency = vec![0; LATENCY_BUCKETS];
@@ -163,34 +163,46 @@ impl Merged {
         Ok(())
     }
 
-    fn count(&self, name: &str) -> u64 {
-        self.counts.get(name).copied().unwrap_or(0)
+    fn count(&self, what: Count) -> u64 {
+        self.counts.get(what.name()).copied().unwrap_or(0)
+    }
+
+    fn answered(&self, outcome: Outcome) -> u64 {
+        self.counts
+            .get(outcome.timeline_name())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn reading(&self, what: Gauge) -> Option<i64> {
+        self.gauges.get(what.name()).copied()
     }
 
     /// This second as the report shows it, the room as read until then.
     fn view(&self, t: i64, room: &Room) -> SecondView {
         SecondView {
             t,
-            accepted: self.count("accepted"),
+            accepted: self.answered(Outcome::Accepted),
             refused: self.refused(),
-            units: self.count("units"),
+            units: self.count(Count::Units),
             latency_p50_us: quantile(&self.latency, 0.5),
             latency_p99_us: quantile(&self.latency, 0.99),
-            joins: self.count("joins"),
+            joins: self.count(Count::Joins),
             line: room.line,
             pace: room.pace,
             ceiling: room.ceiling,
-            persisted: self.count("persisted"),
-            persist_wait_max_ms: self.gauges.get("persist_lag_max_ms").copied(),
-            paid: self.count("payment.paid") + self.count("payment.paid_again"),
-            timed_out: self.count("timed_out"),
-            events_delivered: self.count("events_delivered"),
+            persisted: self.count(Count::Persisted),
+            persist_wait_max_ms: self.reading(Gauge::PersistLagMaxMs),
+            paid: self.count(Count::Payment(PaymentResult::Paid))
+                + self.count(Count::Payment(PaymentResult::PaidAgain)),
+            timed_out: self.count(Count::TimedOut),
+            events_delivered: self.count(Count::EventsDelivered),
             // From the room's places and the books, when the report is made.
             expired: 0,
             returned: 0,
             restocked: 0,
-            refused_by: self.by_prefix("refused."),
-            payments_by: self.by_prefix("payment."),
+            refused_by: self.by_prefix(REFUSED_PREFIX),
+            payments_by: self.by_prefix(PAYMENT_PREFIX),
         }
     }
 
@@ -205,7 +217,7 @@ impl Merged {
     fn refused(&self) -> u64 {
         self.counts
             .iter()
-            .filter(|(k, _)| k.starts_with("refused."))
+            .filter(|(k, _)| k.starts_with(REFUSED_PREFIX))
             .map(|(_, v)| v)
             .sum()
     }

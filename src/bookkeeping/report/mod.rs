@@ -195,7 +195,7 @@ impl Reports {
             {
                 let ordered: HashSet<u64> = orders.iter().map(|o| o.user_id as u64).collect();
                 let now = now_ms().div_euclid(1000);
-                let ran_out = RanOut::of(&places, &reached, &ordered, (i64::from(window), now));
+                let ran_out = RanOut::of(&places, &reached, &ordered, i64::from(window), now);
                 s.funnel.admitted_unused = Some(ran_out.unused);
                 s.funnel.expired = Some(ran_out.by_second.values().sum());
                 room::add_expired(&mut seconds, &ran_out.by_second);

@@ -8,11 +8,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::Chain;
 use crate::metrics::Metrics;
+use crate::metrics::timeline::Gauge;
 use crate::sale::Room;
 use crate::store;
 
 /// How often a process writes its timeline.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// At a stop, the last seconds are tried this many times, this far apart
+/// (each try bounded by `DB_TIMEOUT_MS`).
+const FINAL_TRIES: u32 = 5;
+const FINAL_PAUSE: Duration = Duration::from_millis(200);
 /// Seconds a process keeps while the books do not take them (then the
 /// oldest go, said in the log): ten minutes of a sale's.
 const KEPT_WHILE_UNWRITTEN: usize = 600;
@@ -41,8 +46,18 @@ impl Recorder {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => {
-                    // What is counted so far, this second included.
-                    self.flush(i64::MAX).await;
+                    // What is counted so far, this second included; tried
+                    // again for a while when the books are slow (a stop
+                    // during their outage would lose the last seconds, and
+                    // the report would miss the answers of a swapped
+                    // process).
+                    for _ in 0..FINAL_TRIES {
+                        if self.flush(i64::MAX).await {
+                            return;
+                        }
+                        tokio::time::sleep(FINAL_PAUSE).await;
+                    }
+                    tracing::warn!("the sales' last timeline seconds were not written before the stop");
                     return;
                 }
             }
@@ -67,23 +82,26 @@ impl Recorder {
                 product.as_str(),
                 read_at,
                 &[
-                    ("line", r.admitted_places() as i64),
-                    ("pace", r.pace.round() as i64),
-                    ("ceiling", i64::from(r.ceiling)),
-                    ("joined", r.joined() as i64),
+                    (Gauge::Line, r.admitted_places() as i64),
+                    (Gauge::Pace, r.pace.round() as i64),
+                    (Gauge::Ceiling, i64::from(r.ceiling)),
+                    (Gauge::Joined, r.joined() as i64),
                 ],
             );
         }
     }
 
-    async fn flush(&self, before: i64) {
+    /// Writes the seconds over before `before`; false when the books did
+    /// not take them (kept for the next try).
+    async fn flush(&self, before: i64) -> bool {
         let timeline = &self.metrics.timeline;
         let mut taken = timeline.take_settled(before);
         if taken.is_empty() {
-            return;
+            return true;
         }
-        if let Err(e) = self.seconds.write(&self.source, &taken).await {
-            tracing::warn!(error = %Chain(&e), seconds = taken.len(), "the sales' timelines not written yet; kept for the next try");
+        let written = self.seconds.write(&self.source, &taken).await;
+        if let Err(e) = &written {
+            tracing::warn!(error = %Chain(e), seconds = taken.len(), "the sales' timelines not written yet; kept for the next try");
             if taken.len() > KEPT_WHILE_UNWRITTEN {
                 let dropped = taken.len() - KEPT_WHILE_UNWRITTEN;
                 taken.drain(..dropped);
@@ -94,5 +112,6 @@ impl Recorder {
             }
             timeline.put_back(taken);
         }
+        written.is_ok()
     }
 }

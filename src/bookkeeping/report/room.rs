@@ -130,13 +130,14 @@ pub(super) struct RanOut {
 
 impl RanOut {
     /// `places`: `(user, place)` of every buyer with a place; `reached`:
-    /// the second each place was reached; `(window, now)`: the
-    /// admission's window and the second now.
+    /// the second each place was reached; `window`: the admission's
+    /// window (s); `now`: the second now.
     pub fn of(
         places: &[(u64, u64)],
         reached: &[i64],
         ordered: &HashSet<u64>,
-        (window, now): (i64, i64),
+        window: i64,
+        now: i64,
     ) -> Self {
         let mut out = Self::default();
         for (user, place) in places {
@@ -200,7 +201,7 @@ mod tests {
         // not; 6 (place 5) was never admitted.
         let places = [(7, 1), (8, 2), (9, 3), (5, 4), (6, 5)];
         let ordered: HashSet<u64> = [7, 9].into();
-        let at = |now| RanOut::of(&places, &reached, &ordered, (3, now));
+        let at = |now| RanOut::of(&places, &reached, &ordered, 3, now);
         assert_eq!(
             at(104),
             RanOut {

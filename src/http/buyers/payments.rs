@@ -19,6 +19,7 @@ use crate::domain::webhook::Signed;
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract;
+use crate::metrics::timeline::Count;
 use crate::store::NewPayment;
 
 /// A notification, per Standard Webhooks' payload convention (`type`:
@@ -120,21 +121,9 @@ pub async fn notify(
         state
             .metrics
             .timeline
-            .count(product.as_str(), payment_name(a.result), 1);
+            .count(product.as_str(), Count::Payment(a.result), 1);
     }
     answer.map(Json)
-}
-
-/// The timeline's name of a payment's result.
-fn payment_name(result: PaymentResult) -> &'static str {
-    match result {
-        PaymentResult::Paid => "payment.paid",
-        PaymentResult::PaidAgain => "payment.paid_again",
-        PaymentResult::RefundDue => "payment.refund_due",
-        PaymentResult::AmountMismatch => "payment.amount_mismatch",
-        PaymentResult::Failed => "payment.failed",
-        _ => "payment.other",
-    }
 }
 
 async fn hear(

@@ -9,9 +9,9 @@ use utoipa::ToSchema;
 
 use super::state::Buyers;
 use crate::bookkeeping::{ProductStatus, retire};
-use crate::domain::{self, ProductId, SaleState, WaitingRoom};
+use crate::domain::{self, SaleState, WaitingRoom};
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::PathParam;
+use crate::http::extract::SalePath;
 
 /// A product with its live stock (`null` while the sale is not open).
 #[derive(Serialize, ToSchema)]
@@ -113,7 +113,7 @@ impl From<ProductStatus> for ProductView {
     operation_id = "get_product",
     tag = "products",
     summary = "A product and its live stock",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     responses(
         (status = 200, description = "OK", body = ProductView),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
@@ -121,14 +121,7 @@ impl From<ProductStatus> for ProductView {
 )]
 pub async fn get(
     State(state): State<Buyers>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<ProductView>, ApiError> {
-    let id = product_id_of(&product_id)?;
     Ok(Json(state.catalog.status(&id).await?.into()))
-}
-
-/// A product id from the path: one we could never have created is simply
-/// not found.
-pub(crate) fn product_id_of(text: &str) -> Result<ProductId, ApiError> {
-    ProductId::parse(text).map_err(|_| ApiError::ProductNotFound("no product with this id"))
 }

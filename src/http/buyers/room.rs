@@ -16,8 +16,9 @@ use super::state::Buyers;
 use crate::domain::{ProductId, now_ms};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ErrorBody, NOT_ON_SALE};
-use crate::http::extract::{OptionalJsonBody, PathParam};
+use crate::http::extract::{OptionalJsonBody, PathParam, SalePath, product_in_path};
 use crate::http::transport::limits;
+use crate::metrics::timeline::Count;
 use crate::sale::room::{Joined, RoomLookup, RoomState, Standing, pow};
 
 /// Where a ticket stands.
@@ -143,10 +144,6 @@ pub struct TicketView {
     standing: StandingView,
 }
 
-pub(crate) fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
-    ProductId::parse(product_id).map_err(|_| ApiError::ProductNotFound("no product with this id"))
-}
-
 /// `POST /api/sales/{product_id}/queue`
 #[utoipa::path(
     post,
@@ -156,7 +153,7 @@ pub(crate) fn sale_id(product_id: &str) -> Result<ProductId, ApiError> {
     summary = "Join a sale's waiting room",
     description = "The buyer (the authenticated one; `user_id` in the body only with `AUTH=none`) joins the line and gets a ticket. Joining again gives the same ticket and place. Everyone who joins before the start is shuffled at the start; later joiners are served in arrival order after them.",
     params(
-        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        SalePath,
         ("Join-Proof" = Option<String>, Header, max_length = 100, description = "`<challenge>.<nonce>`: the proof of work, when the room asks one (see `GET /api/sales/{product_id}/challenge`)"),
     ),
     request_body = Option<Owner>,
@@ -172,17 +169,20 @@ pub async fn join(
     State(state): State<Buyers>,
     caller: Caller,
     headers: HeaderMap,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
     OptionalJsonBody(body): OptionalJsonBody<Owner>,
 ) -> Result<Json<TicketView>, ApiError> {
     let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
-    let product = sale_id(&product_id)?;
+    let product = id;
     let proof = headers.get(JOIN_PROOF).and_then(|v| v.to_str().ok());
     let joined = state.room.join(&product, user_id, proof).await?;
     let (ticket, new) = match joined {
         Joined::Ticket { ticket, new } => {
             if new {
-                state.metrics.timeline.count(product.as_str(), "joins", 1);
+                state
+                    .metrics
+                    .timeline
+                    .count(product.as_str(), Count::Joins, 1);
             }
             (ticket, new)
         }
@@ -246,7 +246,7 @@ pub struct ChallengeView {
     tag = "waiting room",
     summary = "The proof of work a join costs",
     description = "The sale's challenge for this minute (the same for every buyer; a proof of it is accepted this minute and the next) and the difficulty in bits; with a verified buyer's credentials, also the `user_id` the proof must name. With a difficulty above 0, `POST /api/sales/{product_id}/queue` needs the header `Join-Proof: <challenge>.<nonce>` where `SHA-256(\"<challenge>:<user_id>:<nonce>\")` starts with that many zero bits.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     responses(
         (status = 200, description = "The challenge", body = ChallengeView),
         (status = 404, description = "`product_not_found` or `no_waiting_room`", body = ErrorBody),
@@ -255,9 +255,9 @@ pub struct ChallengeView {
 pub async fn challenge(
     State(state): State<Buyers>,
     caller: Result<Caller, ApiError>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<ChallengeView>, ApiError> {
-    let product = sale_id(&product_id)?;
+    let product = id;
     let room = match state.room.known(&product).await? {
         RoomLookup::Room(room) => room,
         RoomLookup::NoRoom => return Err(ApiError::NoWaitingRoom),
@@ -286,7 +286,7 @@ pub async fn challenge(
     summary = "Where a ticket stands",
     description = "`waiting` (with the place and an estimated wait once the draw is done), `admitted` (with the admission for `POST /api/orders` and its expiry), `expired`, `sold_out` or `ended`. Cheap: poll every few seconds.",
     params(
-        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        SalePath,
         ("ticket" = String, Path, max_length = 200),
     ),
     responses(
@@ -301,7 +301,7 @@ pub async fn standing(
 ) -> Result<Json<StandingView>, ApiError> {
     let peer = crate::http::extract::peer(&parts.extensions);
     state.guards.check_poll(&parts.headers, peer)?;
-    let product = sale_id(&product_id)?;
+    let product = product_in_path(&product_id)?;
     Ok(Json(standing_of(&state, &product, &ticket).await?))
 }
 
@@ -337,7 +337,7 @@ where
         let Some((product_id, ticket)) = poll_target(parts.uri.path()) else {
             return ApiError::RouteNotFound.into_response();
         };
-        let answer = match sale_id(product_id) {
+        let answer = match product_in_path(product_id) {
             Ok(product) => standing_of(state, &product, ticket).await,
             Err(e) => Err(e),
         };

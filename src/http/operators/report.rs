@@ -8,13 +8,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::state::Operators;
 use crate::bookkeeping::Report;
-use crate::domain::ProductId;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{Admin, PathParam};
-
-fn product_id_of(text: &str) -> Result<ProductId, ApiError> {
-    ProductId::parse(text).map_err(|_| ApiError::ProductNotFound("no product with this id"))
-}
+use crate::http::extract::{Admin, SalePath};
 
 /// `GET /api/admin/products/{product_id}/report`
 #[utoipa::path(
@@ -24,7 +19,7 @@ fn product_id_of(text: &str) -> Result<ProductId, ApiError> {
     tag = "admin",
     summary = "How a sale went: its figures and its timeline",
     description = "Live while the sale runs (made now from its timeline and its books); once it retired, the report kept then, with its final audit. What each figure means and how exact it is: docs/report.md.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "The report: `summary` (time to sell out, peak, funnel, wait in line, refusals, payments, latency, the books' verdict) and `seconds` (the timeline)", body = Object),
@@ -34,9 +29,8 @@ fn product_id_of(text: &str) -> Result<ProductId, ApiError> {
 pub async fn json(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<Report>, ApiError> {
-    let id = product_id_of(&product_id)?;
     Ok(Json(state.desk.reports.report(&id).await?))
 }
 
@@ -47,7 +41,7 @@ pub async fn json(
     operation_id = "sale_report_csv",
     tag = "admin",
     summary = "A sale's timeline as CSV, a row per second",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked`", content_type = "text/csv", body = String),
@@ -57,9 +51,8 @@ pub async fn json(
 pub async fn csv(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Response, ApiError> {
-    let id = product_id_of(&product_id)?;
     let report = state.desk.reports.report(&id).await?;
     Ok((
         [

@@ -9,9 +9,8 @@ use utoipa::ToSchema;
 use super::admin_log::Before;
 use super::state::Operators;
 use crate::domain::BoundsChange;
-use crate::http::buyers::room::sale_id;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{Admin, JsonBody, PathParam};
+use crate::http::extract::{Admin, JsonBody, SalePath};
 
 /// New bounds for a room's pace (each one left out: kept).
 #[derive(Deserialize, ToSchema)]
@@ -64,7 +63,7 @@ pub struct RoomView {
     tag = "admin",
     summary = "Change a waiting room's pace bounds, live",
     description = "Any of the ceiling (`ceiling_per_sec`, the pace at once), the floor the pace drops to under strain (`floor_per_sec`), the active cap (`active_cap`, 0: none) and the join difficulty (`join_difficulty`, bits, 0: none); the others are kept. A floor above the ceiling is lowered to it.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     request_body = RoomPace,
     security(("admin" = [])),
     responses(
@@ -76,10 +75,10 @@ pub struct RoomView {
 pub async fn set_pace(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
     JsonBody(body): JsonBody<RoomPace>,
 ) -> Result<Response, ApiError> {
-    let product = sale_id(&product_id)?;
+    let product = id;
     let change = BoundsChange::new(
         body.ceiling_per_sec,
         body.floor_per_sec,

@@ -15,9 +15,9 @@ use super::state::Operators;
 use crate::bookkeeping::{self, ProductStatus};
 use crate::domain::MAX_STOCK;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{Admin, JsonBody, PathParam};
+use crate::http::extract::{Admin, JsonBody, SalePath};
 
-use crate::http::buyers::products::{ProductView, product_id_of};
+use crate::http::buyers::products::ProductView;
 
 /// `POST /api/admin/products`
 #[utoipa::path(
@@ -65,7 +65,7 @@ pub struct Opened {
     operation_id = "open_sale",
     tag = "admin",
     summary = "Open a product's sale in Redis (idempotent)",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "OK", body = Opened),
@@ -76,9 +76,8 @@ pub struct Opened {
 pub async fn open(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<Opened>, ApiError> {
-    let id = product_id_of(&product_id)?;
     let bookkeeping::SaleOpened { stock, opened } = state.desk.catalog.open(&id).await?;
     Ok(Json(Opened {
         product_id: id.as_str().to_owned(),
@@ -95,7 +94,7 @@ pub async fn open(
     operation_id = "close_sale",
     tag = "admin",
     summary = "Close a sale now: no order is accepted from this answer on; it retires once settled",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "Closed (or closed already): the product, `end_time` moved to the close", body = ProductView),
@@ -105,9 +104,8 @@ pub async fn open(
 pub async fn close(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<ProductView>, ApiError> {
-    let id = product_id_of(&product_id)?;
     Ok(Json(state.desk.catalog.close(&id).await?.into()))
 }
 
@@ -120,7 +118,7 @@ pub async fn close(
     tag = "admin",
     summary = "Pause a sale: orders are refused `sale_paused` until it resumes; its window is not moved",
     description = "From this answer on, on every instance (each order's script reads the pause: no instance remembers it). A keyed retry of an order accepted before still gets its answer. The waiting room's line stands still, and admissions valid when the pause began do not run out during it. Idempotent. The event `sale.paused`.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "Paused (or paused already): the product, `paused` set", body = ProductView),
@@ -131,9 +129,8 @@ pub async fn close(
 pub async fn pause(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<ProductView>, ApiError> {
-    let id = product_id_of(&product_id)?;
     Ok(Json(state.desk.catalog.pause(&id, true).await?.into()))
 }
 
@@ -145,7 +142,7 @@ pub async fn pause(
     tag = "admin",
     summary = "Resume a paused sale: orders are taken again from this answer on",
     description = "Idempotent. The event `sale.resumed`. The waiting room's line moves on from where it stood.",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "Live (or live already): the product, `paused` null", body = ProductView),
@@ -156,9 +153,8 @@ pub async fn pause(
 pub async fn resume(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<ProductView>, ApiError> {
-    let id = product_id_of(&product_id)?;
     Ok(Json(state.desk.catalog.pause(&id, false).await?.into()))
 }
 
@@ -189,7 +185,7 @@ pub struct Restocked {
     summary = "Add units to an open sale, or take some away (never more than are left)",
     description = "Atomically with the orders (the stock and the sale's initial move together in one script): no unit lost or made. The books' `initial_qty` and `available_qty` follow, with the event `sale.restocked`. Once per `Idempotency-Key`: a retry changes nothing more and finishes the books' half if it failed. The waiting room's line moves again for new units.",
     params(
-        ("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        SalePath,
         ("Idempotency-Key" = Option<String>, Header, description = "Makes the restock once however often it is sent (1-128 visible characters)"),
     ),
     request_body = Restock,
@@ -204,11 +200,10 @@ pub struct Restocked {
 pub async fn restock(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
     headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<Restock>,
 ) -> Result<axum::response::Response, ApiError> {
-    let id = product_id_of(&product_id)?;
     if body.units == 0 || body.units.unsigned_abs() > MAX_STOCK {
         return Err(ApiError::InvalidRequest(format!(
             "units must be between -{MAX_STOCK} and {MAX_STOCK}, and not 0"
@@ -248,7 +243,7 @@ pub async fn restock(
     operation_id = "audit_sale",
     tag = "admin",
     summary = "Check that a sale's books balance in Redis and MySQL",
-    params(("product_id" = String, Path, pattern = "^[A-Za-z0-9._-]{1,128}$")),
+    params(SalePath),
     security(("admin" = [])),
     responses(
         (status = 200, description = "`ok`: whether every check holds; `audit`: the figures and checks", body = Object),
@@ -258,9 +253,8 @@ pub async fn restock(
 pub async fn audit(
     _: Admin,
     State(state): State<Operators>,
-    PathParam(product_id): PathParam<String>,
+    SalePath(id): SalePath,
 ) -> Result<Json<Value>, ApiError> {
-    let id = product_id_of(&product_id)?;
     let product = state.desk.catalog.product(&id).await?;
     let audit = state.desk.audit.sale(&product).await?;
     Ok(Json(json!({"ok": audit.ok(), "audit": audit})))

@@ -119,7 +119,14 @@ impl Heard {
             Rejection::NoSale => Self::NoSale,
             Rejection::SoldOut => Self::SoldOut,
             Rejection::LimitExceeded { allowance } => Self::Limit { allowance },
-            _ => Self::Other,
+            // Nothing the memory keeps: the window comes with the script's
+            // answer whole (`OutsideWindow`); a pause, an admission and the
+            // units left change under it.
+            Rejection::NotStarted { .. }
+            | Rejection::Ended
+            | Rejection::InsufficientStock { .. }
+            | Rejection::AdmissionRequired
+            | Rejection::Paused { .. } => Self::Other,
         }
     }
 }

@@ -173,7 +173,7 @@ impl OrderPath {
             // Boxed: what the search holds is not carried by every order's
             // future (the one-shard order path's instructions, BENCHMARKS.md
             // "What does a hot sale cost?").
-            return Box::pin(self.search(order, (shards, searches), call, sent)).await;
+            return Box::pin(self.search(order, shards, searches, call, sent)).await;
         }
         self.decide(sent.reply?, &order, call, (sent.sent, sent.received))
     }
@@ -185,7 +185,8 @@ impl OrderPath {
     async fn search(
         &self,
         order: NewOrder<'_>,
-        (shards, searches): (u16, usize),
+        shards: u16,
+        searches: usize,
         call: OrderCall,
         sent: Sent,
     ) -> Result<Decision, SaleError> {
@@ -206,7 +207,7 @@ impl OrderPath {
             {
                 let home = super::shards::home(order.user_id, shards);
                 let need = order.quantity.get();
-                match super::shards::refill(&self.core, product, (shards, home), need).await? {
+                match super::shards::refill(&self.core, product, shards, home, need).await? {
                     Refill::Again => shards,
                     // The search's verdict, not the home shard's first
                     // answer: units may have arrived there since.

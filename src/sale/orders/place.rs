@@ -299,6 +299,7 @@ fn order_key<'a>(prefix: &'a str, product: &'a ProductId, name: &'static str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::answer::Code;
     use crate::sale::SaleKeys;
 
     fn bulk(s: &str) -> Value {
@@ -347,6 +348,42 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// The table of the script's refusals is the script's: every code
+    /// `lua/place_order.lua` answers is decoded, to the refusal whose API
+    /// code the table names.
+    #[test]
+    fn every_refusal_the_script_answers_is_decoded_as_the_table_says() {
+        use crate::sale::rejection::SCRIPT_REFUSALS;
+        let script = include_str!("../../../lua/place_order.lua");
+        let mut answered: Vec<&str> = script
+            .split("answer = {'")
+            .skip(1)
+            .filter_map(|rest| rest.split('\'').next())
+            .collect();
+        answered.sort();
+        answered.dedup();
+        let mut known: Vec<&str> = SCRIPT_REFUSALS.iter().map(|(code, _)| *code).collect();
+        known.extend(["repeat", "shard"]);
+        known.sort();
+        assert_eq!(answered, known, "the script's answers and the table differ");
+        assert!(script.contains("return {'no_sale'}"));
+        for (code, api) in SCRIPT_REFUSALS {
+            // Redis's time before the window for `not_started`, after it
+            // for `ended` (the script decides which; the reply says both).
+            let now_ms = if code == "not_started" { 5 } else { 30 };
+            let reply = Value::Array(vec![bulk(code), Value::Int(10), Value::Int(20)]);
+            let why = match PlaceReply::refused(reply, now_ms).unwrap() {
+                PlaceReply::Rejected(why) => why,
+                PlaceReply::OutsideWindow {
+                    start_ms, now_ms, ..
+                } => Rejection::outside_window(start_ms, now_ms),
+                other => panic!("{code}: {other:?}"),
+            };
+            assert_eq!(why.code(), api, "{code}");
+        }
+        assert_eq!(Rejection::NoSale.code(), Code::ProductNotFound);
     }
 
     #[test]

@@ -391,13 +391,7 @@ impl Room {
             .await?;
         let (exists, room) = tick::decode(reply)?;
         if let Some(room) = &room {
-            shards::drop_used(
-                &self.core,
-                product,
-                &elsewhere,
-                (room.now_ms, room.bucket_ms),
-            )
-            .await?;
+            shards::drop_used(&self.core, product, &elsewhere, room.now_ms, room.bucket_ms).await?;
         }
         let room = room.map(Arc::new);
         if !exists {

@@ -5,6 +5,7 @@
 use crate::config::WorkerConfig;
 use crate::domain::{Chain, PendingOrder, ProductId};
 use crate::metrics::Metrics;
+use crate::metrics::timeline::{Count, Gauge};
 use crate::sale::{Entry, SaleStream};
 use crate::store::{self, Persisted};
 use crate::worker::error::WorkerError;
@@ -151,11 +152,11 @@ impl Settle<'_> {
             // waited (the batch's rows, when all of them were new).
             let timeline = &metrics.timeline;
             let sale = self.sale.as_str();
-            timeline.count(sale, "persisted", persisted.inserted);
+            timeline.count(sale, Count::Persisted, persisted.inserted);
             if persisted.inserted == good.len() as u64 {
-                timeline.count(sale, "persist_wait_ms", total);
-                timeline.count(sale, "persist_waited", persisted.inserted);
-                timeline.gauge(sale, "persist_lag_max_ms", most);
+                timeline.count(sale, Count::PersistWaitMs, total);
+                timeline.count(sale, Count::PersistWaited, persisted.inserted);
+                timeline.gauge(sale, Gauge::PersistLagMaxMs, most);
             }
         }
         Ok((persisted, good))

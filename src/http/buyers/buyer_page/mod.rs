@@ -29,9 +29,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 
-use crate::domain::ProductId;
 use crate::http::error::ApiError;
-use crate::http::extract::PathParam;
+use crate::http::extract::{PathParam, product_in_path};
 use crate::http::pages::{asset, html};
 
 const PAGE: &str = include_str!("assets/sale.html");
@@ -91,8 +90,7 @@ where
 /// `GET /sale/{product_id}`: the page, for any well-formed id (the script
 /// asks the API whether it is on sale).
 fn sale_page(page: &Bytes, product_id: &str) -> Result<Response, ApiError> {
-    ProductId::parse(product_id)
-        .map_err(|_| ApiError::ProductNotFound("no product with this id"))?;
+    product_in_path(product_id)?;
     Ok(html(StatusCode::OK, page.clone()))
 }
 

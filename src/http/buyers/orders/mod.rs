@@ -19,6 +19,7 @@ use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::extract::{OptionalJsonBody, PathParam, QueryParams};
+use crate::metrics::timeline::Count;
 
 /// `GET /api/orders/{order_id}`.
 #[utoipa::path(
@@ -223,7 +224,7 @@ pub async fn cancel(
             state
                 .metrics
                 .timeline
-                .count(product.as_str(), "cancelled", 1);
+                .count(product.as_str(), Count::Cancelled, 1);
             Json(OrderView::from(row)).into_response()
         }
         Cancelled::Again(row) => Json(OrderView::from(row)).into_response(),

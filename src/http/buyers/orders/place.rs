@@ -16,6 +16,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::view::OrderView;
+use crate::domain::answer::{Code, Outcome};
 use crate::domain::{ProductId, Quantity, UserId};
 use crate::http::auth::Caller;
 use crate::http::buyers::state::Buyers;
@@ -66,8 +67,9 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 202, description = "Accepted; persisted shortly. A retry under the same Idempotency-Key answers the first order (`Idempotent-Replayed: true`), after the sale's retirement too: then from the books, with the order's status now", body = OrderView),
         (status = 403, description = "`forbidden`: `user_id` is not the authenticated buyer; `admission_required`: the sale has a waiting room and the order has no valid admission for this buyer and sale; `admission_expired`", body = ErrorBody),
         (status = 404, description = "`product_not_found`: no sale for this product (never opened, or retired after it ended)", body = ErrorBody),
-        (status = 409, description = "`sale_not_started` (with `starts_at`, epoch ms, and a `Retry-After` header: the seconds until the start), `sale_ended`, `sold_out`, `insufficient_stock` or `limit_exceeded`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "`sale_not_started` only: seconds until the sale opens"))),
+        // The codes are named from the script's table (`openapi.rs`).
+        (status = 409, description = "Refused by the sale", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "`sale_not_started`: seconds until the sale opens; `sale_paused`: when to look again"))),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     )
 )]
@@ -124,7 +126,7 @@ async fn answer_order(
     // The sale's timeline: an answer for a sale it named (not for an id no
     // sale has: those would fill the table).
     if let Some(Named { product, buyer }) = sale
-        && answer.outcome != "product_not_found"
+        && answer.outcome != Outcome::Refused(Code::ProductNotFound)
     {
         let answered = Answered {
             outcome: answer.outcome,
@@ -307,9 +309,9 @@ fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy)
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-        "replayed"
+        Outcome::Replayed
     } else {
-        "accepted"
+        Outcome::Accepted
     };
     Answer {
         response,
@@ -322,8 +324,7 @@ fn order_answer(order: OrderView, placement: Placement, answered_by: AnsweredBy)
 /// An answer to `POST /api/orders`, with what the metrics count it as.
 pub struct Answer {
     pub response: Response,
-    /// `accepted`, `replayed`, or the error code.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub answered_by: AnsweredBy,
     /// Units a new order took (0 for any other answer).
     pub units: u64,
@@ -332,7 +333,7 @@ pub struct Answer {
 impl Answer {
     pub fn refused(error: ApiError, answered_by: AnsweredBy) -> Self {
         Self {
-            outcome: error.code(),
+            outcome: Outcome::Refused(error.kind()),
             response: error.into_response(),
             answered_by,
             units: 0,

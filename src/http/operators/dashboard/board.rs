@@ -14,6 +14,7 @@ use prometheus::core::Collector;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use crate::domain::answer::{Code, Outcome};
 use crate::domain::{ProductId, now_ms};
 use crate::http::operators::watched::Watched;
 use crate::metrics::{self, Metrics};
@@ -446,14 +447,43 @@ fn counters(m: &Metrics) -> Counters {
     };
     for (outcome, by, n) in m.order_counts() {
         let o = &mut c.orders;
-        *match outcome.as_str() {
-            "accepted" | "replayed" => &mut o.accepted,
-            "sold_out" | "insufficient_stock" => &mut o.sold_out,
-            "limit_exceeded" => &mut o.limit,
-            "overloaded" => &mut o.shed,
-            "rate_limited" => &mut o.rate_limited,
-            "unavailable" | "internal" => &mut o.errors,
-            _ => &mut o.other,
+        *match outcome {
+            Outcome::Accepted | Outcome::Replayed => &mut o.accepted,
+            Outcome::Refused(code) => match code {
+                Code::SoldOut | Code::InsufficientStock => &mut o.sold_out,
+                Code::LimitExceeded => &mut o.limit,
+                Code::Overloaded => &mut o.shed,
+                Code::RateLimited => &mut o.rate_limited,
+                Code::Unavailable | Code::Internal => &mut o.errors,
+                Code::InvalidRequest
+                | Code::Unauthorized
+                | Code::Forbidden
+                | Code::AdmissionRequired
+                | Code::AdmissionExpired
+                | Code::ChallengeRequired
+                | Code::NotFound
+                | Code::ProductNotFound
+                | Code::OrderNotFound
+                | Code::InvalidSignature
+                | Code::OrderPending
+                | Code::AmountMismatch
+                | Code::PaymentIdReused
+                | Code::NoWaitingRoom
+                | Code::TicketNotFound
+                | Code::MethodNotAllowed
+                | Code::RequestTimeout
+                | Code::ProductExists
+                | Code::SaleNotStarted
+                | Code::SaleEnded
+                | Code::SalePaused
+                | Code::SaleClosed
+                | Code::InvalidTransition
+                | Code::QueueNotOpen
+                | Code::PayloadTooLarge
+                | Code::UnsupportedMediaType
+                | Code::IdempotencyKeyReused
+                | Code::HeadersTooLarge => &mut o.other,
+            },
         } += n;
         let a = &mut c.answered;
         *match by {
@@ -540,15 +570,21 @@ mod tests {
     #[test]
     fn a_process_counts_answers_by_class() {
         let m = Metrics::new();
-        m.count_order("accepted", metrics::AnsweredBy::Redis, 0.001);
-        m.count_order("replayed", metrics::AnsweredBy::Redis, 0.001);
-        m.count_order("sold_out", metrics::AnsweredBy::Memory, 0.001);
-        m.count_order("insufficient_stock", metrics::AnsweredBy::Redis, 0.001);
-        m.count_order("limit_exceeded", metrics::AnsweredBy::Memory, 0.001);
-        m.count_order("overloaded", metrics::AnsweredBy::Service, 0.001);
-        m.count_order("rate_limited", metrics::AnsweredBy::Service, 0.001);
-        m.count_order("unavailable", metrics::AnsweredBy::Redis, 0.001);
-        m.count_order("sale_ended", metrics::AnsweredBy::Memory, 0.001);
+        use metrics::AnsweredBy::{Memory, Redis, Service};
+        let refused = Outcome::Refused;
+        for (outcome, by) in [
+            (Outcome::Accepted, Redis),
+            (Outcome::Replayed, Redis),
+            (refused(Code::SoldOut), Memory),
+            (refused(Code::InsufficientStock), Redis),
+            (refused(Code::LimitExceeded), Memory),
+            (refused(Code::Overloaded), Service),
+            (refused(Code::RateLimited), Service),
+            (refused(Code::Unavailable), Redis),
+            (refused(Code::SaleEnded), Memory),
+        ] {
+            m.count_order(outcome, by, 0.001);
+        }
         m.rows_persisted.inc_by(5);
         let c = counters(&m);
         let o = c.orders;

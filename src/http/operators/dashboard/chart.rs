@@ -135,10 +135,17 @@ pub(super) fn chart(id: &str, title: &str, axis: &Axis, series: &[Series]) -> Ma
 /// The seconds drawn: those counted, from the start when it comes
 /// shortly before the first (so the start's mark shows) but not from an
 /// hour before (the seconds counted would shrink to a sliver).
-fn range(t0: i64, t1: i64) -> (i64, i64) {
+/// The seconds a chart spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    from: i64,
+    to: i64,
+}
+
+fn range(t0: i64, t1: i64) -> Span {
     match t0 > 0 && t0 <= (t1 - t0).max(5) {
-        true => (0, t1),
-        false => (t0, t1),
+        true => Span { from: 0, to: t1 },
+        false => Span { from: t0, to: t1 },
     }
 }
 
@@ -151,7 +158,8 @@ fn legend_rows(series: &[Series]) -> usize {
 
 /// The axes with their ticks (seconds from the start and clock time, UTC),
 /// the marks, each series' line and its legend.
-fn plot((t0, t1): (i64, i64), axis: &Axis, series: &[Series]) -> Markup {
+fn plot(span: Span, axis: &Axis, series: &[Series]) -> Markup {
+    let Span { from: t0, to: t1 } = span;
     let span = ((t1 - t0) as f64).max(1.0);
     let top = nice_top(
         series
@@ -379,9 +387,15 @@ mod tests {
 
     #[test]
     fn the_start_is_drawn_when_it_comes_shortly_before_the_first_second() {
-        assert_eq!(range(2, 30), (0, 30));
-        assert_eq!(range(-5, 30), (-5, 30));
-        assert_eq!(range(3600, 3604), (3600, 3604));
+        assert_eq!(range(2, 30), Span { from: 0, to: 30 });
+        assert_eq!(range(-5, 30), Span { from: -5, to: 30 });
+        assert_eq!(
+            range(3600, 3604),
+            Span {
+                from: 3600,
+                to: 3604
+            }
+        );
     }
 
     #[test]

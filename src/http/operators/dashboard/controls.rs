@@ -21,7 +21,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::board::Dashboard;
-use super::door::{FORGED, same_origin, signed_in};
+use super::door::{FORGED, SignedIn, same_origin};
 use super::session::Session;
 use crate::domain::ProductId;
 use crate::http::error::ApiError;
@@ -66,13 +66,10 @@ fn client_address(dashboard: &Dashboard, parts: &Parts) -> Option<String> {
 /// the admin API answers it, or the API's error.
 pub(super) async fn act(
     State(dashboard): State<Arc<Dashboard>>,
+    SignedIn(session): SignedIn,
     parts: Parts,
     body: Bytes,
 ) -> Response {
-    let session = match signed_in(&dashboard, &parts.headers).await {
-        Ok(session) => session,
-        Err(e) => return e.into_response(),
-    };
     let token = parts
         .headers
         .get("x-csrf-token")
@@ -92,7 +89,7 @@ pub(super) async fn act(
     let answer = run(&dashboard, asked).await;
     let (status, after) = match &answer {
         Ok(product) => (StatusCode::OK, Some(product.to_string())),
-        Err(e) => (e.kind().status(), None),
+        Err(e) => (crate::http::error::status(e.kind()), None),
     };
     dashboard
         .admin

@@ -1,6 +1,9 @@
 //! Who may look: the dashboard session a request carries (its cookie, not
 //! ended by a logout here or on any instance), and the form to sign in.
 
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
@@ -47,6 +50,38 @@ pub(super) async fn signed_in(
                 "cannot ask the books whether a dashboard session was ended: accepted");
             Ok(session)
         }
+    }
+}
+
+/// A dashboard request signed in (see [`signed_in`]); without a session,
+/// 401 `unauthorized` (the JSON routes).
+pub(super) struct SignedIn(pub Session);
+
+impl FromRequestParts<Arc<Dashboard>> for SignedIn {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        dashboard: &Arc<Dashboard>,
+    ) -> Result<Self, Self::Rejection> {
+        signed_in(dashboard, &parts.headers).await.map(Self)
+    }
+}
+
+/// A dashboard page signed in; without a session, the login form (401):
+/// a page answers it, not a JSON 401.
+pub(super) struct PageSignedIn(pub Session);
+
+impl FromRequestParts<Arc<Dashboard>> for PageSignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        dashboard: &Arc<Dashboard>,
+    ) -> Result<Self, Self::Rejection> {
+        (signed_in(dashboard, &parts.headers).await)
+            .map(Self)
+            .map_err(|_| login_form(StatusCode::UNAUTHORIZED, None))
     }
 }
 

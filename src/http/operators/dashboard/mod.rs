@@ -41,7 +41,7 @@ use crate::http::pages::{asset, html};
 use crate::http::transport::limits::{self};
 use crate::store::AdminEntry;
 pub use board::{Board, Dashboard};
-use door::{FORGED, login_form, same_origin, signed_in};
+use door::{FORGED, PageSignedIn, SignedIn, login_form, same_origin, signed_in};
 use session::{COOKIE, COOKIE_PATH};
 
 const PAGE: &str = include_str!("assets/dashboard.html");
@@ -83,23 +83,19 @@ where
 }
 
 /// `GET /admin/dashboard`: the page, or the login form (401) without a session.
-async fn page(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
-    match signed_in(&dashboard, &headers).await {
-        // The session's anti-CSRF token (hex) goes inside the page.
-        Ok(session) => html(
-            StatusCode::OK,
-            PAGE.replace("{{csrf}}", &dashboard.sessions.csrf(&session)),
-        ),
-        Err(_) => login_form(StatusCode::UNAUTHORIZED, None),
-    }
+async fn page(
+    State(dashboard): State<Arc<Dashboard>>,
+    PageSignedIn(session): PageSignedIn,
+) -> Response {
+    // The session's anti-CSRF token (hex) goes inside the page.
+    html(
+        StatusCode::OK,
+        PAGE.replace("{{csrf}}", &dashboard.sessions.csrf(&session)),
+    )
 }
 
 /// `GET /admin/dashboard/data`: the latest numbers (JSON), 401 without a session.
-async fn data(
-    State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    signed_in(&dashboard, &headers).await?;
+async fn data(State(dashboard): State<Arc<Dashboard>>, _: SignedIn) -> Result<Response, ApiError> {
     let json = dashboard.board.latest().await;
     Ok((
         [
@@ -120,10 +116,9 @@ const LOG_SHOWN: u32 = 30;
 /// after), 401 without a session.
 async fn log(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: SignedIn,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    signed_in(&dashboard, &headers).await?;
     let asked: std::collections::HashMap<String, String> =
         url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
             .into_owned()

@@ -5,31 +5,24 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::board::Dashboard;
 use super::chart::{Axis, Gaps, Mark, Series, chart, funnel, when};
-use super::door::{login_form, signed_in};
+use super::door::PageSignedIn;
 use crate::bookkeeping::Report;
 use crate::bookkeeping::report::SecondView;
-use crate::domain::ProductId;
 use crate::http::error::ApiError;
-use crate::http::extract::PathParam;
+use crate::http::extract::SalePath;
 use crate::http::pages::html;
 
 pub(super) async fn page(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
-    PathParam(product_id): PathParam<String>,
+    _: PageSignedIn,
+    SalePath(id): SalePath,
 ) -> Response {
-    if signed_in(&dashboard, &headers).await.is_err() {
-        return login_form(StatusCode::UNAUTHORIZED, None);
-    }
-    let Ok(id) = ProductId::parse(&product_id) else {
-        return ApiError::ProductNotFound("no product with this id").into_response();
-    };
     match dashboard.desk.reports.report(&id).await {
         Ok(report) => html(StatusCode::OK, render(&report)),
         Err(e) => ApiError::from(e).into_response(),

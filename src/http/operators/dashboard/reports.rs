@@ -8,13 +8,13 @@
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::board::Dashboard;
 use super::chart::when;
-use super::door::{login_form, signed_in};
+use super::door::PageSignedIn;
 use super::report::figures;
 use crate::bookkeeping::Report;
 use crate::bookkeeping::report::summaries_csv;
@@ -52,22 +52,11 @@ async fn picked(dashboard: &Dashboard, ids: &[String]) -> Result<Vec<Report>, Re
     Ok(out)
 }
 
-/// The login form, when the request has no session (a page answers it,
-/// not a JSON 401).
-async fn unsigned(dashboard: &Dashboard, headers: &HeaderMap) -> Option<Response> {
-    (signed_in(dashboard, headers).await)
-        .err()
-        .map(|_| login_form(StatusCode::UNAUTHORIZED, None))
-}
-
 pub(super) async fn index(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: PageSignedIn,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(form) = unsigned(&dashboard, &headers).await {
-        return form;
-    }
     let before = values(query.as_deref(), "before")
         .first()
         .and_then(|b| b.parse::<i64>().ok());
@@ -82,12 +71,9 @@ pub(super) async fn index(
 
 pub(super) async fn compare(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: PageSignedIn,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(form) = unsigned(&dashboard, &headers).await {
-        return form;
-    }
     match picked(&dashboard, &values(query.as_deref(), "sale")).await {
         Ok(reports) => html(StatusCode::OK, render_compare(&reports)),
         Err(refused) => refused,
@@ -96,12 +82,9 @@ pub(super) async fn compare(
 
 pub(super) async fn csv(
     State(dashboard): State<Arc<Dashboard>>,
-    headers: HeaderMap,
+    _: PageSignedIn,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(form) = unsigned(&dashboard, &headers).await {
-        return form;
-    }
     let ids = values(query.as_deref(), "sale");
     let reports = match ids.is_empty() {
         true => match dashboard.desk.reports.kept(None, PAGE).await {
