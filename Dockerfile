@@ -15,6 +15,9 @@ ARG RUNTIME_BASE=debian:bookworm-slim
 FROM rust:1.88-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
+# The query macros' data (built offline: .cargo/config.toml).
+COPY .cargo ./.cargo
+COPY .sqlx ./.sqlx
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations

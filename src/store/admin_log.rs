@@ -56,9 +56,6 @@ impl AdminEntry {
     }
 }
 
-const COLUMNS: &str =
-    "id, at, action, product_id, actor, address, status, asked, before_value, after_value";
-
 /// The admin log's handle.
 #[derive(Clone)]
 pub struct AdminLog {
@@ -74,19 +71,19 @@ impl AdminLog {
     pub async fn record(&self, entry: &AdminEntry) -> Result<i64, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                sqlx::query!(
                     "INSERT INTO tb_admin_log (at, action, product_id, actor, address, status, \
                      asked, before_value, after_value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    entry.at,
+                    entry.action,
+                    entry.product_id,
+                    entry.actor,
+                    entry.address,
+                    entry.status,
+                    entry.asked,
+                    entry.before,
+                    entry.after,
                 )
-                .bind(entry.at)
-                .bind(&entry.action)
-                .bind(&entry.product_id)
-                .bind(&entry.actor)
-                .bind(&entry.address)
-                .bind(entry.status)
-                .bind(&entry.asked)
-                .bind(&entry.before)
-                .bind(&entry.after)
                 .execute(pool)
                 .await
                 .map(|r| r.last_insert_id() as i64)
@@ -102,26 +99,38 @@ impl AdminLog {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AdminEntry>, StoreError> {
-        let only_sale = if sale.is_some() {
-            "product_id = ? AND "
-        } else {
-            ""
-        };
-        let sql = format!(
-            "SELECT {COLUMNS} FROM tb_admin_log WHERE {only_sale}id < ? ORDER BY id DESC LIMIT ?"
-        );
-        let sql = sql.as_str();
+        let before = before.unwrap_or(i64::MAX);
         self.db
             .call(|pool| async move {
-                let mut query = sqlx::query_as(sql);
-                if let Some(sale) = sale {
-                    query = query.bind(sale);
+                match sale {
+                    Some(sale) => {
+                        sqlx::query_as!(
+                            AdminEntry,
+                            "SELECT id, at, action, product_id, actor, address, \
+                             status AS `status: i32`, asked, before_value AS `before`, \
+                             after_value AS `after` FROM tb_admin_log \
+                             WHERE product_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                            sale,
+                            before,
+                            limit,
+                        )
+                        .fetch_all(pool)
+                        .await
+                    }
+                    None => {
+                        sqlx::query_as!(
+                            AdminEntry,
+                            "SELECT id, at, action, product_id, actor, address, \
+                             status AS `status: i32`, asked, before_value AS `before`, \
+                             after_value AS `after` FROM tb_admin_log \
+                             WHERE id < ? ORDER BY id DESC LIMIT ?",
+                            before,
+                            limit,
+                        )
+                        .fetch_all(pool)
+                        .await
+                    }
                 }
-                query
-                    .bind(before.unwrap_or(i64::MAX))
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await
             })
             .await
     }
@@ -131,15 +140,18 @@ impl AdminLog {
     pub async fn end_session(&self, nonce: &str, expires: i64) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query("DELETE FROM tb_dashboard_session_ended WHERE expires < ?")
-                    .bind(now_ms())
-                    .execute(pool)
-                    .await?;
-                sqlx::query(
-                    "INSERT IGNORE INTO tb_dashboard_session_ended (nonce, expires) VALUES (?, ?)",
+                let now = now_ms();
+                sqlx::query!(
+                    "DELETE FROM tb_dashboard_session_ended WHERE expires < ?",
+                    now
                 )
-                .bind(nonce)
-                .bind(expires)
+                .execute(pool)
+                .await?;
+                sqlx::query!(
+                    "INSERT IGNORE INTO tb_dashboard_session_ended (nonce, expires) VALUES (?, ?)",
+                    nonce,
+                    expires
+                )
                 .execute(pool)
                 .await
                 .map(|_| ())
@@ -151,10 +163,10 @@ impl AdminLog {
     pub async fn session_ended(&self, nonce: &str) -> Result<bool, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_scalar::<_, i64>(
+                sqlx::query_scalar!(
                     "SELECT COUNT(*) FROM tb_dashboard_session_ended WHERE nonce = ?",
+                    nonce
                 )
-                .bind(nonce)
                 .fetch_one(pool)
                 .await
                 .map(|n| n > 0)

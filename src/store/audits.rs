@@ -61,11 +61,6 @@ pub struct FinalAudit {
     pub retired: i64,
 }
 
-const AUDIT_COLUMNS: &str = "product_id, initial_qty, redis_stock, confirmed, paid, cancelled, \
-                             available_qty, orders, repaired_orders, repaired_units, \
-                             repaired_releases, repaired_idem, repaired_restocks, \
-                             repaired_restock_units, retired";
-
 /// The audits table's handle.
 #[derive(Clone)]
 pub struct Audits {
@@ -83,38 +78,41 @@ impl Audits {
         self.db
             .transaction(|tx| {
                 Box::pin(async move {
-                    let marked = sqlx::query(
+                    let marked = sqlx::query!(
                         "UPDATE tb_product SET retired = ?, updated = ? \
-                 WHERE product_id = ? AND retired IS NULL",
+                         WHERE product_id = ? AND retired IS NULL",
+                        audit.retired,
+                        audit.retired,
+                        audit.product_id,
                     )
-                    .bind(audit.retired)
-                    .bind(audit.retired)
-                    .bind(&audit.product_id)
                     .execute(&mut **tx)
                     .await?
                     .rows_affected();
                     if marked == 0 {
                         return Ok(false);
                     }
-                    sqlx::query(&format!(
-                        "INSERT INTO tb_sale_audit ({AUDIT_COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    ))
-                    .bind(&audit.product_id)
-                    .bind(audit.initial_qty)
-                    .bind(audit.redis_stock)
-                    .bind(audit.confirmed)
-                    .bind(audit.paid)
-                    .bind(audit.cancelled)
-                    .bind(audit.available_qty)
-                    .bind(audit.orders)
-                    .bind(audit.repaired_orders)
-                    .bind(audit.repaired_units)
-                    .bind(audit.repaired_releases)
-                    .bind(audit.repaired_idem)
-                    .bind(audit.repaired_restocks)
-                    .bind(audit.repaired_restock_units)
-                    .bind(audit.retired)
+                    sqlx::query!(
+                        "INSERT INTO tb_sale_audit (product_id, initial_qty, redis_stock, \
+                         confirmed, paid, cancelled, available_qty, orders, repaired_orders, \
+                         repaired_units, repaired_releases, repaired_idem, repaired_restocks, \
+                         repaired_restock_units, retired) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        audit.product_id,
+                        audit.initial_qty,
+                        audit.redis_stock,
+                        audit.confirmed,
+                        audit.paid,
+                        audit.cancelled,
+                        audit.available_qty,
+                        audit.orders,
+                        audit.repaired_orders,
+                        audit.repaired_units,
+                        audit.repaired_releases,
+                        audit.repaired_idem,
+                        audit.repaired_restocks,
+                        audit.repaired_restock_units,
+                        audit.retired,
+                    )
                     .execute(&mut **tx)
                     .await?;
                     events::record_sale(tx, EventKind::Retired, &audit.product_id).await?;
@@ -128,10 +126,14 @@ impl Audits {
     pub async fn final_audit(&self, product: &ProductId) -> Result<Option<FinalAudit>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {AUDIT_COLUMNS} FROM tb_sale_audit WHERE product_id = ?"
-                ))
-                .bind(product.as_str())
+                sqlx::query_as!(
+                    FinalAudit,
+                    "SELECT product_id, initial_qty, redis_stock, confirmed, paid, cancelled, \
+                     available_qty, orders, repaired_orders, repaired_units, repaired_releases, \
+                     repaired_idem, repaired_restocks, repaired_restock_units, retired \
+                     FROM tb_sale_audit WHERE product_id = ?",
+                    product.as_str(),
+                )
                 .fetch_optional(pool)
                 .await
             })
@@ -150,6 +152,7 @@ impl Audits {
         }
         self.db
             .call(|pool| async move {
+                // A runtime query: its text grows with the rows.
                 let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
                     "INSERT IGNORE INTO tb_put_back \
                      (product_id, what, order_id, item, result, put_back) ",
@@ -176,12 +179,13 @@ impl Audits {
     ) -> Result<Vec<PutBack>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(
+                sqlx::query_as!(
+                    PutBack,
                     "SELECT what, order_id, item, result, put_back FROM tb_put_back \
                      WHERE product_id = ? ORDER BY id LIMIT ?",
+                    product.as_str(),
+                    limit,
                 )
-                .bind(product.as_str())
-                .bind(limit)
                 .fetch_all(pool)
                 .await
             })

@@ -84,6 +84,7 @@ impl Seconds {
                 .call(|pool| {
                     let rows = &rows;
                     async move {
+                        // A runtime query: its text grows with the rows.
                         let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
                             "INSERT INTO tb_sale_second \
                              (product_id, second, source, counts, gauges, latency, buyers) ",
@@ -111,11 +112,12 @@ impl Seconds {
     pub async fn of(&self, product: &ProductId) -> Result<Vec<SecondRow>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(
+                sqlx::query_as!(
+                    SecondRow,
                     "SELECT second, source, counts, gauges, latency, buyers FROM tb_sale_second \
                      WHERE product_id = ? ORDER BY second, source",
+                    product.as_str(),
                 )
-                .bind(product.as_str())
                 .fetch_all(pool)
                 .await
             })
@@ -130,11 +132,13 @@ impl Seconds {
             let n = self
                 .db
                 .call(|pool| async move {
-                    sqlx::query("DELETE FROM tb_sale_second WHERE product_id = ? LIMIT 5000")
-                        .bind(product.as_str())
-                        .execute(pool)
-                        .await
-                        .map(|r| r.rows_affected())
+                    sqlx::query!(
+                        "DELETE FROM tb_sale_second WHERE product_id = ? LIMIT 5000",
+                        product.as_str()
+                    )
+                    .execute(pool)
+                    .await
+                    .map(|r| r.rows_affected())
                 })
                 .await?;
             deleted += n;
@@ -148,10 +152,12 @@ impl Seconds {
     pub async fn report(&self, product: &ProductId) -> Result<Option<String>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_scalar("SELECT report FROM tb_sale_report WHERE product_id = ?")
-                    .bind(product.as_str())
-                    .fetch_optional(pool)
-                    .await
+                sqlx::query_scalar!(
+                    "SELECT report FROM tb_sale_report WHERE product_id = ?",
+                    product.as_str()
+                )
+                .fetch_optional(pool)
+                .await
             })
             .await
     }
@@ -166,14 +172,14 @@ impl Seconds {
     ) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                sqlx::query!(
                     "INSERT IGNORE INTO tb_sale_report (product_id, report, summary, made) \
                      VALUES (?, ?, ?, ?)",
+                    product.as_str(),
+                    report,
+                    summary,
+                    made,
                 )
-                .bind(product.as_str())
-                .bind(report)
-                .bind(summary)
-                .bind(made)
                 .execute(pool)
                 .await
                 .map(|_| ())
@@ -191,14 +197,19 @@ impl Seconds {
     ) -> Result<Vec<(String, i64, Option<String>)>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(
+                let before = before.unwrap_or(i64::MAX);
+                let rows = sqlx::query!(
                     "SELECT product_id, made, summary FROM tb_sale_report \
                      WHERE made < ? ORDER BY made DESC, product_id LIMIT ?",
+                    before,
+                    limit,
                 )
-                .bind(before.unwrap_or(i64::MAX))
-                .bind(limit)
                 .fetch_all(pool)
-                .await
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|r| (r.product_id, r.made, r.summary))
+                    .collect())
             })
             .await
     }
