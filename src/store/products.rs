@@ -199,18 +199,18 @@ impl Products {
     ) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                let now = now_ms();
+                sqlx::query!(
                     "UPDATE tb_product SET room_admit_per_sec = ?, room_admit_floor_per_sec = ?, \
-                 room_active_cap = ?, room_join_difficulty = NULLIF(?, 0), \
-                 updated = ? \
-                 WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
+                     room_active_cap = ?, room_join_difficulty = NULLIF(?, 0), updated = ? \
+                     WHERE product_id = ? AND room_admit_per_sec IS NOT NULL",
+                    bounds.ceiling,
+                    bounds.floor,
+                    bounds.cap,
+                    bounds.join_difficulty,
+                    now,
+                    product_id.as_str(),
                 )
-                .bind(bounds.ceiling)
-                .bind(bounds.floor)
-                .bind(bounds.cap)
-                .bind(bounds.join_difficulty)
-                .bind(now_ms())
-                .bind(product_id.as_str())
                 .execute(pool)
                 .await
             })
@@ -222,11 +222,12 @@ impl Products {
     pub async fn mark_opened(&self, product_id: &ProductId) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                let now = now_ms();
+                sqlx::query!(
                     "UPDATE tb_product SET opened = ? WHERE product_id = ? AND opened IS NULL",
+                    now,
+                    product_id.as_str(),
                 )
-                .bind(now_ms())
-                .bind(product_id.as_str())
                 .execute(pool)
                 .await
             })
@@ -261,15 +262,15 @@ impl Products {
     ) -> Result<Option<Product>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                sqlx::query!(
                     "UPDATE tb_product SET closed = COALESCE(closed, ?), \
-                 end_time = LEAST(end_time, ?), updated = ? \
-                 WHERE product_id = ? AND retired IS NULL",
+                     end_time = LEAST(end_time, ?), updated = ? \
+                     WHERE product_id = ? AND retired IS NULL",
+                    closed_at,
+                    end_at,
+                    closed_at,
+                    product.as_str(),
                 )
-                .bind(closed_at)
-                .bind(end_at)
-                .bind(closed_at)
-                .bind(product.as_str())
                 .execute(pool)
                 .await
             })
@@ -332,28 +333,28 @@ impl Products {
         self.db
             .transaction(|tx| {
                 Box::pin(async move {
-                    let recorded = sqlx::query(
+                    let recorded = sqlx::query!(
                         "INSERT IGNORE INTO tb_restock (restock_id, product_id, units, at) \
                          VALUES (?, ?, ?, ?)",
+                        restock_id,
+                        product.as_str(),
+                        units,
+                        at,
                     )
-                    .bind(restock_id)
-                    .bind(product.as_str())
-                    .bind(units)
-                    .bind(at)
                     .execute(&mut **tx)
                     .await?
                     .rows_affected()
                         == 1;
                     if recorded {
-                        sqlx::query(
+                        sqlx::query!(
                             "UPDATE tb_product SET initial_qty = initial_qty + ?, \
                              available_qty = available_qty + ?, updated = GREATEST(updated, ?) \
                              WHERE product_id = ?",
+                            units,
+                            units,
+                            at,
+                            product.as_str(),
                         )
-                        .bind(units)
-                        .bind(units)
-                        .bind(at)
-                        .bind(product.as_str())
                         .execute(&mut **tx)
                         .await?;
                         events::record_sale(tx, EventKind::Restocked, product.as_str()).await?;
@@ -368,10 +369,10 @@ impl Products {
     pub async fn restocked(&self, product: &ProductId) -> Result<i64, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_scalar::<_, Option<rust_decimal::Decimal>>(
+                sqlx::query_scalar!(
                     "SELECT SUM(units) FROM tb_restock WHERE product_id = ?",
+                    product.as_str()
                 )
-                .bind(product.as_str())
                 .fetch_one(pool)
                 .await
             })
@@ -384,13 +385,14 @@ impl Products {
     pub async fn restocks_of(&self, product: &ProductId) -> Result<Vec<(String, i64)>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as::<_, (String, i64)>(
+                let rows = sqlx::query!(
                     "SELECT restock_id, units FROM tb_restock WHERE product_id = ? \
                      ORDER BY at, restock_id",
+                    product.as_str()
                 )
-                .bind(product.as_str())
                 .fetch_all(pool)
-                .await
+                .await?;
+                Ok(rows.into_iter().map(|r| (r.restock_id, r.units)).collect())
             })
             .await
     }
@@ -398,21 +400,21 @@ impl Products {
     /// When a sale was paused and resumed, as its events say: `(true:
     /// paused / false: resumed, at)` (epoch ms), in order.
     pub async fn pauses_of(&self, product: &ProductId) -> Result<Vec<(bool, i64)>, StoreError> {
-        let rows: Vec<(String, i64)> = self
+        let rows = self
             .db
             .call(|pool| async move {
-                sqlx::query_as(
-                    "SELECT type, created FROM tb_event WHERE product_id = ? \
+                sqlx::query!(
+                    "SELECT type AS kind, created FROM tb_event WHERE product_id = ? \
                      AND type IN ('sale.paused', 'sale.resumed') ORDER BY id",
+                    product.as_str()
                 )
-                .bind(product.as_str())
                 .fetch_all(pool)
                 .await
             })
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(kind, at)| (kind == "sale.paused", at))
+            .map(|r| (r.kind == "sale.paused", r.created))
             .collect())
     }
 
@@ -421,12 +423,13 @@ impl Products {
     pub async fn restock_times(&self, product: &ProductId) -> Result<Vec<(i64, i64)>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as::<_, (i64, i64)>(
+                let rows = sqlx::query!(
                     "SELECT at, units FROM tb_restock WHERE product_id = ? ORDER BY at, restock_id",
+                    product.as_str()
                 )
-                .bind(product.as_str())
                 .fetch_all(pool)
-                .await
+                .await?;
+                Ok(rows.into_iter().map(|r| (r.at, r.units)).collect())
             })
             .await
     }
@@ -494,12 +497,12 @@ impl Products {
     pub async fn mark_purged(&self, product: &ProductId, now_ms: i64) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query(
+                sqlx::query!(
                     "UPDATE tb_product SET purged = ? WHERE product_id = ? AND purged IS NULL \
-                 AND retired IS NOT NULL",
+                     AND retired IS NOT NULL",
+                    now_ms,
+                    product.as_str(),
                 )
-                .bind(now_ms)
-                .bind(product.as_str())
                 .execute(pool)
                 .await
             })
@@ -511,7 +514,7 @@ impl Products {
     pub async fn retired_count(&self) -> Result<i64, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_scalar("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
+                sqlx::query_scalar!("SELECT COUNT(*) FROM tb_product WHERE retired IS NOT NULL")
                     .fetch_one(pool)
                     .await
             })

@@ -16,6 +16,12 @@ use crate::store::topology::Topology;
 /// cluster committed before it (MariaDB's `SET STATEMENT ... FOR`).
 const CAUSAL: &str = "SET STATEMENT wsrep_sync_wait = 1 FOR ";
 
+/// A row's id and how many events it holds.
+struct IdEvents {
+    id: i64,
+    events: i32,
+}
+
 /// A stored row, and whether it is old enough to be listed.
 #[derive(sqlx::FromRow)]
 struct Settled {
@@ -52,11 +58,11 @@ impl Events {
         self.db
             .transaction(|tx| {
                 Box::pin(async move {
-                    let marked = sqlx::query(
+                    let marked = sqlx::query!(
                         "UPDATE tb_product SET end_announced = 1 \
-                     WHERE product_id = ? AND end_announced = 0",
+                         WHERE product_id = ? AND end_announced = 0",
+                        product,
                     )
-                    .bind(product)
                     .execute(&mut **tx)
                     .await?
                     .rows_affected();
@@ -204,7 +210,7 @@ impl Events {
     pub async fn skip_ahead(&self) -> Result<i64, StoreError> {
         let newest: Option<i64> = self
             .db
-            .call(|pool| sqlx::query_scalar("SELECT MAX(id) FROM tb_event").fetch_one(pool))
+            .call(|pool| sqlx::query_scalar!("SELECT MAX(id) FROM tb_event").fetch_one(pool))
             .await?;
         let next = newest.unwrap_or(0) + SKIP_AHEAD_ROWS;
         let alter = format!("ALTER TABLE tb_event AUTO_INCREMENT = {next}");
@@ -218,10 +224,14 @@ impl Events {
         let last: Option<(i64, i32)> = self
             .db
             .call(|pool| {
-                sqlx::query_as("SELECT id, events FROM tb_event ORDER BY id DESC LIMIT 1")
-                    .fetch_optional(pool)
+                sqlx::query_as!(
+                    IdEvents,
+                    "SELECT id, events FROM tb_event ORDER BY id DESC LIMIT 1"
+                )
+                .fetch_optional(pool)
             })
-            .await?;
+            .await?
+            .map(|r| (r.id, r.events));
         Ok(last.map_or(0, |(id, n)| {
             id.saturating_mul(SLOTS) + i64::from(n.max(1)) - 1
         }))
@@ -236,12 +246,18 @@ impl Events {
         let near: Vec<(i64, i32)> = self
             .db
             .call(|pool| {
-                sqlx::query_as("SELECT id, events FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?")
-                    .bind(from)
-                    .bind(ROWS)
-                    .fetch_all(pool)
+                sqlx::query_as!(
+                    IdEvents,
+                    "SELECT id, events FROM tb_event WHERE id >= ? ORDER BY id LIMIT ?",
+                    from,
+                    ROWS,
+                )
+                .fetch_all(pool)
             })
-            .await?;
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r.events))
+            .collect();
         let mut behind = 0;
         for &(id, n) in &near {
             let n = i64::from(n.max(1));

@@ -162,6 +162,8 @@ pub(super) fn expand(rows: Vec<Stored>) -> Vec<Bare> {
 }
 
 /// MySQL's clock in epoch ms, as an SQL expression.
+/// The database's time now, epoch ms (written out in the query macros'
+/// SQL, which must be literals; a test holds them to this text).
 pub(super) const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 
 /// Records `kind` for each of `orders` (their ids), in the caller's
@@ -177,11 +179,13 @@ pub(crate) async fn record<'a>(
         match chunk {
             [] => {}
             [one] => {
-                sqlx::query(&format!(
-                    "INSERT INTO tb_event (type, order_id, created) VALUES (?, ?, {DB_NOW_MS})"
-                ))
-                .bind(kind.as_str())
-                .bind(*one)
+                // `created`: DB_NOW_MS, written out (a macro's SQL is a literal).
+                sqlx::query!(
+                    "INSERT INTO tb_event (type, order_id, created) \
+                     VALUES (?, ?, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED))",
+                    kind.as_str(),
+                    *one,
+                )
                 .execute(&mut **tx)
                 .await?;
             }
@@ -193,12 +197,14 @@ pub(crate) async fn record<'a>(
                     }
                     joined.push_str(o);
                 }
-                sqlx::query(&format!(
-                    "INSERT INTO tb_event (type, orders, events, created) VALUES (?, ?, ?, {DB_NOW_MS})"
-                ))
-                .bind(kind.as_str())
-                .bind(joined)
-                .bind(many.len() as i64)
+                let events = many.len() as i64;
+                sqlx::query!(
+                    "INSERT INTO tb_event (type, orders, events, created) \
+                     VALUES (?, ?, ?, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED))",
+                    kind.as_str(),
+                    joined,
+                    events,
+                )
                 .execute(&mut **tx)
                 .await?;
             }
@@ -213,11 +219,12 @@ pub(crate) async fn record_sale(
     kind: EventKind,
     product: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!(
-        "INSERT INTO tb_event (type, product_id, created) VALUES (?, ?, {DB_NOW_MS})"
-    ))
-    .bind(kind.as_str())
-    .bind(product)
+    sqlx::query!(
+        "INSERT INTO tb_event (type, product_id, created) \
+         VALUES (?, ?, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED))",
+        kind.as_str(),
+        product,
+    )
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -230,14 +237,31 @@ pub(crate) async fn sold_out_if_none_left(
     tx: &mut sqlx::Transaction<'_, MySql>,
     product: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!(
+    sqlx::query!(
         "INSERT INTO tb_event (type, product_id, created) \
-         SELECT ?, product_id, {DB_NOW_MS} FROM tb_product \
-         WHERE product_id = ? AND available_qty = 0"
-    ))
-    .bind(EventKind::SoldOut.as_str())
-    .bind(product)
+         SELECT ?, product_id, CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED) \
+         FROM tb_product WHERE product_id = ? AND available_qty = 0",
+        EventKind::SoldOut.as_str(),
+        product,
+    )
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod db_now_tests {
+    use super::DB_NOW_MS;
+
+    /// The query macros write the database's time out: each time as
+    /// `DB_NOW_MS` says it.
+    #[test]
+    fn the_written_out_times_are_db_now_ms() {
+        let source = include_str!("stored.rs");
+        // (Built here, so that this test's own text is not counted.)
+        let needle = ["UNIX_", "TIMESTAMP("].concat();
+        let times = source.matches(needle.as_str()).count();
+        assert!(times >= 5, "{times}");
+        assert_eq!(source.matches(DB_NOW_MS).count(), times);
+    }
 }
