@@ -411,3 +411,82 @@ fn the_http_wings_stand_on_their_floors() {
         against.join("\n")
     );
 }
+
+/// The calls that run SQL unchecked at build time (issue 70: every static
+/// query is a `query!`/`query_as!`/`query_scalar!` macro, checked against
+/// the migrated schema by `scripts/check-queries.sh`).
+const RUNTIME_CALLS: [&str; 7] = [
+    "sqlx::query(",
+    "sqlx::query_as(",
+    "sqlx::query_scalar(",
+    "sqlx::query_with(",
+    "QueryBuilder::",
+    "query_as::<",
+    "query_scalar::<",
+];
+
+/// Modules whose every query is a runtime one, and say why in their doc.
+const RUNTIME_MODULES: [&str; 2] = ["store/server.rs", "store/migrate.rs"];
+
+/// The runtime queries of `text` (a file of `src/` at `rel`) that do not
+/// say why they are built at run time: a `// A runtime query: <why>`
+/// comment within the three lines above the call.
+fn unexplained_runtime_queries(rel: &str, text: &str) -> Vec<String> {
+    if RUNTIME_MODULES.contains(&rel) {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if !RUNTIME_CALLS.iter().any(|c| code.contains(c)) {
+            continue;
+        }
+        let said = lines[n.saturating_sub(3)..n]
+            .iter()
+            .any(|l| l.trim_start().starts_with("// A runtime query: "));
+        if !said {
+            found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_runtime_query_says_why_it_is_not_checked_at_build_time() {
+    let mut files = Vec::new();
+    sources(&src(), &mut files);
+    let mut found = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(src())
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        found.extend(unexplained_runtime_queries(&rel, &text));
+    }
+    assert!(
+        found.is_empty(),
+        "queries unchecked at build time: make each a sqlx::query! macro (its text \
+         static), or say on the line above why its text is built at run time \
+         (`// A runtime query: ...`):\n{}",
+        found.join("\n")
+    );
+    let server = std::fs::read_to_string(src().join("store/server.rs")).expect("server.rs");
+    assert!(server.contains("runtime queries"), "server.rs says why");
+}
+
+#[test]
+fn a_static_query_left_at_run_time_is_found() {
+    let unexplained = "let n = sqlx::query_scalar(\"SELECT COUNT(*) FROM tb_order\")";
+    assert_eq!(
+        unexplained_runtime_queries("store/x.rs", unexplained).len(),
+        1
+    );
+    let explained =
+        "// A runtime query: its `IN` list grows.\nlet mut q = QueryBuilder::<MySql>::new(\"\");";
+    assert!(unexplained_runtime_queries("store/x.rs", explained).is_empty());
+    let checked = "sqlx::query_scalar!(\"SELECT COUNT(*) FROM tb_order\")";
+    assert!(unexplained_runtime_queries("store/x.rs", checked).is_empty());
+}

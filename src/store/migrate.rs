@@ -24,6 +24,10 @@
 //!   is one statement. A migration of several statements stays recorded as
 //!   partially applied, for an operator (tests/migrations.rs holds new
 //!   migrations of hot tables to one statement).
+//!
+//! Its queries are runtime queries, unchecked at build time: they run
+//! before the migrations and around them, on what the migrations do not
+//! make (the database itself, sqlx's `_sqlx_migrations`, the lease table).
 
 use std::time::Duration;
 

@@ -16,7 +16,7 @@ use super::db::Db;
 use super::error::StoreError;
 use super::events::{self, EventKind};
 use super::orders::transitions::{cancel_rows, take_units};
-use super::orders::{OrderRow, ROW};
+use super::orders::{OrderRow, order_rows};
 use crate::domain::{Currency, OrderId, OrderStatus, PaymentKind, PaymentResult, now_ms};
 
 /// A notification as received, verified.
@@ -80,18 +80,25 @@ impl Payments {
         &self,
         product: &crate::domain::ProductId,
     ) -> Result<Vec<(String, i64, Decimal, Option<String>)>, StoreError> {
-        self.db
+        let rows = self
+            .db
             .call(|pool| async move {
-                sqlx::query_as(
-                    "SELECT p.result, COUNT(*), COALESCE(SUM(p.amount), 0), MAX(p.currency) \
+                sqlx::query!(
+                    "SELECT p.result, COUNT(*) AS `notifications!: i64`, \
+                     COALESCE(SUM(p.amount), 0) AS `amount!: Decimal`, \
+                     MAX(p.currency) AS `currency?: String` \
                      FROM tb_payment p JOIN tb_order o ON o.order_id = p.order_id \
                      WHERE o.product_id = ? GROUP BY p.result",
+                    product.as_str(),
                 )
-                .bind(product.as_str())
                 .fetch_all(pool)
                 .await
             })
-            .await
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.result, r.notifications, r.amount, r.currency))
+            .collect())
     }
 
     /// A sale's payments whose result is `refund_due` (taken for orders
@@ -102,20 +109,34 @@ impl Payments {
         product: &crate::domain::ProductId,
         limit: u32,
     ) -> Result<Vec<RefundDueRow>, StoreError> {
-        self.db
+        let rows = self
+            .db
             .call(|pool| async move {
-                sqlx::query_as(
+                sqlx::query!(
                     "SELECT p.payment_id, p.order_id, o.user_id, p.amount, p.currency, p.received \
                      FROM tb_payment p JOIN tb_order o ON o.order_id = p.order_id \
                      WHERE o.product_id = ? AND p.result = 'refund_due' \
                      ORDER BY p.received, p.payment_id LIMIT ?",
+                    product.as_str(),
+                    limit,
                 )
-                .bind(product.as_str())
-                .bind(limit)
                 .fetch_all(pool)
                 .await
             })
-            .await
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                (
+                    r.payment_id,
+                    r.order_id,
+                    r.user_id,
+                    r.amount,
+                    r.currency,
+                    r.received,
+                )
+            })
+            .collect())
     }
 
     /// Which of `payments` (kind, payment id) the books hold.
@@ -129,6 +150,7 @@ impl Payments {
         let rows: Vec<(String, String)> = self
             .db
             .call(|pool| async move {
+                // A runtime query: its `IN` list is as long as `payments`.
                 let mut q = sqlx::QueryBuilder::<MySql>::new(
                     "SELECT kind, payment_id FROM tb_payment WHERE payment_id IN (",
                 );
@@ -150,18 +172,19 @@ impl Payments {
     pub async fn lock(&self, p: &NewPayment) -> Result<Locked, StoreError> {
         let mut tx = self.db.begin().await?;
         let read = self.db.bounded(async {
-            let order: Option<OrderRow> = sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order FORCE INDEX (uk_order_id) \
-                 WHERE order_id = ? FOR UPDATE"
-            ))
-            .bind(p.order_id.as_str())
+            let order = order_rows!(
+                "FORCE INDEX (uk_order_id) WHERE order_id = ? FOR UPDATE",
+                p.order_id.as_str(),
+            )
             .fetch_optional(&mut *tx)
-            .await?;
-            let before = recorded(&mut tx, &p.payment_id, p.kind, None, "FOR UPDATE").await?;
+            .await?
+            .map(OrderRow::try_from)
+            .transpose()?;
+            let before = recorded(&mut tx, &p.payment_id, p.kind, None, Lock::ForUpdate).await?;
             let refunded = match (p.kind, &order) {
                 (PaymentKind::Refunded, Some(_)) => {
                     let paid = PaymentKind::Succeeded;
-                    recorded(&mut tx, &p.payment_id, paid, Some(&p.order_id), "").await?
+                    recorded(&mut tx, &p.payment_id, paid, Some(&p.order_id), Lock::Read).await?
                 }
                 _ => None,
             };
@@ -199,29 +222,55 @@ impl Locked {
             let now = now_ms();
             apply(&mut tx, result, &mut row, now).await?;
             let write = if replacing {
-                "UPDATE tb_payment SET order_id = ?, amount = ?, currency = ?, result = ?, \
-                 webhook_id = ?, received = ? WHERE payment_id = ? AND kind = ?"
+                sqlx::query!(
+                    "UPDATE tb_payment SET order_id = ?, amount = ?, currency = ?, result = ?, \
+                     webhook_id = ?, received = ? WHERE payment_id = ? AND kind = ?",
+                    p.order_id.as_str(),
+                    p.amount,
+                    p.currency.as_str(),
+                    result.as_str(),
+                    &p.webhook_id,
+                    now,
+                    &p.payment_id,
+                    p.kind.as_str(),
+                )
             } else {
-                "INSERT INTO tb_payment \
-                 (order_id, amount, currency, result, webhook_id, received, payment_id, kind) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                sqlx::query!(
+                    "INSERT INTO tb_payment \
+                     (order_id, amount, currency, result, webhook_id, received, payment_id, kind) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    p.order_id.as_str(),
+                    p.amount,
+                    p.currency.as_str(),
+                    result.as_str(),
+                    &p.webhook_id,
+                    now,
+                    &p.payment_id,
+                    p.kind.as_str(),
+                )
             };
-            sqlx::query(write)
-                .bind(p.order_id.as_str())
-                .bind(p.amount)
-                .bind(p.currency.as_str())
-                .bind(result.as_str())
-                .bind(&p.webhook_id)
-                .bind(now)
-                .bind(&p.payment_id)
-                .bind(p.kind.as_str())
-                .execute(&mut *tx)
-                .await?;
+            write.execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(row)
         })
         .await
     }
+}
+
+/// How a payment's record is read in its transaction.
+#[derive(Debug, Clone, Copy)]
+enum Lock {
+    /// Locked until the transaction ends (`FOR UPDATE`).
+    ForUpdate,
+    /// A plain read.
+    Read,
+}
+
+/// A `tb_payment` record as read.
+struct PaymentRecord {
+    result: String,
+    order_id: String,
+    webhook_id: String,
 }
 
 /// The record of payment `id` of `kind` (for `order`, when given).
@@ -230,28 +279,53 @@ async fn recorded(
     id: &str,
     kind: PaymentKind,
     order: Option<&OrderId>,
-    lock: &str,
+    lock: Lock,
 ) -> Result<Option<Recorded>, StoreError> {
-    let found: Option<(String, String, String)> = sqlx::query_as(&format!(
-        "SELECT result, order_id, webhook_id FROM tb_payment \
-         WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?) {lock}"
-    ))
-    .bind(id)
-    .bind(kind.as_str())
-    .bind(order.map(OrderId::as_str))
-    .bind(order.map(OrderId::as_str))
-    .fetch_optional(&mut **tx)
-    .await?;
+    let order = order.map(OrderId::as_str);
+    let found = match lock {
+        Lock::ForUpdate => {
+            sqlx::query_as!(
+                PaymentRecord,
+                "SELECT result, order_id, webhook_id FROM tb_payment \
+             WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?) FOR UPDATE",
+                id,
+                kind.as_str(),
+                order,
+                order,
+            )
+            .fetch_optional(&mut **tx)
+            .await?
+        }
+        Lock::Read => {
+            sqlx::query_as!(
+                PaymentRecord,
+                "SELECT result, order_id, webhook_id FROM tb_payment \
+             WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?)",
+                id,
+                kind.as_str(),
+                order,
+                order,
+            )
+            .fetch_optional(&mut **tx)
+            .await?
+        }
+    };
     found
-        .map(|(result, order_id, webhook_id)| {
-            let result =
-                PaymentResult::try_from(result).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            Ok(Recorded {
-                result,
-                order_id,
-                webhook_id,
-            })
-        })
+        .map(
+            |PaymentRecord {
+                 result,
+                 order_id,
+                 webhook_id,
+             }| {
+                let result = PaymentResult::try_from(result)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                Ok(Recorded {
+                    result,
+                    order_id,
+                    webhook_id,
+                })
+            },
+        )
         .transpose()
 }
 
@@ -265,15 +339,15 @@ async fn apply(
     match result {
         PaymentResult::Paid | PaymentResult::PaidAgain => {
             let from = row.status;
-            sqlx::query(
+            sqlx::query!(
                 "UPDATE tb_order FORCE INDEX (uk_order_id) \
                  SET status = ?, released = 0, updated = ? \
                  WHERE order_id = ? AND status = ?",
+                OrderStatus::Paid.as_str(),
+                now,
+                &row.order_id,
+                from.as_str(),
             )
-            .bind(OrderStatus::Paid.as_str())
-            .bind(now)
-            .bind(&row.order_id)
-            .bind(from.as_str())
             .execute(&mut **tx)
             .await?;
             if from == OrderStatus::Cancelled {

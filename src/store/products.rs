@@ -9,7 +9,7 @@ use crate::domain::now_ms;
 use crate::domain::{ProductId, RoomBounds, WaitingRoom};
 
 /// A product row.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Product {
     pub product_id: String,
     pub title: String,
@@ -115,11 +115,21 @@ pub struct NewProduct {
     pub stock_shards: u16,
 }
 
-const COLUMNS: &str = "product_id, title, price, available_qty, initial_qty, start_time, \
-                       end_time, limit_per_user, created, updated, opened, \
-                       room_admit_per_sec, room_admission_secs, room_join_early_secs, \
-                       room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
-                       closed, retired, purged, paused, stock_shards";
+/// Whole product rows, checked at build time like every static query:
+/// `$rest` is what follows `FROM tb_product`, then its arguments.
+macro_rules! product_rows {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            Product,
+            "SELECT product_id, title, price, available_qty, initial_qty, start_time, \
+             end_time, limit_per_user, created, updated, opened, \
+             room_admit_per_sec, room_admission_secs, room_join_early_secs, \
+             room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
+             closed, retired, purged, paused, stock_shards FROM tb_product " + $rest
+            $(, $arg)*
+        )
+    };
+}
 
 /// The products table's handle.
 #[derive(Clone)]
@@ -135,35 +145,39 @@ impl Products {
     /// Inserts a product; `ProductExists` when the id is taken.
     pub async fn create(&self, p: &NewProduct) -> Result<Product, StoreError> {
         let row = Product::new(p, now_ms());
-        let sql = format!(
-            "INSERT INTO tb_product ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        );
         self.db
             .call(|pool| {
-                sqlx::query(&sql)
-                    .bind(&row.product_id)
-                    .bind(&row.title)
-                    .bind(row.price)
-                    .bind(row.available_qty)
-                    .bind(row.initial_qty)
-                    .bind(row.start_time)
-                    .bind(row.end_time)
-                    .bind(row.limit_per_user)
-                    .bind(row.created)
-                    .bind(row.updated)
-                    .bind(row.opened)
-                    .bind(row.room_admit_per_sec)
-                    .bind(row.room_admission_secs)
-                    .bind(row.room_join_early_secs)
-                    .bind(row.room_admit_floor_per_sec)
-                    .bind(row.room_active_cap)
-                    .bind(row.room_join_difficulty)
-                    .bind(row.closed)
-                    .bind(row.retired)
-                    .bind(row.purged)
-                    .bind(row.paused)
-                    .bind(row.stock_shards)
-                    .execute(pool)
+                sqlx::query!(
+                    "INSERT INTO tb_product (product_id, title, price, available_qty, \
+                     initial_qty, start_time, end_time, limit_per_user, created, updated, opened, \
+                     room_admit_per_sec, room_admission_secs, room_join_early_secs, \
+                     room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
+                     closed, retired, purged, paused, stock_shards) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    &row.product_id,
+                    &row.title,
+                    row.price,
+                    row.available_qty,
+                    row.initial_qty,
+                    row.start_time,
+                    row.end_time,
+                    row.limit_per_user,
+                    row.created,
+                    row.updated,
+                    row.opened,
+                    row.room_admit_per_sec,
+                    row.room_admission_secs,
+                    row.room_join_early_secs,
+                    row.room_admit_floor_per_sec,
+                    row.room_active_cap,
+                    row.room_join_difficulty,
+                    row.closed,
+                    row.retired,
+                    row.purged,
+                    row.paused,
+                    row.stock_shards,
+                )
+                .execute(pool)
             })
             .await
             .map_err(|e| match e {
@@ -176,15 +190,12 @@ impl Products {
     }
 
     pub async fn product(&self, product_id: &ProductId) -> Result<Option<Product>, StoreError> {
-        let row: Option<Product> = self
+        let row = self
             .db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_product WHERE product_id = ?"
-                ))
-                .bind(product_id.as_str())
-                .fetch_optional(pool)
-                .await
+                product_rows!("WHERE product_id = ?", product_id.as_str())
+                    .fetch_optional(pool)
+                    .await
             })
             .await?;
         Ok(row.map(normalized))
@@ -237,14 +248,12 @@ impl Products {
 
     /// Every product whose sale has been opened, oldest first.
     pub async fn opened_products(&self) -> Result<Vec<Product>, StoreError> {
-        let rows: Vec<Product> = self
+        let rows = self
             .db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM tb_product WHERE opened IS NOT NULL ORDER BY id"
-                ))
-                .fetch_all(pool)
-                .await
+                product_rows!("WHERE opened IS NOT NULL ORDER BY id")
+                    .fetch_all(pool)
+                    .await
             })
             .await?;
         Ok(rows.into_iter().map(normalized).collect())
@@ -292,20 +301,24 @@ impl Products {
             .transaction(|tx| {
                 Box::pin(async move {
                     let change = if pause {
-                        "UPDATE tb_product SET paused = ?, updated = ? \
-                         WHERE product_id = ? AND paused IS NULL"
+                        sqlx::query!(
+                            "UPDATE tb_product SET paused = ?, updated = ? \
+                             WHERE product_id = ? AND paused IS NULL",
+                            since_ms,
+                            since_ms,
+                            product.as_str(),
+                        )
                     } else {
-                        "UPDATE tb_product SET paused = NULL, updated = GREATEST(updated, ?, ?) \
-                         WHERE product_id = ? AND paused IS NOT NULL"
+                        sqlx::query!(
+                            "UPDATE tb_product SET paused = NULL, \
+                             updated = GREATEST(updated, ?, ?) \
+                             WHERE product_id = ? AND paused IS NOT NULL",
+                            since_ms,
+                            since_ms,
+                            product.as_str(),
+                        )
                     };
-                    let changed = sqlx::query(change)
-                        .bind(since_ms)
-                        .bind(since_ms)
-                        .bind(product.as_str())
-                        .execute(&mut **tx)
-                        .await?
-                        .rows_affected()
-                        == 1;
+                    let changed = change.execute(&mut **tx).await?.rows_affected() == 1;
                     if changed {
                         let kind = if pause {
                             EventKind::Paused
@@ -443,8 +456,28 @@ impl Products {
         after: Option<&(i64, String)>,
         limit: u32,
     ) -> Result<Vec<Product>, StoreError> {
-        let filter = "retired IS NULL AND opened IS NOT NULL";
-        self.page("end_time", filter, ended_by, after, limit).await
+        let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
+        let rows = self
+            .db
+            .call(|pool| {
+                let id = &id;
+                async move {
+                    product_rows!(
+                        "WHERE retired IS NULL AND opened IS NOT NULL AND end_time <= ? \
+                         AND (end_time > ? OR (end_time = ? AND product_id > ?)) \
+                         ORDER BY end_time, product_id LIMIT ?",
+                        ended_by,
+                        from,
+                        from,
+                        id,
+                        limit,
+                    )
+                    .fetch_all(pool)
+                    .await
+                }
+            })
+            .await?;
+        Ok(rows.into_iter().map(normalized).collect())
     }
 
     /// Retired sales whose Redis keys are not deleted yet, by retirement
@@ -454,37 +487,21 @@ impl Products {
         after: Option<&(i64, String)>,
         limit: u32,
     ) -> Result<Vec<Product>, StoreError> {
-        let filter = "purged IS NULL AND retired IS NOT NULL";
-        self.page("retired", filter, i64::MAX, after, limit).await
-    }
-
-    /// Products matching `filter` with `key` at most `upto`, by `key` then
-    /// id, after `after` (`(key, id)` of the previous page's last), at
-    /// most `limit`. `key` and `filter` are this module's constants.
-    async fn page(
-        &self,
-        key: &str,
-        filter: &str,
-        upto: i64,
-        after: Option<&(i64, String)>,
-        limit: u32,
-    ) -> Result<Vec<Product>, StoreError> {
         let (from, id) = after.cloned().unwrap_or((i64::MIN, String::new()));
-        let rows: Vec<Product> = self
+        let rows = self
             .db
             .call(|pool| {
                 let id = &id;
                 async move {
-                    sqlx::query_as(&format!(
-                        "SELECT {COLUMNS} FROM tb_product WHERE {filter} AND {key} <= ? \
-                     AND ({key} > ? OR ({key} = ? AND product_id > ?)) \
-                     ORDER BY {key}, product_id LIMIT ?"
-                    ))
-                    .bind(upto)
-                    .bind(from)
-                    .bind(from)
-                    .bind(id)
-                    .bind(limit)
+                    product_rows!(
+                        "WHERE purged IS NULL AND retired IS NOT NULL \
+                         AND (retired > ? OR (retired = ? AND product_id > ?)) \
+                         ORDER BY retired, product_id LIMIT ?",
+                        from,
+                        from,
+                        id,
+                        limit,
+                    )
                     .fetch_all(pool)
                     .await
                 }

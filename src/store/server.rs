@@ -3,6 +3,11 @@
 //! take a write (readiness), what it runs on (the topology, read at start
 //! and every 10 s, logged when it changes), and whether the service's
 //! account could write past `read_only`.
+//!
+//! Its queries are runtime queries, unchecked at build time: they read the
+//! server's own state (system variables, `information_schema`, `SHOW`),
+//! nothing of the schema the migrations make, and some of it exists only
+//! on some servers (`wsrep_*` on Galera builds).
 
 use std::time::Duration;
 

@@ -12,11 +12,21 @@ use super::stored::{EventRow, SLOTS, STORED, Stored, expand};
 use crate::store::db::Db;
 use crate::store::error::StoreError;
 
-/// An endpoint's mark moved past event `?` by its lease's owner, its
-/// failures forgotten (binds: the id, the endpoint, the owner, the id).
-const ADVANCE: &str = "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
-     next_attempt = 0, last_error = NULL \
-     WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?";
+/// An endpoint's mark moved past event `id` by its lease's owner, its
+/// failures forgotten.
+macro_rules! advance {
+    ($id:expr, $endpoint:expr, $owner:expr) => {
+        sqlx::query!(
+            "UPDATE tb_event_delivery SET delivered_up_to = ?, attempts = 0, \
+             next_attempt = 0, last_error = NULL \
+             WHERE endpoint = ? AND lease_owner = ? AND delivered_up_to < ?",
+            $id,
+            $endpoint,
+            $owner,
+            $id,
+        )
+    };
+}
 
 /// Where delivery to an endpoint stands, for the process that holds its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +40,7 @@ pub struct Delivery {
 }
 
 /// A dead-lettered event.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct DeadEvent {
     pub endpoint: String,
     pub event_id: i64,
@@ -56,15 +66,15 @@ async fn take_lease(
     now: i64,
     until: i64,
 ) -> Result<bool, sqlx::Error> {
-    let taken = sqlx::query(
+    let taken = sqlx::query!(
         "UPDATE tb_event_delivery SET lease_owner = ?, lease_until = ? \
          WHERE endpoint = ? AND (lease_owner = ? OR lease_until < ? OR lease_owner IS NULL)",
+        owner,
+        until,
+        endpoint,
+        owner,
+        now,
     )
-    .bind(owner)
-    .bind(until)
-    .bind(endpoint)
-    .bind(owner)
-    .bind(now)
     .execute(&mut **tx)
     .await?
     .rows_affected();
@@ -105,10 +115,10 @@ impl Deliveries {
                     // lease holder's cursor write was its victim).
                     let mut taken = take_lease(tx, endpoint, owner, now, until).await?;
                     if !taken {
-                        let made = sqlx::query(
+                        let made = sqlx::query!(
                             "INSERT IGNORE INTO tb_event_delivery (endpoint) VALUES (?)",
+                            endpoint,
                         )
-                        .bind(endpoint)
                         .execute(&mut **tx)
                         .await?
                         .rows_affected();
@@ -119,18 +129,17 @@ impl Deliveries {
                     if !taken {
                         return Ok(None);
                     }
-                    let (delivered_up_to, attempts, next_attempt): (i64, i32, i64) =
-                        sqlx::query_as(
-                            "SELECT delivered_up_to, attempts, next_attempt FROM tb_event_delivery \
-                     WHERE endpoint = ?",
-                        )
-                        .bind(endpoint)
-                        .fetch_one(&mut **tx)
-                        .await?;
+                    let row = sqlx::query!(
+                        "SELECT delivered_up_to, attempts, next_attempt FROM tb_event_delivery \
+                         WHERE endpoint = ?",
+                        endpoint,
+                    )
+                    .fetch_one(&mut **tx)
+                    .await?;
                     Ok(Some(Delivery {
-                        delivered_up_to,
-                        attempts: attempts.max(0) as u32,
-                        next_attempt,
+                        delivered_up_to: row.delivered_up_to,
+                        attempts: row.attempts.max(0) as u32,
+                        next_attempt: row.next_attempt,
                     }))
                 })
             })
@@ -147,14 +156,7 @@ impl Deliveries {
     ) -> Result<bool, StoreError> {
         let moved = self
             .db
-            .call(|pool| {
-                sqlx::query(ADVANCE)
-                    .bind(id)
-                    .bind(endpoint)
-                    .bind(owner)
-                    .bind(id)
-                    .execute(pool)
-            })
+            .call(|pool| advance!(id, endpoint, owner).execute(pool))
             .await?
             .rows_affected();
         Ok(moved == 1)
@@ -173,17 +175,17 @@ impl Deliveries {
     ) -> Result<(), StoreError> {
         self.db
             .call(|pool| {
-                sqlx::query(
+                sqlx::query!(
                     "UPDATE tb_event_delivery SET attempts = ?, next_attempt = ?, last_error = ?, \
-                 delivered_up_to = GREATEST(delivered_up_to, COALESCE(?, 0)) \
-                 WHERE endpoint = ? AND lease_owner = ?",
+                     delivered_up_to = GREATEST(delivered_up_to, COALESCE(?, 0)) \
+                     WHERE endpoint = ? AND lease_owner = ?",
+                    attempts as i32,
+                    next_attempt,
+                    clip(error),
+                    acked,
+                    endpoint,
+                    owner,
                 )
-                .bind(attempts as i32)
-                .bind(next_attempt)
-                .bind(clip(error))
-                .bind(acked)
-                .bind(endpoint)
-                .bind(owner)
                 .execute(pool)
             })
             .await
@@ -203,24 +205,20 @@ impl Deliveries {
     ) -> Result<(), StoreError> {
         self.db.transaction(|tx| {
             Box::pin(async move {
-                let moved = sqlx::query(ADVANCE)
-                .bind(id)
-                .bind(endpoint)
-                .bind(owner)
-                .bind(id)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
+                let moved = advance!(id, endpoint, owner)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
                 if moved == 1 {
-                    sqlx::query(
+                    sqlx::query!(
                         "INSERT IGNORE INTO tb_event_dead \
                          (endpoint, event_id, attempts, last_error, dead_at) VALUES (?, ?, ?, ?, ?)",
+                        endpoint,
+                        id,
+                        attempts as i32,
+                        clip(error),
+                        now,
                     )
-                    .bind(endpoint)
-                    .bind(id)
-                    .bind(attempts as i32)
-                    .bind(clip(error))
-                    .bind(now)
                     .execute(&mut **tx)
                     .await?;
                 }
@@ -232,14 +230,17 @@ impl Deliveries {
 
     /// The dead letters, oldest first (at most 1,000).
     pub async fn dead_events(&self) -> Result<Vec<DeadEvent>, StoreError> {
-        self.db.call(|pool| {
-            sqlx::query_as(
-                "SELECT endpoint, event_id, attempts, last_error, dead_at, replay FROM tb_event_dead \
-                 ORDER BY event_id, endpoint LIMIT 1000",
-            )
-            .fetch_all(pool)
-        })
-        .await
+        self.db
+            .call(|pool| {
+                sqlx::query_as!(
+                    DeadEvent,
+                    "SELECT endpoint, event_id, attempts, last_error, dead_at, \
+                     replay AS `replay: bool` FROM tb_event_dead \
+                     ORDER BY event_id, endpoint LIMIT 1000",
+                )
+                .fetch_all(pool)
+            })
+            .await
     }
 
     /// Asks for dead letters to be delivered again (all, or one event's):
@@ -248,10 +249,12 @@ impl Deliveries {
     pub async fn replay_dead_events(&self, event_id: Option<i64>) -> Result<u64, StoreError> {
         self.db
             .call(|pool| {
-                sqlx::query("UPDATE tb_event_dead SET replay = 1 WHERE (? IS NULL OR event_id = ?)")
-                    .bind(event_id)
-                    .bind(event_id)
-                    .execute(pool)
+                sqlx::query!(
+                    "UPDATE tb_event_dead SET replay = 1 WHERE (? IS NULL OR event_id = ?)",
+                    event_id,
+                    event_id,
+                )
+                .execute(pool)
             })
             .await
             .map(|r| r.rows_affected())
@@ -262,12 +265,12 @@ impl Deliveries {
         let wanted: Vec<i64> = self
             .db
             .call(|pool| {
-                sqlx::query_scalar(
+                sqlx::query_scalar!(
                     "SELECT event_id FROM tb_event_dead WHERE endpoint = ? AND replay = 1 \
                      ORDER BY event_id LIMIT ?",
+                    endpoint,
+                    limit,
                 )
-                .bind(endpoint)
-                .bind(limit)
                 .fetch_all(pool)
             })
             .await?;
@@ -277,6 +280,7 @@ impl Deliveries {
         let rows: Vec<Stored> = self
             .db
             .call(|pool| {
+                // A runtime query: its `IN` list is as long as `wanted`.
                 let mut q = QueryBuilder::<MySql>::new(format!("{STORED} WHERE id IN ("));
                 let mut ids = q.separated(", ");
                 for id in &wanted {
@@ -305,23 +309,27 @@ impl Deliveries {
         self.db
             .call(|pool| async move {
                 match ok {
-                true => {
-                    sqlx::query("DELETE FROM tb_event_dead WHERE endpoint = ? AND event_id = ?")
-                        .bind(endpoint)
-                        .bind(event_id)
+                    true => {
+                        sqlx::query!(
+                            "DELETE FROM tb_event_dead WHERE endpoint = ? AND event_id = ?",
+                            endpoint,
+                            event_id,
+                        )
                         .execute(pool)
                         .await
+                    }
+                    false => {
+                        sqlx::query!(
+                            "UPDATE tb_event_dead SET replay = 0, attempts = attempts + 1, \
+                         last_error = ? WHERE endpoint = ? AND event_id = ?",
+                            clip(error),
+                            endpoint,
+                            event_id,
+                        )
+                        .execute(pool)
+                        .await
+                    }
                 }
-                false => sqlx::query(
-                    "UPDATE tb_event_dead SET replay = 0, attempts = attempts + 1, last_error = ? \
-                     WHERE endpoint = ? AND event_id = ?",
-                )
-                .bind(clip(error))
-                .bind(endpoint)
-                .bind(event_id)
-                .execute(pool)
-                .await,
-            }
             })
             .await
             .map(drop)
@@ -330,7 +338,10 @@ impl Deliveries {
     /// How many dead letters wait (all endpoints).
     pub async fn dead_event_count(&self) -> Result<i64, StoreError> {
         self.db
-            .call(|pool| sqlx::query_scalar("SELECT COUNT(*) FROM tb_event_dead").fetch_one(pool))
+            .call(|pool| {
+                sqlx::query_scalar!("SELECT COUNT(*) AS `dead!: i64` FROM tb_event_dead")
+                    .fetch_one(pool)
+            })
             .await
     }
 }

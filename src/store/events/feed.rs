@@ -117,6 +117,7 @@ impl Events {
         let read: Vec<Settled> = self
             .db
             .call(|pool| {
+                // A runtime query: prefixed by `CAUSAL` on Galera only.
                 sqlx::query_as(sql)
                     .bind(settle_ms)
                     .bind(after.div_euclid(SLOTS))
@@ -153,6 +154,7 @@ impl Events {
             let rows: Vec<Details> = self
                 .db
                 .call(|pool| {
+                    // A runtime query: its `IN` list is as long as `chunk`.
                     let mut q = QueryBuilder::<MySql>::new(
                         "SELECT order_id, product_id, user_id, quantity, price FROM tb_order \
                          FORCE INDEX (uk_order_id) WHERE order_id IN (",

@@ -4,10 +4,10 @@
 
 mod persist;
 mod read;
-mod row;
+pub(crate) mod row;
 pub(crate) mod transitions;
 
 pub use persist::Persisted;
-pub(crate) use row::ROW;
+pub(crate) use row::order_rows;
 pub use row::{OrderRow, Orders};
 pub use transitions::Transition;

@@ -52,6 +52,7 @@ fn insert_query<'q>(
     orders: &[&'q PendingOrder],
 ) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments> {
     let now = now_ms();
+    // A runtime query: one row of values per order (`insert_sql`).
     orders.iter().fold(sqlx::query(sql), |query, o| {
         query
             .bind(o.order_id.as_str())
@@ -84,6 +85,7 @@ async fn existing_ids(
     tx: &mut sqlx::Transaction<'_, MySql>,
     orders: &[&PendingOrder],
 ) -> Result<HashSet<String>, sqlx::Error> {
+    // A runtime query: its `IN` list is as long as the batch.
     let mut select =
         QueryBuilder::<MySql>::new("SELECT order_id FROM tb_order WHERE order_id IN (");
     let mut ids = select.separated(", ");
@@ -153,13 +155,13 @@ impl Orders {
         let units: u64 = fresh.iter().map(|o| o.quantity.get()).sum();
         let ids = fresh.iter().map(|o| o.order_id.as_str());
         events::record(&mut tx, EventKind::Confirmed, ids).await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? \
              WHERE product_id = ?",
+            units as i64,
+            now_ms(),
+            product.as_str(),
         )
-        .bind(units as i64)
-        .bind(now_ms())
-        .bind(product.as_str())
         .execute(&mut *tx)
         .await?;
         events::sold_out_if_none_left(&mut tx, product.as_str()).await?;

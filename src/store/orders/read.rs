@@ -1,6 +1,6 @@
 //! The books' reads of the orders: one order, a buyer's, a sale's sums.
 
-use super::row::{OrderRow, Orders, ROW};
+use super::row::{OrderRow, Orders, checked, order_rows};
 use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 use crate::store::db::Db;
 use crate::store::error::StoreError;
@@ -34,12 +34,13 @@ impl Orders {
     pub async fn order(&self, order_id: &OrderId) -> Result<Option<OrderRow>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE order_id = ?"))
-                    .bind(order_id.as_str())
+                order_rows!("WHERE order_id = ?", order_id.as_str())
                     .fetch_optional(pool)
                     .await
             })
-            .await
+            .await?
+            .map(OrderRow::try_from)
+            .transpose()
     }
 
     /// The status of each of `ids` the books hold (the others are missing).
@@ -53,6 +54,7 @@ impl Orders {
         let rows: Vec<(String, String)> = self
             .db
             .call(|pool| async move {
+                // A runtime query: its `IN` list is as long as `ids`.
                 let mut q = sqlx::QueryBuilder::<sqlx::MySql>::new(
                     "SELECT order_id, status FROM tb_order WHERE order_id IN (",
                 );
@@ -80,30 +82,33 @@ impl Orders {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db
+        let rows = self
+            .db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {ROW} FROM tb_order WHERE user_id = ? AND created < ? \
-                 ORDER BY created DESC, id DESC LIMIT ?"
-                ))
-                .bind(user_id.as_i64())
-                .bind(before.unwrap_or(i64::MAX))
-                .bind(limit)
+                order_rows!(
+                    "WHERE user_id = ? AND created < ? ORDER BY created DESC, id DESC LIMIT ?",
+                    user_id.as_i64(),
+                    before.unwrap_or(i64::MAX),
+                    limit,
+                )
                 .fetch_all(pool)
                 .await
             })
-            .await
+            .await?;
+        checked(rows)
     }
 
     /// The second half of a cancel is done: the units are back in Redis.
     pub async fn mark_released(&self, order_id: &str) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query("UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?")
-                    .bind(order_id)
-                    .bind(OrderStatus::Cancelled.as_str())
-                    .execute(pool)
-                    .await
+                sqlx::query!(
+                    "UPDATE tb_order SET released = 1 WHERE order_id = ? AND status = ?",
+                    order_id,
+                    OrderStatus::Cancelled.as_str(),
+                )
+                .execute(pool)
+                .await
             })
             .await
             .map(drop)
@@ -116,15 +121,20 @@ impl Orders {
         updated_before: i64,
         limit: u32,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db.call(|pool| async move {
-            sqlx::query_as(&format!(
-                "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND updated < ? LIMIT ?"
-            ))
-            .bind(OrderStatus::Cancelled.as_str())
-            .bind(updated_before)
-            .bind(limit).fetch_all(pool).await
-        })
-        .await
+        let rows = self
+            .db
+            .call(|pool| async move {
+                order_rows!(
+                    "WHERE status = ? AND released = 0 AND updated < ? LIMIT ?",
+                    OrderStatus::Cancelled.as_str(),
+                    updated_before,
+                    limit,
+                )
+                .fetch_all(pool)
+                .await
+            })
+            .await?;
+        checked(rows)
     }
 
     /// Units of a product's cancelled orders whose Redis half has not
@@ -132,20 +142,20 @@ impl Orders {
     /// 0 when there is none). Reads the few cancelled, unreleased rows
     /// through the index `(status, released, created)`.
     pub async fn unreturned_units(&self, product: &ProductId) -> Result<(i64, i64), StoreError> {
-        let (units, newest): (Option<rust_decimal::Decimal>, Option<i64>) = self
+        let row = self
             .db
             .call(|pool| async move {
-                sqlx::query_as(
-                    "SELECT SUM(quantity), MAX(updated) FROM tb_order \
+                sqlx::query!(
+                    "SELECT SUM(quantity) AS units, MAX(updated) AS newest FROM tb_order \
                      WHERE status = ? AND released = 0 AND product_id = ?",
+                    OrderStatus::Cancelled.as_str(),
+                    product.as_str(),
                 )
-                .bind(OrderStatus::Cancelled.as_str())
-                .bind(product.as_str())
                 .fetch_one(pool)
                 .await
             })
             .await?;
-        Ok((whole_units(units), newest.unwrap_or(0)))
+        Ok((whole_units(row.units), row.newest.unwrap_or(0)))
     }
 
     /// What the live books check reads of MySQL, in one query: the
@@ -155,25 +165,29 @@ impl Orders {
         &self,
         product: &ProductId,
     ) -> Result<Option<(i64, (i64, i64))>, StoreError> {
-        let row: Option<(i64, Option<rust_decimal::Decimal>, Option<i64>)> = self
+        let row = self
             .db
             .call(|pool| async move {
                 // The aggregate has one row, whatever matches.
-                sqlx::query_as(
-                    "SELECT p.available_qty, c.units, c.newest FROM tb_product p \
+                sqlx::query!(
+                    "SELECT p.available_qty, c.units AS `units?: rust_decimal::Decimal`, \
+                     c.newest AS `newest?: i64` FROM tb_product p \
                      CROSS JOIN (SELECT SUM(quantity) AS units, MAX(updated) AS newest \
                      FROM tb_order WHERE status = ? AND released = 0 AND product_id = ?) c \
                      WHERE p.product_id = ?",
+                    OrderStatus::Cancelled.as_str(),
+                    product.as_str(),
+                    product.as_str(),
                 )
-                .bind(OrderStatus::Cancelled.as_str())
-                .bind(product.as_str())
-                .bind(product.as_str())
                 .fetch_optional(pool)
                 .await
             })
             .await?;
-        Ok(row.map(|(available, units, newest)| {
-            (available, (whole_units(units), newest.unwrap_or(0)))
+        Ok(row.map(|r| {
+            (
+                r.available_qty,
+                (whole_units(r.units), r.newest.unwrap_or(0)),
+            )
         }))
     }
 
@@ -182,14 +196,15 @@ impl Orders {
         &self,
         product: &ProductId,
     ) -> Result<Vec<OrderRow>, StoreError> {
-        self.db
+        let rows = self
+            .db
             .call(|pool| async move {
-                sqlx::query_as(&format!("SELECT {ROW} FROM tb_order WHERE product_id = ?"))
-                    .bind(product.as_str())
+                order_rows!("WHERE product_id = ?", product.as_str())
                     .fetch_all(pool)
                     .await
             })
-            .await
+            .await?;
+        checked(rows)
     }
 
     /// Marks every cancelled order of a product released (recovery rebuilt
@@ -197,11 +212,13 @@ impl Orders {
     pub async fn mark_all_released(&self, product: &ProductId) -> Result<(), StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query("UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?")
-                    .bind(product.as_str())
-                    .bind(OrderStatus::Cancelled.as_str())
-                    .execute(pool)
-                    .await
+                sqlx::query!(
+                    "UPDATE tb_order SET released = 1 WHERE product_id = ? AND status = ?",
+                    product.as_str(),
+                    OrderStatus::Cancelled.as_str(),
+                )
+                .execute(pool)
+                .await
             })
             .await
             .map(drop)
@@ -213,17 +230,20 @@ impl Orders {
         &self,
         product: &ProductId,
     ) -> Result<(i64, Option<i64>), StoreError> {
-        self.db
+        let row = self
+            .db
             .call(|pool| async move {
-                sqlx::query_as(
-                "SELECT COUNT(*), MIN(created) FROM tb_order WHERE product_id = ? AND status = ?",
-            )
-            .bind(product.as_str())
-            .bind(OrderStatus::Confirmed.as_str())
-            .fetch_one(pool)
-            .await
+                sqlx::query!(
+                    "SELECT COUNT(*) AS unpaid, MIN(created) AS oldest FROM tb_order \
+                     WHERE product_id = ? AND status = ?",
+                    product.as_str(),
+                    OrderStatus::Confirmed.as_str(),
+                )
+                .fetch_one(pool)
+                .await
             })
-            .await
+            .await?;
+        Ok((row.unpaid, row.oldest))
     }
 
     /// When a product's orders last changed (epoch ms, the books' clock as
@@ -231,10 +251,12 @@ impl Orders {
     pub async fn last_change(&self, product: &ProductId) -> Result<Option<i64>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_scalar("SELECT MAX(updated) FROM tb_order WHERE product_id = ?")
-                    .bind(product.as_str())
-                    .fetch_one(pool)
-                    .await
+                sqlx::query_scalar!(
+                    "SELECT MAX(updated) AS `newest?: i64` FROM tb_order WHERE product_id = ?",
+                    product.as_str(),
+                )
+                .fetch_one(pool)
+                .await
             })
             .await
     }
@@ -249,17 +271,18 @@ impl Orders {
     ) -> Result<Option<OrderRow>, StoreError> {
         self.db
             .call(|pool| async move {
-                sqlx::query_as(&format!(
-                    "SELECT {ROW} FROM tb_order WHERE user_id = ? AND product_id = ? \
-                 AND idempotency_key = ? LIMIT 1"
-                ))
-                .bind(user_id.as_i64())
-                .bind(product.as_str())
-                .bind(key)
+                order_rows!(
+                    "WHERE user_id = ? AND product_id = ? AND idempotency_key = ? LIMIT 1",
+                    user_id.as_i64(),
+                    product.as_str(),
+                    key,
+                )
                 .fetch_optional(pool)
                 .await
             })
-            .await
+            .await?
+            .map(OrderRow::try_from)
+            .transpose()
     }
 }
 

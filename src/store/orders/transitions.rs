@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{MySql, QueryBuilder};
 
-use super::row::{OrderRow, Orders, ROW};
+use super::row::{OrderRow, Orders, checked, order_rows};
 use crate::domain::{OrderId, OrderStatus, UserId, backoff, now_ms};
 use crate::store::error::StoreError;
 use crate::store::events::{self, EventKind};
@@ -33,15 +33,15 @@ impl Orders {
                     // By the order id's unique key, always: on a young table
                     // MariaDB may pick `idx_user` instead, whose gap locks
                     // deadlock with a worker inserting that user's orders.
-                    let changed = sqlx::query(
+                    let changed = sqlx::query!(
                         "UPDATE tb_order FORCE INDEX (uk_order_id) SET status = ?, updated = ? \
                          WHERE order_id = ? AND user_id = ? AND status = ?",
+                        OrderStatus::Paid.as_str(),
+                        now_ms(),
+                        order_id.as_str(),
+                        user_id.as_i64(),
+                        OrderStatus::Confirmed.as_str(),
                     )
-                    .bind(OrderStatus::Paid.as_str())
-                    .bind(now_ms())
-                    .bind(order_id.as_str())
-                    .bind(user_id.as_i64())
-                    .bind(OrderStatus::Confirmed.as_str())
                     .execute(&mut **tx)
                     .await?
                     .rows_affected();
@@ -68,13 +68,15 @@ impl Orders {
         self.until_settled(order_id, user_id, OrderStatus::Cancelled, || {
             self.db.transaction(|tx| {
                 Box::pin(async move {
-                    let row: Option<OrderRow> = sqlx::query_as(&format!(
-                        "SELECT {ROW} FROM tb_order WHERE order_id = ? AND status = ? FOR UPDATE"
-                    ))
-                    .bind(order_id.as_str())
-                    .bind(OrderStatus::Confirmed.as_str())
+                    let row = order_rows!(
+                        "WHERE order_id = ? AND status = ? FOR UPDATE",
+                        order_id.as_str(),
+                        OrderStatus::Confirmed.as_str(),
+                    )
                     .fetch_optional(&mut **tx)
-                    .await?;
+                    .await?
+                    .map(OrderRow::try_from)
+                    .transpose()?;
                     let Some(mut row) =
                         row.filter(|r| user_id.is_none_or(|u| r.user_id == u.as_i64()))
                     else {
@@ -156,22 +158,23 @@ impl Orders {
                 // sweeper's cancelled rows are inserted into that index, and
                 // concurrent sweepers deadlocked.
                 let mut conn = self.db.pool().acquire().await?;
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                sqlx::query!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                     .execute(&mut *conn)
                     .await?;
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 // `released = 0` holds for every confirmed order; it is here
                 // for the index (status, released, created).
-                let rows: Vec<OrderRow> = sqlx::query_as(&format!(
-                    "SELECT {ROW} FROM tb_order WHERE status = ? AND released = 0 AND created < ? \
-                 ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED"
-                ))
-                .bind(OrderStatus::Confirmed.as_str())
-                .bind(created_before)
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
-                let mut rows = rows;
+                let mut rows = checked(
+                    order_rows!(
+                        "WHERE status = ? AND released = 0 AND created < ? \
+                         ORDER BY created LIMIT ? FOR UPDATE SKIP LOCKED",
+                        OrderStatus::Confirmed.as_str(),
+                        created_before,
+                        limit,
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?,
+                )?;
                 cancel_rows(&mut tx, &mut rows).await?;
                 tx.commit().await?;
                 Ok(rows)
@@ -202,12 +205,12 @@ pub(crate) async fn take_units(
     units: i64,
     now: i64,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE tb_product SET available_qty = available_qty - ?, updated = ? WHERE product_id = ?",
+        units,
+        now,
+        product,
     )
-    .bind(units)
-    .bind(now)
-    .bind(product)
     .execute(&mut **tx)
     .await?;
     events::sold_out_if_none_left(tx, product).await
@@ -232,6 +235,7 @@ pub(crate) async fn cancel_rows(
         r.released = false;
         r.updated = now;
     }
+    // A runtime query: its `IN` list is as long as the rows.
     let mut update = QueryBuilder::<MySql>::new("UPDATE tb_order SET status = ");
     update
         .push_bind(OrderStatus::Cancelled.as_str())
@@ -251,12 +255,15 @@ pub(crate) async fn cancel_rows(
         *units.entry(r.product_id.as_str()).or_default() += r.quantity;
     }
     for (product, units) in units {
-        sqlx::query("UPDATE tb_product SET available_qty = available_qty + ?, updated = ? WHERE product_id = ?")
-            .bind(units)
-            .bind(now)
-            .bind(product)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE tb_product SET available_qty = available_qty + ?, updated = ? \
+             WHERE product_id = ?",
+            units,
+            now,
+            product,
+        )
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
