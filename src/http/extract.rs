@@ -15,7 +15,9 @@ use crate::domain::ProductId;
 
 /// A JSON body. Unlike `axum::Json`, a rejection names the offending field
 /// (`quantity: invalid type: string "x", expected u64`) and uses the API's
-/// error body; too large a body is a 413.
+/// error body; too large a body is a 413. A body that may be left out is a
+/// `JsonBody<Option<T>>`: no bytes at all, or JSON `null` (the OpenAPI
+/// document's optional body), is `None`; when sent, it is checked as any.
 pub struct JsonBody<T>(pub T);
 
 impl<S, T> FromRequest<S> for JsonBody<T>
@@ -28,6 +30,10 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let is_json = is_json(req.headers());
         let bytes = Bytes::from_request(req, state).await?;
+        let left_out = bytes.is_empty() || (is_json && bytes.trim_ascii() == b"null");
+        if left_out && let Ok(none) = serde_json::from_value::<T>(serde_json::Value::Null) {
+            return Ok(Self(none));
+        }
         parse(is_json, &bytes).map(Self)
     }
 }
@@ -38,31 +44,6 @@ pub fn peer(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr>
     extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|axum::extract::ConnectInfo(addr)| *addr)
-}
-
-/// A JSON body that may be left out (no bytes at all, or JSON `null`); when
-/// sent, it is checked as [`JsonBody`] checks it.
-pub struct OptionalJsonBody<T>(pub Option<T>);
-
-impl<S, T> FromRequest<S> for OptionalJsonBody<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = is_json(req.headers());
-        let bytes = Bytes::from_request(req, state).await?;
-        if bytes.is_empty() {
-            return Ok(Self(None));
-        }
-        // JSON `null` is "no body" too (the OpenAPI document's optional body).
-        if is_json && bytes.trim_ascii() == b"null" {
-            return Ok(Self(None));
-        }
-        parse(is_json, &bytes).map(|v| Self(Some(v)))
-    }
 }
 
 /// A body read already, checked as [`JsonBody`] checks it.

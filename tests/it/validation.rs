@@ -211,6 +211,27 @@ async fn bad_products_are_refused_and_change_nothing() {
         )
         .await;
     }
+    // A required body left out, or JSON `null` (what an optional body
+    // may be), is refused all the same.
+    let admin = || {
+        app.client
+            .post(app.url("/api/admin/products"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+    };
+    for (req, needle) in [
+        (admin(), "JSON object"),
+        (admin().body("null"), "JSON object"),
+    ] {
+        expect_refused(
+            &app,
+            req,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            needle,
+        )
+        .await;
+    }
     let resp = app
         .client
         .get(app.url(&format!("/api/products/{sku}")))

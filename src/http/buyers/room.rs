@@ -16,7 +16,7 @@ use super::state::Buyers;
 use crate::domain::{ProductId, now_ms};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ErrorBody, NOT_ON_SALE};
-use crate::http::extract::{OptionalJsonBody, PathParam, SalePath, product_in_path};
+use crate::http::extract::{JsonBody, PathParam, SalePath, product_in_path};
 use crate::http::transport::limits;
 use crate::metrics::timeline::Count;
 use crate::sale::room::{Joined, RoomLookup, RoomState, Standing, pow};
@@ -170,7 +170,7 @@ pub async fn join(
     caller: Caller,
     headers: HeaderMap,
     SalePath(id): SalePath,
-    OptionalJsonBody(body): OptionalJsonBody<Owner>,
+    JsonBody(body): JsonBody<Option<Owner>>,
 ) -> Result<Json<TicketView>, ApiError> {
     let user_id = caller.acting_as(body.and_then(|b| b.user_id))?;
     let product = id;

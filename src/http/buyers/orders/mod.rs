@@ -7,7 +7,7 @@ mod view;
 pub use view::OrderView;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use crate::bookkeeping::{BookkeepingError, Cancelled, Found};
 use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::extract::{OptionalJsonBody, PathParam, QueryParams};
+use crate::http::extract::{JsonBody, PathParam, QueryParams, Verifier};
 use crate::metrics::timeline::Count;
 
 /// `GET /api/orders/{order_id}`.
@@ -132,23 +132,48 @@ pub struct Owner {
     pub(crate) user_id: Option<u64>,
 }
 
-/// What a pay or cancel acts on: the user it acts as, and the order.
-fn target(
+/// What a pay or cancel acts on: the order its path names, and the user it
+/// acts as (the verified buyer; with `AUTH=none`, the body's [`Owner`]).
+pub struct OwnOrder {
     caller: Caller,
-    body: Option<Owner>,
-    order_id: &str,
-) -> Result<(UserId, OrderId, ProductId), ApiError> {
-    let user = caller.acting_as(body.and_then(|b| b.user_id))?;
-    let (id, product) = OrderId::parse(order_id).ok_or(ApiError::OrderNotFound)?;
-    Ok((user, id, product))
+    user: UserId,
+    id: OrderId,
+    product: ProductId,
 }
 
-/// The refusal for someone else's order: with a verified buyer, a 404 (no
-/// hint that the order exists).
-fn hide_strangers(caller: Caller, e: BookkeepingError) -> ApiError {
-    match (caller, e) {
-        (Caller::Buyer(_), BookkeepingError::Forbidden) => ApiError::OrderNotFound,
-        (_, e) => e.into(),
+impl<S> FromRequest<S> for OwnOrder
+where
+    S: Send + Sync,
+    Verifier: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let caller = Caller::from_request_parts(&mut parts, state).await?;
+        let PathParam(order_id) =
+            PathParam::<String>::from_request_parts(&mut parts, state).await?;
+        let req = Request::from_parts(parts, body);
+        let JsonBody(owner) = JsonBody::<Option<Owner>>::from_request(req, state).await?;
+        let user = caller.acting_as(owner.and_then(|b| b.user_id))?;
+        let (id, product) = OrderId::parse(&order_id).ok_or(ApiError::OrderNotFound)?;
+        Ok(Self {
+            caller,
+            user,
+            id,
+            product,
+        })
+    }
+}
+
+impl OwnOrder {
+    /// The refusal for someone else's order: with a verified buyer, a 404
+    /// (no hint that the order exists).
+    fn refusal(&self, e: BookkeepingError) -> ApiError {
+        match (self.caller, e) {
+            (Caller::Buyer(_), BookkeepingError::Forbidden) => ApiError::OrderNotFound,
+            (_, e) => e.into(),
+        }
     }
 }
 
@@ -171,18 +196,12 @@ fn hide_strangers(caller: Caller, e: BookkeepingError) -> ApiError {
         (status = 409, description = "`invalid_transition`: pending, cancelled or otherwise not payable", body = ErrorBody),
     )
 )]
-pub async fn pay(
-    State(state): State<Buyers>,
-    caller: Caller,
-    PathParam(order_id): PathParam<String>,
-    OptionalJsonBody(body): OptionalJsonBody<Owner>,
-) -> Result<Json<OrderView>, ApiError> {
-    let (user, id, product) = target(caller, body, &order_id)?;
+pub async fn pay(State(state): State<Buyers>, own: OwnOrder) -> Result<Json<OrderView>, ApiError> {
     let row = state
         .order_life
-        .pay(&id, &product, user)
+        .pay(&own.id, &own.product, own.user)
         .await
-        .map_err(|e| hide_strangers(caller, e))?;
+        .map_err(|e| own.refusal(e))?;
     Ok(Json(row.into()))
 }
 
@@ -206,25 +225,19 @@ pub async fn pay(
         (status = 409, description = "`invalid_transition`: already paid", body = ErrorBody),
     )
 )]
-pub async fn cancel(
-    State(state): State<Buyers>,
-    caller: Caller,
-    PathParam(order_id): PathParam<String>,
-    OptionalJsonBody(body): OptionalJsonBody<Owner>,
-) -> Result<Response, ApiError> {
-    let (user, id, product) = target(caller, body, &order_id)?;
+pub async fn cancel(State(state): State<Buyers>, own: OwnOrder) -> Result<Response, ApiError> {
     let cancelled = state
         .order_life
-        .cancel(&id, &product, Some(user))
+        .cancel(&own.id, &own.product, Some(own.user))
         .await
-        .map_err(|e| hide_strangers(caller, e))?;
+        .map_err(|e| own.refusal(e))?;
     Ok(match cancelled {
         Cancelled::Done(row) => {
             // The sale's timeline: a buyer's cancel, once (a retry is Again).
             state
                 .metrics
                 .timeline
-                .count(product.as_str(), Count::Cancelled, 1);
+                .count(own.product.as_str(), Count::Cancelled, 1);
             Json(OrderView::from(row)).into_response()
         }
         Cancelled::Again(row) => Json(OrderView::from(row)).into_response(),
