@@ -6,7 +6,7 @@
 -- id on the deployment's bell channel. Otherwise the drain stays awake.
 -- So no entry can arrive unseen: one added before this script is found by
 -- it (the drain stays awake), one added after finds the mark missing (a
--- bell rings). Every key is the sale's (one cluster slot).
+-- bell rings). Every key is the sale's (one hash slot).
 --
 -- KEYS[1]  sale hash      fs:{pid}:sale    (field `awake`)
 -- KEYS[2]  orders stream  fs:{pid}:orders

@@ -1,6 +1,6 @@
 -- move_take.lua: the giving side of a move of units between two stock
 -- shards of one sale (sale/shards.rs). A move cannot be one script (the
--- shards are different slots), so it is recorded where the units leave and
+-- shards are in different hash slots), so it is recorded where the units leave and
 -- applied once where they arrive (move_apply.lua); its in-flight record is
 -- dropped once the taker has it (HDEL by the caller), its log entry stays
 -- for the reconciler to check both sides after a failover of either.

@@ -7,7 +7,9 @@
 -- KEYS[2]  stock          fs:{pid}:stock   units left (integer)
 -- KEYS[3]  orders stream  fs:{pid}:orders
 -- KEYS[4]  room hash      fs:{pid}:room    ceiling, floor, cap, pow, pace, served, at_ms, early, late
---                                          (and rate: the ceiling, for instances of an earlier version)
+--                                          (not rate, the ceiling's earlier name: nothing writes it any
+--                                          more; room_tick.lua and room_join.lua still read it when
+--                                          ceiling is missing)
 -- KEYS[5]  room log       fs:{pid}:room_log (room_tick.lua's; emptied here)
 -- KEYS[6]  room used      fs:{pid}:room_used (place_order.lua's; emptied here)
 -- ARGV[1]  stock to load (integer >= 0)
@@ -16,11 +18,12 @@
 -- ARGV[4]  limit per user (integer >= 1)
 -- ARGV[5]  unit price (decimal text, echoed into every order)
 -- ARGV[6]  consumer group of the stream workers
--- ARGV[7]  waiting room: buyers admitted per second, or "" for no room
+-- ARGV[7]  waiting room: the ceiling (the highest pace, places admitted per
+--          second; the pace starts there), or "" for no room
 -- ARGV[8]  waiting room: how long an admission is valid (ms)
 -- ARGV[9]  waiting room: how long before the start buyers may join (ms)
 -- ARGV[10] waiting room: the sale's signing key (random hex, made by the caller)
--- ARGV[11] waiting room: the lowest pace under strain (buyers per second)
+-- ARGV[11] waiting room: the floor (the lowest pace under strain)
 -- ARGV[12] waiting room: the active cap (0: none)
 -- ARGV[13] waiting room: the join difficulty (bits; 0: none)
 -- ARGV[14] paused since (epoch ms), or "": a sale the books hold paused

@@ -14,7 +14,7 @@
 -- state one of
 --   "released"          its units were given back: it was cancelled
 --   "cancel_requested"  a cancel waits for it to be persisted
---   "queued"            in the stream, not yet persisted (undelivered, or
+--   "in_stream"         in the stream, not yet persisted (undelivered, or
 --                       delivered and not acked)
 --   "dead"              moved to dead letters: never persisted
 --   "persisted"         acked by a worker, so in MySQL (confirmed or later)
@@ -36,7 +36,7 @@ if decoded['booked'] then
 end
 local entry = decoded['entry_id']
 if type(entry) ~= 'string' then
-  return {record, 'queued'}
+  return {record, 'in_stream'}
 end
 
 -- Stream ids compare as (ms, seq) pairs.
@@ -48,7 +48,7 @@ local function after(a, b)
 end
 
 if redis.call('EXISTS', KEYS[4]) == 0 then
-  return {record, 'queued'}
+  return {record, 'in_stream'}
 end
 local delivered_up_to = nil
 for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[4])) do
@@ -61,10 +61,10 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[4])) do
   end
 end
 if delivered_up_to == nil or after(entry, delivered_up_to) then
-  return {record, 'queued'}
+  return {record, 'in_stream'}
 end
 if #redis.call('XPENDING', KEYS[4], ARGV[2], entry, entry, 1) > 0 then
-  return {record, 'queued'}
+  return {record, 'in_stream'}
 end
 
 -- Acked: persisted, unless it was acked by moving it to dead letters (few,

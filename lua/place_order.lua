@@ -5,8 +5,9 @@
 -- idempotency key, the admission, the buyer's allowance and the stock; on
 -- success deducts the stock, records the buyer's units and appends the order
 -- to the sale's stream in the same step. There is no moment where stock is
--- gone but the order is not queued, so no rollback path exists on the order
--- path. What every order of the call shares is done once per call: the
+-- gone but the order is not in the stream, so no rollback path exists on
+-- the order path. What every order of the call shares is done once per
+-- call: the
 -- sale's HMGET, TIME, GET stock, one DECRBY of the units sold, one HSET of
 -- the `accepted` records (BENCHMARKS.md "Orders that share a call").
 --

@@ -7,7 +7,8 @@
 -- KEYS[1]  sale hash    fs:{pid}:sale    start_ms, end_ms, room_early_ms, paused_ms
 -- KEYS[2]  stock        fs:{pid}:stock
 -- KEYS[3]  room hash    fs:{pid}:room    early, late (counts); pace, served, at_ms, limit,
---                                        served_at (the line, as room_tick.lua keeps it);
+--                                        served_at (the places admitted, as room_tick.lua
+--                                        keeps them);
 --                                        ceiling (or rate, its earlier name) when no pace
 --                                        is set
 -- KEYS[4]  joined hash  fs:{pid}:joined  user_id -> number
@@ -44,12 +45,12 @@ local number
 if now_ms < start_ms then
   number = 'e' .. redis.call('HINCRBY', KEYS[3], 'early', 1)
 else
-  -- The line is first moved up to now over the buyers already in it (as
-  -- room_tick.lua moves it), so that time nobody was waiting for is no
+  -- The room first admits up to now among the buyers already in line (as
+  -- room_tick.lua does), so that time nobody was waiting for is no
   -- credit for the newcomer: after a quiet hour, a burst of joiners still
   -- goes through at the pace.
   -- At the pace room_tick.lua set, and no further than its active cap lets
-  -- the line go before its next tick; not while the sale is paused (the
+  -- the room admit before its next tick; not while the sale is paused (the
   -- line stands still: room_tick.lua).
   local room = redis.call('HMGET', KEYS[3], 'ceiling', 'served', 'at_ms', 'early', 'late', 'pace',
     'limit', 'rate')

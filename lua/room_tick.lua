@@ -1,25 +1,27 @@
--- room_tick.lua: moves a waiting room's "now serving" line on, and reads
--- the room. Any instance may call it at any time (about once a second per
--- sale it answers for): the line moves by the pace times the time since it
--- last moved, by Redis's clock, so more callers never move it faster.
--- It moves only while the sale is in its window and has stock (a sold-out
--- sale admits nobody; when units come back, admission goes on from where
--- the line stood), and never past the number of buyers who joined (with
--- nobody waiting, a newcomer is admitted within 1/pace seconds, not all at
--- once). Instances admit buyers up to the line as they read it, never
--- further: so a reading that finds the stock gone or the sale over leaves
--- the line where the last reading left it, which is exactly the places
--- buyers were told are admitted (the room's `admitted` figure).
+-- room_tick.lua: admits a waiting room's places at the pace, and reads the
+-- room. Any instance may call it at any time (about once a second per
+-- sale it answers for): the places admitted (`served`) grow by the pace
+-- times the time since they last grew, by Redis's clock, so more callers
+-- never admit faster.
+-- It admits only while the sale is in its window and has stock (a sold-out
+-- sale admits nobody; when units come back, admission goes on from the
+-- last place admitted), and never past the number of buyers who joined
+-- (with nobody waiting, a newcomer is admitted within 1/pace seconds, not
+-- all at once). Instances admit buyers up to the places admitted as they
+-- read them, never further: so a reading that finds the stock gone or the
+-- sale over leaves `served` where the last reading left it, which is
+-- exactly the places buyers were told are admitted (the room's `admitted`
+-- figure).
 --
 -- The pace follows the backend, between the operator's floor and ceiling:
 -- when the oldest order not yet persisted (the group's oldest pending
 -- entry, or the first one not yet read) is older than ARGV[5] ms, the
 -- backend is strained and the pace halves (at most once a second, never
 -- below the floor); otherwise it climbs back by a tenth of the ceiling per
--- second. With an active cap, the line moves only while fewer than `cap`
--- buyers hold an admission they have not used: the places reached within
--- the last admission window (from a small log of where the line stood
--- when) less the buyers among them who ordered (counted by the order
+-- second. With an active cap, the room admits only while fewer than `cap`
+-- buyers hold an admission they have not used: the places admitted within
+-- the last admission window (from a small log of how far the room had
+-- admitted when) less the buyers among them who ordered (counted by the order
 -- script per bucket of their admission's expiry); both kept only while a
 -- cap is set.
 --
@@ -30,9 +32,9 @@
 --                                       pace, adj_ms, limit, pow; rate: the ceiling's
 --                                       earlier name (read when ceiling is missing:
 --                                       a room an earlier version opened);
---                                       served_at: "<ms>:<served>", when the line
---                                       reached where it stands (at_ms moves on at
---                                       every call, the line not always: caught up
+--                                       served_at: "<ms>:<served>", when the room
+--                                       admitted up to `served` (at_ms moves on at
+--                                       every call, `served` not always: caught up
 --                                       with the joiners, paused, stopped by the cap)
 -- KEYS[4]  orders     fs:{pid}:orders   (read: the oldest order not yet persisted)
 -- KEYS[5]  room log   fs:{pid}:room_log list of "at_ms:served", newest first
@@ -55,9 +57,9 @@
 -- floor, cap, active, oldest unpersisted order's age ms (-1: none), the log
 -- (with a cap; newest first), join difficulty, the pause (now, or the
 -- last one: when it began, -1: never; when it ended, -1: not yet), the
--- gap of the log and of `room used`'s buckets (ms), when the line reached
--- where it stands (ms: an admission runs from the moment the line reached
--- its place)}, or
+-- gap of the log and of `room used`'s buckets (ms), when the room admitted
+-- up to `served` (ms: an admission runs from the moment its place was
+-- admitted)}, or
 -- {"no_sale"}, {"no_room"}.
 
 local sale = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'room_admission_ms', 'room_key',
@@ -86,8 +88,8 @@ local cap = tonumber(room[7] or '0')
 local pace = tonumber(room[8] or room[1] or '1')
 local adj_ms = tonumber(room[9] or '0')
 local pow = tonumber(room[10] or '0')
--- When the line reached where it stands: `served_at`'s, while it names
--- the line as it stands (one an earlier version moved has none, or an
+-- When the room admitted up to `served`: `served_at`'s, while it names
+-- `served` as it stands (one an earlier version moved has none, or an
 -- older one: then the last call's, written below).
 local reached_ms
 do
@@ -100,7 +102,7 @@ local stock = tonumber(redis.call('GET', KEYS[2]) or '0') + tonumber(ARGV[7] or 
 local sold = tonumber(sale[5] or '0') + tonumber(ARGV[8] or '0') - stock
 
 -- Buyers holding an unused admission (with a cap only): the places
--- reached whose admission has not expired, less the buyers among them who
+-- admitted whose admission has not expired, less the buyers among them who
 -- ordered (place_order.lua counts each buyer's first order in the bucket
 -- of its admission's expiry). The log's entries are at least
 -- max(1 s, window / 64) apart, so it holds about 66 of them, and the
@@ -109,9 +111,9 @@ local active = 0
 local log_gap = math.max(1000, math.floor(admission_ms / 64))
 local log, log_read = {}, false
 if cap > 0 then
-  -- Admissions reached after `since` have not expired. One valid when the
+  -- Places admitted after `since` have not expired. One valid when the
   -- last pause began got the pause's length again (sale::room::state):
-  -- reached after the window before the pause, and within the window
+  -- admitted after the window before the pause, and within the window
   -- and the pause before now.
   local since = now_ms - admission_ms
   local pause_from = tonumber(sale[6] or sale[7] or '')
@@ -188,8 +190,8 @@ end
 
 local from = math.max(at_ms, start_ms)
 if now_ms > from then
-  -- Paused (pause_sale.lua): the line stands still, and moves on from
-  -- where it stood at the resume.
+  -- Paused (pause_sale.lua): the line stands still, and admission goes on
+  -- from the last place admitted at the resume.
   if stock > 0 and now_ms < end_ms and not sale[6] then
     local paced = pace * (now_ms - from) / 1000
     local moved = paced
@@ -198,11 +200,11 @@ if now_ms > from then
     end
     local before = served
     served = math.min(served + moved, early + late)
-    -- The places it reached hold their admission from now.
+    -- The places just admitted hold their admission from now.
     active = active + math.floor(served) - math.floor(before)
     if served > before then
-      -- Stopped short of the pace (by the joiners' count, or the cap), it
-      -- got there before now: at the pace, from where it stood.
+      -- Stopped short of the pace (by the joiners' count, or the cap), the
+      -- room got there before now: at the pace, from `served` before.
       reached_ms = now_ms
       if served - before < paced then
         reached_ms = from + math.floor((served - before) / pace * 1000)
@@ -254,10 +256,11 @@ if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[3], 'pow', ARGV[6])
 end
 if cap > 0 then
-  -- What the line may reach before the next tick (room_join.lua keeps to it).
+  -- The last place the room may admit before the next tick (room_join.lua
+  -- keeps to it).
   redis.call('HSET', KEYS[3], 'limit', tostring(served + math.max(0, cap - active)))
-  -- Where the line stood when (returned: an admission's time runs from
-  -- the moment the line reached its place).
+  -- How far the room had admitted when (returned: an admission's time runs
+  -- from the moment its place was admitted).
   if not log_read then
     log = redis.call('LRANGE', KEYS[5], 0, -1)
   end
@@ -274,10 +277,10 @@ else
   redis.call('DEL', KEYS[5], KEYS[6])
 end
 -- The count the gauges show. `active` is an upper bound (whole log steps:
--- a place reached just before the window's edge counts until the next
+-- a place admitted just before the window's edge counts until the next
 -- entry passes it, a buyer who ordered counts until the bucket of their
--- admission's expiry has run out), which keeps the line on the safe side;
--- the line never takes more than the cap, so more than the cap is never
+-- admission's expiry has run out), which keeps admission on the safe side;
+-- the room never admits beyond the cap, so more than the cap is never
 -- held, and the count shown is at most the cap (after the cap is lowered,
 -- buyers admitted before keep their admission: it reads the new cap until
 -- enough of them have ordered or run out).

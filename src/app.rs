@@ -53,10 +53,10 @@ pub struct App {
     db: Db,
 }
 
-/// Connections a listener queues before it accepts them (the kernel caps it
-/// at `net.core.somaxconn`): a crowd reconnecting as the service closes it
-/// must not overflow the queue, where a health check's SYN would be dropped
-/// and retried a second later.
+/// The listen backlog: connections the kernel holds for a listener before
+/// it accepts them (capped at `net.core.somaxconn`). A crowd reconnecting
+/// as the service closes it must not overflow it, where a health check's
+/// SYN would be dropped and retried a second later.
 const LISTEN_BACKLOG: u32 = 4096;
 
 fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -84,22 +84,42 @@
 //!   without a round trip (`sale::memory`).
 //! - **watch**: the read model of a sale's stream and its consumer group
 //!   (`sale::Watch`: what the dashboard, `/metrics` and `flashsale
-//!   streams` show). "Queue" is only the waiting room's routes' word
-//!   (`/api/sales/{id}/queue`: joining the line), kept for clients.
-//! - **waiting room**: the **line** (the places admitted so far) moves at
-//!   the **pace** (buyers admitted per second now, `admit_per_sec` in
-//!   answers and metrics), between the operator's **floor** and
-//!   **ceiling**; a buyer's **place** in it; a **ticket** (joined), an
-//!   **admission** (may order); the **cap** bounds admissions held unused.
+//!   streams` show); its **backlog**: the entries not persisted yet.
+//! - **shard** (stock shard): one of the parts a sale's stock is split
+//!   into (`stock_shards`), each with its own keys in its own **hash
+//!   slot**: the Redis Cluster slot a key's hash tag maps to. "Slot" alone
+//!   means only the hash slot.
+//! - **permit**: one of `MAX_IN_FLIGHT`, held by an order while it is
+//!   decided; an order that finds none is **shed** (503 `overloaded` at
+//!   once: nothing waits). The connections the kernel holds before they
+//!   are accepted are the **listen backlog**, always in two words.
+//! - **waiting room**: buyers join its **line**, each with a **place** in
+//!   it and a **ticket**; the room has **admitted** the places up to a
+//!   number that grows at the **pace** (places admitted per second now,
+//!   `admit_per_sec` in answers and metrics, and nothing else), between
+//!   the operator's **floor** and **ceiling**; an **admission** lets its
+//!   buyer order; the **cap** bounds admissions held unused. Redis keeps
+//!   what was admitted as the room hash's `served`.
+//! - **rate**: a count per second measured (the dashboard's orders/s), and
+//!   a **rate limit** (429 `rate_limited`); never the pace or the ceiling.
+//! - **queue**: only the room's routes (`/api/sales/{id}/queue`) and the
+//!   code `queue_not_open`, kept for clients; nothing else is called so.
+//! - **series**: a chart's run of values, drawn in **segments**.
 //! - **bell**: the `PUBLISH` that wakes a quiet sale's sleeping drain.
 //! - **event**: a change of an order or a sale in the outbox (`tb_event`),
-//!   **delivered** to the shop's endpoints.
+//!   **delivered** to the shop's endpoints; a row holds up to
+//!   `EVENTS_PER_ROW` of them.
 //! - **timeline**: a sale's seconds as each process counted them
 //!   (`tb_sale_second`); **report**: how the sale went, from its timeline
 //!   and its books, **kept** when it retires.
 //! - **reconcile**: restore in Redis what a failover lost of a sale the
 //!   books hold; **recover**: rebuild a sale Redis lost whole;
 //!   **retire**: end a settled sale's life (final audit, keys **purged**).
+//!
+//! Retired words (`tests/words.rs` refuses them): "queue" for the stream,
+//! for shedding or for the listen backlog; "line" for the places admitted
+//! or a chart's series; "rate" for the pace or the ceiling; "slot" for a
+//! shard or a permit.
 //!
 //! The benchmarks are the workspace's other crate, `bench/` (binary
 //! `flashsale-bench`): they use this library, and nothing here knows them.

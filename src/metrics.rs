@@ -421,15 +421,15 @@ impl Metrics {
             ),
             room_admit_per_sec: gauge(
                 "room_admit_per_sec",
-                "The waiting room's admission rate now (buyers per second): the ceiling, lower while orders wait to be persisted",
+                "The waiting room's pace now (places admitted per second): the ceiling, lower while orders wait to be persisted",
             ),
             room_admit_ceiling_per_sec: gauge(
                 "room_admit_ceiling_per_sec",
-                "The highest admission rate the operator set for the waiting room",
+                "The waiting room's ceiling: the highest pace the operator set",
             ),
             room_admit_floor_per_sec: gauge(
                 "room_admit_floor_per_sec",
-                "The lowest admission rate the waiting room drops to under strain",
+                "The waiting room's floor: the lowest pace it drops to under strain",
             ),
             room_active: gauge(
                 "room_active",

@@ -37,11 +37,11 @@ pub struct Capacity {
     /// API cores, over as many instances as one likes.
     pub api_cores: Option<f64>,
     /// Redis cores for this sale. One stock shard is one Redis core (its
-    /// keys share one hash tag, so one slot, and Redis runs commands on one
+    /// keys share one hash tag, so one hash slot, and Redis runs commands on one
     /// thread); a sale of N shards spreads over N.
     pub redis_cores: Option<f64>,
     /// The most requests/s of this mix one sale's Redis core answers at
-    /// `busy`: beyond it, the crowd must be answered from memory or queued.
+    /// `busy`: beyond it, the crowd must be answered from memory or made to wait.
     pub redis_ceiling_requests_per_s: Option<f64>,
     /// Worker cores, to persist at `drain_orders_per_s`.
     pub workers_cores: Option<f64>,

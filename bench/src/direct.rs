@@ -4,7 +4,7 @@
 //! - `multiplexed`: all callers share one multiplexed connection (what the API does);
 //! - `pool`: each call checks a dedicated connection out of a bb8 pool;
 //! - `blocked`: the shared connection also carries an `XREAD ... BLOCK` loop, as
-//!   a stream worker would if it used it: the orders queue behind every block.
+//!   a stream worker would if it used it: the orders wait behind every block.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

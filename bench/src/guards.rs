@@ -3,7 +3,7 @@
 //! (`flashsale-bench rehearse --local`, books checked) on an in-process server:
 //!
 //! 1. cost: the same sale with the limits off and on, alternated `--rounds`
-//!    times. "On" runs every guard on every order (in-flight slot, address
+//!    times. "On" runs every guard on every order (in-flight permit, address
 //!    bucket, user bucket) with bounds the load never reaches, so it measures
 //!    the checks, not their refusals. Timeouts and header limits are always on.
 //! 2. the concurrency sweep behind the default `MAX_IN_FLIGHT`: throughput and
@@ -33,7 +33,7 @@ pub struct BenchGuardsArgs {
     /// The in-flight bound of the overload run.
     #[arg(long, default_value_t = 32)]
     pub overload_in_flight: usize,
-    /// Clients per slot in the overload run.
+    /// Clients per permit in the overload run.
     #[arg(long, default_value_t = 20)]
     pub overload_factor: u64,
 }
@@ -141,7 +141,7 @@ fn print(r: &GuardsReport) {
     }
     println!();
     println!(
-        "overload: {} clients on {} slots, {:.0} answers/s",
+        "overload: {} clients on {} permits, {:.0} answers/s",
         r.overload_clients, r.overload_in_flight, r.overload.requests_per_s
     );
     println!("outcome              count    p50 ms   p99 ms");

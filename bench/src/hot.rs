@@ -1,5 +1,5 @@
 //! `flashsale-bench hot-sale`: what a hot sale costs each Redis master,
-//! with its stock in one slot or split over several stock shards, side by
+//! with its stock in one shard or split over several, side by
 //! side in one run (BENCHMARKS.md, "What does a hot sale cost?").
 //!
 //! For each shard count: a sale of `--orders` units is opened (under the

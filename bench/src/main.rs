@@ -44,7 +44,7 @@ enum Command {
     /// local receiver (the outbox's delivery), and their CPU.
     Deliver(flashsale_bench::deliver::BenchDeliverArgs),
     /// Measure what one hot sale costs each Redis master with its stock in
-    /// one slot and split over stock shards, side by side, and how long a
+    /// one shard and split over several, side by side, and how long a
     /// move of units between shards takes.
     HotSale(flashsale_bench::hot::BenchHotArgs),
 }

@@ -108,7 +108,7 @@ pub struct BenchArgs {
     pub concurrency: u64,
     #[arg(long, default_value_t = 1)]
     pub limit_per_user: u64,
-    /// Stock shards of the rehearsed sale (Redis slots its stock is split
+    /// Stock shards of the rehearsed sale (the parts its stock is split
     /// across; the capacity plan's Redis ceiling grows with them).
     #[arg(long, default_value_t = 1)]
     pub shards: u16,

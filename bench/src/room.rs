@@ -45,9 +45,10 @@ pub struct BenchRoomArgs {
     /// Buyers who join after the start.
     #[arg(long, default_value_t = 200)]
     pub late: u64,
-    /// The room's pace: buyers admitted per second.
-    #[arg(long, default_value_t = 200)]
-    pub rate: u32,
+    /// The room's ceiling: places admitted per second (`--rate`, its
+    /// earlier name, is still taken).
+    #[arg(long, alias = "rate", default_value_t = 200)]
+    pub ceiling: u32,
     /// Seconds during which the early buyers join, before the start.
     #[arg(long, default_value_t = 3)]
     pub join_secs: u64,
@@ -76,9 +77,10 @@ pub struct BenchRoomArgs {
     /// Seconds the paced crowd polls.
     #[arg(long, default_value_t = 30)]
     pub crowd_secs: u64,
-    /// The paced crowd's line: buyers admitted per second.
-    #[arg(long, default_value_t = 200)]
-    pub crowd_rate: u32,
+    /// The paced crowd's pace: places admitted per second
+    /// (`--crowd-rate`, its earlier name, is still taken).
+    #[arg(long, alias = "crowd-rate", default_value_t = 200)]
+    pub crowd_pace: u32,
     /// Share of the crowd that ignores `poll_after_ms` and polls every
     /// 200 ms (answered the same, from memory).
     #[arg(long, default_value_t = 0.02)]
@@ -227,7 +229,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
         "product_id": product.as_str(), "title": "flashsale-bench room", "price": "1.00",
         "available_qty": buyers, "start_time": start_ms, "end_time": start_ms + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"ceiling_per_sec": args.rate, "admission_secs": 120, "join_early_secs": 3600},
+        "waiting_room": {"ceiling_per_sec": args.ceiling, "admission_secs": 120, "join_early_secs": 3600},
     });
     let headers = [("authorization", admin.as_str())];
     pool.open_sale(&headers, &body).await?;
@@ -237,7 +239,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
         "room rehearsal: {} early + {} late buyers, {} admitted/s, stock {buyers}, start in {:.1} s",
         args.early,
         args.late,
-        args.rate,
+        args.ceiling,
         lead_ms as f64 / 1000.0
     );
 
@@ -328,7 +330,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     let cut = points.len() / 10;
     let middle = &points[cut..points.len() - cut];
     let pace = slope(middle) * 1000.0;
-    let pace_off = (pace / f64::from(args.rate) - 1.0) * 100.0;
+    let pace_off = (pace / f64::from(args.ceiling) - 1.0) * 100.0;
 
     // Every order in the books is an admitted buyer's.
     let db = Db::from_settings(&(&args.db).into())?;
@@ -384,7 +386,7 @@ pub async fn run_room_bench(args: BenchRoomArgs) -> anyhow::Result<()> {
     );
     println!(
         "  pace: {pace:.1} admitted/s over the middle of the line, {pace_off:+.1}% of {} ({})",
-        args.rate,
+        args.ceiling,
         check(pace_off.abs() <= 10.0)
     );
     println!(
@@ -465,8 +467,8 @@ async fn buyer(
             "admitted" => {
                 b.admitted_ms = Some(start_at.elapsed().as_secs_f64() * 1000.0);
                 let admission = s["admission"].as_str().unwrap_or_default().to_owned();
-                if let Ok(mut slot) = shared.lock() {
-                    slot.get_or_insert_with(|| admission.clone());
+                if let Ok(mut kept) = shared.lock() {
+                    kept.get_or_insert_with(|| admission.clone());
                 }
                 let order = json!({"user_id": user_id, "product_id": product, "quantity": 1});
                 let (status, _) = pool
@@ -645,7 +647,7 @@ async fn compare_costs(
 }
 
 /// The paced crowd: `args.crowd` tickets in the line of a room that admits
-/// `args.crowd_rate` buyers a second (nobody orders), polling for `args.crowd_secs` as the server paces
+/// `args.crowd_pace` buyers a second (nobody orders), polling for `args.crowd_secs` as the server paces
 /// them (each answer's `poll_after_ms`), a share of them every 200 ms
 /// whatever it says. Prints the polls per second against one poll a
 /// second per ticket, the service's CPU and Redis commands per poll.
@@ -665,18 +667,18 @@ async fn paced_crowd(
         "product_id": line.as_str(), "title": "the crowd", "price": "1.00",
         "available_qty": 10_000_000, "start_time": now - 1_000, "end_time": now + 3_600_000,
         "limit_per_user": 1,
-        "waiting_room": {"ceiling_per_sec": args.crowd_rate, "floor_per_sec": args.crowd_rate,
+        "waiting_room": {"ceiling_per_sec": args.crowd_pace, "floor_per_sec": args.crowd_pace,
                          "admission_secs": 120},
     });
     pool.open_sale(admin, &body).await?;
     let joined_at = Instant::now();
     let tickets = join_line(&pool.authority, &line, args.crowd, args.concurrency).await?;
     println!(
-        "paced crowd: {} tickets joined in {:.1} s ({} connections), the line admits {}/s",
+        "paced crowd: {} tickets joined in {:.1} s ({} connections), the room admits {}/s",
         tickets.len(),
         joined_at.elapsed().as_secs_f64(),
         args.concurrency,
-        args.crowd_rate
+        args.crowd_pace
     );
     // Every ticket's first poll spread over the first 5 s; then each when
     // its answer says (the eager ones: every 200 ms).
@@ -865,6 +867,21 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        room: BenchRoomArgs,
+    }
+
+    #[test]
+    fn the_ceiling_and_the_crowds_pace_keep_their_earlier_flags() {
+        use clap::Parser;
+        let now = Cli::parse_from(["room", "--ceiling=40", "--crowd-pace=30"]).room;
+        assert_eq!((now.ceiling, now.crowd_pace), (40, 30));
+        let before = Cli::parse_from(["room", "--rate=41", "--crowd-rate=31"]).room;
+        assert_eq!((before.ceiling, before.crowd_pace), (41, 31));
+    }
 
     #[test]
     fn rank_correlation_is_1_for_the_same_order_and_near_0_for_a_shuffle() {

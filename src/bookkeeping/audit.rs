@@ -398,7 +398,7 @@ sku-1                                          10        4        1         2   
             created: 0,
             updated: 0,
             opened: Some(0),
-            room_admit_per_sec: None,
+            room_ceiling_per_sec: None,
             room_admission_secs: None,
             room_join_early_secs: None,
             room_admit_floor_per_sec: None,

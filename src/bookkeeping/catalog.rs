@@ -227,8 +227,8 @@ impl Catalog {
         Ok((self.status_of(id, product).await?, applied))
     }
 
-    /// New bounds for the sale's waiting room: Redis first (the line
-    /// moves within them from now), then the books, as the room holds them
+    /// New bounds for the sale's waiting room: Redis first (the pace
+    /// keeps within them from now), then the books, as the room holds them
     /// (for a sale opened again by recovery). `None`: the sale has no room.
     pub async fn set_room_bounds(
         &self,

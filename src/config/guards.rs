@@ -242,7 +242,7 @@ impl Limits {
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
     /// Orders decided at once; beyond it `POST /api/orders` answers 503
-    /// `overloaded` at once instead of queueing (0: unbounded).
+    /// `overloaded` at once: nothing waits (0: unbounded).
     #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// Upper bound on handling any request; past it, 503 `unavailable`.

@@ -2,7 +2,7 @@
 //! ([`WaitingRoom`]), its bounds ([`RoomBounds`]) and a change of them
 //! ([`BoundsChange`]), each checked here once, by the same rules.
 //!
-//! The words: the **pace** is how many buyers the line admits per second
+//! The words: the **pace** is how many places the room admits per second
 //! now (`admit_per_sec` in the answers and metrics); the **ceiling** and
 //! the **floor** are the operator's bounds on it (`ceiling_per_sec`,
 //! `floor_per_sec`): the pace starts at the ceiling, halves towards the
@@ -20,17 +20,18 @@ pub const MAX_ACTIVE_CAP: u32 = 10_000_000;
 pub const MAX_JOIN_DIFFICULTY: u8 = 24;
 
 /// A sale's waiting room: buyers join a line, early joiners are shuffled
-/// at the start, and the line admits buyers at the room's pace; with the
+/// at the start, and the room admits their places at its pace; with the
 /// room on, only admitted buyers may order (see `sale::room`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
 )]
 #[serde(deny_unknown_fields)]
 pub struct WaitingRoom {
-    /// The ceiling: buyers admitted per second at most, the pace it starts
+    /// The ceiling: places admitted per second at most, the pace it starts
     /// at (1 to 100,000); changed live by `POST
-    /// /api/admin/products/{id}/room`. Also accepted as `admit_per_sec`
-    /// (its earlier name).
+    /// /api/admin/products/{id}/room`. Also accepted as `admit_per_sec`,
+    /// its earlier name: deprecated (that is the pace's word), refused
+    /// from 0.3.0.
     #[serde(alias = "admit_per_sec")]
     #[schema(minimum = 1, maximum = 100_000)]
     pub ceiling_per_sec: u32,
@@ -38,7 +39,8 @@ pub struct WaitingRoom {
     /// waiting to be persisted for more than 2 s): the pace halves each
     /// second down to it and climbs back to the ceiling when the strain
     /// clears. 1 to the ceiling; default a tenth of it (at least 1). Equal
-    /// to the ceiling: a fixed pace. Also accepted as `admit_floor_per_sec`.
+    /// to the ceiling: a fixed pace. Also accepted as `admit_floor_per_sec`
+    /// (deprecated, refused from 0.3.0).
     #[serde(
         default,
         alias = "admit_floor_per_sec",
@@ -48,7 +50,8 @@ pub struct WaitingRoom {
     pub floor_per_sec: Option<u32>,
     /// At most this many buyers hold an admission they have not used yet
     /// (admitted within the last `admission_secs`, less the units sold
-    /// since): the line waits while the cap is reached. Absent: no cap.
+    /// since): no place is admitted while the cap is reached. Absent: no
+    /// cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 10_000_000)]
     pub active_cap: Option<u32>,

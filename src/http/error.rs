@@ -105,7 +105,7 @@ pub enum ApiError {
     /// Too many requests from this user or address: retry after this long.
     #[error("too many requests; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
-    /// More orders in flight than the service decides at once: shed, not queued.
+    /// More orders in flight than the service decides at once: shed at once: nothing waits.
     #[error("the service is at capacity; retry shortly")]
     Overloaded,
     /// A dependency is down or slow; the cause is logged, not shown.

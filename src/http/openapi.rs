@@ -220,7 +220,7 @@ const COMMON: [(Applies, u16, &str); 10] = [
     (
         Applies::PlaceOrder,
         503,
-        "`overloaded`: more orders in flight than the service decides at once (shed, not queued), or `unavailable`: a dependency did not answer in time; retry after `Retry-After`",
+        "`overloaded`: more orders in flight than the service decides at once (shed at once: nothing waits), or `unavailable`: a dependency did not answer in time; retry after `Retry-After`",
     ),
 ];
 

@@ -2,7 +2,7 @@
 //! process's clock), what it counted for the sale (orders accepted and
 //! refused by code, units, joins, orders persisted and how long they
 //! waited, payments by result, cancels, timeouts), the room's readings (the
-//! line, the pace, its ceiling, buyers joined) and the order route's
+//! places admitted, the pace, its ceiling, buyers joined) and the order route's
 //! latency (bucketed: four buckets an octave, to within 19%).
 //!
 //! Counted in memory where the metrics are counted (no Redis call, no
@@ -127,8 +127,8 @@ impl Count {
 /// across processes too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gauge {
-    /// The waiting room's places admitted so far.
-    Line,
+    /// The places the waiting room has admitted so far.
+    Admitted,
     /// The room's pace now, and the operator's ceiling (buyers a second).
     Pace,
     Ceiling,
@@ -139,13 +139,24 @@ pub enum Gauge {
 }
 
 impl Gauge {
+    /// The name it is written under. [`Gauge::Admitted`] keeps its first
+    /// name, `line`, which the release before reads; the next release
+    /// writes it as [`Gauge::later_name`], which this one reads too.
     pub const fn name(self) -> &'static str {
         match self {
-            Self::Line => "line",
+            Self::Admitted => "line",
             Self::Pace => "pace",
             Self::Ceiling => "ceiling",
             Self::Joined => "joined",
             Self::PersistLagMaxMs => "persist_lag_max_ms",
+        }
+    }
+
+    /// The name the next release writes it under, when it is renamed.
+    pub const fn later_name(self) -> Option<&'static str> {
+        match self {
+            Self::Admitted => Some("admitted"),
+            Self::Pace | Self::Ceiling | Self::Joined | Self::PersistLagMaxMs => None,
         }
     }
 }
@@ -480,7 +491,7 @@ mod tests {
         // "Now" a while after the timeline's clock began.
         let now = Instant::now() + Duration::from_secs(10);
         let second = t.clock.second_of(now);
-        let line = |taken: &[(String, Second)]| -> Vec<(i64, i64)> {
+        let admitted = |taken: &[(String, Second)]| -> Vec<(i64, i64)> {
             taken
                 .iter()
                 .filter_map(|(_, s)| {
@@ -488,7 +499,7 @@ mod tests {
                         s.second,
                         *s.gauges
                             .iter()
-                            .find(|(n, _)| *n == Gauge::Line)
+                            .find(|(n, _)| *n == Gauge::Admitted)
                             .map(|(_, v)| v)?,
                     ))
                 })
@@ -497,18 +508,18 @@ mod tests {
         // Read 3 s ago and 1 s ago, sampled now (each twice: every tick
         // while fresh): each in its own second, not this one.
         for _ in 0..2 {
-            t.gauges_at(p, now - Duration::from_secs(3), &[(Gauge::Line, 10)]);
-            t.gauges_at(p, now - Duration::from_secs(1), &[(Gauge::Line, 14)]);
+            t.gauges_at(p, now - Duration::from_secs(3), &[(Gauge::Admitted, 10)]);
+            t.gauges_at(p, now - Duration::from_secs(1), &[(Gauge::Admitted, 14)]);
         }
-        t.gauges_at(p, now, &[(Gauge::Line, 15)]);
+        t.gauges_at(p, now, &[(Gauge::Admitted, 15)]);
         let taken = t.take_settled(second + 1);
         assert_eq!(
-            line(&taken),
+            admitted(&taken),
             [(second - 3, 10), (second - 1, 14), (second, 15)]
         );
         // A reading of a second the flush took goes nowhere (later, it
-        // would say the line stood still until then).
-        t.gauges_at(p, now - Duration::from_secs(2), &[(Gauge::Line, 12)]);
+        // would say nothing was admitted until then).
+        t.gauges_at(p, now - Duration::from_secs(2), &[(Gauge::Admitted, 12)]);
         assert!(t.take_settled(i64::MAX).is_empty());
     }
 
@@ -617,8 +628,8 @@ mod tests {
         t.order(p, 7, answer(sold_out, 0, 50));
         t.order(p, 8, answer(sold_out, 0, 50));
         t.count(p, Count::Joins, 3);
-        t.gauge(p, Gauge::Line, 5);
-        t.gauge(p, Gauge::Line, 4);
+        t.gauge(p, Gauge::Admitted, 5);
+        t.gauge(p, Gauge::Admitted, 4);
         assert!(t.take_settled(0).is_empty(), "not over yet");
         let now = t.now_s();
         let taken = t.take_settled(now + 2);
@@ -637,12 +648,12 @@ mod tests {
             .map(|(_, n)| n)
             .sum();
         assert_eq!(answers, 2);
-        let line = taken
+        let admitted = taken
             .iter()
             .flat_map(|(_, s)| s.gauges.iter())
-            .find(|(k, _)| *k == Gauge::Line)
+            .find(|(k, _)| *k == Gauge::Admitted)
             .map(|(_, v)| *v);
-        assert_eq!(line, Some(5));
+        assert_eq!(admitted, Some(5));
         // Each buyer raised its register once: two buyers, two raises.
         let raised: Vec<_> = taken.iter().flat_map(|(_, s)| s.buyers.clone()).collect();
         assert_eq!(raised.len(), 2, "{raised:?}");

@@ -56,9 +56,9 @@ pub struct SaleKeys {
     pub books: String,
     /// Hash: the waiting room's shared state (ceiling, floor, cap, pace,
     /// served, at_ms, early, late, ...; `rate`, the ceiling's earlier name,
-    /// for instances of an earlier version); only for a sale with a room.
+    /// is still read, and written by nothing); only for a sale with a room.
     pub room: String,
-    /// List: where the room's line stood when ("at_ms:served", newest
+    /// List: what the room had admitted when ("at_ms:served", newest
     /// first), for its active cap; only while a cap is set.
     pub room_log: String,
     /// Hash: the places of the room's active cap that orders used, by

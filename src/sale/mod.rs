@@ -10,7 +10,7 @@
 //!
 //! | handle | what it does | where |
 //! |---|---|---|
-//! | [`OrderPath`] | the order path: memory first, then `place_order.lua` (check, deduct, enqueue in one step), the orders of a sale that arrive together sharing a call; voiding what the replicas did not confirm | `orders/` |
+//! | [`OrderPath`] | the order path: memory first, then `place_order.lua` (check, deduct, append to the stream in one step), the orders of a sale that arrive together sharing a call; voiding what the replicas did not confirm | `orders/` |
 //! | [`Accepted`] | what Redis holds of an accepted order: its record and progress, cancel requests, giving its units back or taking them again | `orders/accepted.rs` |
 //! | [`Room`] | the waiting room: join, where a ticket stands, admissions, the pace (`room_tick.lua`) | `room/` |
 //! | [`Lifecycle`] | open, close, the clock, the registry of open sales, a sale's end | `lifecycle/` |

@@ -298,8 +298,8 @@ pub(super) async fn refill(
     Ok(Refill::Again)
 }
 
-/// What every shard holds, shard 0 first (one call per shard: they are
-/// different slots).
+/// What every shard holds, shard 0 first (one call per shard: each is in
+/// its own hash slot).
 pub(super) async fn look_all(
     core: &Core,
     product: &ProductId,

@@ -14,7 +14,7 @@
 //!   30 s.
 //! - **A table's lock is waited for briefly.** An `ALTER` waits for the
 //!   table's metadata lock behind any open transaction on it, and every
-//!   write to the table then queues behind the `ALTER`: a long report query
+//!   write to the table then waits behind the `ALTER`: a long report query
 //!   would stop the workers. The migration's session waits at most
 //!   [`TABLE_LOCK_WAIT_SECS`] (`lock_wait_timeout`), so a write waits no
 //!   longer, and the attempt is given up and tried again later.

@@ -44,7 +44,7 @@ pub use audits::{Audits, FinalAudit, PutBack};
 pub use db::Db;
 pub use error::StoreError;
 pub use events::{
-    DeadEvent, Deliveries, Delivery, EventKind, EventRow, Events, SKIP_AHEAD_ROWS, SLOTS,
+    DeadEvent, Deliveries, Delivery, EVENTS_PER_ROW, EventKind, EventRow, Events, SKIP_AHEAD_ROWS,
 };
 pub use fault::{Fault, Outage, OutageCounts};
 pub use migrate::{TABLE_LOCK_WAIT_SECS, count_statements, migration_lock};

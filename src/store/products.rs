@@ -27,10 +27,11 @@ pub struct Product {
     /// When its sale was first opened (epoch ms); `None` before.
     pub opened: Option<i64>,
     /// The waiting room's settings (all `None`: no room); see
-    /// [`Product::waiting_room`]. `room_admit_per_sec` holds the room's
-    /// ceiling (the column keeps its first name: an instance of an earlier
-    /// version reads it during a rolling upgrade).
-    pub room_admit_per_sec: Option<i32>,
+    /// [`Product::waiting_room`]. The ceiling's column keeps its first
+    /// name, `room_admit_per_sec` (`admit_per_sec` is the pace's word):
+    /// renamed by expand/contract from 0.3, as 0.1.0 starts on no books
+    /// with a migration it does not know (CHANGELOG, "Upgrading").
+    pub room_ceiling_per_sec: Option<i32>,
     pub room_admission_secs: Option<i32>,
     pub room_join_early_secs: Option<i32>,
     pub room_admit_floor_per_sec: Option<i32>,
@@ -65,7 +66,7 @@ impl Product {
             created: now,
             updated: now,
             opened: None,
-            room_admit_per_sec: p.waiting_room.map(|r| r.ceiling_per_sec as i32),
+            room_ceiling_per_sec: p.waiting_room.map(|r| r.ceiling_per_sec as i32),
             room_admission_secs: p.waiting_room.map(|r| r.admission_secs as i32),
             room_join_early_secs: p.waiting_room.map(|r| r.join_early_secs as i32),
             room_admit_floor_per_sec: p
@@ -88,7 +89,7 @@ impl Product {
     /// The sale's waiting room, if it has one.
     pub fn waiting_room(&self) -> Option<WaitingRoom> {
         Some(WaitingRoom {
-            ceiling_per_sec: u32::try_from(self.room_admit_per_sec?).ok()?,
+            ceiling_per_sec: u32::try_from(self.room_ceiling_per_sec?).ok()?,
             admission_secs: u32::try_from(self.room_admission_secs?).ok()?,
             join_early_secs: u32::try_from(self.room_join_early_secs?).ok()?,
             floor_per_sec: self
@@ -123,9 +124,10 @@ macro_rules! product_rows {
             Product,
             "SELECT product_id, title, price, available_qty, initial_qty, start_time, \
              end_time, limit_per_user, created, updated, opened, \
-             room_admit_per_sec, room_admission_secs, room_join_early_secs, \
-             room_admit_floor_per_sec, room_active_cap, room_join_difficulty, \
-             closed, retired, purged, paused, stock_shards FROM tb_product " + $rest
+             room_admit_per_sec AS room_ceiling_per_sec, room_admission_secs, \
+             room_join_early_secs, room_admit_floor_per_sec, room_active_cap, \
+             room_join_difficulty, closed, retired, purged, paused, stock_shards \
+             FROM tb_product " + $rest
             $(, $arg)*
         )
     };
@@ -165,7 +167,7 @@ impl Products {
                     row.created,
                     row.updated,
                     row.opened,
-                    row.room_admit_per_sec,
+                    row.room_ceiling_per_sec,
                     row.room_admission_secs,
                     row.room_join_early_secs,
                     row.room_admit_floor_per_sec,

@@ -70,8 +70,8 @@ impl Seconds {
                         .collect();
                     let mut buyers: BTreeMap<String, u8> = BTreeMap::new();
                     for (register, rank) in &s.buyers {
-                        let slot = buyers.entry(register.to_string()).or_default();
-                        *slot = (*slot).max(*rank);
+                        let kept = buyers.entry(register.to_string()).or_default();
+                        *kept = (*kept).max(*rank);
                     }
                     (
                         product.as_str(),

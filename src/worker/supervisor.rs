@@ -103,10 +103,10 @@ impl Drains {
         shutdown: &CancellationToken,
         spawn: impl FnOnce(ProductId, CancellationToken) -> JoinHandle<()>,
     ) {
-        if let std::collections::hash_map::Entry::Vacant(slot) = self.running.entry(product) {
+        if let std::collections::hash_map::Entry::Vacant(vacant) = self.running.entry(product) {
             let stop = shutdown.child_token();
-            let task = spawn(slot.key().clone(), stop.clone());
-            slot.insert((task, stop));
+            let task = spawn(vacant.key().clone(), stop.clone());
+            vacant.insert((task, stop));
         }
     }
 

@@ -83,7 +83,7 @@ pub fn told_per_sale(book: &Book, sales: &[Sale]) -> BTreeMap<String, usize> {
 /// counts unchanged) before the wait stops waiting for rows that are not coming.
 const QUIET_FOR: Duration = Duration::from_secs(5);
 
-/// One sale's queue and books, as the drain wait sees them.
+/// One sale's stream and books, as the drain wait sees them.
 #[derive(Debug, PartialEq, Eq)]
 struct Progress {
     pending: usize,

@@ -22,7 +22,7 @@ use crate::world::World;
 
 /// An event's id is its outbox row's × this + its place in the row (as
 /// the feed's documentation says).
-const SLOTS: i64 = 10_000;
+const EVENTS_PER_ROW: i64 = 10_000;
 
 /// One event as the feed lists it.
 #[derive(Debug, Clone)]
@@ -145,7 +145,7 @@ pub async fn wait_delivered(
     let reached = |feed: &Feed| match (last_row, feed.events.last()) {
         (None, _) => true,
         (Some(_), None) => false,
-        (Some(row), Some(e)) => e.id / SLOTS >= row,
+        (Some(row), Some(e)) => e.id / EVENTS_PER_ROW >= row,
     };
     loop {
         let read = feed.read_on().await;

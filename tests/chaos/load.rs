@@ -85,7 +85,7 @@ impl Apis {
 pub struct Sale {
     pub id: String,
     pub stock: u64,
-    /// Its stock shards (1: one slot, as most sales).
+    /// Its stock shards (1: one, as most sales).
     pub shards: u16,
     /// With a waiting room: a buyer joins, polls until admitted, and orders
     /// with the admission (`Admission-Token`).
@@ -172,7 +172,7 @@ pub struct Book {
     /// that does not match its request).
     pub failures: Vec<String>,
     /// Every order id answered 202, in the order they were first told (the
-    /// payer's queue).
+    /// payer takes them in this order).
     pub told: Vec<Told>,
 }
 

@@ -100,7 +100,7 @@ impl Spec {
     }
 }
 
-/// One supervised process slot: `api-0`, `worker-1`, `redis`, `mariadb`.
+/// One supervised process: `api-0`, `worker-1`, `redis`, `mariadb`.
 pub struct Proc {
     pub name: String,
     pub spec: Spec,

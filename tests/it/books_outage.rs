@@ -171,7 +171,7 @@ async fn listed(db: &Db) -> Vec<i64> {
         .await
         .expect("the feed")
         .iter()
-        .map(|e| e.id / flashsale::store::SLOTS)
+        .map(|e| e.id / flashsale::store::EVENTS_PER_ROW)
         .collect()
 }
 
@@ -326,7 +326,7 @@ async fn on_galera_interleaved_ids_skip_no_event_and_three_instances_start_as_on
     let held = dbs[0].events().events_after(0, 100).await;
     let held = held.map(|page| {
         page.iter()
-            .map(|e| e.id / flashsale::store::SLOTS)
+            .map(|e| e.id / flashsale::store::EVENTS_PER_ROW)
             .collect::<Vec<_>>()
     });
     assert!(

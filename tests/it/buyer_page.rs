@@ -121,13 +121,13 @@ async fn with_verified_buyers_the_page_says_so_and_needs_no_admin_routes() {
 }
 
 /// A sale with a waiting room starting `starts_in_ms` from now.
-async fn room_sale(app: &TestApp, stock: u64, starts_in_ms: i64, rate: u32) -> String {
+async fn room_sale(app: &TestApp, stock: u64, starts_in_ms: i64, ceiling: u32) -> String {
     let id = unique("room-");
     let mut body = product_body(&id, stock, 1);
     body["title"] = json!("Phone X1");
     body["start_time"] = json!(now_ms() + starts_in_ms);
     body["waiting_room"] = json!({
-        "ceiling_per_sec": rate,
+        "ceiling_per_sec": ceiling,
         "admission_secs": 120,
         "join_early_secs": 600,
     });
@@ -180,7 +180,7 @@ async fn in_a_browser_a_buyer_waits_in_line_orders_and_sees_it_confirmed() {
     };
     let app = spawn_app().await;
     // One unit; three early joiners ahead of the page's buyer, who joins
-    // after the start: the late joiner's place is 4, and the line reaches
+    // after the start: the late joiner's place is 4, and the room admits
     // it at 1 a second.
     let sku = room_sale(&app, 1, 5_000, 1).await;
     for user in 101..=103 {
@@ -323,10 +323,10 @@ async fn in_a_browser_at_a_phones_width_a_turn_left_unused_runs_out() {
     let id = unique("room-");
     let mut body = product_body(&id, 5, 1);
     body["waiting_room"] =
-        // 5 s: an admission runs from when the line reached the buyer, and a
+        // 5 s: an admission runs from when the buyer's place was admitted, and a
         // loaded machine's page may poll a second or two late (at 2 s it
-        // could miss its whole turn; it was robust only while a caught-up
-        // line moved the expiry on at every reading, issue 68).
+        // could miss its whole turn; it was robust only while a room that
+        // had admitted everyone moved the expiry on at every reading, issue 68).
         json!({"ceiling_per_sec": 50, "admission_secs": 5, "join_early_secs": 600});
     let sku = app.sale_from(body).await;
 

@@ -180,7 +180,7 @@ async fn refusals_before_the_body_is_read_keep_the_connection() {
     assert_eq!(client.reconnects, 0, "a refusal closed the connection");
 }
 
-/// Under overload (a slow Redis keeps the one slot busy) keep-alive clients
+/// Under overload (a slow Redis keeps the one permit busy) keep-alive clients
 /// get 503 `overloaded` and keep their connections.
 #[tokio::test]
 async fn shed_orders_keep_the_connection() {

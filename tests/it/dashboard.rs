@@ -439,10 +439,10 @@ async fn the_dashboard_in_a_browser_shows_a_live_sale_as_redis_has_it() {
         field(&browser, &room_sku, "room_active").await.as_deref(),
         Some("0 of 10")
     );
-    let rate = field(&browser, &room_sku, "room_rate")
+    let pace = field(&browser, &room_sku, "room_pace")
         .await
         .unwrap_or_default();
-    assert!(rate.starts_with("40"), "{rate}");
+    assert!(pace.starts_with("40"), "{pace}");
 
     // More orders: the page follows without a reload.
     let before = browser.eval("return document.body.dataset.ticks;").await;

@@ -1,4 +1,4 @@
-//! Holding the line: load shedding, rate limits, stalled dependencies,
+//! Under a spike: load shedding, rate limits, stalled dependencies,
 //! the admin surface and hostile input.
 
 use std::time::Duration;
@@ -77,7 +77,10 @@ async fn a_burst_of_twenty_times_the_in_flight_bound_is_all_answered_and_sheds_t
             other => panic!("unexpected {other}: {body}"),
         }
     }
-    assert!(shed > 0, "a burst of {burst} over {bound} slots sheds some");
+    assert!(
+        shed > 0,
+        "a burst of {burst} over {bound} permits sheds some"
+    );
     assert!(
         accepted <= stock as i64,
         "no oversell: {accepted} of {stock}"

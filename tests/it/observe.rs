@@ -882,7 +882,7 @@ async fn the_books_gauge_does_not_flap_during_a_burst() {
     );
 }
 
-/// The books check's read of a sale's queue (`Watch::backlog`): entries not
+/// The books check's read of a sale's backlog (`Watch::backlog`): entries not
 /// yet delivered and entries delivered but not acked are both unsettled (a
 /// sale with either is not judged), with the stock and the dead letters.
 #[tokio::test]
@@ -902,8 +902,8 @@ async fn the_books_checks_read_counts_undelivered_and_unacked_entries_as_unsettl
             StatusCode::ACCEPTED
         );
     }
-    let queued = backlog().await;
-    assert_eq!((queued.stock, queued.unsettled), (Some(7), Some(3)));
+    let read = backlog().await;
+    assert_eq!((read.stock, read.unsettled), (Some(7), Some(3)));
     // A consumer takes two and has not acked them: still unsettled.
     let mut r = app.redis.clone();
     let orders = app.key(&sku, "orders");

@@ -93,7 +93,11 @@ async fn a_paused_sale_refuses_orders_everywhere_and_writes_nothing(backend: Bac
     let retry: Value = retry.json().await.unwrap();
     assert_eq!(retry["order_id"], first["order_id"]);
     assert_eq!(app.stock(&sku).await, stock, "nothing taken");
-    assert_eq!(app.stream_len(&sku).await, stream, "nothing queued");
+    assert_eq!(
+        app.stream_len(&sku).await,
+        stream,
+        "nothing appended to the stream"
+    );
     let (_, product) = app.get_json(&format!("/api/products/{sku}")).await;
     assert_eq!(product["paused"], paused["paused"]);
 

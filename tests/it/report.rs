@@ -461,8 +461,8 @@ async fn a_rehearsed_sale_reports_what_the_books_and_the_clients_saw() {
 }
 
 /// Admitted buyers who walk away: their admissions run out unused, and the
-/// report counts each in the second it ran out (the second the line
-/// reached its place, plus the window), from the room's places and the
+/// report counts each in the second it ran out (the second its place was
+/// admitted, plus the window), from the room's places and the
 /// books: exactly the clients who walked away, about when they were told.
 #[tokio::test]
 async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out() {
@@ -506,6 +506,13 @@ async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out()
         (&json!(4), &json!(4)),
         "{f}"
     );
+    // The places admitted, second by second, under their name and, for
+    // the release before, under their first (deprecated) one; the last
+    // reading is what the funnel says was admitted.
+    let seconds = r["seconds"].as_array().unwrap();
+    assert!(seconds.iter().all(|s| s["admitted"] == s["line"]), "{r}");
+    let last = seconds.iter().rev().find_map(|s| s["admitted"].as_i64());
+    assert_eq!(last.map(|a| json!(a)).as_ref(), Some(&f["admitted"]), "{f}");
     let ran_out: Vec<(i64, u64)> = r["seconds"]
         .as_array()
         .unwrap()
@@ -519,7 +526,7 @@ async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out()
         "{ran_out:?}"
     );
     // Each in a second the clients were told, give or take the second of
-    // the line's reading.
+    // the reading of the places admitted.
     let (first, last) = (walked[0], walked[walked.len() - 1]);
     for (t, _) in &ran_out {
         assert!(
@@ -554,10 +561,10 @@ async fn admissions_that_run_out_unused_are_counted_in_the_second_they_ran_out()
 }
 
 /// Issue 68: with the room read only now and then (nobody polling most
-/// seconds), the admissions the line made between two readings run out in
+/// seconds), the admissions made between two readings run out in
 /// the seconds the buyers were told, not bunched in the second after the
 /// next reading (a reading was counted in every second it stayed fresh, as
-/// if the line had stood still until the next one).
+/// if nothing had been admitted until the next one).
 #[tokio::test]
 async fn admissions_between_sparse_readings_run_out_when_their_buyers_were_told() {
     let app = spawn_sale_service(Duration::from_secs(30)).await;
@@ -568,7 +575,7 @@ async fn admissions_between_sparse_readings_run_out_when_their_buyers_were_told(
     body["waiting_room"] = json!({"ceiling_per_sec": 1, "floor_per_sec": 1, "admission_secs": 2});
     app.sale_from(body).await;
     let base = app.url("");
-    // Ten buyers join at once: the line reaches one place a second.
+    // Ten buyers join at once: the room admits one place a second.
     let mut tickets = Vec::new();
     for user in 1..=10u64 {
         tickets.push(join(&app, &base, &sku, user).await);
@@ -611,7 +618,7 @@ async fn admissions_between_sparse_readings_run_out_when_their_buyers_were_told(
     }
     told.sort_unstable();
     // Each within a second of what its buyer was told (the report dates
-    // the line by its readings, at a second's grain).
+    // the places admitted by its readings, at a second's grain).
     assert_eq!(counted.len(), told.len(), "{counted:?} vs told {told:?}");
     for (c, t) in counted.iter().zip(&told) {
         assert!((c - t).abs() <= 1, "counted {counted:?}, told {told:?}");
@@ -763,8 +770,8 @@ async fn in_a_browser_the_report_draws_the_sale() {
     // The title is text, not markup.
     let header = browser.text("header").await.unwrap();
     assert!(header.contains("Phone <b>X</b>"), "{header}");
-    // Every chart has its lines, drawn from the timeline (a latency's
-    // line breaks at a second without orders: its pieces are one series).
+    // Every chart has its series, drawn from the timeline (a latency's
+    // series breaks at a second without orders: its segments are one series).
     let drawn = browser
         .eval(
             "return ['orders','units','latency','room','pace','persisted','persist-wait','refusals','payments'] \
@@ -772,7 +779,7 @@ async fn in_a_browser_the_report_draws_the_sale() {
              .map(e => e.dataset.series)).size);",
         )
         .await;
-    // A line per reason refused (five at most, and "other").
+    // A series per reason refused (five at most, and "other").
     let reasons = r["summary"]["refused"].as_object().unwrap().len();
     let refusals = reasons.min(5) + usize::from(reasons > 5);
     assert_eq!(drawn, json!([2, 3, 2, 3, 2, 1, 1, refusals, 5]), "{drawn}");
@@ -831,16 +838,16 @@ async fn in_a_browser_the_report_draws_the_sale() {
     browser.quit().await;
 }
 
-/// The points of a series' line on a report page (`x,y` in the SVG's
+/// The points of a series on a report page (`x,y` in the SVG's
 /// coordinates: a higher value is a smaller `y`).
-fn drawn_line(page: &str, chart: &str, series: &str) -> Vec<(f64, f64)> {
+fn drawn_series(page: &str, chart: &str, series: &str) -> Vec<(f64, f64)> {
     let chart = &page[page.find(&format!("id=\"chart-{chart}\"")).expect(chart)..];
-    let line = &chart[chart
+    let drawn = &chart[chart
         .find(&format!("data-series=\"{series}\""))
         .expect(series)..];
-    let line = &line[..line.find('>').expect("the element's end")];
+    let drawn = &drawn[..drawn.find('>').expect("the element's end")];
     let attr = |name: &str| -> Option<&str> {
-        let v = &line[line.find(&format!(" {name}=\""))? + name.len() + 3..];
+        let v = &drawn[drawn.find(&format!(" {name}=\""))? + name.len() + 3..];
         Some(&v[..v.find('"')?])
     };
     if let (Some(x), Some(y)) = (attr("cx"), attr("cy")) {
@@ -977,8 +984,8 @@ async fn units_given_back_and_restocked_are_drawn_so_that_none_reads_as_an_overs
         .text()
         .await
         .unwrap();
-    let on_sale = drawn_line(&page, "units", "on sale");
-    let held = drawn_line(&page, "units", "held by orders");
+    let on_sale = drawn_series(&page, "units", "on sale");
+    let held = drawn_series(&page, "units", "held by orders");
     assert_eq!(on_sale.len(), held.len(), "a point a second each");
     for (h, s) in held.iter().zip(&on_sale) {
         assert_eq!(h.0, s.0, "the same seconds");

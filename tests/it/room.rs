@@ -11,19 +11,19 @@ use crate::helpers::{
 };
 
 /// A sale with a room: `stock` units, one per buyer, starting `starts_in_ms`
-/// from now (negative: started), admitting `rate` buyers a second.
+/// from now (negative: started), its ceiling `ceiling` places a second.
 async fn room_sale(
     app: &TestApp,
     stock: u64,
     starts_in_ms: i64,
-    rate: u32,
+    ceiling: u32,
     admission_secs: u32,
 ) -> String {
     let id = unique("room-");
     let mut body = product_body(&id, stock, 1);
     body["start_time"] = json!(now_ms() + starts_in_ms);
     body["waiting_room"] = json!({
-        "ceiling_per_sec": rate,
+        "ceiling_per_sec": ceiling,
         "admission_secs": admission_secs,
         "join_early_secs": 600,
     });
@@ -582,7 +582,7 @@ async fn room_metric(app: &TestApp, sku: &str, name: &str) -> u64 {
         .unwrap()
 }
 
-/// The room's `admitted` figure is the line buyers were told: through a
+/// The room's `admitted` figure is what buyers were told: through a
 /// sell-out, units coming back, and the end; once sold out or over,
 /// nobody is shown waiting.
 #[tokio::test]
@@ -601,7 +601,7 @@ async fn the_admitted_figure_is_what_buyers_were_told() {
     assert_eq!(room_metric(&app, &sku, "room_waiting").await, 0);
     assert_eq!(room_metric(&app, &sku, "room_wait_seconds").await, 0);
 
-    // Three buyers cancel: admission goes on from where the line stood
+    // Three buyers cancel: admission goes on from what was admitted
     // (never re-admitting places), and the figure follows what buyers are
     // told until it is sold out again.
     app.drained(&sku, 12).await;
@@ -878,7 +878,7 @@ async fn the_active_cap_holds_under_a_crowd_and_frees_a_place_per_order_or_expir
         admitted().await.len() >= 10
     })
     .await;
-    // At 100/s the line would have passed everyone by now: the cap holds,
+    // At 100/s everyone would have been admitted by now: the cap holds,
     // late joiners included.
     for user in 61..=65 {
         ticket(&app, &sku, user).await;
@@ -983,7 +983,7 @@ async fn the_active_gauge_never_reads_above_the_cap_as_buyers_order_and_admissio
             .into_iter()
             .filter(|(user, _)| !ordered.contains(user))
             .collect();
-        // The line itself: at most 10 hold an admission they have not used.
+        // The room itself: at most 10 hold an admission they have not used.
         assert!(fresh.len() <= 10, "{} unused admissions", fresh.len());
         // Two in three order at once, the rest let their admission run out.
         let buying: Vec<(u64, String)> = fresh.into_iter().filter(|(u, _)| u % 3 != 0).collect();
@@ -1149,9 +1149,12 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
     }
     until_told_sold_out(&app, &sku, &tickets[9]).await;
-    let line = room_metric(&app, &sku, "room_admitted").await as usize;
-    assert!((2..=4).contains(&line), "the line stood at {line}");
-    // Three units more: the places after the line, in order, buy them.
+    let admitted = room_metric(&app, &sku, "room_admitted").await as usize;
+    assert!(
+        (2..=4).contains(&admitted),
+        "the room stood at {admitted} admitted"
+    );
+    // Three units more: the places after those admitted, in order, buy them.
     let resp = app
         .client
         .post(app.url(&format!("/api/admin/products/{sku}/restock")))
@@ -1176,9 +1179,12 @@ async fn a_restock_of_a_sold_out_room_sale_moves_the_line_on() {
     }
     assert_eq!(bought, 3, "the restocked units went to the line");
     until_told_sold_out(&app, &sku, &tickets[9]).await;
-    // The line moved on from where it stood, by about the units added.
+    // The room admitted more from where it stood, about the units added.
     let moved = room_metric(&app, &sku, "room_admitted").await as usize;
-    assert!(moved > line && moved <= line + 3 + 2, "{line} -> {moved}");
+    assert!(
+        moved > admitted && moved <= admitted + 3 + 2,
+        "{admitted} -> {moved}"
+    );
     app.drained(&sku, 5).await;
 }
 
@@ -1215,13 +1221,16 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     }
     bot().await;
     until_told_sold_out(&app, &sku, &tickets[7]).await;
-    let line = room_metric(&app, &sku, "room_admitted").await;
-    assert!((2..=4).contains(&line), "the line stood at {line}");
+    let admitted = room_metric(&app, &sku, "room_admitted").await;
+    assert!(
+        (2..=4).contains(&admitted),
+        "the room stood at {admitted} admitted"
+    );
     app.drained(&sku, 2).await;
 
     // A unit comes back: the next place in line is admitted.
     assert_eq!(app.cancel(&orders[0], 1).await.status(), StatusCode::OK);
-    let next = line as usize; // place line + 1, user line + 1
+    let next = admitted as usize; // place admitted + 1, user admitted + 1
     bot().await;
     let a = admission(&app, &sku, &tickets[next]).await;
     bot().await;
@@ -1229,7 +1238,7 @@ async fn returned_units_go_to_the_next_in_line_and_never_to_a_bot() {
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     // Sold out again: places two or more behind it never got in.
     until_told_sold_out(&app, &sku, &tickets[7]).await;
-    assert!(room_metric(&app, &sku, "room_admitted").await <= line + 2);
+    assert!(room_metric(&app, &sku, "room_admitted").await <= admitted + 2);
     for t in &tickets[next + 2..] {
         assert_eq!(standing(&app, &sku, t).await.1["status"], "sold_out");
     }

@@ -1,5 +1,5 @@
 //! A sale opened with several stock shards (`stock_shards`): its stock in
-//! as many slots, each buyer decided by one, units moving to where the
+//! as many parts, each in its own hash slot, each buyer decided by one, units moving to where the
 //! buyers are; exactly its stock sold, every buyer's limit exact, no
 //! `sold_out` while units remain, books that balance.
 
@@ -683,8 +683,7 @@ async fn a_sale_asks_for_one_to_64_shards() {
     // A waiting room with an active cap too (see room.rs).
     let mut body = product_body(&unique("hot-"), 10, 1);
     body["stock_shards"] = json!(64);
-    body["waiting_room"] =
-        json!({"admit_per_sec": 10, "admission_secs": 60, "join_early_secs": 60, "active_cap": 5});
+    body["waiting_room"] = json!({"ceiling_per_sec": 10, "admission_secs": 60, "join_early_secs": 60, "active_cap": 5});
     let (status, _) = status_code(app.create_product(&body).await).await;
     assert_eq!(status, StatusCode::CREATED);
 }
@@ -697,7 +696,7 @@ async fn a_sharded_sales_room_counts_every_shards_units(backend: Backend) {
     let mut body = product_body(&unique("hot-"), 6, 1);
     body["stock_shards"] = json!(3);
     body["waiting_room"] =
-        json!({"admit_per_sec": 50, "admission_secs": 60, "join_early_secs": 60});
+        json!({"ceiling_per_sec": 50, "admission_secs": 60, "join_early_secs": 60});
     let sku = app.sale_from(body).await;
     let product = pid(&sku);
     assert_eq!(

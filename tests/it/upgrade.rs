@@ -181,7 +181,7 @@ async fn the_dashboard_lists_every_process_and_its_release() {
 /// A release's migration meets a long transaction on the table it alters
 /// (a report's read, a batch held open by a stalled worker). An `ALTER`
 /// waits for the table's metadata lock behind it, and every write to the
-/// table queues behind the `ALTER`: the sale's writes would stop until the
+/// table waits behind the `ALTER`: the sale's writes would stop until the
 /// transaction ends. The migration gives way instead, within
 /// `TABLE_LOCK_WAIT_SECS`, so the writes go on; it is not left recorded as
 /// "partially applied" (which would refuse every later start), and is

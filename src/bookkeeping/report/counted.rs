@@ -21,8 +21,8 @@ pub(super) struct Counted {
     pub seconds: Vec<SecondView>,
     /// Buyers who joined the room.
     pub joined: u64,
-    /// The room's line, as last read.
-    pub line: Option<i64>,
+    /// The places the room had admitted, as last read.
+    pub admitted: Option<i64>,
     /// The buyers who tried, as a sketch's registers.
     pub buyers: Box<[u8; distinct::REGISTERS]>,
 }
@@ -49,7 +49,7 @@ impl Counted {
             summary: totals.summary(),
             seconds,
             joined,
-            line: room.line,
+            admitted: room.admitted,
             buyers,
         })
     }
@@ -109,18 +109,18 @@ impl Totals {
     }
 }
 
-/// The room's readings, carried on across the seconds that have none (the
-/// line never goes back).
+/// The room's readings, carried on across the seconds that have none (what
+/// was admitted never goes back).
 #[derive(Default)]
 struct Room {
-    line: Option<i64>,
+    admitted: Option<i64>,
     pace: Option<i64>,
     ceiling: Option<i64>,
 }
 
 impl Room {
     fn read(&mut self, m: &Merged) {
-        self.line = m.reading(Gauge::Line).or(self.line).max(self.line);
+        self.admitted = (m.reading(Gauge::Admitted).or(self.admitted)).max(self.admitted);
         self.pace = m.reading(Gauge::Pace).or(self.pace);
         self.ceiling = m.reading(Gauge::Ceiling).or(self.ceiling);
     }
@@ -145,19 +145,19 @@ impl Merged {
         // Readings: the highest stands (a name this release does not know
         // too: every figure of this column is a reading).
         for (k, v) in gauges {
-            let slot = self.gauges.entry(k).or_insert(v);
-            *slot = (*slot).max(v);
+            let kept = self.gauges.entry(k).or_insert(v);
+            *kept = (*kept).max(v);
         }
         if !latency.is_empty() && self.latency.is_empty() {
             self.latency = vec![0; LATENCY_BUCKETS];
         }
         for (b, n) in latency {
-            if let Some(slot) = b
+            if let Some(bucket) = b
                 .parse::<usize>()
                 .ok()
                 .and_then(|b| self.latency.get_mut(b))
             {
-                *slot += n;
+                *bucket += n;
             }
         }
         Ok(())
@@ -174,8 +174,11 @@ impl Merged {
             .unwrap_or(0)
     }
 
+    /// The reading of `what`, under its name or its later one (a process
+    /// of the next release beside this one's), the highest.
     fn reading(&self, what: Gauge) -> Option<i64> {
-        self.gauges.get(what.name()).copied()
+        let later = what.later_name().and_then(|n| self.gauges.get(n));
+        self.gauges.get(what.name()).max(later).copied()
     }
 
     /// This second as the report shows it, the room as read until then.
@@ -188,7 +191,8 @@ impl Merged {
             latency_p50_us: quantile(&self.latency, 0.5),
             latency_p99_us: quantile(&self.latency, 0.99),
             joins: self.count(Count::Joins),
-            line: room.line,
+            admitted: room.admitted,
+            line: room.admitted,
             pace: room.pace,
             ceiling: room.ceiling,
             persisted: self.count(Count::Persisted),
@@ -237,8 +241,8 @@ fn raise(
 ) -> Result<(), BookkeepingError> {
     let raised: HashMap<u16, u8> = parse("buyers", &row.buyers)?;
     for (register, rank) in raised {
-        if let Some(slot) = registers.get_mut(usize::from(register)) {
-            *slot = (*slot).max(rank);
+        if let Some(kept) = registers.get_mut(usize::from(register)) {
+            *kept = (*kept).max(rank);
         }
     }
     Ok(())
@@ -303,16 +307,26 @@ mod tests {
             (c.summary.peak_accepted_per_sec, c.summary.peak_at),
             (5, Some(10))
         );
-        assert_eq!((c.joined, c.line), (4, Some(7)));
+        assert_eq!((c.joined, c.admitted), (4, Some(7)));
         let s: Vec<_> = c
             .seconds
             .iter()
-            .map(|s| (s.t, s.accepted, s.refused, s.line))
+            .map(|s| (s.t, s.accepted, s.refused, s.admitted))
             .collect();
         assert_eq!(s, [(10, 5, 3, Some(7)), (11, 1, 0, Some(7))], "carried on");
         // 6 answers: 5 in bucket 40, 1 in bucket 60.
         assert_eq!(c.summary.latency_p50_us, Some(timeline::bucket_upper(40)));
         assert_eq!(c.summary.latency_max_us, Some(timeline::bucket_upper(60)));
+        // The next release writes the places admitted as `admitted`: read
+        // too, beside this release's `line`, the highest standing.
+        let later = [
+            row(12, "a", "{}", r#"{"line":8}"#, "{}"),
+            row(12, "b", "{}", r#"{"admitted":9}"#, "{}"),
+            row(13, "b", "{}", r#"{"admitted":10}"#, "{}"),
+        ];
+        let c = Counted::of(&later).unwrap();
+        let read: Vec<_> = c.seconds.iter().map(|s| (s.t, s.admitted)).collect();
+        assert_eq!(read, [(12, Some(9)), (13, Some(10))]);
         assert!(Counted::of(&[row(1, "a", "not json", "{}", "{}")]).is_err());
     }
 }

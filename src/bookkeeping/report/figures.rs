@@ -121,7 +121,7 @@ pub struct Funnel {
     pub tried: u64,
     /// Buyers who joined the room (with a room).
     pub joined: Option<u64>,
-    /// Places the line reached: buyers admitted (with a room).
+    /// Places the room admitted (with a room).
     pub admitted: Option<u64>,
     /// Of them, buyers who did not order: their admission ran out unused
     /// (or has not yet).
@@ -173,7 +173,14 @@ pub struct SecondView {
     pub latency_p50_us: Option<u64>,
     pub latency_p99_us: Option<u64>,
     pub joins: u64,
-    /// The room's line, pace and ceiling as read that second (carried on).
+    /// The places the room had admitted, its pace and its ceiling, as read
+    /// that second (carried on).
+    #[serde(default)]
+    pub admitted: Option<i64>,
+    /// `admitted` under its first name: deprecated, written for the
+    /// release before (it reads it) and read from the reports it kept
+    /// ([`SecondView::kept`]); gone in 0.3.0.
+    #[serde(default)]
     pub line: Option<i64>,
     pub pace: Option<i64>,
     pub ceiling: Option<i64>,
@@ -202,6 +209,15 @@ pub struct SecondView {
     pub payments_by: BTreeMap<String, u64>,
 }
 
+impl SecondView {
+    /// A second of a report kept by the release before: its places
+    /// admitted are under their first name only.
+    pub(super) fn kept(&mut self) {
+        self.admitted = self.admitted.or(self.line);
+        self.line = self.admitted;
+    }
+}
+
 /// A count left out of the JSON when it is 0 (most seconds have none).
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
@@ -216,7 +232,8 @@ pub(super) fn second_at(seconds: &mut Vec<SecondView>, t: i64) -> &mut SecondVie
             let before = i.checked_sub(1).map(|b| &seconds[b]);
             let view = SecondView {
                 t,
-                line: before.and_then(|b| b.line),
+                admitted: before.and_then(|b| b.admitted),
+                line: before.and_then(|b| b.admitted),
                 pace: before.and_then(|b| b.pace),
                 ceiling: before.and_then(|b| b.ceiling),
                 ..SecondView::default()
@@ -240,4 +257,27 @@ pub struct Money {
     pub received: rust_decimal::Decimal,
     /// What was taken for orders that could not have it: owed back.
     pub refund_due: rust_decimal::Decimal,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_kept_by_the_release_before_has_its_places_admitted() {
+        // The release before wrote the places admitted as `line` only.
+        let mut before = serde_json::to_value(SecondView {
+            t: 7,
+            line: Some(5),
+            ..SecondView::default()
+        })
+        .unwrap();
+        before.as_object_mut().unwrap().remove("admitted");
+        let mut read: SecondView = serde_json::from_value(before).unwrap();
+        read.kept();
+        assert_eq!((read.admitted, read.line), (Some(5), Some(5)));
+        // This release writes both, under both names.
+        let now = serde_json::to_value(&read).unwrap();
+        assert_eq!((&now["admitted"], &now["line"]), (&5.into(), &5.into()));
+    }
 }

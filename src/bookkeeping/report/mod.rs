@@ -76,8 +76,9 @@ impl Reports {
     /// The sale's report: the one kept at its retirement, or made now.
     pub async fn report(&self, id: &ProductId) -> Result<Report, BookkeepingError> {
         if let Some(kept) = self.seconds.report(id).await?
-            && let Ok(report) = serde_json::from_str::<Report>(&kept)
+            && let Ok(mut report) = serde_json::from_str::<Report>(&kept)
         {
+            report.seconds.iter_mut().for_each(SecondView::kept);
             return Ok(report);
         }
         self.make(id).await
@@ -177,17 +178,17 @@ impl Reports {
         // Every buyer who ordered tried: an estimate a little short is
         // raised to them.
         s.funnel.tried = distinct::estimate(&counted.buyers).max(s.funnel.ordered);
-        if product.room_admit_per_sec.is_some() {
+        if product.room_ceiling_per_sec.is_some() {
             let joined = counted.joined;
             s.funnel.joined = Some(joined);
-            s.funnel.admitted = counted.line.map(|l| (l.max(0) as u64).min(joined));
+            s.funnel.admitted = counted.admitted.map(|l| (l.max(0) as u64).min(joined));
             s.funnel.admitted_unused = s
                 .funnel
                 .admitted
                 .map(|a| a.saturating_sub(s.funnel.ordered));
             let start_s = product.start_time.div_euclid(1000);
-            let reached = room::reached(&seconds, joined, start_s);
-            s.wait = room::wait_in_line(&seconds, start_s, &reached);
+            let admitted = room::admitted_at(&seconds, joined, start_s);
+            s.wait = room::wait_in_line(&seconds, start_s, &admitted);
             // Which admitted buyers ordered: the room's places (while its
             // keys are there: the report kept at retirement has them).
             if let (Some(places), Some(window)) =
@@ -195,7 +196,7 @@ impl Reports {
             {
                 let ordered: HashSet<u64> = orders.iter().map(|o| o.user_id as u64).collect();
                 let now = now_ms().div_euclid(1000);
-                let ran_out = RanOut::of(&places, &reached, &ordered, i64::from(window), now);
+                let ran_out = RanOut::of(&places, &admitted, &ordered, i64::from(window), now);
                 s.funnel.admitted_unused = Some(ran_out.unused);
                 s.funnel.expired = Some(ran_out.by_second.values().sum());
                 room::add_expired(&mut seconds, &ran_out.by_second);

@@ -66,12 +66,12 @@ impl Recorder {
         }
     }
 
-    /// The room's line, pace and ceiling as this process last read them,
-    /// in the second it read them: a reading is sampled at every tick while
-    /// it is fresh, and put in a later second it would say the line stood
-    /// still until then (the report spreads the places the line passed
-    /// between two readings over the seconds between them: `report::room`),
-    /// and bunch the places it passed meanwhile in the next reading's
+    /// The room's places admitted, pace and ceiling as this process last
+    /// read them, in the second it read them: a reading is sampled at every
+    /// tick while it is fresh, and put in a later second it would say
+    /// nothing was admitted until then (the report spreads the places
+    /// admitted between two readings over the seconds between them:
+    /// `report::room`), and bunch the places admitted meanwhile in the next reading's
     /// second (issue 68: admissions told to run out over 5 s all counted in
     /// one).
     fn sample_rooms(&self) {
@@ -82,7 +82,7 @@ impl Recorder {
                 product.as_str(),
                 read_at,
                 &[
-                    (Gauge::Line, r.admitted_places() as i64),
+                    (Gauge::Admitted, r.admitted_places() as i64),
                     (Gauge::Pace, r.pace.round() as i64),
                     (Gauge::Ceiling, i64::from(r.ceiling)),
                     (Gauge::Joined, r.joined() as i64),

@@ -5,7 +5,7 @@
 use super::figures::{Report, SecondView};
 
 /// The CSV's columns, a row per second of the timeline.
-pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked";
+pub const CSV_COLUMNS: &str = "second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked,admitted";
 
 /// A second of the timeline as a CSV row: its fields are the columns, in
 /// order (a test holds them to [`CSV_COLUMNS`]); `None` is an empty cell.
@@ -18,6 +18,8 @@ struct CsvRow {
     latency_p50_us: Option<u64>,
     latency_p99_us: Option<u64>,
     joins: u64,
+    /// `admitted` under its first name, in its first place: deprecated,
+    /// gone in 0.3.0.
     line: Option<i64>,
     pace: Option<i64>,
     ceiling: Option<i64>,
@@ -29,6 +31,9 @@ struct CsvRow {
     expired: u64,
     returned: u64,
     restocked: i64,
+    /// The places the room had admitted (a column added last: a
+    /// spreadsheet reading the columns by place reads them as before).
+    admitted: Option<i64>,
 }
 
 impl From<&SecondView> for CsvRow {
@@ -41,7 +46,7 @@ impl From<&SecondView> for CsvRow {
             latency_p50_us: s.latency_p50_us,
             latency_p99_us: s.latency_p99_us,
             joins: s.joins,
-            line: s.line,
+            line: s.admitted,
             pace: s.pace,
             ceiling: s.ceiling,
             persisted: s.persisted,
@@ -52,6 +57,7 @@ impl From<&SecondView> for CsvRow {
             expired: s.expired,
             returned: s.returned,
             restocked: s.restocked,
+            admitted: s.admitted,
         }
     }
 }
@@ -420,6 +426,7 @@ sku-1 (Phone), kept at retirement
             latency_p50_us: None,
             latency_p99_us: Some(9),
             joins: 0,
+            admitted: Some(7),
             line: None,
             pace: None,
             ceiling: None,
@@ -437,6 +444,6 @@ sku-1 (Phone), kept at retirement
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some(CSV_COLUMNS));
-        assert_eq!(lines.next(), Some("1,2,3,4,,9,0,,,,0,,0,0,0,0,2,-1"));
+        assert_eq!(lines.next(), Some("1,2,3,4,,9,0,7,,,0,,0,0,0,0,2,-1,7"));
     }
 }

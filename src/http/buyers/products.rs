@@ -49,7 +49,8 @@ pub struct ProductView {
     /// A retired sale's final figures, as recorded at its retirement
     /// (`null` before).
     final_audit: Option<FinalFigures>,
-    /// Redis slots its stock is split across (1: one; docs/shards.md).
+    /// Shards its stock is split into, each in its own hash slot (1: one;
+    /// docs/shards.md).
     stock_shards: i16,
 }
 

@@ -18,7 +18,7 @@ pub(crate) async fn stock(catalog: &Catalog, id: &ProductId) -> Option<Value> {
 pub(crate) async fn room_bounds(catalog: &Catalog, id: &ProductId) -> Option<Value> {
     let p = catalog.product(id).await.ok()?;
     Some(json!({
-        "ceiling_per_sec": p.room_admit_per_sec,
+        "ceiling_per_sec": p.room_ceiling_per_sec,
         "floor_per_sec": p.room_admit_floor_per_sec,
         "active_cap": p.room_active_cap,
         "join_difficulty": p.room_join_difficulty,

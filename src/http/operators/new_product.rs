@@ -41,8 +41,8 @@ pub struct CreateProduct {
     /// A waiting room in front of the sale (absent or `null`: none).
     #[serde(default)]
     waiting_room: Option<WaitingRoom>,
-    /// Stock shards: Redis slots the stock is split across, for a sale
-    /// beyond one Redis core (default 1; see docs/shards.md).
+    /// Stock shards: the parts the stock is split into, each in its own
+    /// hash slot, for a sale beyond one Redis core (default 1; see docs/shards.md).
     #[serde(default = "one_shard")]
     #[schema(minimum = 1, maximum = 64)]
     stock_shards: u16,

@@ -44,7 +44,7 @@ pub async fn json(
     params(SalePath),
     security(("admin" = [])),
     responses(
-        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked`", content_type = "text/csv", body = String),
+        (status = 200, description = "`second,accepted,refused,units,latency_p50_us,latency_p99_us,joins,line,pace,ceiling,persisted,persist_wait_max_ms,paid,timed_out,events_delivered,expired,returned,restocked,admitted`", content_type = "text/csv", body = String),
         (status = 404, description = "`product_not_found`", body = ErrorBody),
     )
 )]

@@ -16,13 +16,15 @@ use crate::http::extract::{Admin, JsonBody, SalePath};
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoomPace {
-    /// The ceiling: buyers admitted per second at most; the pace at once.
-    /// Also accepted as `admit_per_sec` (its earlier name).
+    /// The ceiling: places admitted per second at most; the pace at once.
+    /// Also accepted as `admit_per_sec`, its earlier name: deprecated (that
+    /// is the pace's word), refused from 0.3.0.
     #[serde(alias = "admit_per_sec")]
     #[schema(minimum = 1, maximum = 100_000)]
     ceiling_per_sec: Option<u32>,
     /// The floor the pace drops to while the backend is strained (at most
-    /// the ceiling). Also accepted as `admit_floor_per_sec`.
+    /// the ceiling). Also accepted as `admit_floor_per_sec` (deprecated,
+    /// refused from 0.3.0).
     #[serde(alias = "admit_floor_per_sec")]
     #[schema(minimum = 1, maximum = 100_000)]
     floor_per_sec: Option<u32>,

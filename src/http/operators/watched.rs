@@ -1,6 +1,6 @@
 //! What the operator's views (`/metrics`, the dashboard's board) read of
 //! the sales: the calls this process sent, the open sales, each one's
-//! queue and room. Read-only.
+//! stream and room. Read-only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,13 +1,13 @@
-//! Holding the line under a spike: every guard the HTTP layer puts in front
+//! Under a spike: every guard the HTTP layer puts in front
 //! of Redis, cheapest first.
 //!
 //! - On every request ([`guarded`]; the router's routes through
 //!   [`guard_request`]): header limits (431) and an upper bound on handling
 //!   time (503 `unavailable`), so no request hangs whatever a dependency does.
 //! - On `POST /api/orders` ([`admit_order`]): the client address's token
-//!   bucket (429 `rate_limited`), then a slot among `max_in_flight` orders
-//!   being decided. No free slot means 503 `overloaded` at once: the service
-//!   sheds the excess instead of queueing it, so latency and memory stay flat
+//!   bucket (429 `rate_limited`), then a permit among `max_in_flight` orders
+//!   being decided. No free permit means 503 `overloaded` at once: the
+//!   service sheds the excess (nothing waits), so latency and memory stay flat
 //!   at any multiple of its capacity.
 //! - In the order handler, once the buyer is known: the user's token
 //!   bucket ([`Guards::check_user`]).
@@ -167,7 +167,7 @@ impl Guards {
         )
     }
 
-    /// Orders holding a slot now (0 when shedding is off).
+    /// Orders holding a permit now (0 when shedding is off).
     pub fn in_flight(&self) -> usize {
         self.in_flight.as_ref().map_or(0, |s| {
             self.limits
@@ -323,7 +323,7 @@ fn check_headers(headers: &HeaderMap, limits: &Limits) -> Result<(), ApiError> {
 }
 
 /// `POST /api/orders`: the address's bucket (429 `rate_limited`), then a
-/// slot among `max_in_flight` (503 `overloaded`), to hold while the order
+/// permit among `max_in_flight` (503 `overloaded`), to hold while the order
 /// is decided (`None`: shedding is off).
 pub(crate) fn admit_order<'g>(
     guards: &'g Guards,
@@ -339,7 +339,7 @@ pub(crate) fn admit_order<'g>(
     }
     match guards.in_flight.as_ref().map(Semaphore::try_acquire) {
         None => Ok(None),
-        Some(Ok(slot)) => Ok(Some(slot)),
+        Some(Ok(permit)) => Ok(Some(permit)),
         Some(Err(_)) => Err(ApiError::Overloaded),
     }
 }

@@ -18,7 +18,7 @@ use crate::sale::lua::script;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
     /// In the stream, not yet persisted.
-    Queued,
+    InStream,
     /// Persisted (acked by a worker): `confirmed` or later in MySQL.
     Persisted,
     /// A cancel waits for the order to be persisted.
@@ -100,7 +100,7 @@ pub async fn order_state(
     let progress = match state.as_str() {
         "released" => Progress::Released,
         "cancel_requested" => Progress::CancelRequested,
-        "queued" => Progress::Queued,
+        "in_stream" => Progress::InStream,
         "dead" => Progress::DeadLettered,
         "persisted" => Progress::Persisted,
         other => {

@@ -51,7 +51,7 @@ pub(super) async fn place_and_wait(
             // connection until then): what is not taken back by then
             // stands, as when Redis does not answer a void.
             let behind_the_call = async {
-                // A read in the sale's slot, queued behind the call: its
+                // A read in the sale's hash slot, sent behind the call: its
                 // answer comes once the WAIT is over (asked again while the
                 // client's own timeout cuts it short).
                 loop {

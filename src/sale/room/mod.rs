@@ -1,22 +1,23 @@
 //! A sale's waiting room (optional, per sale): buyers join a line, early
-//! joiners are shuffled at the start, and the line admits buyers at the
-//! sale's pace; with the room on only admitted buyers may order.
+//! joiners are shuffled at the start, and the room admits their places at
+//! the sale's pace; with the room on only admitted buyers may order.
 //!
 //! What it keeps, and where:
-//! - Redis, per sale: the room's hash (its bounds, the pace, the "now
-//!   serving" line `served`, when it last moved, and the counts of early
+//! - Redis, per sale: the room's hash (its bounds, the pace, the places
+//!   admitted `served`, when they last grew, and the counts of early
 //!   and late joiners) and one field per joined buyer (`joined`: their
 //!   number, so that joining again gives the same ticket). One script call
 //!   per join (`room_join.lua`, [`join`]); nothing per poll.
 //! - Each instance, per sale: the room as last read ([`RoomState`], in
 //!   [`state`]), renewed at most once a second by `room_tick.lua` ([`tick`]:
-//!   where the pace is decided; it moves the line on). A poll is answered
+//!   where the pace is decided; it admits more places). A poll is answered
 //!   from it: the ticket's signature, its place in the line ([`places`]),
-//!   the line; an admission is signed here ([`pass`]).
+//!   the places admitted; an admission is signed here ([`pass`]).
 //!
-//! The words (see `domain::room`): the **line** is the places admitted so
-//! far; the **pace** is how fast it moves; the **ceiling** and **floor**
-//! bound the pace; the **cap** bounds the admissions held unused.
+//! The words (see `lib.rs`): the **line** is the buyers waiting, each with
+//! a **place**; the room has **admitted** the places up to a number that
+//! grows at the **pace**; the **ceiling** and **floor** bound the pace; the
+//! **cap** bounds the admissions held unused.
 //! - The buyer: the ticket and the admission, which carry their own number
 //!   and expiry, signed with the sale's key.
 
@@ -358,8 +359,8 @@ impl Room {
 
     /// Reads the sale's room again, in the background (one read at a time).
     pub(super) fn renew(&self, product: &ProductId) {
-        let slot = self.rooms.slot(product);
-        if slot.refreshing.swap(true, Ordering::AcqRel) {
+        let kept = self.rooms.kept(product);
+        if kept.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
         let (room, product) = (self.clone(), product.clone());
@@ -367,11 +368,12 @@ impl Room {
             if let Err(e) = room.tick_room(&product, BoundsChange::default()).await {
                 tracing::warn!(%product, error = %Chain(&e), "cannot read the waiting room");
             }
-            slot.refreshing.store(false, Ordering::Release);
+            kept.refreshing.store(false, Ordering::Release);
         });
     }
 
-    /// Moves the line on and reads the room (`room_tick.lua`); remembers it.
+    /// Admits places at the pace and reads the room (`room_tick.lua`);
+    /// remembers it.
     async fn tick_room(
         &self,
         product: &ProductId,
@@ -400,8 +402,8 @@ impl Room {
             self.rooms.forget(product);
             return Ok(Ticked::NoSale);
         }
-        let slot = self.rooms.slot(product);
-        *slot.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Read {
+        let kept = self.rooms.kept(product);
+        *kept.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Read {
             room: room.clone(),
             at: Instant::now(),
         });

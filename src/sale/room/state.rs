@@ -41,19 +41,19 @@ pub struct RoomState {
     /// How long the oldest order not yet persisted has waited (`None`:
     /// none waits): past `STRAIN_MS`, the pace halves.
     pub unpersisted_ms: Option<u64>,
-    /// With a cap: where the line stood when (`(at_ms, served)`, newest
-    /// first, at least a second apart), for when it reached a place.
+    /// With a cap: what was admitted when (`(at_ms, served)`, newest
+    /// first, at least a second apart), for when a place was admitted.
     pub log: Vec<(i64, f64)>,
     /// Bits of proof of work a join costs (0: none; see `pow`).
     pub join_difficulty: u8,
-    /// The line: places up to this one are admitted (fractional: it moves
+    /// What was admitted: places up to this one (fractional: it grows
     /// continuously).
     pub served: f64,
     /// When `served` was computed (Redis's clock).
     pub at_ms: i64,
-    /// When the line reached `served` (Redis's clock): `at_ms` while it
-    /// moves at the pace, earlier once it stands (caught up with the
-    /// joiners, paused, held by the cap).
+    /// When `served` was admitted (Redis's clock): `at_ms` while places are
+    /// admitted at the pace, earlier once the line stands (every joiner
+    /// admitted, paused, held by the cap).
     pub served_at_ms: i64,
     /// Buyers who joined before the start, and after it.
     pub early: u64,
@@ -107,7 +107,7 @@ pub enum Standing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct RoomFigures {
     pub joined: u64,
-    /// Places admitted so far (the line).
+    /// Places admitted so far.
     pub admitted: u64,
     /// Joined and not yet admitted.
     pub waiting: u64,
@@ -121,8 +121,8 @@ impl RoomState {
         self.early + self.late
     }
 
-    /// The room's figures at `now_ms`: `admitted` is the line as read, the
-    /// places buyers are told are admitted (never fewer); once the sale is
+    /// The room's figures at `now_ms`: `admitted` is what was admitted as
+    /// read, the places buyers are told are admitted (never fewer); once the sale is
     /// sold out or over, nobody is waiting (every ticket hears so).
     pub fn figures(&self, now_ms: i64) -> RoomFigures {
         let joined = self.joined();
@@ -153,18 +153,18 @@ impl RoomState {
         (now_ms >= self.end_ms + WINDOW_MARGIN_MS).then_some(Rejection::Ended)
     }
 
-    /// Places the line has reached, as read: the places admitted.
+    /// The places admitted, as read.
     pub fn admitted_places(&self) -> u64 {
         (self.served.floor() as u64).min(self.joined())
     }
 
-    /// Where the line is expected at `now_ms` (epoch ms, this process's
-    /// clock), moved on from the reading at the pace: for estimates only.
-    /// Admission follows the reading itself ([`Self::standing`]), so that
-    /// the room's `admitted` figure (Redis's line) is never behind what
-    /// buyers were told, whatever the next reading finds (sold out, ended).
-    /// While the sale is paused the line stands still (`room_tick.lua`
-    /// moves it no further), so the estimate does too: only the time the
+    /// What is expected to be admitted at `now_ms` (epoch ms, this
+    /// process's clock), grown from the reading at the pace: for estimates
+    /// only. Admission follows the reading itself ([`Self::standing`]), so
+    /// that the room's `admitted` figure (Redis's `served`) is never behind
+    /// what buyers were told, whatever the next reading finds (sold out,
+    /// ended). While the sale is paused the line stands still
+    /// (`room_tick.lua` admits no more), so the estimate does too: only the time the
     /// sale was live since the reading counts.
     fn expected_at(&self, now_ms: i64) -> f64 {
         let from = self.at_ms.max(self.start_ms);
@@ -189,17 +189,17 @@ impl RoomState {
         self.now_ms >= self.start_ms
     }
 
-    /// When the line reached `place` (epoch ms). With an active cap the
-    /// line stops and starts: from the room's log, between the entries
-    /// around the moment it passed the place (to within an entry's gap).
-    /// Otherwise, or before the log: by its pace back from when it reached
-    /// where it stands (`served_at_ms`: a line that caught up with the
-    /// joiners stands, and its last admissions run out as the others',
-    /// where reckoned from the reading they ran from every new one).
-    fn reached_ms(&self, place: u64) -> f64 {
+    /// When `place` was admitted (epoch ms). With an active cap admission
+    /// stops and starts: from the room's log, between the entries around
+    /// the moment the place was admitted (to within an entry's gap).
+    /// Otherwise, or before the log: by the pace back from when what is
+    /// admitted now was (`served_at_ms`: once every joiner is admitted the
+    /// line stands, and its last admissions run out as the others', where
+    /// reckoned from the reading they ran from every new one).
+    fn admitted_ms(&self, place: u64) -> f64 {
         let p = place as f64;
-        // The earliest moment the line stood where it stands, then each
-        // older entry of the log (newest first): the line as it stood then.
+        // The earliest moment what is admitted now was, then each older
+        // entry of the log (newest first): what was admitted then.
         let mut newer = (self.served_at_ms as f64, self.served);
         for &(at, served) in &self.log {
             if served < p {
@@ -232,8 +232,8 @@ impl RoomState {
                 draw_at_ms: self.start_ms,
             };
         };
-        // Admitted by the line as read (moved by `room_tick.lua` when an
-        // instance reads the room, about once a second): never past it.
+        // Admitted as read (what `room_tick.lua` admitted when an instance
+        // last read the room, about once a second): never past it.
         if place > self.admitted_places() {
             let expected = self.expected_at(now_ms);
             let ahead = place.saturating_sub(expected.floor() as u64 + 1);
@@ -247,8 +247,8 @@ impl RoomState {
                 wait_range_ms: (at(f64::from(self.ceiling).max(self.pace)), at(slowest)),
             };
         }
-        let reached_ms = self.reached_ms(place);
-        let mut expires_ms = (reached_ms.max(self.start_ms as f64) as i64) + self.admission_ms;
+        let admitted_ms = self.admitted_ms(place);
+        let mut expires_ms = (admitted_ms.max(self.start_ms as f64) as i64) + self.admission_ms;
         // An admission valid when a pause began does not run out during
         // it: it gets the pause's length (so far) again.
         if let Some((from, to)) = self.pause
@@ -275,11 +275,12 @@ impl RoomState {
 /// room, or no sale), and whether a read is under way.
 #[derive(Default)]
 pub struct Rooms {
-    sales: RwLock<HashMap<ProductId, Arc<Slot>>>,
+    sales: RwLock<HashMap<ProductId, Arc<Kept>>>,
 }
 
+/// A sale's room as read last, and whether a read is under way.
 #[derive(Default)]
-pub(super) struct Slot {
+pub(super) struct Kept {
     pub(super) state: RwLock<Option<Read>>,
     pub(super) refreshing: AtomicBool,
 }
@@ -291,14 +292,14 @@ pub(super) struct Read {
 }
 
 impl Rooms {
-    pub(super) fn slot(&self, product: &ProductId) -> Arc<Slot> {
-        if let Some(slot) = self
+    pub(super) fn kept(&self, product: &ProductId) -> Arc<Kept> {
+        if let Some(kept) = self
             .sales
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(product)
         {
-            return slot.clone();
+            return kept.clone();
         }
         self.sales
             .write()
@@ -316,8 +317,8 @@ impl Rooms {
         let sales = self.sales.read().unwrap_or_else(|e| e.into_inner());
         sales
             .iter()
-            .filter_map(|(product, slot)| {
-                let read = slot.state.read().unwrap_or_else(|e| e.into_inner());
+            .filter_map(|(product, kept)| {
+                let read = kept.state.read().unwrap_or_else(|e| e.into_inner());
                 let read = read.as_ref().filter(|r| r.at.elapsed() < fresh)?;
                 Some((product.clone(), read.at, read.room.clone()?))
             })
@@ -407,13 +408,13 @@ mod tests {
     }
 
     #[test]
-    fn once_the_line_caught_up_with_the_joiners_the_last_admissions_still_run_out() {
+    fn once_every_joiner_is_admitted_the_last_admissions_still_run_out() {
         let product = ProductId::parse("p").expect("id");
-        // 100 joined; the line reached the last of them at 40 s and stood
-        // there; read at 50 s (every read moves `at_ms` on).
+        // 100 joined; the last of them was admitted at 40 s, and the line
+        // stood; read at 50 s (every read moves `at_ms` on).
         let mut r = room(Vec::new(), 100.0, 50_000);
         r.served_at_ms = 40_000;
-        // Place 100 reached at 40 s, place 90 a second before (10/s):
+        // Place 100 admitted at 40 s, place 90 a second before (10/s):
         // their admissions (10 s) ran out at 50 s and 49 s, whenever the
         // buyer asks, not 10 s after every new reading.
         assert_eq!(
@@ -441,10 +442,9 @@ mod tests {
     }
 
     #[test]
-    fn with_a_cap_an_admission_runs_from_when_the_line_reached_its_place() {
+    fn with_a_cap_an_admission_runs_from_when_its_place_was_admitted() {
         let product = ProductId::parse("p").expect("id");
-        // The line reached 10 by 1 s, stood there until 8 s, reached 14 by
-        // 9 s; read at 9.5 s.
+        // 10 admitted by 1 s, no more until 8 s, 14 by 9 s; read at 9.5 s.
         let log = vec![(9_000, 14.0), (8_000, 10.0), (1_000, 10.0), (0, 0.0)];
         let r = room(log, 14.0, 9_500);
         let expires = |place: u64, now: i64| match r.standing(&product, late(place), now) {
@@ -478,7 +478,7 @@ mod tests {
             Standing::Waiting { ahead, .. } => ahead,
             other => panic!("waiting: {other:?}"),
         };
-        // Read at 10 s with the line at 20; paused since 9 s.
+        // Read at 10 s with 20 admitted; paused since 9 s.
         let mut paused = room(Vec::new(), 20.0, 10_000);
         paused.pause = Some((9_000, None));
         let at_read = ahead_at(&paused, 10_000);
@@ -502,8 +502,8 @@ mod tests {
                 Standing::Admitted { expires_ms, .. } => Some(expires_ms),
                 _ => None,
             };
-        // Paused from 6 s to 9 s: place 5 (reached at 0.5 s, valid until
-        // 10.5 s) gets the 3 s again; place 12, reached after it, does not.
+        // Paused from 6 s to 9 s: place 5 (admitted at 0.5 s, valid until
+        // 10.5 s) gets the 3 s again; place 12, admitted after it, does not.
         r.pause = Some((6_000, Some(9_000)));
         assert_eq!(expires(&r, 5, 9_500), Some(13_500));
         assert_eq!(expires(&r, 12, 9_500), Some(18_500));

@@ -1,5 +1,5 @@
-//! `room_tick.lua`: moves a room's "now serving" line on at the pace (by
-//! Redis's clock), lets the pace follow the backend between the
+//! `room_tick.lua`: admits a room's places at the pace (by Redis's
+//! clock), lets the pace follow the backend between the
 //! operator's floor and ceiling, applies a change of the bounds, and reads
 //! the room. Its reply decoded into the [`RoomState`] an instance keeps.
 

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use sqlx::{MySql, QueryBuilder};
 
 use super::feed::Events;
-use super::stored::{EventRow, SLOTS, STORED, Stored, expand};
+use super::stored::{EVENTS_PER_ROW, EventRow, STORED, Stored, expand};
 use crate::store::db::Db;
 use crate::store::error::StoreError;
 
@@ -284,7 +284,7 @@ impl Deliveries {
                 let mut q = QueryBuilder::<MySql>::new(format!("{STORED} WHERE id IN ("));
                 let mut ids = q.separated(", ");
                 for id in &wanted {
-                    ids.push_bind(id.div_euclid(SLOTS));
+                    ids.push_bind(id.div_euclid(EVENTS_PER_ROW));
                 }
                 q.push(") ORDER BY id");
                 async move { q.build_query_as().fetch_all(pool).await }

@@ -6,7 +6,8 @@ use rust_decimal::Decimal;
 use sqlx::{MySql, QueryBuilder};
 
 use super::stored::{
-    Bare, DB_NOW_MS, EventKind, EventRow, SKIP_AHEAD_ROWS, SLOTS, Stored, expand, record_sale,
+    Bare, DB_NOW_MS, EVENTS_PER_ROW, EventKind, EventRow, SKIP_AHEAD_ROWS, Stored, expand,
+    record_sale,
 };
 use crate::store::db::Db;
 use crate::store::error::StoreError;
@@ -120,7 +121,7 @@ impl Events {
                 // A runtime query: prefixed by `CAUSAL` on Galera only.
                 sqlx::query_as(sql)
                     .bind(settle_ms)
-                    .bind(after.div_euclid(SLOTS))
+                    .bind(after.div_euclid(EVENTS_PER_ROW))
                     .bind(i64::from(limit) + 1)
                     .fetch_all(pool)
             })
@@ -235,7 +236,7 @@ impl Events {
             .await?
             .map(|r| (r.id, r.events));
         Ok(last.map_or(0, |(id, n)| {
-            id.saturating_mul(SLOTS) + i64::from(n.max(1)) - 1
+            id.saturating_mul(EVENTS_PER_ROW) + i64::from(n.max(1)) - 1
         }))
     }
 
@@ -244,7 +245,7 @@ impl Events {
     /// bound), so the count costs a bounded read however far behind.
     pub async fn events_behind(&self, after: i64) -> Result<i64, StoreError> {
         const ROWS: i64 = 10_000;
-        let from = after.div_euclid(SLOTS);
+        let from = after.div_euclid(EVENTS_PER_ROW);
         let near: Vec<(i64, i32)> = self
             .db
             .call(|pool| {
@@ -265,12 +266,12 @@ impl Events {
             let n = i64::from(n.max(1));
             behind += match id == from {
                 // The cursor's own row: the events after its place in it.
-                true => (n - 1 - after.rem_euclid(SLOTS)).max(0),
+                true => (n - 1 - after.rem_euclid(EVENTS_PER_ROW)).max(0),
                 false => n,
             };
         }
         if near.len() as i64 == ROWS {
-            let last = self.last_event_id().await?.div_euclid(SLOTS);
+            let last = self.last_event_id().await?.div_euclid(EVENTS_PER_ROW);
             behind += (last - near.last().map_or(from, |r| r.0)).max(0);
         }
         Ok(behind)

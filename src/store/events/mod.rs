@@ -10,5 +10,5 @@ mod stored;
 
 pub use delivery::{DeadEvent, Deliveries, Delivery};
 pub use feed::Events;
-pub use stored::{EventKind, EventRow, SKIP_AHEAD_ROWS, SLOTS};
+pub use stored::{EVENTS_PER_ROW, EventKind, EventRow, SKIP_AHEAD_ROWS};
 pub(crate) use stored::{record, record_sale, sold_out_if_none_left};

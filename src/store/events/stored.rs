@@ -1,4 +1,4 @@
-//! What an event is and how it is stored: its kinds, its row, its slots,
+//! What an event is and how it is stored: its kinds, its row, the places in a row,
 //! and recording it in the transaction that makes its change.
 
 use rust_decimal::Decimal;
@@ -94,11 +94,11 @@ pub struct EventRow {
 }
 
 /// Events one `tb_event` row holds at most: an event's id is its row's id
-/// × `SLOTS` + its place in the row. A transaction that changes many orders
+/// × `EVENTS_PER_ROW` + its place in the row. A transaction that changes many orders
 /// at once (a worker's batch of persisted orders, the sweeper's batch of
 /// cancels) writes one row for all of them, not one per order: the outbox
 /// then costs a batch one small insert (BENCHMARKS.md, "The outbox").
-pub const SLOTS: i64 = 10_000;
+pub const EVENTS_PER_ROW: i64 = 10_000;
 
 /// How far event ids jump after a failover of the books: more rows than a
 /// replica can lag behind its primary (a row per persisted batch or per
@@ -136,10 +136,10 @@ pub(super) struct Bare {
 pub(super) fn expand(rows: Vec<Stored>) -> Vec<Bare> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let base = r.id.saturating_mul(SLOTS);
+        let base = r.id.saturating_mul(EVENTS_PER_ROW);
         match (r.orders, r.order_id) {
             (Some(orders), _) => {
-                for (i, order) in orders.split(',').enumerate().take(SLOTS as usize) {
+                for (i, order) in orders.split(',').enumerate().take(EVENTS_PER_ROW as usize) {
                     out.push(Bare {
                         id: base + i as i64,
                         kind: r.kind,
@@ -167,7 +167,7 @@ pub(super) fn expand(rows: Vec<Stored>) -> Vec<Bare> {
 pub(super) const DB_NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 
 /// Records `kind` for each of `orders` (their ids), in the caller's
-/// transaction: one row for one order, one row for many (up to [`SLOTS`]
+/// transaction: one row for one order, one row for many (up to [`EVENTS_PER_ROW`]
 /// each), so a batch pays one small insert, not one per order.
 pub(crate) async fn record<'a>(
     tx: &mut sqlx::Transaction<'_, MySql>,
@@ -175,7 +175,7 @@ pub(crate) async fn record<'a>(
     orders: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<(), sqlx::Error> {
     let orders: Vec<&str> = orders.collect();
-    for chunk in orders.chunks(SLOTS as usize) {
+    for chunk in orders.chunks(EVENTS_PER_ROW as usize) {
         match chunk {
             [] => {}
             [one] => {

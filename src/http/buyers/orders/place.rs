@@ -59,7 +59,7 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     description = "Decided by one atomic script in Redis and answered at once: 202 with the order `pending` until a worker persists it. The buyer is the authenticated one. A retry with the same `Idempotency-Key` (the buyer's own: keys of different buyers never meet) answers the same order (header `Idempotent-Replayed: true`).",
     params(
         ("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; retries with it answer the first order"),
-        ("Admission-Token" = Option<String>, Header, description = "For a sale with a waiting room: the `admission` its queue gave this buyer (`GET /api/sales/{product_id}/queue/{ticket}`)"),
+        ("Admission-Token" = Option<String>, Header, description = "For a sale with a waiting room: the `admission` its waiting room gave this buyer (`GET /api/sales/{product_id}/queue/{ticket}`)"),
     ),
     request_body = PlaceOrder,
     security(("buyer" = [])),
@@ -115,8 +115,8 @@ async fn answer_order(
     let mut sale = None;
     let answer = match limits::admit_order(&state.guards, &parts.headers, peer) {
         Err(refused) => Answer::refused(refused, AnsweredBy::Service),
-        // The slot is held while the order is decided.
-        Ok(_slot) => place(state, parts, peer, body, &mut sale).await,
+        // The permit is held while the order is decided.
+        Ok(_permit) => place(state, parts, peer, body, &mut sale).await,
     };
     let answered = Instant::now();
     let took = answered.saturating_duration_since(started);

@@ -33,7 +33,7 @@ impl OrderView {
     /// An order as Redis last knew it, while MySQL cannot say more.
     pub(super) fn provisional(order: PendingOrder, progress: Progress) -> Self {
         let status = match progress {
-            Progress::Queued | Progress::DeadLettered => OrderStatus::Pending,
+            Progress::InStream | Progress::DeadLettered => OrderStatus::Pending,
             Progress::Persisted => OrderStatus::Confirmed,
             Progress::CancelRequested => OrderStatus::Cancelling,
             Progress::Released => OrderStatus::Cancelled,

@@ -1,5 +1,5 @@
 //! The report page's drawings, as SVG made here (no script: the pages'
-//! CSP holds): line charts of the timeline, and the funnel.
+//! CSP holds): charts of the timeline, and the funnel.
 //!
 //! The timeline has a row only for the seconds with something counted, so
 //! a chart says what a missing second means for each of its series: a
@@ -16,18 +16,18 @@ pub(super) enum Gaps {
     Zero,
     /// A level (a running total, a reading): it stood where it was.
     Hold,
-    /// A sample (a latency): no value; the line joins its neighbours.
+    /// A sample (a latency): no value; the series joins its neighbours.
     Skip,
 }
 
-/// One line of a chart.
+/// One series of a chart.
 pub(super) struct Series<'a> {
     pub label: &'a str,
     pub color: &'a str,
     /// A value per second of the chart's `t` (`None`: none that second).
     pub values: Vec<Option<f64>>,
     pub gaps: Gaps,
-    /// Drawn dashed (a bound, or a line another may cover).
+    /// Drawn dashed (a bound, or a series another may cover).
     pub dashed: bool,
 }
 
@@ -50,17 +50,17 @@ impl<'a> Series<'a> {
         }
     }
 
-    /// The lines to draw, each `(second, value)` points: the values at
+    /// The segments to draw, each `(second, value)` points: the values at
     /// `t`, and where seconds are missing between two, what they mean
-    /// (`gaps`): a sample's line breaks there (nothing to join).
+    /// (`gaps`): a sample's series breaks there (nothing to join).
     fn segments(&self, t: &[i64]) -> Vec<Vec<(i64, f64)>> {
         let mut out: Vec<Vec<(i64, f64)>> = Vec::new();
-        let mut line = Vec::with_capacity(t.len());
+        let mut segment = Vec::with_capacity(t.len());
         let mut last: Option<(i64, f64)> = None;
         for (&s, v) in t.iter().zip(&self.values) {
             let Some(v) = *v else {
-                if self.gaps == Gaps::Skip && !line.is_empty() {
-                    out.push(std::mem::take(&mut line));
+                if self.gaps == Gaps::Skip && !segment.is_empty() {
+                    out.push(std::mem::take(&mut segment));
                 }
                 continue;
             };
@@ -68,23 +68,23 @@ impl<'a> Series<'a> {
                 let missing = s - at - 1;
                 match self.gaps {
                     Gaps::Zero if missing >= 1 => {
-                        line.push((at + 1, 0.0));
+                        segment.push((at + 1, 0.0));
                         if missing >= 2 {
-                            line.push((s - 1, 0.0));
+                            segment.push((s - 1, 0.0));
                         }
                     }
-                    Gaps::Hold if missing >= 1 => line.push((s - 1, held)),
-                    Gaps::Skip if missing >= 1 && !line.is_empty() => {
-                        out.push(std::mem::take(&mut line))
+                    Gaps::Hold if missing >= 1 => segment.push((s - 1, held)),
+                    Gaps::Skip if missing >= 1 && !segment.is_empty() => {
+                        out.push(std::mem::take(&mut segment))
                     }
                     _ => {}
                 }
             }
-            line.push((s, v));
+            segment.push((s, v));
             last = Some((s, v));
         }
-        if !line.is_empty() {
-            out.push(line);
+        if !segment.is_empty() {
+            out.push(segment);
         }
         out
     }
@@ -112,7 +112,7 @@ const PAD_T: f64 = 22.0;
 const PAD_R: f64 = 28.0;
 const PAD_B: f64 = 34.0;
 
-/// A line chart of `series` over the axis's seconds (the timeline's
+/// A chart of `series` over the axis's seconds (the timeline's
 /// seconds with something counted), as SVG (maud escapes every text and
 /// attribute).
 pub(super) fn chart(id: &str, title: &str, axis: &Axis, series: &[Series]) -> Markup {
@@ -157,7 +157,7 @@ fn legend_rows(series: &[Series]) -> usize {
 }
 
 /// The axes with their ticks (seconds from the start and clock time, UTC),
-/// the marks, each series' line and its legend.
+/// the marks, each series' segments and its legend.
 fn plot(span: Span, axis: &Axis, series: &[Series]) -> Markup {
     let Span { from: t0, to: t1 } = span;
     let span = ((t1 - t0) as f64).max(1.0);
@@ -372,7 +372,7 @@ mod tests {
                 (18, 7.0)
             ]]
         );
-        // A latency has no value in a quiet second: no line across it.
+        // A latency has no value in a quiet second: no segment across it.
         let sample = Series::new(
             "s",
             "#000",

@@ -254,19 +254,19 @@ fn marks(r: &Report) -> Vec<Mark> {
 fn units(r: &Report) -> [Values; 3] {
     let restocked: i64 = r.seconds.iter().map(|x| x.restocked).sum();
     let (mut on_sale, mut held, mut back) = (r.initial_qty - restocked, 0i64, 0i64);
-    let mut lines: [Values; 3] = Default::default();
+    let mut series: [Values; 3] = Default::default();
     for x in &r.seconds {
         on_sale += x.restocked;
         held += x.units as i64 - x.returned as i64;
         back += x.returned as i64;
-        for (line, v) in lines.iter_mut().zip([on_sale, held, back]) {
-            line.push(Some(v as f64));
+        for (values, v) in series.iter_mut().zip([on_sale, held, back]) {
+            values.push(Some(v as f64));
         }
     }
-    lines
+    series
 }
 
-/// A line's values, a second each.
+/// A series' values, a second each.
 type Values = Vec<Option<f64>>;
 
 /// The timeline's charts.
@@ -279,7 +279,7 @@ fn charts(r: &Report) -> Markup {
         start_s,
         marks: &marks,
     };
-    let s = Lines(&r.seconds);
+    let s = Seconds(&r.seconds);
     let [on_sale, held, back] = units(r);
     let room = r.summary.funnel.joined.is_some();
     html! {
@@ -302,7 +302,7 @@ fn charts(r: &Report) -> Markup {
             @if room {
                 (chart("room", "Waiting room: joined and admitted (in all)", &axis, &[
                     s.total("joined", "#6a1b9a", |x| x.joins),
-                    s.level("admitted (the line)", "#2e7d32", |x| x.line),
+                    s.level("admitted", "#2e7d32", |x| x.admitted),
                     s.total("ran out unused", "#c62828", |x| x.expired),
                 ]))
                 (chart("pace", "Waiting room: pace, under its ceiling (buyers/s)", &axis, &[
@@ -329,25 +329,25 @@ fn charts(r: &Report) -> Markup {
     }
 }
 
-/// Colours for lines that have no colour of their own.
+/// Colours for series that have no colour of their own.
 const PALETTE: [&str; 6] = [
     "#c62828", "#ef6c00", "#6a1b9a", "#1565c0", "#00838f", "#9e9e9e",
 ];
 
-/// A line per reason a sale's orders were refused, the most frequent
-/// first (five; the rest are one line, "other").
-fn refusals<'r>(r: &'r Report, s: &Lines<'r>) -> Vec<Series<'r>> {
+/// A series per reason a sale's orders were refused, the most frequent
+/// first (five; the rest are one series, "other").
+fn refusals<'r>(r: &'r Report, s: &Seconds<'r>) -> Vec<Series<'r>> {
     let mut codes: Vec<(&String, &u64)> = r.summary.refused.iter().collect();
     codes.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let (shown, rest) = codes.split_at(codes.len().min(5));
-    let mut lines: Vec<Series> = shown
+    let mut series: Vec<Series> = shown
         .iter()
         .zip(PALETTE)
         .map(|((code, _), color)| s.keyed(code.as_str(), color, |x| &x.refused_by, code.as_str()))
         .collect();
     if !rest.is_empty() {
         let named: Vec<&str> = shown.iter().map(|(c, _)| c.as_str()).collect();
-        lines.push(Series::new(
+        series.push(Series::new(
             "other",
             PALETTE[5],
             Gaps::Zero,
@@ -360,13 +360,13 @@ fn refusals<'r>(r: &'r Report, s: &Lines<'r>) -> Vec<Series<'r>> {
             }),
         ));
     }
-    lines
+    series
 }
 
-/// The timeline's seconds, made into the charts' lines.
-struct Lines<'r>(&'r [SecondView]);
+/// The timeline's seconds, made into the charts' series.
+struct Seconds<'r>(&'r [SecondView]);
 
-impl Lines<'_> {
+impl Seconds<'_> {
     /// A value a second.
     fn each<T: Into<Option<f64>>>(&self, f: impl Fn(&SecondView) -> T) -> Vec<Option<f64>> {
         self.0.iter().map(|x| f(x).into()).collect()

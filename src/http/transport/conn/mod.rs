@@ -118,7 +118,7 @@ impl Connections {
 
     /// Before the next accept: while [`MAX_EVICTING`] connections are
     /// closing to make room, waits (a few ms at most) for one to close, so
-    /// that a burst of newcomers waits in the listener's queue rather than
+    /// that a burst of newcomers waits in the listen backlog rather than
     /// being refused.
     pub async fn room(&self) {
         if self.lock().evicting < MAX_EVICTING {

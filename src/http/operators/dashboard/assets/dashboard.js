@@ -174,9 +174,9 @@ function renderSale(el, sale, now) {
     text(field("room_waiting"), count(sale.room.waiting));
     text(field("room_admitted"), count(sale.room.admitted));
     text(field("room_joined"), count(sale.room.joined));
-    text(field("room_rate"), perSecond(sale.room.admit_per_sec));
+    text(field("room_pace"), perSecond(sale.room.admit_per_sec));
     // Below the ceiling: the backend is strained (orders wait to be persisted).
-    field("room_rate").classList.toggle("bad", sale.room.admit_per_sec < sale.room.ceiling_per_sec);
+    field("room_pace").classList.toggle("bad", sale.room.admit_per_sec < sale.room.ceiling_per_sec);
     text(field("room_bounds"), `${count(sale.room.floor_per_sec)}–${count(sale.room.ceiling_per_sec)}`);
     text(field("room_active"), sale.room.active_cap == null
       ? "no cap"
