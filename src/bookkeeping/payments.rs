@@ -110,6 +110,7 @@ impl OrderLife {
     /// (`Pending`: the sender retries shortly), a payment id recorded for
     /// another order (`PaymentIdReused`). Recorded, it is kept in Redis
     /// too, for a failover of the books that loses it (`put_back`).
+    #[tracing::instrument(level = "debug", skip_all, fields(payment_id = %p.payment_id, order_id = %p.order_id, kind = p.kind.as_str()))]
     pub async fn record_payment(
         &self,
         p: &NewPayment,

@@ -169,6 +169,7 @@ impl Payments {
     /// decision needs: the order (`FOR UPDATE`: a payment timeout cancelling
     /// it waits, or made its change first), an earlier record of the same
     /// payment, and for a refund the payment it refers to.
+    #[tracing::instrument(level = "debug", skip_all, fields(payment_id = %p.payment_id, order_id = %p.order_id))]
     pub async fn lock(&self, p: &NewPayment) -> Result<Locked, StoreError> {
         let mut tx = self.db.begin().await?;
         let read = self.db.bounded(async {

@@ -319,6 +319,7 @@ impl Deliverer {
     }
 
     /// One attempt: `Ok` on a 2xx within the timeout.
+    #[tracing::instrument(level = "debug", skip_all, fields(endpoint = %self.endpoint, event_id = e.id, order_id = e.order_id.as_deref(), product_id = %e.product_id, user_id = e.user_id))]
     async fn send(&self, e: &EventRow) -> Result<(), String> {
         let body = serde_json::to_vec(&EventMessage::from(e.clone()))
             .map_err(|err| format!("cannot encode the event: {err}"))?;

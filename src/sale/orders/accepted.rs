@@ -184,6 +184,7 @@ impl Accepted {
     /// With WAIT configured, only once the replicas have the release (else
     /// `NotReplicated`): the caller marks the order released after this, and
     /// a release a failover lost must stay unmarked, for the sweeper to redo.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %order.product_id, order_id = %order.order_id, user_id = %order.user_id))]
     pub async fn release(
         &self,
         order: &PendingOrder,

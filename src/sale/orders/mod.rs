@@ -281,6 +281,7 @@ impl OrderPath {
 
     /// One `place_order.lua` call for `orders` (with its WAIT when
     /// configured): an answer for each, in their order.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %product, orders = orders.len()))]
     async fn send(&self, product: &ProductId, orders: &[OrderCall]) -> Vec<Sent> {
         let core = &self.core;
         core.counts.add(Counter::OrderCalls, 1);

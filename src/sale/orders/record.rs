@@ -78,6 +78,7 @@ impl AcceptedRecord {
 script!(ORDER_STATE, "order_state");
 
 /// `order_state.lua`: the order's record and progress, `None` when unknown.
+#[tracing::instrument(level = "debug", skip_all, fields(order_id = %order_id))]
 pub async fn order_state(
     conn: &mut impl ConnectionLike,
     keys: &SaleKeys,

@@ -112,6 +112,7 @@ impl Room {
     /// `user_id` joins the sale's waiting room (`room_join.lua`). An id
     /// that no sale has (by this process's read of the registry) is
     /// answered without Redis.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %product, user_id = %user_id))]
     pub async fn join(
         &self,
         product: &ProductId,
@@ -374,6 +375,7 @@ impl Room {
 
     /// Admits places at the pace and reads the room (`room_tick.lua`);
     /// remembers it.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %product))]
     async fn tick_room(
         &self,
         product: &ProductId,

@@ -10,26 +10,52 @@ use redis::{AsyncCommands, RedisResult, aio::ConnectionLike};
 
 use crate::sale::keys::{GROUP, SaleKeys};
 
-/// A stream id as a comparable pair.
-fn parse_id(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
+/// A stream entry's id (`<ms>-<seq>`), ordered as Redis orders them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct EntryId {
+    ms: u64,
+    seq: u64,
+}
+
+impl EntryId {
+    fn parse(id: &str) -> Option<Self> {
+        let (ms, seq) = id.split_once('-')?;
+        Some(Self {
+            ms: ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+
+    /// The first id after this one.
+    fn next(self) -> Self {
+        Self {
+            seq: self.seq.saturating_add(1),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
 }
 
 /// The lowest stream id to keep (`XTRIM MINID`): nothing pending, nothing
 /// not yet delivered (above `delivered`), nothing younger than `retention`
 /// by the Redis clock (`now_ms`).
 fn trim_bound(
-    delivered: (u64, u64),
-    oldest_pending: Option<(u64, u64)>,
+    delivered: EntryId,
+    oldest_pending: Option<EntryId>,
     now_ms: u64,
     retention: Duration,
-) -> (u64, u64) {
-    let mut bound = (delivered.0, delivered.1.saturating_add(1));
-    if let Some(oldest) = oldest_pending {
-        bound = bound.min(oldest);
-    }
-    bound.min((now_ms.saturating_sub(retention.as_millis() as u64), 0))
+) -> EntryId {
+    let kept = EntryId {
+        ms: now_ms.saturating_sub(retention.as_millis() as u64),
+        seq: 0,
+    };
+    let bound = delivered.next().min(kept);
+    oldest_pending.map_or(bound, |oldest| bound.min(oldest))
 }
 
 /// Trims entries that are acknowledged AND older than `retention`; never an
@@ -46,7 +72,7 @@ pub(super) async fn trim(
     let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
         return Ok(0);
     };
-    let Some(delivered) = parse_id(&group.last_delivered_id) else {
+    let Some(delivered) = EntryId::parse(&group.last_delivered_id) else {
         return Ok(0);
     };
     let pending: StreamPendingReply = conn.xpending(&keys.orders, GROUP).await?;
@@ -54,14 +80,11 @@ pub(super) async fn trim(
     let now_ms = now_s * 1000 + now_us / 1000;
 
     let oldest_pending = match &pending {
-        StreamPendingReply::Data(p) => parse_id(&p.start_id),
+        StreamPendingReply::Data(p) => EntryId::parse(&p.start_id),
         _ => None,
     };
     let bound = trim_bound(delivered, oldest_pending, now_ms, retention);
-    let opts = StreamTrimOptions::minid(
-        StreamTrimmingMode::Exact,
-        format!("{}-{}", bound.0, bound.1),
-    );
+    let opts = StreamTrimOptions::minid(StreamTrimmingMode::Exact, bound.to_string());
     conn.xtrim_options(&keys.orders, &opts).await
 }
 
@@ -71,22 +94,31 @@ mod tests {
 
     const HOUR: Duration = Duration::from_secs(3600);
 
+    fn id(ms: u64, seq: u64) -> EntryId {
+        EntryId { ms, seq }
+    }
+
     #[test]
     fn the_trim_keeps_everything_pending_undelivered_or_recent() {
         let now = 10 * 3_600_000;
         // All delivered and acked, long ago: up to the last delivered one.
-        assert_eq!(trim_bound((1000, 4), None, now, HOUR), (1000, 5));
+        assert_eq!(trim_bound(id(1000, 4), None, now, HOUR), id(1000, 5));
         // A pending entry holds everything from it on.
-        assert_eq!(trim_bound((1000, 4), Some((900, 2)), now, HOUR), (900, 2));
+        let pending = Some(id(900, 2));
+        assert_eq!(trim_bound(id(1000, 4), pending, now, HOUR), id(900, 2));
         // Retention holds the last hour, acked or not.
         let recent = now - 60_000;
         assert_eq!(
-            trim_bound((recent, 0), None, now, HOUR),
-            (now - 3_600_000, 0)
+            trim_bound(id(recent, 0), None, now, HOUR),
+            id(now - 3_600_000, 0)
         );
         // A clock before the retention trims nothing rather than wrapping.
-        assert_eq!(trim_bound((5, 0), None, 1000, HOUR), (0, 0));
-        assert_eq!(parse_id("1700000000000-7"), Some((1_700_000_000_000, 7)));
-        assert_eq!(parse_id("nonsense"), None);
+        assert_eq!(trim_bound(id(5, 0), None, 1000, HOUR), id(0, 0));
+        assert_eq!(
+            EntryId::parse("1700000000000-7"),
+            Some(id(1_700_000_000_000, 7))
+        );
+        assert_eq!(EntryId::parse("nonsense"), None);
+        assert_eq!(id(1000, 5).to_string(), "1000-5");
     }
 }

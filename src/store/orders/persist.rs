@@ -101,6 +101,7 @@ impl Orders {
     /// Persists a batch of one sale's orders in ONE transaction: inserts the
     /// orders not yet in `tb_order` and takes exactly their units off
     /// `available_qty`. Idempotent: a redelivered batch changes nothing.
+    #[tracing::instrument(level = "debug", skip_all, fields(product_id = %product, orders = orders.len()))]
     pub async fn persist_orders(
         &self,
         product: &ProductId,

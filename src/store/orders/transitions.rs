@@ -26,6 +26,7 @@ pub enum Transition {
 
 impl Orders {
     /// `confirmed` → `paid`, for the order's owner.
+    #[tracing::instrument(level = "debug", skip_all, fields(order_id = %order_id, user_id = %user_id))]
     pub async fn pay(&self, order_id: &OrderId, user_id: UserId) -> Result<Transition, StoreError> {
         self.until_settled(order_id, Some(user_id), OrderStatus::Paid, || {
             self.db.transaction(|tx| {
@@ -60,6 +61,7 @@ impl Orders {
     /// the same transaction. The Redis half (returning stock and allowance)
     /// comes after the commit; until `mark_released`, `released` stays 0 so a
     /// crash in between is found and repaired.
+    #[tracing::instrument(level = "debug", skip_all, fields(order_id = %order_id, user_id = ?user_id))]
     pub async fn cancel(
         &self,
         order_id: &OrderId,
@@ -132,6 +134,7 @@ impl Orders {
     /// `created_before` (unpaid past the payment timeout). Rows another
     /// process is cancelling are skipped (`SKIP LOCKED`), so each order is
     /// acted on by one process. Returns the orders cancelled here.
+    #[tracing::instrument(level = "debug", skip(self))]
     pub async fn cancel_expired(
         &self,
         created_before: i64,

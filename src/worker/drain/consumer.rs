@@ -238,6 +238,7 @@ impl SaleWorker {
     /// `IDLE_POLL` here instead. So the pool only needs a
     /// connection per sale that is selling right now, however many sales the
     /// registry lists, and a full pool slows a drain down, never stops it.
+    #[tracing::instrument(level = "debug", skip(self), fields(product_id = %self.product, count = self.cfg.batch_size))]
     async fn read(&self, from: &str, block: Option<Duration>) -> Result<Vec<Entry>, WorkerError> {
         let count = self.cfg.batch_size;
         self.metrics.stream_reads.inc();
