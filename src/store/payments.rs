@@ -222,32 +222,32 @@ impl Locked {
         db.bounded(async {
             let now = now_ms();
             apply(&mut tx, result, &mut row, now).await?;
+            // The record's fields, bound in one order for either statement.
+            macro_rules! write {
+                ($sql:literal) => {
+                    sqlx::query!(
+                        $sql,
+                        p.order_id.as_str(),
+                        p.amount,
+                        p.currency.as_str(),
+                        result.as_str(),
+                        &p.webhook_id,
+                        now,
+                        &p.payment_id,
+                        p.kind.as_str(),
+                    )
+                };
+            }
             let write = if replacing {
-                sqlx::query!(
+                write!(
                     "UPDATE tb_payment SET order_id = ?, amount = ?, currency = ?, result = ?, \
-                     webhook_id = ?, received = ? WHERE payment_id = ? AND kind = ?",
-                    p.order_id.as_str(),
-                    p.amount,
-                    p.currency.as_str(),
-                    result.as_str(),
-                    &p.webhook_id,
-                    now,
-                    &p.payment_id,
-                    p.kind.as_str(),
+                     webhook_id = ?, received = ? WHERE payment_id = ? AND kind = ?"
                 )
             } else {
-                sqlx::query!(
+                write!(
                     "INSERT INTO tb_payment \
                      (order_id, amount, currency, result, webhook_id, received, payment_id, kind) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    p.order_id.as_str(),
-                    p.amount,
-                    p.currency.as_str(),
-                    result.as_str(),
-                    &p.webhook_id,
-                    now,
-                    &p.payment_id,
-                    p.kind.as_str(),
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 )
             };
             write.execute(&mut *tx).await?;
@@ -283,33 +283,26 @@ async fn recorded(
     lock: Lock,
 ) -> Result<Option<Recorded>, StoreError> {
     let order = order.map(OrderId::as_str);
+    // The same read, locked or not (`$lock` ends the statement).
+    macro_rules! read {
+        ($lock:literal) => {
+            sqlx::query_as!(
+                PaymentRecord,
+                "SELECT result, order_id, webhook_id FROM tb_payment \
+                 WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?)"
+                    + $lock,
+                id,
+                kind.as_str(),
+                order,
+                order,
+            )
+            .fetch_optional(&mut **tx)
+            .await?
+        };
+    }
     let found = match lock {
-        Lock::ForUpdate => {
-            sqlx::query_as!(
-                PaymentRecord,
-                "SELECT result, order_id, webhook_id FROM tb_payment \
-             WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?) FOR UPDATE",
-                id,
-                kind.as_str(),
-                order,
-                order,
-            )
-            .fetch_optional(&mut **tx)
-            .await?
-        }
-        Lock::Read => {
-            sqlx::query_as!(
-                PaymentRecord,
-                "SELECT result, order_id, webhook_id FROM tb_payment \
-             WHERE payment_id = ? AND kind = ? AND (? IS NULL OR order_id = ?)",
-                id,
-                kind.as_str(),
-                order,
-                order,
-            )
-            .fetch_optional(&mut **tx)
-            .await?
-        }
+        Lock::ForUpdate => read!(" FOR UPDATE"),
+        Lock::Read => read!(""),
     };
     found
         .map(
